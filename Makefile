@@ -1,0 +1,34 @@
+# Both public targets bootstrap .venv themselves: a fresh machine needs only Python 3.11+.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint fmt golden bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/inferway demo $(DEMO_ARGS)
+
+test: $(STAMP)
+	$(BIN)/ruff check inferway tests bench
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check inferway tests bench
+	$(BIN)/ruff format --check inferway tests bench
+
+fmt: $(STAMP)
+	$(BIN)/ruff check --fix inferway tests bench
+	$(BIN)/ruff format inferway tests bench
+
+golden: $(STAMP)
+	INFERWAY_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/golden -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,237 @@
+"""The policy schema, v1: what a user writes, validated and immutable.
+
+Every model forbids unknown keys, so a typo is an error rather than a silently ignored
+setting. Durations accept ``"250ms"``, ``"1.5s"``, ``"2m"`` or a number of seconds.
+Backend weights are relative percentages with 0.1% resolution (``99.9`` / ``0.1``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "Backend",
+    "Duration",
+    "Endpoint",
+    "HeaderMatch",
+    "Listener",
+    "PathMatch",
+    "Policy",
+    "Retries",
+    "Route",
+    "RouteMatch",
+    "Service",
+]
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+"""Names become Envoy resource names and stat prefixes: lowercase DNS-label-like."""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> object:
+    """Turn ``"250ms"``/``"2s"``/``"1m"``/a number into seconds; leave the rest to pydantic."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '250ms', '2s' or '1m', not a boolean")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"expected a duration such as '250ms', '2s' or '1m', got {value!r}")
+        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+"""Seconds, as a float. Written in YAML as '250ms', '2s', '1m' or a plain number."""
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class Listener(_Model):
+    """A port Envoy listens on for client traffic."""
+
+    name: Name
+    address: str = "127.0.0.1"
+    port: int = Field(ge=1, le=65535)
+
+    @field_validator("address")
+    @classmethod
+    def _ip_address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(
+                f"expected an IP address such as 127.0.0.1 or ::, got {value!r}"
+            ) from None
+        return value
+
+
+class Endpoint(_Model):
+    """One replica of a service. YAML may give just ``"host:port"``."""
+
+    host: str
+    port: int = Field(ge=1, le=65535)
+    zone: str | None = None
+    priority: int = Field(default=0, ge=0, le=15)
+    weight: int = Field(default=1, ge=1, le=128)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_address(cls, data: object) -> object:
+        if isinstance(data, str):
+            data = {"address": data}
+        if isinstance(data, dict) and "address" in data:
+            data = dict(data)
+            host, port = split_host_port(data.pop("address"))
+            data.setdefault("host", host)
+            data.setdefault("port", port)
+        return data
+
+
+def split_host_port(address: object) -> tuple[str, int]:
+    """``"10.0.0.1:80"`` / ``"[::1]:80"`` / ``"name:80"`` -> ``(host, port)``."""
+    if not isinstance(address, str):
+        raise ValueError(f"expected 'host:port', got {address!r}")
+    text = address.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected 'host:port' such as 127.0.0.1:8000, got {address!r}")
+    return host, int(port)
+
+
+class Service(_Model):
+    """A named group of upstream replicas (one Envoy cluster)."""
+
+    name: Name
+    protocol: Literal["http1", "http2"] = "http1"
+    connect_timeout: Duration = 1.0
+    endpoints: list[Endpoint] = Field(default_factory=list)
+
+
+class PathMatch(_Model):
+    """Exactly one of prefix, exact or regex (RE2 syntax, as Envoy uses)."""
+
+    prefix: str | None = None
+    exact: str | None = None
+    regex: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PathMatch:
+        given = [k for k in ("prefix", "exact", "regex") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of prefix, exact or regex (got {', '.join(given) or 'none'})"
+            )
+        for key in ("prefix", "exact"):
+            value = getattr(self, key)
+            if value is not None and not value.startswith("/"):
+                raise ValueError(f"{key} must start with '/', got {value!r}")
+        return self
+
+
+class HeaderMatch(_Model):
+    """Match one request header: exactly one of exact, prefix, regex or present."""
+
+    name: str = Field(min_length=1)
+    exact: str | None = None
+    prefix: str | None = None
+    regex: str | None = None
+    present: bool | None = None
+    invert: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> HeaderMatch:
+        given = [k for k in ("exact", "prefix", "regex", "present") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of exact, prefix, regex or present "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        return self
+
+
+class RouteMatch(_Model):
+    path: PathMatch = Field(default_factory=lambda: PathMatch(prefix="/"))
+    headers: list[HeaderMatch] = Field(default_factory=list)
+
+
+class Backend(_Model):
+    """A weighted destination of a route. Weights are relative percentages, 0.1 resolution."""
+
+    service: str
+    weight: float = 100.0
+
+    @field_validator("weight")
+    @classmethod
+    def _resolution(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"weight must not be negative, got {value:g}")
+        if abs(value * 10 - round(value * 10)) > 1e-6:
+            raise ValueError(f"weight has 0.1 resolution (e.g. 99.9 or 0.1), got {value:g}")
+        return value
+
+    @property
+    def permille(self) -> int:
+        """The weight in tenths of a percent, the integer Envoy receives."""
+        return round(self.weight * 10)
+
+
+RetryOn = Literal[
+    "5xx",
+    "gateway-error",
+    "reset",
+    "connect-failure",
+    "retriable-status-codes",
+    "refused-stream",
+]
+
+
+class Retries(_Model):
+    attempts: int = Field(default=1, ge=0, le=10)
+    on: list[RetryOn] = Field(default_factory=lambda: ["connect-failure", "reset"])
+    per_try_timeout: Duration | None = None
+    retriable_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
+        default_factory=list
+    )
+
+
+class Route(_Model):
+    """Where matching requests go. Routes are tried in the order written."""
+
+    name: Name
+    listeners: list[str] | None = None
+    """Listener names this route is served on; default: every listener."""
+    match: RouteMatch = Field(default_factory=RouteMatch)
+    backends: list[Backend] = Field(min_length=1)
+    timeout: Duration = 15.0
+    retries: Retries | None = None
+
+
+class Policy(_Model):
+    """The whole desired state of one inferway deployment."""
+
+    version: Literal[1] = 1
+    listeners: list[Listener] = Field(min_length=1)
+    services: list[Service] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
