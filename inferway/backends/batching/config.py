@@ -1,0 +1,40 @@
+"""Batching settings of one model (``config.yaml`` -> ``batching:``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["BatchingConfig"]
+
+
+class BatchingConfig(BaseModel):
+    """How requests of one model are grouped into batches.
+
+    ``off``: every request runs alone. ``fixed``: wait up to ``max_queue_delay_s`` for
+    ``max_batch_size`` rows. ``adaptive``: learn the model's cost per batch size online and wait
+    only while waiting still meets ``latency_slo_s``; dispatch at once when an instance is idle
+    and waiting would not help.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["off", "fixed", "adaptive"] = "adaptive"
+    max_batch_size: int = Field(default=32, ge=1, le=4096)
+    max_queue_delay_s: float = Field(default=0.005, ge=0, le=10)
+    preferred_batch_sizes: tuple[int, ...] = ()
+    latency_slo_s: float = Field(default=0.05, gt=0, le=60)
+    max_queue_size: int = Field(default=1024, ge=1)
+    max_batch_bytes: int | None = Field(default=None, ge=1)
+    instances: int = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _preferred_within_max(self) -> BatchingConfig:
+        too_big = [s for s in self.preferred_batch_sizes if s < 1 or s > self.max_batch_size]
+        if too_big:
+            raise ValueError(
+                f"preferred_batch_sizes {too_big} must lie in 1..max_batch_size "
+                f"({self.max_batch_size})"
+            )
+        return self
