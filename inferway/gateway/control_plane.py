@@ -1,0 +1,149 @@
+"""The gateway's one piece of state: which policy is live, and which edit was last refused.
+
+Applying a policy is translate -> snapshot -> consistency check -> cache. Anything that fails
+on the way leaves the cache holding the last good snapshot: a bad edit never replaces a good
+policy, it is recorded as refused so ``inferway status`` can say why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.model import Policy
+from inferway.xds.cache import SnapshotCache
+from inferway.xds.resources import Resources
+from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.translate import translate_policy
+
+__all__ = ["AppliedPolicy", "ControlPlane", "PolicyRefusedError", "Refusal"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppliedPolicy:
+    policy: Policy
+    snapshot: Snapshot
+    source: str
+    applied_at: float
+
+    @property
+    def version(self) -> str:
+        return self.snapshot.version
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An edit that was not applied: when, from which file, and every located issue."""
+
+    at: float
+    file: str
+    issues: tuple[PolicyIssue, ...]
+
+    def lines(self) -> list[str]:
+        return [str(issue) for issue in self.issues]
+
+
+class PolicyRefusedError(Exception):
+    """A policy that loaded but could not become a snapshot (translation or consistency)."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+        super().__init__("\n".join(refusal.lines()))
+
+
+class ControlPlane:
+    """Turns policies into cache snapshots for one node group, remembering good and refused."""
+
+    def __init__(
+        self,
+        cache: SnapshotCache,
+        *,
+        group: str = "default",
+        clock: Callable[[], float] = time.time,
+        translate: Callable[[Policy], Resources] = translate_policy,
+    ) -> None:
+        self.cache = cache
+        self.group = group
+        self._clock = clock
+        self._translate = translate
+        self._current: AppliedPolicy | None = None
+        self._last_refused: Refusal | None = None
+
+    @property
+    def current(self) -> AppliedPolicy | None:
+        return self._current
+
+    @property
+    def policy(self) -> Policy | None:
+        return self._current.policy if self._current else None
+
+    @property
+    def version(self) -> str | None:
+        return self._current.version if self._current else None
+
+    @property
+    def applied_at(self) -> float | None:
+        return self._current.applied_at if self._current else None
+
+    @property
+    def source(self) -> str | None:
+        return self._current.source if self._current else None
+
+    @property
+    def last_refused(self) -> Refusal | None:
+        return self._last_refused
+
+    @property
+    def refusal_pending(self) -> bool:
+        """True when the newest edit was refused (the live policy is older than it)."""
+        if self._last_refused is None:
+            return False
+        return self._current is None or self._last_refused.at >= self._current.applied_at
+
+    def apply_policy(self, policy: Policy, source: str) -> str:
+        """Make ``policy`` live; returns the snapshot version. Raises PolicyRefusedError (and
+        records the refusal) when it cannot become a consistent snapshot."""
+        try:
+            snapshot = build_snapshot(self._translate(policy))
+        except Exception as exc:
+            refusal = self.refuse(exc, source)
+            raise PolicyRefusedError(refusal) from exc
+        problems = snapshot.consistent()
+        if problems:
+            refusal = self._record(
+                source, [PolicyIssue(source, None, None, "", p) for p in problems]
+            )
+            raise PolicyRefusedError(refusal)
+        changed = self.cache.set_snapshot(snapshot, self.group)
+        self._current = AppliedPolicy(policy, snapshot, source, self._clock())
+        log.info(
+            "policy from %s applied as snapshot %s%s",
+            source,
+            snapshot.version,
+            "" if changed else " (unchanged)",
+        )
+        return snapshot.version
+
+    def refuse(self, error: BaseException, source: str | None = None) -> Refusal:
+        """Record ``error`` as the last refused edit; the live policy stays as it is."""
+        if isinstance(error, PolicyError) and error.issues:
+            issues = list(error.issues)
+            file = source or issues[0].file
+        else:
+            file = source or "<unknown>"
+            issues = [PolicyIssue(file, None, None, "", f"{type(error).__name__}: {error}")]
+        return self._record(file, issues)
+
+    def _record(self, file: str, issues: list[PolicyIssue]) -> Refusal:
+        refusal = Refusal(self._clock(), file, tuple(issues))
+        self._last_refused = refusal
+        kept = f"; keeping snapshot {self.version}" if self._current else ""
+        log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
+        for line in refusal.lines():
+            log.warning("  %s", line)
+        return refusal
