@@ -1,0 +1,40 @@
+"""Policy -> Envoy v3 resources, as a pure function (no I/O, no clock, no randomness).
+
+One module per Envoy feature (listener, route, cluster, endpoint), each a few ``build_*``
+functions returning protos; this module only assembles them. The same policy always gives
+byte-identical resources, so the cache can version snapshots by content hash.
+"""
+
+from __future__ import annotations
+
+from inferway.policies.model import Policy
+from inferway.xds import type_urls
+from inferway.xds.resources import Resources
+from inferway.xds.translate import names
+from inferway.xds.translate.cluster import build_cluster
+from inferway.xds.translate.endpoint import build_cluster_load_assignment
+from inferway.xds.translate.listener import build_listener
+from inferway.xds.translate.route import build_route_configuration
+
+__all__ = ["translate_policy"]
+
+
+def translate_policy(policy: Policy) -> Resources:
+    """Listener + RouteConfiguration per policy listener, Cluster + ClusterLoadAssignment per
+    service. Cross-references (a route naming an unknown service or listener) are the
+    policy loader's checks; this function translates what it is given."""
+    return Resources.build(
+        {
+            type_urls.LISTENER: [
+                (names.listener_name(ln), build_listener(ln)) for ln in policy.listeners
+            ],
+            type_urls.ROUTE: [
+                (names.route_config_name(ln), build_route_configuration(ln, policy.routes))
+                for ln in policy.listeners
+            ],
+            type_urls.CLUSTER: [(names.cluster_name(s), build_cluster(s)) for s in policy.services],
+            type_urls.ENDPOINT: [
+                (names.cluster_name(s), build_cluster_load_assignment(s)) for s in policy.services
+            ],
+        }
+    )

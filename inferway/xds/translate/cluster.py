@@ -1,0 +1,52 @@
+"""Clusters: one per service, endpoints delivered by EDS over ADS so a replica change
+touches only its ClusterLoadAssignment, never the cluster (which would drain it)."""
+
+from __future__ import annotations
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import protocol_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
+
+from inferway.policies.model import Service
+from inferway.xds.translate import names
+from inferway.xds.translate._protos import ads_config_source, duration, pack
+
+__all__ = ["build_cluster", "build_http_protocol_options", "uses_localities"]
+
+
+def uses_localities(service: Service) -> bool:
+    """Zones turn on locality-weighted balancing: traffic first splits across zones by
+    their summed endpoint weights, then round-robins inside a zone."""
+    return any(e.zone is not None for e in service.endpoints)
+
+
+def build_http_protocol_options(service: Service) -> hpo_pb2.HttpProtocolOptions:
+    """Upstream protocol is explicit either way, so the rendered config says what is spoken."""
+    if service.protocol == "http2":
+        explicit = hpo_pb2.HttpProtocolOptions.ExplicitHttpConfig(
+            http2_protocol_options=protocol_pb2.Http2ProtocolOptions()
+        )
+    else:
+        explicit = hpo_pb2.HttpProtocolOptions.ExplicitHttpConfig(
+            http_protocol_options=protocol_pb2.Http1ProtocolOptions()
+        )
+    return hpo_pb2.HttpProtocolOptions(explicit_http_config=explicit)
+
+
+def build_cluster(service: Service) -> cluster_pb2.Cluster:
+    cluster = cluster_pb2.Cluster(
+        name=names.cluster_name(service),
+        type=cluster_pb2.Cluster.DiscoveryType.EDS,
+        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(
+            eds_config=ads_config_source(),
+            service_name=names.cluster_name(service),
+        ),
+        connect_timeout=duration(service.connect_timeout),
+        lb_policy=cluster_pb2.Cluster.LbPolicy.ROUND_ROBIN,
+    )
+    cluster.typed_extension_protocol_options[names.HTTP_PROTOCOL_OPTIONS].CopyFrom(
+        pack(build_http_protocol_options(service))
+    )
+    if uses_localities(service):
+        cluster.common_lb_config.locality_weighted_lb_config.SetInParent()
+    return cluster

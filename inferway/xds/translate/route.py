@@ -1,0 +1,139 @@
+"""Route configurations: one per listener, a single catch-all virtual host whose routes
+keep the policy's order (Envoy takes the first match, as the policy promises)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
+from envoy.type.matcher.v3 import regex_pb2, string_pb2
+
+from inferway.policies.model import Backend, HeaderMatch, Listener, PathMatch, Retries, Route
+from inferway.xds.translate import names
+from inferway.xds.translate._protos import duration, pack, uint32_value
+
+__all__ = [
+    "HOST_SELECTION_RETRY_MAX_ATTEMPTS",
+    "build_header_matcher",
+    "build_retry_policy",
+    "build_route",
+    "build_route_action",
+    "build_route_configuration",
+    "build_route_match",
+    "build_weighted_clusters",
+    "routes_for_listener",
+]
+
+HOST_SELECTION_RETRY_MAX_ATTEMPTS = 5
+"""How often Envoy re-picks a host to avoid one a retry already failed on."""
+
+
+def routes_for_listener(routes: Sequence[Route], listener: Listener) -> list[Route]:
+    """The routes served on ``listener``, in policy order (no ``listeners`` = every one)."""
+    return [r for r in routes if r.listeners is None or listener.name in r.listeners]
+
+
+def build_route_configuration(
+    listener: Listener, routes: Sequence[Route]
+) -> route_pb2.RouteConfiguration:
+    return route_pb2.RouteConfiguration(
+        name=names.route_config_name(listener),
+        virtual_hosts=[
+            rc_pb2.VirtualHost(
+                name=listener.name,
+                domains=["*"],
+                routes=[build_route(r) for r in routes_for_listener(routes, listener)],
+            )
+        ],
+    )
+
+
+def build_route(route: Route) -> rc_pb2.Route:
+    return rc_pb2.Route(
+        name=route.name,
+        match=build_route_match(route.match.path, route.match.headers),
+        route=build_route_action(route),
+    )
+
+
+def build_route_match(path: PathMatch, headers: Sequence[HeaderMatch]) -> rc_pb2.RouteMatch:
+    match = rc_pb2.RouteMatch(headers=[build_header_matcher(h) for h in headers])
+    if path.prefix is not None:
+        match.prefix = path.prefix
+    elif path.exact is not None:
+        match.path = path.exact
+    else:
+        assert path.regex is not None  # PathMatch guarantees exactly one
+        match.safe_regex.CopyFrom(_regex(path.regex))
+    return match
+
+
+def build_header_matcher(header: HeaderMatch) -> rc_pb2.HeaderMatcher:
+    matcher = rc_pb2.HeaderMatcher(name=header.name, invert_match=header.invert)
+    if header.present is not None:
+        matcher.present_match = header.present
+    elif header.exact is not None:
+        matcher.string_match.CopyFrom(string_pb2.StringMatcher(exact=header.exact))
+    elif header.prefix is not None:
+        matcher.string_match.CopyFrom(string_pb2.StringMatcher(prefix=header.prefix))
+    else:
+        assert header.regex is not None  # HeaderMatch guarantees exactly one
+        matcher.string_match.CopyFrom(string_pb2.StringMatcher(safe_regex=_regex(header.regex)))
+    return matcher
+
+
+def build_route_action(route: Route) -> rc_pb2.RouteAction:
+    """A single backend is a plain ``cluster``; several become ``weighted_clusters`` with
+    weights in permille (99.9 / 0.1 -> 999 / 1), zero allowed (ENVOY_NOTES: weights are
+    relative; ``total_weight`` is deprecated and left unset)."""
+    action = rc_pb2.RouteAction(timeout=duration(route.timeout))
+    if len(route.backends) == 1:
+        action.cluster = names.cluster_name(route.backends[0].service)
+    else:
+        action.weighted_clusters.CopyFrom(build_weighted_clusters(route.backends))
+    if route.retries is not None:
+        action.retry_policy.CopyFrom(build_retry_policy(route.retries))
+    return action
+
+
+def build_weighted_clusters(backends: Sequence[Backend]) -> rc_pb2.WeightedCluster:
+    return rc_pb2.WeightedCluster(
+        clusters=[
+            rc_pb2.WeightedCluster.ClusterWeight(
+                name=names.cluster_name(b.service), weight=uint32_value(b.permille)
+            )
+            for b in backends
+        ]
+    )
+
+
+def build_retry_policy(retries: Retries) -> rc_pb2.RetryPolicy:
+    """``on`` maps one to one onto Envoy's ``retry_on`` tokens. Status codes are retried only
+    through ``retriable-status-codes`` + ``retriable_status_codes``: a bare ``503`` in
+    ``retry_on`` is silently ignored by Envoy (ENVOY_NOTES), so giving codes turns the
+    token on. Retries avoid hosts that already failed this request (previous_hosts)."""
+    conditions = list(dict.fromkeys(retries.on))
+    if retries.retriable_status_codes and "retriable-status-codes" not in conditions:
+        conditions.append("retriable-status-codes")
+    policy = rc_pb2.RetryPolicy(
+        retry_on=",".join(conditions),
+        num_retries=uint32_value(retries.attempts),
+        retriable_status_codes=sorted(set(retries.retriable_status_codes)),
+        retry_host_predicate=[
+            rc_pb2.RetryPolicy.RetryHostPredicate(
+                name=names.PREVIOUS_HOSTS_PREDICATE,
+                typed_config=pack(previous_hosts_pb2.PreviousHostsPredicate()),
+            )
+        ],
+        host_selection_retry_max_attempts=HOST_SELECTION_RETRY_MAX_ATTEMPTS,
+    )
+    if retries.per_try_timeout is not None:
+        policy.per_try_timeout.CopyFrom(duration(retries.per_try_timeout))
+    return policy
+
+
+def _regex(pattern: str) -> regex_pb2.RegexMatcher:
+    """RE2 is Envoy's default engine, so only the pattern is set."""
+    return regex_pb2.RegexMatcher(regex=pattern)
