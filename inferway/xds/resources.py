@@ -6,6 +6,7 @@ A plain value: pure code builds it, the cache versions it, ``render`` prints it.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -76,4 +77,6 @@ def resources_to_yaml(resources: Resources) -> str:
 
 def _as_dict(type_url: str, message: Message) -> dict[str, Any]:
     body = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return {"@type": type_url, **body}
+    # protobuf renders packed Any fields as OrderedDict, which yaml.safe_dump refuses:
+    # a JSON round trip leaves plain dicts/lists/scalars.
+    return {"@type": type_url, **json.loads(json.dumps(body))}
