@@ -117,6 +117,11 @@ def split_host_port(address: object) -> tuple[str, int]:
         host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"expected 'host:port' such as 127.0.0.1:8000, got {address!r}")
+    if ":" in host and not text.startswith("["):
+        raise ValueError(
+            "expected 'host:port' with an IPv6 host in brackets, e.g. '[::1]:8000', "
+            f"got {address!r}"
+        )
     return host, int(port)
 
 

@@ -1,0 +1,88 @@
+"""Load a policy file: YAML with positions -> schema -> semantic checks, all errors at once.
+
+A bad policy must never replace a good one, and the person who wrote it should fix every
+mistake in one pass, so every stage reports all it finds as one :class:`PolicyError`.
+Semantic checks only run on a policy that fits the schema (they need a typed Policy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from inferway.policies.checks import check_policy
+from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.located import describe_value, locate_issue, validation_issues
+from inferway.policies.model import Policy
+from inferway.policies.yaml_marks import YamlSyntaxError, format_loc, load_marked_yaml
+
+__all__ = ["load_policy", "load_policy_text"]
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate the policy at ``path``; errors name the path as given."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise PolicyError(
+            [PolicyIssue(source, None, None, "", f"cannot read file: {reason}")]
+        ) from None
+    return load_policy_text(text, source)
+
+
+def load_policy_text(text: str, source: str = "<string>") -> Policy:
+    """Validate policy YAML ``text``; ``source`` is the file name used in errors."""
+    try:
+        document = load_marked_yaml(text)
+    except YamlSyntaxError as error:
+        raise PolicyError(
+            [PolicyIssue(source, error.mark.line, error.mark.column, "", error.message)]
+        ) from None
+
+    issues = [
+        PolicyIssue(source, i.mark.line, i.mark.column, format_loc(i.loc), i.message)
+        for i in document.issues
+    ]
+    if document.data is None:
+        issues.append(
+            PolicyIssue(
+                source,
+                1,
+                1,
+                "",
+                "the policy is empty; expected a mapping with listeners, services and routes",
+            )
+        )
+        raise PolicyError(issues)
+    if not isinstance(document.data, dict):
+        mark = document.position(())
+        issues.append(
+            PolicyIssue(
+                source,
+                mark.line,
+                mark.column,
+                "",
+                f"expected a mapping with listeners, services and routes at the top level, "
+                f"got {describe_value(document.data)}",
+            )
+        )
+        raise PolicyError(issues)
+
+    try:
+        policy = Policy.model_validate(document.data)
+    except ValidationError as error:
+        issues.extend(validation_issues(error, document, source, Policy))
+        raise PolicyError(_in_file_order(issues)) from None
+
+    for loc, message in check_policy(policy):
+        issues.append(locate_issue(document, source, loc, message))
+    if issues:
+        raise PolicyError(_in_file_order(issues))
+    return policy
+
+
+def _in_file_order(issues: list[PolicyIssue]) -> list[PolicyIssue]:
+    return sorted(issues, key=lambda i: (i.line or 0, i.column or 0))
