@@ -1,0 +1,400 @@
+"""The asyncio shell around the pure Scheduler: futures, worker threads, numpy and tracing.
+
+One dispatcher task per model asks the scheduler what to do and sleeps until the answer can
+change (a submit, a cancel, a finished batch, or the time the scheduler named). Each model
+instance owns one worker thread, so a runner's ``run`` is never called concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from ..runners.base import Runner
+from .config import BatchingConfig
+from .errors import DeadlineExceededError, ExecutorClosedError, InvalidRequestError
+from .records import BatchRecord, Dispatch, Pending, WaitUntil
+from .scheduler import Scheduler
+
+__all__ = ["BatchExecutor"]
+
+log = logging.getLogger(__name__)
+
+Inputs = Mapping[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
+_ROOT_CONTEXT = otel_context.Context()  # batch spans are roots, linked to their requests
+
+
+def describe_inputs(inputs: Inputs) -> tuple[int, int, tuple[tuple[str, str, tuple], ...]]:
+    """(rows, nbytes, shape_key) of one request; rows is the shared first dimension."""
+    if not inputs:
+        raise InvalidRequestError("request has no inputs")
+    rows = -1
+    nbytes = 0
+    parts = []
+    for name, arr in inputs.items():
+        if not isinstance(arr, np.ndarray) or arr.ndim == 0:
+            raise InvalidRequestError(
+                f"input {name!r}: expected a numpy array with a batch dimension first"
+            )
+        n = arr.shape[0]
+        if rows < 0:
+            rows = n
+        elif n != rows:
+            raise InvalidRequestError(
+                f"input {name!r}: batch dimension {n} differs from the other inputs' {rows}"
+            )
+        nbytes += arr.nbytes
+        parts.append((name, arr.dtype.str, arr.shape[1:]))
+    if rows < 1:
+        raise InvalidRequestError("request has an empty batch dimension (0 rows)")
+    parts.sort()
+    return rows, nbytes, tuple(parts)
+
+
+class BatchExecutor:
+    """Batches ``infer`` calls of one model version over its runner instances.
+
+    ``deadline`` values are absolute times on ``clock`` (``time.monotonic`` by default);
+    ``timeout`` is the relative shorthand. The executor owns its runners: ``stop`` closes them.
+    """
+
+    def __init__(
+        self,
+        runners: Sequence[Runner],
+        config: BatchingConfig,
+        *,
+        name: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        on_batch: Callable[[BatchRecord], None] | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        stats_window_s: float = 10.0,
+    ) -> None:
+        if not runners:
+            raise ValueError(f"model {name!r}: BatchExecutor needs at least one runner")
+        self.name = name
+        self.config = config
+        self.clock = clock
+        self._runners = list(runners)
+        self._on_batch = on_batch
+        self._sched = Scheduler(config, instances=len(self._runners), name=name)
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        self._tracer = provider.get_tracer("inferway.backends.batching")
+        self._span_name = f"batch {name}"
+        self._pools = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}-{i}")
+            for i in range(len(self._runners))
+        ]
+        self._idle: list[int] = list(reversed(range(len(self._runners))))
+        self._in_flight = 0
+        self._ids = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._batch_tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._drain = True
+        self._closed = False
+        self._window = stats_window_s
+        self._started_at = clock()
+        self._busy_since: dict[int, float] = {}
+        self._busy_log: deque[tuple[float, float]] = deque()
+        self._done_log: deque[tuple[float, int]] = deque()
+
+    # -- public surface -------------------------------------------------------------------
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._sched
+
+    @property
+    def instances(self) -> int:
+        return len(self._runners)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for a batch."""
+        return self._sched.queued
+
+    @property
+    def in_flight_batches(self) -> int:
+        return self._in_flight
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        if self._closing:
+            raise ExecutorClosedError(f"model {self.name!r}: executor was stopped")
+        self._loop = asyncio.get_running_loop()
+        self._started_at = self.clock()
+        self._task = self._loop.create_task(self._dispatch_loop(), name=f"batch-{self.name}")
+
+    async def stop(self, drain: bool = True) -> None:
+        """Refuse new requests; finish queued ones (``drain``) or fail them with
+        ExecutorClosedError; wait for running batches; close the runners."""
+        if not self._closing:
+            self._closing = True
+            self._drain = drain
+        elif not drain:
+            self._drain = False
+        self._wake()
+        if self._task is not None:
+            try:
+                await asyncio.shield(self._task)
+            except Exception:  # already logged by the dispatcher; still release resources
+                pass
+        if self._closed:
+            return
+        self._closed = True
+        for pool in self._pools:
+            pool.shutdown(wait=False)
+        for runner in self._runners:
+            try:
+                runner.close()
+            except Exception:
+                log.exception("model %r: closing a runner failed", self.name)
+
+    async def infer(
+        self, inputs: Inputs, *, deadline: float | None = None, timeout: float | None = None
+    ) -> Outputs:
+        """Run one request (batch dimension first) as part of a batch; returns its rows."""
+        if self._closing:
+            raise ExecutorClosedError(f"model {self.name!r}: executor is stopping")
+        if self._task is None:
+            await self.start()
+        rows, nbytes, key = describe_inputs(inputs)
+        now = self.clock()
+        if timeout is not None:
+            limit = now + timeout
+            deadline = limit if deadline is None else min(deadline, limit)
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceededError(f"model {self.name!r}: deadline passed before queueing")
+        assert self._loop is not None
+        fut: asyncio.Future[Outputs] = self._loop.create_future()
+        span_ctx = trace.get_current_span().get_span_context()
+        req = Pending(next(self._ids), rows, nbytes, key, now, deadline, (inputs, fut, span_ctx))
+        self._sched.submit(req, now)
+        self._wake()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if self._sched.cancel(req.id) is not None:
+                self._wake()
+            raise
+
+    def utilization(self) -> float:
+        """Busy fraction of all instances over the recent stats window, in [0, 1]."""
+        now = self.clock()
+        start = now - self._window
+        self._prune(start)
+        busy = 0.0
+        for s, e in self._busy_log:
+            busy += e - (s if s > start else start)
+        for s in self._busy_since.values():
+            busy += now - (s if s > start else start)
+        span = min(self._window, now - self._started_at)
+        if span <= 0:
+            return 1.0 if self._busy_since else 0.0
+        return min(max(busy / (span * len(self._runners)), 0.0), 1.0)
+
+    def rps(self) -> float:
+        """Requests computed per second over the recent stats window."""
+        now = self.clock()
+        self._prune(now - self._window)
+        span = min(self._window, now - self._started_at)
+        if span <= 0:
+            return 0.0
+        return sum(n for _, n in self._done_log) / span
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _prune(self, start: float) -> None:
+        busy, done = self._busy_log, self._done_log
+        while busy and busy[0][1] <= start:
+            busy.popleft()
+        while done and done[0][0] < start:
+            done.popleft()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _sleep(self, delay: float | None) -> None:
+        assert self._loop is not None
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        handle = None
+        if delay is not None:
+            handle = self._loop.call_later(max(delay, 0.0), _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if handle is not None:
+                handle.cancel()
+
+    def _fail(self, req: Pending, exc: BaseException) -> None:
+        fut = req.payload[1]
+        if not fut.done():
+            fut.set_exception(exc)
+
+    async def _dispatch_loop(self) -> None:
+        sched = self._sched
+        clock = self.clock
+        try:
+            while True:
+                now = clock()
+                for req in sched.expire(now):
+                    self._fail(
+                        req,
+                        DeadlineExceededError(
+                            f"model {self.name!r}: deadline passed after "
+                            f"{now - req.arrival:.3f}s in the queue; not computed"
+                        ),
+                    )
+                if self._closing and not self._drain and sched.queued:
+                    for req in sched.clear():
+                        self._fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
+                action = sched.next_action(now, len(self._idle))
+                if type(action) is Dispatch:
+                    self._launch(action, now)
+                    continue
+                if self._closing and not sched.queued and self._in_flight == 0:
+                    return
+                await self._sleep(action.at - now if type(action) is WaitUntil else None)
+        except BaseException as exc:
+            self._closing = True
+            for req in sched.clear():
+                self._fail(req, ExecutorClosedError(f"model {self.name!r}: dispatcher failed"))
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("model %r: batch dispatcher failed", self.name)
+            raise
+
+    def _launch(self, batch: Dispatch, now: float) -> None:
+        assert self._loop is not None
+        instance = self._idle.pop()
+        self._in_flight += 1
+        self._busy_since[instance] = now
+        task = self._loop.create_task(self._run_batch(instance, batch, now))
+        self._batch_tasks.add(task)
+        task.add_done_callback(self._batch_tasks.discard)
+
+    async def _run_batch(self, instance: int, batch: Dispatch, started: float) -> None:
+        reqs = batch.requests
+        wait_max = started - reqs[0].arrival
+        links = [trace.Link(r.payload[2]) for r in reqs if r.payload[2].is_valid]
+        span = self._tracer.start_span(
+            self._span_name,
+            context=_ROOT_CONTEXT,
+            links=links,
+            attributes={
+                "batch.size": batch.rows,
+                "batch.requests": len(reqs),
+                "batch.queue_wait_max_s": wait_max,
+                "batch.instance": instance,
+            },
+        )
+        error: BaseException | None = None
+        compute_s = 0.0
+        try:
+            assert self._loop is not None
+            results, compute_s = await self._loop.run_in_executor(
+                self._pools[instance], self._execute, instance, batch
+            )
+        except BaseException as exc:
+            error = exc
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+            for req in reqs:
+                self._fail(req, exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for req, res in zip(reqs, results, strict=True):
+                fut = req.payload[1]
+                if not fut.done():
+                    fut.set_result(res)
+        finally:
+            span.end()
+            self._finish(instance, batch, started, compute_s, error)
+
+    def _execute(self, instance: int, batch: Dispatch) -> tuple[list[Outputs], float]:
+        """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
+        clock = self.clock
+        t0 = clock()
+        reqs = batch.requests
+        if len(reqs) == 1:
+            inputs: Inputs = reqs[0].payload[0]
+        else:
+            first = reqs[0].payload[0]
+            inputs = {n: np.concatenate([r.payload[0][n] for r in reqs]) for n in first}
+        outputs = self._runners[instance].run(inputs)
+        for out_name, arr in outputs.items():
+            if getattr(arr, "ndim", 0) == 0 or arr.shape[0] != batch.rows:
+                raise RuntimeError(
+                    f"model {self.name!r}: output {out_name!r} has shape "
+                    f"{getattr(arr, 'shape', None)}, expected {batch.rows} rows first"
+                )
+        if len(reqs) == 1:
+            results = [dict(outputs)]
+        else:
+            results = []
+            offset = 0
+            for r in reqs:
+                end = offset + r.rows
+                results.append({n: a[offset:end] for n, a in outputs.items()})
+                offset = end
+        return results, clock() - t0
+
+    def _finish(
+        self,
+        instance: int,
+        batch: Dispatch,
+        started: float,
+        compute_s: float,
+        error: BaseException | None,
+    ) -> None:
+        end = self.clock()
+        self._busy_since.pop(instance, None)
+        self._busy_log.append((started, end))
+        self._done_log.append((end, len(batch.requests)))
+        self._idle.append(instance)
+        self._in_flight -= 1
+        if error is None:
+            self._sched.on_dispatch_done(batch.rows, compute_s, end)
+        if self._on_batch is not None:
+            record = BatchRecord(
+                name=self.name,
+                size_rows=batch.rows,
+                requests=len(batch.requests),
+                queue_wait_s=[started - r.arrival for r in batch.requests],
+                compute_s=compute_s,
+                started_at=started,
+                instance=instance,
+                error=None if error is None else f"{type(error).__name__}: {error}",
+            )
+            try:
+                self._on_batch(record)
+            except Exception:
+                log.exception("model %r: on_batch callback failed", self.name)
+        self._wake()
+
+
+def _resolve(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_result(None)
