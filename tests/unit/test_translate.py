@@ -255,3 +255,18 @@ def test_validation_bootstrap_names_a_missing_route_configuration() -> None:
     )
     with pytest.raises(ValueError, match="listener 'ingress' uses route configuration 'ingress'"):
         build_envoy_validation_bootstrap(without_routes)
+
+
+def test_hostname_endpoints_make_a_dns_cluster_without_eds() -> None:
+    policy = _policy(
+        CANARY, services=[{"name": "v1", "endpoints": ["localhost:8000"]}, {"name": "v2"}]
+    )
+    resources = translate_policy(policy)
+    cluster = resources.of_type(type_urls.CLUSTER)["v1"]
+    assert isinstance(cluster, cluster_pb2.Cluster)
+    assert cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
+    assert cluster.dns_lookup_family == cluster_pb2.Cluster.DnsLookupFamily.V4_PREFERRED
+    assert not cluster.HasField("eds_cluster_config")
+    address = cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
+    assert address.socket_address.address == "localhost"
+    assert list(resources.of_type(type_urls.ENDPOINT)) == ["v2"]

@@ -12,7 +12,7 @@ from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.translate import names
 from inferway.xds.translate.cluster import build_cluster
-from inferway.xds.translate.endpoint import build_cluster_load_assignment
+from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
 from inferway.xds.translate.listener import build_listener
 from inferway.xds.translate.route import build_route_configuration
 
@@ -21,8 +21,10 @@ __all__ = ["translate_policy"]
 
 def translate_policy(policy: Policy) -> Resources:
     """Listener + RouteConfiguration per policy listener, Cluster + ClusterLoadAssignment per
-    service. Cross-references (a route naming an unknown service or listener) are the
-    policy loader's checks; this function translates what it is given."""
+    service (a service with hostname endpoints gets a DNS cluster with the assignment
+    inlined instead: EDS carries IP addresses only). Cross-references (a route naming an
+    unknown service or listener) are the policy loader's checks; this function translates
+    what it is given."""
     return Resources.build(
         {
             type_urls.LISTENER: [
@@ -34,7 +36,9 @@ def translate_policy(policy: Policy) -> Resources:
             ],
             type_urls.CLUSTER: [(names.cluster_name(s), build_cluster(s)) for s in policy.services],
             type_urls.ENDPOINT: [
-                (names.cluster_name(s), build_cluster_load_assignment(s)) for s in policy.services
+                (names.cluster_name(s), build_cluster_load_assignment(s))
+                for s in policy.services
+                if not uses_hostnames(s)
             ],
         }
     )

@@ -1,5 +1,8 @@
 """Clusters: one per service, endpoints delivered by EDS over ADS so a replica change
-touches only its ClusterLoadAssignment, never the cluster (which would drain it)."""
+touches only its ClusterLoadAssignment, never the cluster (which would drain it).
+
+EDS accepts IP addresses only; a service with any hostname endpoint (``localhost:8000``)
+becomes a STRICT_DNS cluster with its load assignment inlined, and gets no EDS resource."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_
 from inferway.policies.model import Service
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, duration, pack
+from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
 
 __all__ = ["build_cluster", "build_http_protocol_options", "uses_localities"]
 
@@ -36,14 +40,22 @@ def build_http_protocol_options(service: Service) -> hpo_pb2.HttpProtocolOptions
 def build_cluster(service: Service) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
         name=names.cluster_name(service),
-        type=cluster_pb2.Cluster.DiscoveryType.EDS,
-        eds_cluster_config=cluster_pb2.Cluster.EdsClusterConfig(
-            eds_config=ads_config_source(),
-            service_name=names.cluster_name(service),
-        ),
         connect_timeout=duration(service.connect_timeout),
         lb_policy=cluster_pb2.Cluster.LbPolicy.ROUND_ROBIN,
     )
+    if uses_hostnames(service):
+        cluster.type = cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
+        # IPv4 first: "localhost" must reach a backend bound to 127.0.0.1 only.
+        cluster.dns_lookup_family = cluster_pb2.Cluster.DnsLookupFamily.V4_PREFERRED
+        cluster.load_assignment.CopyFrom(build_cluster_load_assignment(service))
+    else:
+        cluster.type = cluster_pb2.Cluster.DiscoveryType.EDS
+        cluster.eds_cluster_config.CopyFrom(
+            cluster_pb2.Cluster.EdsClusterConfig(
+                eds_config=ads_config_source(),
+                service_name=names.cluster_name(service),
+            )
+        )
     cluster.typed_extension_protocol_options[names.HTTP_PROTOCOL_OPTIONS].CopyFrom(
         pack(build_http_protocol_options(service))
     )

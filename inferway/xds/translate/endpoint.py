@@ -7,6 +7,7 @@ share its replicas add up to. grpcio's xDS client also requires locality weights
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from itertools import groupby
 
@@ -18,7 +19,27 @@ from inferway.policies.model import Endpoint, Service
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import uint32_value
 
-__all__ = ["build_cluster_load_assignment", "build_lb_endpoint", "build_locality_endpoints"]
+__all__ = [
+    "build_cluster_load_assignment",
+    "build_lb_endpoint",
+    "build_locality_endpoints",
+    "is_ip_address",
+    "uses_hostnames",
+]
+
+
+def is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def uses_hostnames(service: Service) -> bool:
+    """EDS carries IP addresses only (Envoy NACKs "malformed IP address: localhost"), so a
+    service with a hostname endpoint needs a DNS cluster with its endpoints inlined."""
+    return not all(is_ip_address(e.host) for e in service.endpoints)
 
 
 def build_cluster_load_assignment(service: Service) -> endpoint_pb2.ClusterLoadAssignment:

@@ -9,7 +9,6 @@ inlined as ``load_assignment`` (STATIC for IP endpoints, STRICT_DNS when any is 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import Any
 
@@ -27,6 +26,7 @@ from google.protobuf import json_format
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.translate import names
+from inferway.xds.translate.endpoint import is_ip_address
 
 __all__ = ["build_envoy_validation_bootstrap"]
 
@@ -103,15 +103,7 @@ def _inline_endpoints(cluster: cluster_pb2.Cluster, assignments: Any) -> cluster
     ]
     static.type = (
         cluster_pb2.Cluster.DiscoveryType.STATIC
-        if all(_is_ip(h) for h in hosts)
+        if all(is_ip_address(h) for h in hosts)
         else cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
     )
     return static
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
