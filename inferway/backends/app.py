@@ -1,0 +1,142 @@
+"""Start and stop a whole inference backend: model repository, HTTP and gRPC servers.
+
+The servers come up first, so liveness answers and readiness says "not yet" while models load
+and warm up; stopping drains in-flight requests before the models are unloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from inferway.backends.batching import BatchExecutor, BatchingConfig
+from inferway.backends.grpc_server import start_grpc_server
+from inferway.backends.http_server import build_http_app
+from inferway.backends.metrics import BackendMetrics
+from inferway.backends.repository import ModelRepository
+from inferway.backends.runners.base import Runner
+from inferway.backends.serving import DEFAULT_MAX_BODY_BYTES
+
+__all__ = ["BackendHandle", "build_repository", "serve_repository", "start_backend"]
+
+log = logging.getLogger("inferway.backends")
+
+
+@dataclass
+class BackendHandle:
+    """A running backend. ``stop()`` drains requests, then unloads the models."""
+
+    host: str
+    http_port: int
+    grpc_port: int
+    repository: ModelRepository
+    metrics: BackendMetrics
+    _runner: web.AppRunner = field(repr=False)
+    _grpc: grpc.aio.Server = field(repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Refuse new work, let in-flight requests finish (up to ``grace`` seconds), stop the
+        servers, then drain the executors and close the models. Safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await asyncio.gather(self._grpc.stop(grace), self._runner.cleanup())
+        await self.repository.stop()
+
+
+def _executor_factory(metrics: BackendMetrics) -> Any:
+    def build(runners: Sequence[Runner], config: BatchingConfig, name: str) -> BatchExecutor:
+        return BatchExecutor(runners, config, name=name, on_batch=metrics.on_batch)
+
+    return build
+
+
+def build_repository(root: str | Path) -> tuple[ModelRepository, BackendMetrics]:
+    """A ModelRepository whose executors report every batch to a fresh BackendMetrics."""
+    holder: list[ModelRepository] = []
+    metrics = BackendMetrics(models=lambda: holder[0].models() if holder else [])
+    repository = ModelRepository(root, executor_factory=_executor_factory(metrics))
+    holder.append(repository)
+    return repository, metrics
+
+
+async def serve_repository(
+    repository: ModelRepository,
+    metrics: BackendMetrics,
+    *,
+    host: str = "127.0.0.1",
+    http_port: int = 0,
+    grpc_port: int = 0,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    grace: float = 5.0,
+) -> BackendHandle:
+    """Start the HTTP and gRPC servers over ``repository`` (started or not)."""
+    app = build_http_app(repository, metrics=metrics, max_body_bytes=max_body_bytes)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, http_port)
+        await site.start()
+        bound_http = _bound_port(runner, http_port)
+        server, bound_grpc = await start_grpc_server(
+            repository, metrics=metrics, host=host, port=grpc_port, max_message_bytes=max_body_bytes
+        )
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return BackendHandle(
+        host=host,
+        http_port=bound_http,
+        grpc_port=bound_grpc,
+        repository=repository,
+        metrics=metrics,
+        _runner=runner,
+        _grpc=server,
+    )
+
+
+def _bound_port(runner: web.AppRunner, asked: int) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return asked
+
+
+async def start_backend(
+    repository_root: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    http_port: int = 0,
+    grpc_port: int = 0,
+    watch: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    grace: float = 5.0,
+) -> BackendHandle:
+    """Serve every model under ``repository_root``; returns once all are loaded and warm
+    (the servers already answer liveness, and readiness 503, while they load)."""
+    repository, metrics = build_repository(repository_root)
+    handle = await serve_repository(
+        repository,
+        metrics,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        max_body_bytes=max_body_bytes,
+        grace=grace,
+    )
+    try:
+        await repository.start(watch=watch)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await handle.stop(grace=0)
+        raise
+    return handle

@@ -1,0 +1,192 @@
+"""Open Inference Protocol (KServe v2) over gRPC: ``inference.GRPCInferenceService``.
+
+Every answer carries the ORCA load report as initial and trailing metadata; failures map to
+gRPC status codes (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED,
+UNAVAILABLE, INTERNAL) with a message saying what was wrong. The client's deadline bounds
+the request's time in the batching queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import grpc
+
+from inferway.backends import codec, orca, tracing
+from inferway.backends.grpc_codec import decode_grpc_request, encode_grpc_response
+from inferway.backends.http_server import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from inferway.backends.metrics import BackendMetrics
+from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.backends.repository import ModelNotFoundError
+from inferway.backends.serving import (
+    DEFAULT_MAX_BODY_BYTES,
+    Failure,
+    NotReadyError,
+    PayloadTooLargeError,
+    classify_error,
+    resolve_timeout_param,
+    run_inference,
+)
+
+__all__ = ["RETRY_PUSHBACK_KEY", "InferenceServicer", "start_grpc_server"]
+
+log = logging.getLogger("inferway.backends.grpc")
+
+RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
+"""gRPC's standard server pushback: how long the client should wait before retrying."""
+
+
+class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
+    """The service over one ModelRepository."""
+
+    def __init__(self, repository: Any, metrics: BackendMetrics) -> None:
+        self._repository = repository
+        self._metrics = metrics
+
+    def _load_metadata(self) -> tuple[tuple[str, str], ...]:
+        try:
+            return ((orca.ORCA_HEADER, orca.current_header(self._repository.models)),)
+        except Exception:
+            log.exception("could not compute the ORCA load report")
+            return ()
+
+    async def _answer(self, context: grpc.aio.ServicerContext, response: Any) -> Any:
+        md = self._load_metadata()
+        await context.send_initial_metadata(md)
+        context.set_trailing_metadata(md)
+        return response
+
+    async def _fail(self, context: grpc.aio.ServicerContext, failure: Failure) -> None:
+        md = list(self._load_metadata())
+        message = failure.message
+        if failure.retry_after_s is not None:
+            md.append((RETRY_PUSHBACK_KEY, str(max(1, round(failure.retry_after_s * 1000)))))
+        await context.abort(failure.grpc_code, message, trailing_metadata=tuple(md))
+
+    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._answer(context, pb2.ServerLiveResponse(live=True))
+
+    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        ready = bool(self._repository.ready)
+        return await self._answer(context, pb2.ServerReadyResponse(ready=ready))
+
+    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        response = pb2.ServerMetadataResponse(
+            name=SERVER_NAME, version=SERVER_VERSION, extensions=list(EXTENSIONS)
+        )
+        return await self._answer(context, response)
+
+    def _get(self, name: str, version: str) -> Any:
+        return self._repository.get(name, version or None)
+
+    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            self._get(request.name, request.version)
+        except ModelNotFoundError as exc:
+            await self._fail(context, classify_error(exc))
+        return await self._answer(context, pb2.ModelReadyResponse(ready=True))
+
+    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            model = self._get(request.name, request.version)
+        except ModelNotFoundError as exc:
+            await self._fail(context, classify_error(exc))
+        versions = sorted(
+            {str(m.version) for m in self._repository.models() if m.name == model.name}
+        )
+        response = pb2.ModelMetadataResponse(
+            name=model.name, versions=versions, platform=model.platform
+        )
+        for spec in model.inputs:
+            response.inputs.add(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
+        for spec in model.outputs:
+            response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
+        return await self._answer(context, response)
+
+    async def _infer_once(
+        self, request: Any, context: grpc.aio.ServicerContext, span: Any
+    ) -> tuple[Any, str]:
+        if not self._repository.ready:
+            raise NotReadyError("the server is still loading its models")
+        model = self._get(request.model_name, request.model_version)
+        limit = int(getattr(model.config, "max_input_bytes", None) or DEFAULT_MAX_BODY_BYTES)
+        size = request.ByteSize()
+        if size > limit:
+            raise PayloadTooLargeError(size, limit, model.name)
+        decoded = decode_grpc_request(request, model.inputs)
+        if decoded.id:
+            span.set_attribute("inferway.request_id", decoded.id)
+        output_names = [s.name for s in model.outputs]
+        if decoded.outputs is not None:
+            codec.select_outputs({n: None for n in output_names}, decoded.outputs, output_names)
+        timeouts = [t for t in (resolve_timeout_param(decoded.parameters),) if t is not None]
+        remaining = context.time_remaining()
+        if remaining is not None:
+            timeouts.append(max(0.0, remaining))
+        results = await run_inference(
+            model.executor, decoded.inputs, timeout_s=min(timeouts) if timeouts else None
+        )
+        chosen = codec.select_outputs(results, decoded.outputs, output_names)
+        response = encode_grpc_response(
+            model_name=model.name,
+            model_version=str(model.version),
+            request_id=decoded.id,
+            outputs=chosen,
+            raw=decoded.binary_output,
+        )
+        return response, str(model.version)
+
+    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
+        version = request.model_version
+        parent = tracing.extract_context(context.invocation_metadata() or ())
+        failure: Failure | None = None
+        with tracing.request_span(request.model_name, protocol="grpc", parent=parent) as span:
+            try:
+                response, version = await self._infer_once(request, context, span)
+            except Exception as exc:
+                failure = classify_error(exc)
+            code = failure.grpc_code if failure is not None else grpc.StatusCode.OK
+            tracing.set_span_outcome(
+                span,
+                code=code.name,
+                version=version,
+                error=failure.message if failure is not None else None,
+            )
+        self._metrics.observe_request(
+            model=request.model_name,
+            version=version,
+            protocol="grpc",
+            code=code.name,
+            seconds=time.perf_counter() - started,
+        )
+        if failure is not None:
+            await self._fail(context, failure)
+        return await self._answer(context, response)
+
+
+async def start_grpc_server(
+    repository: Any,
+    *,
+    metrics: BackendMetrics,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> tuple[grpc.aio.Server, int]:
+    """Start serving; returns the server and the port it bound."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+    )
+    pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceServicer(repository, metrics), server
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"gRPC server could not bind {host}:{port}")
+    await server.start()
+    return server, bound

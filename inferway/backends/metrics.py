@@ -1,0 +1,127 @@
+"""Prometheus metrics of one backend server, in its own registry (two servers in one process,
+as in tests, never share or clash). Request metrics come from the protocol handlers, batch
+metrics from BatchExecutor's ``on_batch`` records, gauges are read at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from inferway.backends.batching.records import BatchRecord
+
+__all__ = ["CONTENT_TYPE", "BackendMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_PREFIX = "inferway_backend"
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    """Executor names are ``model`` or ``model:version`` (see the repository)."""
+    model, _, version = name.partition(":")
+    return model, version
+
+
+class _ModelGauges(Collector):
+    """Queue depth, in-flight batches and load time, read from the served models on scrape."""
+
+    def __init__(self, models: Callable[[], Iterable[Any]]) -> None:
+        self._models = models
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            f"{_PREFIX}_queue_depth",
+            "Requests waiting in the model's queue.",
+            labels=["model", "version"],
+        )
+        inflight = GaugeMetricFamily(
+            f"{_PREFIX}_inflight_batches",
+            "Batches being computed right now.",
+            labels=["model", "version"],
+        )
+        load = GaugeMetricFamily(
+            f"{_PREFIX}_model_load_seconds",
+            "How long loading and warming the model version took.",
+            labels=["model", "version"],
+        )
+        for m in self._models():
+            labels = [str(m.name), str(m.version)]
+            depth.add_metric(labels, float(m.executor.queue_depth))
+            inflight.add_metric(labels, float(m.executor.in_flight_batches))
+            load.add_metric(labels, float(m.load_seconds))
+        yield depth
+        yield inflight
+        yield load
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # collected lazily; nothing to check at registration
+
+
+class BackendMetrics:
+    """All of one server's metrics. ``models`` returns the ServedModels to report gauges for."""
+
+    def __init__(self, models: Callable[[], Iterable[Any]] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            f"{_PREFIX}_requests",
+            "Inference requests answered, by status code (HTTP status or gRPC code name).",
+            ["model", "version", "protocol", "code"],
+            registry=self.registry,
+        )
+        self.request_duration = Histogram(
+            f"{_PREFIX}_request_duration_seconds",
+            "Time from receiving an inference request to answering it.",
+            ["model", "version", "protocol"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_wait = Histogram(
+            f"{_PREFIX}_queue_wait_seconds",
+            "Time a request waited in the batching queue.",
+            ["model", "version"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.compute = Histogram(
+            f"{_PREFIX}_compute_seconds",
+            "Time one batch took to compute.",
+            ["model", "version"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            f"{_PREFIX}_batch_size",
+            "Rows per executed batch.",
+            ["model", "version"],
+            buckets=_ROW_BUCKETS,
+            registry=self.registry,
+        )
+        if models is not None:
+            self.registry.register(_ModelGauges(models))
+
+    def observe_request(
+        self, *, model: str, version: str, protocol: str, code: str | int, seconds: float
+    ) -> None:
+        """Count one answered request (every answer, errors included)."""
+        self.requests.labels(model, version, protocol, str(code)).inc()
+        self.request_duration.labels(model, version, protocol).observe(seconds)
+
+    def on_batch(self, record: BatchRecord) -> None:
+        """BatchExecutor's ``on_batch`` hook."""
+        model, version = _split_name(record.name)
+        self.batch_size.labels(model, version).observe(record.size_rows)
+        self.compute.labels(model, version).observe(record.compute_s)
+        wait = self.queue_wait.labels(model, version)
+        for seconds in record.queue_wait_s:
+            wait.observe(seconds)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)

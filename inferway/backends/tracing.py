@@ -1,0 +1,58 @@
+"""One OpenTelemetry span per inference request, continuing the caller's trace.
+
+The span is made current while the handler awaits ``executor.infer()``, which is how the
+batching layer links its "batch <model>" span to every request it served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+__all__ = ["extract_context", "request_span", "set_span_outcome"]
+
+_tracer = trace.get_tracer("inferway.backends")
+
+
+def extract_context(carrier: Mapping[str, str] | Iterable[tuple[str, str | bytes]]) -> Context:
+    """The caller's trace context from HTTP headers or gRPC metadata (W3C traceparent by
+    default; whatever the global propagator understands)."""
+    if isinstance(carrier, Mapping):
+        headers = {k.lower(): v for k, v in carrier.items()}
+    else:
+        headers = {k.lower(): v for k, v in carrier if isinstance(v, str)}
+    return propagate.extract(headers)
+
+
+@contextmanager
+def request_span(
+    model: str, *, protocol: str, parent: Context, request_id: str | None = None
+) -> Iterator[Span]:
+    """A SERVER span "infer <model>", current for the body of the ``with``."""
+    attributes = {
+        "inferway.model": model,
+        "rpc.system" if protocol == "grpc" else "http.scheme": protocol,
+    }
+    if request_id:
+        attributes["inferway.request_id"] = request_id
+    with _tracer.start_as_current_span(
+        f"infer {model}",
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def set_span_outcome(span: Span, *, code: str | int, version: str, error: str | None) -> None:
+    """Record the answer on the span; 5xx and server-side gRPC failures mark it as an error."""
+    span.set_attribute("inferway.model_version", version)
+    span.set_attribute("inferway.status_code", str(code))
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error))
