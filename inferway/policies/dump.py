@@ -18,7 +18,9 @@ __all__ = ["dump_policy"]
 
 
 def _duration(seconds: float) -> str | float:
-    for text in (f"{seconds:g}s", f"{seconds * 1000:g}ms", f"{seconds / 60:g}m"):
+    as_s, as_ms = f"{seconds:g}s", f"{seconds * 1000:g}ms"
+    candidates = (as_s, as_ms) if seconds >= 1 or seconds == 0 else (as_ms, as_s)
+    for text in candidates:
         if "e" not in text and parse_duration(text) == seconds:
             return text
     return seconds

@@ -155,11 +155,36 @@ def load_marked_yaml(text: str) -> MarkedDocument:
             raise YamlSyntaxError(f"invalid YAML: {error}", Mark(1, 1)) from None
         document = MarkedDocument(data=None)
         if root is not None:
+            size = _expanded_size(root, {}, set())
+            if size > _MAX_NODES:
+                raise YamlSyntaxError(
+                    f"document too large: {size} values once aliases are expanded "
+                    f"(at most {_MAX_NODES})",
+                    _mark(root.start_mark),
+                )
             builder = _Builder(loader, document)
             document.data = builder.build(root, (), None)
         return document
     finally:
         loader.dispose()
+
+
+def _expanded_size(node: Node, sizes: dict[int, int], active: set[int]) -> int:
+    """Values the document holds with aliases expanded, counted without expanding them."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if isinstance(node, ScalarNode) or id(node) in active:
+        return 1
+    active.add(id(node))
+    children: list[Node] = []
+    if isinstance(node, SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, MappingNode):
+        children = [child for pair in node.value for child in pair]
+    total = 1 + sum(_expanded_size(child, sizes, active) for child in children)
+    active.discard(id(node))
+    sizes[id(node)] = total
+    return total
 
 
 class _Builder:
@@ -169,15 +194,8 @@ class _Builder:
         self._loader = loader
         self._doc = document
         self._active: set[int] = set()
-        self._count = 0
 
     def build(self, node: Node, loc: Loc, key_mark: Mark | None) -> object:
-        self._count += 1
-        if self._count > _MAX_NODES:
-            raise YamlSyntaxError(
-                f"document too large: more than {_MAX_NODES} values (aliases expanded)",
-                _mark(node.start_mark),
-            )
         inline = isinstance(node, ScalarNode) or bool(getattr(node, "flow_style", False))
         self._doc.marks[loc] = NodeMarks(_mark(node.start_mark), key_mark, inline)
         if isinstance(node, ScalarNode):
