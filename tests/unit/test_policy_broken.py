@@ -52,7 +52,9 @@ def test_every_issue_names_file_line_column(case: str, monkeypatch: pytest.Monke
 
 
 def test_no_expected_file_without_its_policy() -> None:
-    stale = [p for p in BROKEN.glob("*.expected.txt") if p.name[: -len(".expected.txt")] not in CASES]
+    stale = [
+        p for p in BROKEN.glob("*.expected.txt") if p.name[: -len(".expected.txt")] not in CASES
+    ]
     if UPDATE:
         for path in stale:
             path.unlink()
