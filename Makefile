@@ -28,7 +28,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff format inferway tests bench
 
 golden: $(STAMP)
-	INFERWAY_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/golden -q
+	INFERWAY_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/golden tests/unit/test_policy_broken.py -q
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
