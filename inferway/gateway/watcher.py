@@ -24,6 +24,8 @@ from inferway.policies import PolicyError, PolicyIssue, load_policy_text
 __all__ = ["PolicyWatcher", "ReloadResult"]
 
 log = logging.getLogger(__name__)
+# watchfiles logs every batch of changes at INFO; the directory may hold busy files.
+logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,16 @@ class PolicyWatcher:
             rust_timeout=200,
         )
         log.info("watching %s for policy edits", self.path)
-        async for _changes in watch:
-            # The first (timeout) yield means the watch is established; later ones may be
-            # timeouts too, which a content check turns into no-ops.
+        async for changes in watch:
+            # The first (timeout) yield means the watch is established.
             self._watching.set()
-            if _changes:
+            if any(self._concerns_policy(changed) for _, changed in changes):
                 self.reload()
+
+    def _concerns_policy(self, changed: str) -> bool:
+        """The policy file itself, or a Kubernetes ConfigMap ``..data`` symlink swap."""
+        name = Path(changed).name
+        return name == self.path.name or name.startswith("..")
 
     def reload(self) -> ReloadResult | None:
         """Re-read the file and apply or refuse it; None when its content has not changed."""

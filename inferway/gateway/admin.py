@@ -1,0 +1,185 @@
+"""The gateway's admin API: what is live, what was refused, and what each Envoy accepted.
+
+Loopback only by default: it reveals the whole policy, so exposing it is a deliberate choice.
+``build_status`` is a pure function of the control plane's state so the demo and the tests
+read exactly what ``GET /status`` serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from inferway.gateway.control_plane import ControlPlane, Refusal
+from inferway.gateway.supervisor import EnvoySupervisor
+from inferway.policies import dump_policy
+from inferway.xds import type_urls
+from inferway.xds.cache import NackRecord, NodeStatus
+from inferway.xds.snapshot import Snapshot
+
+__all__ = [
+    "CONTROL_PLANE",
+    "DEFAULT_ADMIN_PORT",
+    "SUPERVISOR",
+    "AdminServer",
+    "build_admin_app",
+    "build_status",
+    "start_admin_server",
+]
+
+DEFAULT_ADMIN_PORT = 15000
+
+CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
+SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor)
+
+
+def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None) -> dict[str, Any]:
+    """The JSON document ``GET /status`` returns."""
+    current = plane.current
+    refusal = plane.last_refused
+    return {
+        "policy": None
+        if current is None
+        else {
+            "version": current.version,
+            "applied_at": current.applied_at,
+            "source": current.source,
+            "versions": {
+                type_urls.SHORT_NAMES.get(t, t): v for t, v in current.snapshot.versions.items()
+            },
+        },
+        "last_refused": None if refusal is None else _refusal(refusal, plane.refusal_pending),
+        "nodes": [
+            _node(node, plane.cache.get_snapshot(node.group)) for node in plane.cache.node_status()
+        ],
+        "nacks": [_nack(record) for record in plane.cache.nacks()],
+        "envoy": None if supervisor is None else _envoy(supervisor),
+    }
+
+
+def _refusal(refusal: Refusal, pending: bool) -> dict[str, Any]:
+    return {
+        "at": refusal.at,
+        "file": refusal.file,
+        "pending": pending,
+        "issues": [
+            {
+                "file": issue.file,
+                "line": issue.line,
+                "column": issue.column,
+                "path": issue.path,
+                "message": issue.message,
+                "text": str(issue),
+            }
+            for issue in refusal.issues
+        ],
+    }
+
+
+def _node(node: NodeStatus, snapshot: Snapshot | None) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "cluster": node.cluster,
+        "group": node.group,
+        "connected": node.connected,
+        "connected_since": node.connected_since,
+        "acked": {type_urls.SHORT_NAMES.get(t, t): v for t, v in sorted(node.acked.items())},
+        "in_sync": snapshot is not None and _in_sync(node, snapshot),
+        "snapshot_version": None if snapshot is None else snapshot.version,
+        "last_nack": None if node.last_nack is None else _nack(node.last_nack),
+    }
+
+
+def _in_sync(node: NodeStatus, snapshot: Snapshot) -> bool:
+    """The node acked every type of its group's snapshot (the rule wait_for_acks uses)."""
+    for type_url, version in snapshot.versions.items():
+        required = type_url in (type_urls.CLUSTER, type_urls.LISTENER) or bool(
+            snapshot.resources_of(type_url)
+        )
+        if required and node.acked.get(type_url) != version:
+            return False
+    return True
+
+
+def _nack(record: NackRecord) -> dict[str, Any]:
+    return {
+        "node_id": record.node_id,
+        "type": type_urls.SHORT_NAMES.get(record.type_url, record.type_url),
+        "version": record.version,
+        "nonce": record.nonce,
+        "message": record.message,
+        "at": record.at,
+    }
+
+
+def _envoy(supervisor: EnvoySupervisor) -> dict[str, Any]:
+    return {
+        "pid": supervisor.pid,
+        "running": supervisor.running,
+        "restarts": supervisor.restarts,
+        "last_exit_code": supervisor.last_exit_code,
+        "admin_port": supervisor.admin_port,
+    }
+
+
+async def _status(request: web.Request) -> web.Response:
+    app = request.app
+    return web.json_response(build_status(app[CONTROL_PLANE], app.get(SUPERVISOR)))
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    plane = request.app[CONTROL_PLANE]
+    return web.json_response({"ok": True, "policy_version": plane.version})
+
+
+async def _policy(request: web.Request) -> web.Response:
+    policy = request.app[CONTROL_PLANE].policy
+    if policy is None:
+        raise web.HTTPNotFound(text="no policy has been applied yet\n")
+    return web.Response(text=dump_policy(policy), content_type="application/yaml")
+
+
+def build_admin_app(
+    plane: ControlPlane, supervisor: EnvoySupervisor | None = None
+) -> web.Application:
+    app = web.Application()
+    app[CONTROL_PLANE] = plane
+    if supervisor is not None:
+        app[SUPERVISOR] = supervisor
+    app.router.add_get("/status", _status)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/policy", _policy)
+    return app
+
+
+@dataclass
+class AdminServer:
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_admin_server(
+    app: web.Application, *, host: str = "127.0.0.1", port: int = DEFAULT_ADMIN_PORT
+) -> AdminServer:
+    """Serve ``app`` on ``host:port`` (port 0 picks a free one); returns the bound address."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return AdminServer(runner, host, int(bound))

@@ -1,0 +1,248 @@
+"""The ``inferway`` command: validate, render and run a policy; ask a gateway for its status;
+run the demo; serve models (the backend's ``serve``, when installed).
+
+Exit codes: 0 ok, 1 the policy was refused (errors printed as ``file:line:column: path:
+message``, one per line, on stderr), 2 usage or connection problems.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.text import Text
+
+from inferway.gateway.admin import DEFAULT_ADMIN_PORT
+from inferway.gateway.console import configure_logging, make_console, print_issues, short_version
+from inferway.gateway.control_plane import PolicyRefusedError
+from inferway.gateway.runtime import (
+    DEFAULT_ENVOY_ADMIN_PORT,
+    DEFAULT_XDS_PORT,
+    GatewayOptions,
+    start_gateway,
+)
+from inferway.policies import Policy, PolicyError, load_policy
+
+__all__ = ["app", "main"]
+
+log = logging.getLogger("inferway")
+
+app = typer.Typer(
+    name="inferway",
+    help="Sidecar gateway for AI inference: one policy YAML drives a supervised Envoy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+PolicyFile = Annotated[
+    Path,
+    typer.Option("--file", "-f", help="The policy YAML.", dir_okay=False, show_default=False),
+]
+
+
+def _load_or_exit(path: Path) -> Policy:
+    try:
+        return load_policy(path)
+    except PolicyError as error:
+        print_issues(make_console(stderr=True), error.issues)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def validate(file: PolicyFile) -> None:
+    """Check a policy (schema, references, Envoy consistency); print every located problem."""
+    from inferway.xds.snapshot import build_snapshot
+    from inferway.xds.translate import translate_policy
+
+    policy = _load_or_exit(file)
+    snapshot = build_snapshot(translate_policy(policy))
+    problems = snapshot.consistent()
+    err = make_console(stderr=True)
+    if problems:
+        for problem in problems:
+            err.print(f"{escape(str(file))}: [red]{escape(problem)}[/red]")
+        raise typer.Exit(1)
+    summary = Text()
+    summary.append("ok ", style="green")
+    summary.append(
+        f"{file}: {len(policy.listeners)} listener(s), {len(policy.services)} service(s), "
+        f"{len(policy.routes)} route(s); snapshot {short_version(snapshot.version)}"
+    )
+    make_console().print(summary)
+    for route in policy.routes:
+        split = " / ".join(f"{b.service} {b.weight:g}%" for b in route.backends)
+        make_console().print(Text(f"  route {route.name}: {split}"))
+
+
+@app.command()
+def render(
+    file: PolicyFile,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="Where to write the YAML; '-' is stdout.")
+    ] = "-",
+) -> None:
+    """Print the Envoy resources a policy translates to (sorted YAML, as pushed over xDS)."""
+    from inferway.xds.resources import resources_to_yaml
+    from inferway.xds.translate import translate_policy
+
+    text = resources_to_yaml(translate_policy(_load_or_exit(file)))
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+        make_console(stderr=True).print(Text(f"wrote {output}"))
+
+
+@app.command()
+def run(
+    file: PolicyFile,
+    xds_port: Annotated[int, typer.Option(help="ADS gRPC port.")] = DEFAULT_XDS_PORT,
+    admin_port: Annotated[
+        int, typer.Option(help="inferway admin API port (/status).")
+    ] = DEFAULT_ADMIN_PORT,
+    envoy_admin_port: Annotated[
+        int, typer.Option(help="Envoy's own admin port.")
+    ] = DEFAULT_ENVOY_ADMIN_PORT,
+    host: Annotated[str, typer.Option(help="Address the control plane binds.")] = "127.0.0.1",
+    node_id: Annotated[str, typer.Option(help="node.id of the supervised Envoy.")] = "inferway",
+    node_cluster: Annotated[str, typer.Option(help="node.cluster of the Envoy.")] = "inferway",
+    no_envoy: Annotated[
+        bool, typer.Option("--no-envoy", help="Run only the control plane (Envoy runs elsewhere).")
+    ] = False,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Where the Envoy bootstrap is written (default: temp).")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="inferway log level.")] = "info",
+    envoy_log_level: Annotated[str, typer.Option(help="Envoy's --log-level.")] = "warning",
+) -> None:
+    """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy."""
+    configure_logging(log_level)
+    options = GatewayOptions(
+        policy_path=file,
+        host=host,
+        xds_port=xds_port,
+        admin_port=admin_port,
+        envoy_admin_port=envoy_admin_port,
+        node_id=node_id,
+        node_cluster=node_cluster,
+        with_envoy=not no_envoy,
+        workdir=workdir,
+        envoy_log_level=envoy_log_level,
+    )
+    raise typer.Exit(_run_loop(_serve(options)))
+
+
+async def _serve(options: GatewayOptions) -> int:
+    try:
+        gateway = await start_gateway(options)
+    except (PolicyError, PolicyRefusedError) as error:
+        issues = error.issues if isinstance(error, PolicyError) else error.refusal.issues
+        err = make_console(stderr=True)
+        err.print("[red]refusing to start: the policy is invalid[/red]")
+        print_issues(err, issues)
+        return 1
+    except OSError as error:
+        log.error("cannot start the gateway: %s", error)
+        return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        if gateway.supervisor is not None:
+            if await gateway.supervisor.wait_ready(30):
+                log.info("envoy is ready (admin on port %d)", gateway.supervisor.admin_port)
+            else:
+                log.warning(
+                    "envoy is not ready after 30s; last output:\n  %s",
+                    "\n  ".join(gateway.supervisor.stderr_tail()[-10:]) or "(none)",
+                )
+        log.info("running; Ctrl-C to stop")
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await gateway.stop()
+    return 0
+
+
+@app.command()
+def status(
+    admin: Annotated[
+        str, typer.Option(help="The gateway's admin API URL.")
+    ] = f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """Show what a running gateway has live: policy version, refused edits, Envoy ACKs/NACKs."""
+    from inferway.gateway.status_client import (
+        StatusUnavailableError,
+        fetch_status,
+        render_status,
+    )
+
+    try:
+        document = fetch_status(admin)
+    except StatusUnavailableError as error:
+        make_console(stderr=True).print(Text(str(error), style="red"))
+        raise typer.Exit(2) from None
+    if as_json:
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    else:
+        render_status(document, make_console(soft_wrap=False))
+
+
+@app.command()
+def demo(
+    once: Annotated[
+        bool, typer.Option("--once", help="Run the scenario once and exit (for CI).")
+    ] = False,
+    requests: Annotated[
+        int, typer.Option("--requests", "-n", min=20, help="Requests per traffic sample.")
+    ] = 400,
+) -> None:
+    """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
+    from inferway.gateway.demo import run_demo
+
+    configure_logging("warning")
+    raise typer.Exit(_run_loop(run_demo(once=once, requests=requests)))
+
+
+def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def _register_serve() -> None:
+    """``inferway serve`` comes from the backend package; a broken or missing one must not
+    take the gateway's commands down with it."""
+    try:
+        from inferway.backends import cli as backends_cli
+    except Exception as exc:  # pragma: no cover - depends on the backend's state
+        logging.getLogger(__name__).debug("inferway serve unavailable: %s", exc)
+        return
+    serve = getattr(backends_cli, "serve", None)
+    if callable(serve):
+        app.command("serve")(serve)
+
+
+_register_serve()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Shared rich output for the CLI: one look for errors, ages and versions across commands."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.text import Text
+
+from inferway.policies import PolicyIssue
+
+__all__ = [
+    "configure_logging",
+    "format_age",
+    "issue_text",
+    "make_console",
+    "print_issues",
+    "short_version",
+]
+
+
+def make_console(*, stderr: bool = False, soft_wrap: bool = True) -> Console:
+    """``soft_wrap`` keeps each printed line whole (an issue stays one greppable line); turn it
+    off for tables and panels, which must wrap to the terminal."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=soft_wrap)
+
+
+def configure_logging(level: str = "info", console: Console | None = None) -> None:
+    """Log through rich to stderr: a running gateway's log is for people first."""
+    handler = RichHandler(
+        console=console or make_console(stderr=True),
+        show_path=False,
+        rich_tracebacks=True,
+        markup=False,
+    )
+    logging.basicConfig(
+        level=level.upper(), format="%(message)s", datefmt="[%X]", handlers=[handler], force=True
+    )
+
+
+def issue_text(issue: PolicyIssue) -> Text:
+    """``file:line:column: path: message`` with the location dimmed, the field highlighted."""
+    where = issue.file
+    if issue.line is not None:
+        where += f":{issue.line}"
+        if issue.column is not None:
+            where += f":{issue.column}"
+    text = Text(where + ": ", style="bold")
+    if issue.path:
+        text.append(issue.path, style="cyan")
+        text.append(": ")
+    text.append(issue.message, style="red")
+    return text
+
+
+def print_issues(console: Console, issues: Iterable[PolicyIssue]) -> None:
+    for issue in issues:
+        console.print(issue_text(issue), soft_wrap=True)
+
+
+def format_age(at: float | None, now: float | None = None) -> str:
+    """``"12s ago"`` / ``"3m ago"`` / ``"2h ago"`` for a unix time; ``"-"`` when unknown."""
+    if at is None:
+        return "-"
+    seconds = max(0.0, (time.time() if now is None else now) - at)
+    if seconds < 90:
+        return f"{seconds:.0f}s ago"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def short_version(version: str | None) -> str:
+    return "-" if not version else version[:12]

@@ -1,0 +1,265 @@
+"""``inferway demo``: a canary release end to end, with nothing to set up.
+
+Two model versions run behind a real, supervised Envoy configured by the control plane from
+a policy file at 10% canary. The demo measures the split through Envoy, then edits the file
+to 50% the way a person would, and times how long Envoy takes to apply it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import socket
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from inferway.gateway.console import make_console, short_version
+from inferway.gateway.demo_backend import start_demo_backends
+from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.policies import Policy, dump_policy
+from inferway.xds.snapshot import build_snapshot
+from inferway.xds.translate import translate_policy
+
+__all__ = ["build_demo_policy", "run_demo"]
+
+NODE_ID = "inferway-demo"
+CONCURRENCY = 16
+
+
+def build_demo_policy(listener_port: int, backend_ports: dict[str, int], canary: float) -> Policy:
+    """``model-v1`` takes ``100 - canary`` percent of the traffic, ``model-v2`` the rest."""
+    return Policy.model_validate(
+        {
+            "version": 1,
+            "listeners": [{"name": "public", "address": "127.0.0.1", "port": listener_port}],
+            "services": [
+                {"name": f"model-{version}", "endpoints": [f"127.0.0.1:{port}"]}
+                for version, port in sorted(backend_ports.items())
+            ],
+            "routes": [
+                {
+                    "name": "inference",
+                    "match": {"path": {"prefix": "/"}},
+                    "backends": [
+                        {"service": "model-v1", "weight": round(100 - canary, 1)},
+                        {"service": "model-v2", "weight": canary},
+                    ],
+                    "timeout": "5s",
+                }
+            ],
+        }
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """How editors save: a temporary file renamed over the original."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+async def _sample(url: str, count: int, console: Console, label: str) -> tuple[Counter[str], float]:
+    """Send ``count`` requests through Envoy (at most CONCURRENCY at once); count versions."""
+    seen: Counter[str] = Counter()
+    limit = asyncio.Semaphore(CONCURRENCY)
+    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    started = time.perf_counter()
+    progress = Progress(
+        TextColumn("  {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task(label, total=count)
+        async with httpx.AsyncClient(timeout=5.0, limits=limits, trust_env=False) as client:
+
+            async def one(index: int) -> None:
+                async with limit:
+                    try:
+                        response = await client.get(f"{url}/v2/models/demo/infer?i={index}")
+                        if response.status_code == 200:
+                            seen[response.json().get("version", "?")] += 1
+                        else:
+                            seen[f"HTTP {response.status_code}"] += 1
+                    except httpx.HTTPError as exc:
+                        seen[type(exc).__name__] += 1
+                    progress.advance(task)
+
+            await asyncio.gather(*(one(i) for i in range(count)))
+    return seen, time.perf_counter() - started
+
+
+def _split_table(title: str, seen: Counter[str], policy: Policy, seconds: float) -> Table:
+    total = sum(seen.values())
+    expected = {b.service.removeprefix("model-"): b.weight for b in policy.routes[0].backends}
+    table = Table(title=title, title_justify="left")
+    table.add_column("version")
+    table.add_column("policy", justify="right")
+    table.add_column("observed", justify="right")
+    table.add_column("requests", justify="right")
+    table.add_column("", justify="center")
+    for version in sorted(set(expected) | set(seen)):
+        want = expected.get(version)
+        got = 100.0 * seen.get(version, 0) / total if total else 0.0
+        mark = (
+            "[green]✓[/green]" if want is not None and _close(got, want, total) else "[red]✗[/red]"
+        )
+        table.add_row(
+            version,
+            "-" if want is None else f"{want:g}%",
+            f"{got:.1f}%",
+            str(seen.get(version, 0)),
+            mark,
+        )
+    table.caption = f"{total} requests in {seconds:.2f}s ({total / max(seconds, 1e-9):.0f} req/s)"
+    return table
+
+
+def _close(observed_pct: float, expected_pct: float, total: int) -> bool:
+    """Within 4 standard deviations of a binomial sample (plus 1 point of slack)."""
+    if total == 0:
+        return False
+    p = expected_pct / 100.0
+    sigma = 100.0 * math.sqrt(max(p * (1 - p), 1e-9) / total)
+    return abs(observed_pct - expected_pct) <= 4 * sigma + 1.0
+
+
+def _split_ok(seen: Counter[str], policy: Policy) -> bool:
+    total = sum(seen.values())
+    expected = {b.service.removeprefix("model-"): b.weight for b in policy.routes[0].backends}
+    if set(seen) - set(expected):
+        return False
+    return all(
+        _close(100.0 * seen.get(v, 0) / max(total, 1), want, total) for v, want in expected.items()
+    )
+
+
+async def run_demo(*, once: bool = False, requests: int = 400) -> int:
+    console = make_console(soft_wrap=False)
+    console.print(
+        Panel.fit(
+            "[bold]inferway demo[/bold]: a canary release through a real Envoy\n"
+            "two model versions · policy at 10% canary · live edit to 50%",
+            border_style="cyan",
+        )
+    )
+    with tempfile.TemporaryDirectory(prefix="inferway-demo-") as tmp:
+        workdir = Path(tmp)
+        with console.status("starting two model backends"):
+            backends = await start_demo_backends()
+        console.print(
+            "[green]✓[/green] backends: "
+            + ", ".join(f"{v} on 127.0.0.1:{p}" for v, p in backends.ports.items())
+        )
+        gateway: Gateway | None = None
+        try:
+            listener_port = _free_port()
+            policy = build_demo_policy(listener_port, backends.ports, canary=10)
+            policy_path = workdir / "policy.yaml"
+            policy_path.write_text(dump_policy(policy), encoding="utf-8")
+            options = GatewayOptions(
+                policy_path=policy_path,
+                xds_port=0,
+                admin_port=0,
+                envoy_admin_port=_free_port(),
+                node_id=NODE_ID,
+                workdir=workdir / "envoy",
+                envoy_concurrency=1,
+            )
+            with console.status("starting the control plane and Envoy"):
+                started = time.perf_counter()
+                gateway = await start_gateway(options)
+                version = gateway.control_plane.version or ""
+                ready = await gateway.supervisor.wait_ready(20) if gateway.supervisor else False
+                acked = ready and await gateway.cache.wait_for_acks(
+                    version, node_ids=[NODE_ID], timeout=20
+                )
+            if not acked:
+                tail = gateway.supervisor.stderr_tail()[-10:] if gateway.supervisor else []
+                console.print("[red]✗ Envoy did not become ready and ACK the policy[/red]")
+                for line in tail:
+                    console.print(f"  {line}", markup=False)
+                return 1
+            console.print(
+                f"[green]✓[/green] Envoy ready and ACKed snapshot {short_version(version)} "
+                f"in {time.perf_counter() - started:.2f}s  (policy: {policy_path})"
+            )
+            url = f"http://127.0.0.1:{listener_port}"
+            seen, seconds = await _sample(url, requests, console, "10% canary")
+            console.print(_split_table("Traffic at 10% canary", seen, policy, seconds))
+            first_ok = _split_ok(seen, policy)
+
+            new_policy = build_demo_policy(listener_port, backends.ports, canary=50)
+            new_version = build_snapshot(translate_policy(new_policy)).version
+            with console.status("editing policy.yaml: v2 weight 10 -> 50"):
+                written = time.perf_counter()
+                _write_atomically(policy_path, dump_policy(new_policy))
+                applied = await gateway.cache.wait_for_acks(
+                    new_version, node_ids=[NODE_ID], timeout=10
+                )
+                change_ms = (time.perf_counter() - written) * 1000
+            if not applied:
+                console.print("[red]✗ Envoy did not apply the edited policy within 10s[/red]")
+                return 1
+            console.print(
+                "[green]✓[/green] policy change applied by Envoy in "
+                f"[bold]{change_ms:.0f} ms[/bold] (file write -> watcher -> snapshot "
+                f"{short_version(new_version)} -> ACK)"
+            )
+            seen, seconds = await _sample(url, requests, console, "50% canary")
+            console.print(_split_table("Traffic at 50% canary", seen, new_policy, seconds))
+            second_ok = _split_ok(seen, new_policy)
+            if not (first_ok and second_ok):
+                console.print("[yellow]! the observed split is outside the expected range[/yellow]")
+
+            if not once:
+                await _keep_running(console, url, gateway, policy_path)
+            return 0 if first_ok and second_ok else 1
+        finally:
+            with console.status("stopping Envoy, the control plane and the backends"):
+                if gateway is not None:
+                    await gateway.stop()
+                await backends.stop()
+            console.print("[green]✓[/green] stopped cleanly")
+
+
+async def _keep_running(console: Console, url: str, gateway: Gateway, policy_path: Path) -> None:
+    console.print(
+        Panel.fit(
+            f"try it:   curl {url}/v2/models/demo/infer\n"
+            f"status:   inferway status --admin {gateway.admin.url}\n"
+            f"          (JSON: curl {gateway.admin.url}/status)\n"
+            f"edit:     {policy_path}  (saved edits apply live; invalid ones are refused)\n"
+            "Ctrl-C to stop",
+            title="the demo keeps running",
+            border_style="cyan",
+        )
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,138 @@
+"""One running gateway: xDS server, control plane, policy watcher, admin API, supervised Envoy.
+
+``inferway run`` and ``inferway demo`` both start exactly this, in this order, so a policy
+that cannot be applied stops the start before any socket is opened or Envoy is started.
+Shutdown runs in reverse and stops Envoy first: a data plane is never left without the
+process that supervises it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferway.gateway.admin import (
+    DEFAULT_ADMIN_PORT,
+    AdminServer,
+    build_admin_app,
+    start_admin_server,
+)
+from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.supervisor import EnvoySupervisor
+from inferway.gateway.watcher import PolicyWatcher
+from inferway.policies import load_policy_text
+from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.xds.bootstrap import build_bootstrap
+from inferway.xds.cache import SnapshotCache
+from inferway.xds.server import XdsServer, start_xds_server
+
+__all__ = [
+    "DEFAULT_ENVOY_ADMIN_PORT",
+    "DEFAULT_XDS_PORT",
+    "Gateway",
+    "GatewayOptions",
+    "start_gateway",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_XDS_PORT = 18000
+DEFAULT_ENVOY_ADMIN_PORT = 15001
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """Everything ``inferway run`` can be told; every address is loopback by default."""
+
+    policy_path: Path
+    host: str = "127.0.0.1"
+    xds_port: int = DEFAULT_XDS_PORT
+    admin_port: int = DEFAULT_ADMIN_PORT
+    envoy_admin_port: int = DEFAULT_ENVOY_ADMIN_PORT
+    node_id: str = "inferway"
+    node_cluster: str = "inferway"
+    with_envoy: bool = True
+    workdir: Path | None = None
+    envoy_log_level: str = "warning"
+    envoy_concurrency: int | None = None
+    debounce_ms: int = 50
+
+
+@dataclass
+class Gateway:
+    options: GatewayOptions
+    cache: SnapshotCache
+    control_plane: ControlPlane
+    xds: XdsServer
+    watcher: PolicyWatcher
+    admin: AdminServer
+    supervisor: EnvoySupervisor | None
+    _stack: contextlib.AsyncExitStack = field(repr=False)
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+
+
+async def start_gateway(options: GatewayOptions) -> Gateway:
+    """Start everything, or nothing: a failure part-way stops what had started, then raises.
+
+    Raises PolicyError / PolicyRefusedError when the policy file cannot be applied.
+    """
+    path = options.policy_path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        issue = PolicyIssue(str(path), None, None, "", f"cannot read file: {reason}")
+        raise PolicyError([issue]) from None
+    policy = load_policy_text(text, str(path))
+    cache = SnapshotCache()
+    plane = ControlPlane(cache)
+    plane.apply_policy(policy, str(path))
+
+    stack = contextlib.AsyncExitStack()
+    try:
+        xds = await start_xds_server(cache, options.host, options.xds_port)
+        stack.push_async_callback(xds.stop, 0.5)
+
+        watcher = PolicyWatcher(path, plane, debounce_ms=options.debounce_ms)
+        watcher.mark_loaded(text)
+        await watcher.start()
+        stack.push_async_callback(watcher.stop)
+
+        supervisor: EnvoySupervisor | None = None
+        if options.with_envoy:
+            workdir = options.workdir
+            if workdir is None:
+                workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-")))
+            bootstrap = build_bootstrap(
+                node_id=options.node_id,
+                node_cluster=options.node_cluster,
+                xds_host=options.host,
+                xds_port=xds.port,
+                admin_port=options.envoy_admin_port,
+            )
+            supervisor = EnvoySupervisor(
+                bootstrap,
+                workdir=workdir,
+                log_level=options.envoy_log_level,
+                concurrency=options.envoy_concurrency,
+            )
+
+        admin = await start_admin_server(
+            build_admin_app(plane, supervisor), host=options.host, port=options.admin_port
+        )
+        stack.push_async_callback(admin.stop)
+        log.info("admin API on %s (GET /status, /policy, /healthz)", admin.url)
+
+        if supervisor is not None:
+            await supervisor.start()
+            # Last in, first out: Envoy stops before everything else.
+            stack.push_async_callback(supervisor.stop)
+    except BaseException:
+        await stack.aclose()
+        raise
+    return Gateway(options, cache, plane, xds, watcher, admin, supervisor, stack)
