@@ -103,15 +103,15 @@ def load_model_config(path: str | Path) -> ModelConfig:
     try:
         return ModelConfig.model_validate(data)
     except ValidationError as e:
-        problems = []
+        located: list[tuple[int, str]] = []
         for err in e.errors():
             loc = tuple(err["loc"])
             field = ".".join(str(p) for p in loc) or "<root>"
             line = _line_of(tree, loc)
             where = f"{path}:{line}" if line else str(path)
             msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
-            problems.append(f"{where}: {field}: {msg}")
-        raise ModelConfigError(path, problems) from None
+            located.append((line or 0, f"{where}: {field}: {msg}"))
+        raise ModelConfigError(path, [p for _, p in sorted(located)]) from None
 
 
 def resolve_model_config_path(model_dir: Path, version_dir: Path) -> Path | None:

@@ -327,6 +327,9 @@ class TensorRTRunner:
 
     def close(self) -> None:
         """Free device buffers and the stream; the engine goes with the last reference."""
+        if self._engine is None:
+            return
+        self._dev.activate()
         for ptr, _ in self._buffers.values():
             self._dev.free(ptr)
         self._buffers.clear()

@@ -1,0 +1,438 @@
+"""The model repository: every version under ``root/<name>/<version>/model.onnx`` loaded,
+warmed up and served through a ``BatchExecutor``, kept in step with the directory.
+
+Hot reload never interrupts service: a new or changed version is loaded and warmed up
+beside the old one and only then swapped in (one dict assignment, atomic for the event loop);
+a removed or replaced version drains its in-flight requests before its runners close; a
+version that fails to load (bad ONNX, bad ``config.yaml``) is refused, recorded in
+``errors`` and logged, and whatever served before keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from inferway.backends.batching.config import BatchingConfig
+from inferway.backends.model_config import (
+    ModelConfig,
+    load_model_config,
+    resolve_model_config_path,
+)
+from inferway.backends.runners.base import Runner, TensorSpec
+from inferway.backends.runners.dtypes import numpy_dtype
+
+__all__ = [
+    "MODEL_FILE",
+    "ModelNotFoundError",
+    "ModelRepository",
+    "RepositoryEvent",
+    "ServedModel",
+    "build_warmup_inputs",
+    "describe",
+]
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.onnx"
+
+ExecutorFactory = Callable[[Sequence[Runner], BatchingConfig, str], Any]
+RunnerFactory = Callable[[Path, ModelConfig], Runner]
+_Key = tuple[str, str]
+_Fingerprint = tuple[Any, ...]
+
+
+class ModelNotFoundError(LookupError):
+    """No such model or version is being served; the message lists what is."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class ServedModel:
+    """One ready model version. ``executor`` is where requests go."""
+
+    name: str
+    version: str
+    config: ModelConfig
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    executor: Any
+    load_seconds: float
+    platform: str
+    provider: str
+    path: Path
+    runners: tuple[Runner, ...] = field(repr=False, default=())
+    fingerprint: _Fingerprint = field(repr=False, default=())
+
+
+@dataclass(frozen=True)
+class RepositoryEvent:
+    """What changed: ``loaded`` / ``reloaded`` (swapped in), ``unloaded`` (drained and gone),
+    ``refused`` (failed to load; ``message`` says why)."""
+
+    kind: Literal["loaded", "reloaded", "unloaded", "refused"]
+    name: str
+    version: str
+    message: str = ""
+    load_seconds: float | None = None
+
+
+def build_warmup_inputs(specs: Sequence[TensorSpec], rows: int) -> dict[str, np.ndarray]:
+    """Zero inputs with ``rows`` in a dynamic batch dim (other dynamic dims become 1)."""
+    feed = {}
+    for spec in specs:
+        shape = tuple((rows if i == 0 else 1) if d < 0 else d for i, d in enumerate(spec.shape))
+        dtype = numpy_dtype(spec.datatype)
+        if dtype == np.dtype(object):
+            feed[spec.name] = np.full(shape, b"", dtype=object)
+        else:
+            feed[spec.name] = np.zeros(shape, dtype=dtype)
+    return feed
+
+
+def _default_executor_factory(runners: Sequence[Runner], config: BatchingConfig, name: str) -> Any:
+    from inferway.backends.batching import BatchExecutor
+
+    return BatchExecutor(runners, config, name=name)
+
+
+def _default_runner_factory(path: Path, config: ModelConfig) -> Runner:
+    from inferway.backends.runners.select import build_runner
+
+    return build_runner(path, config)
+
+
+def _stat_key(path: Path | None) -> tuple[Any, ...]:
+    if path is None:
+        return ()
+    st = path.stat()
+    return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class ModelRepository:
+    """Loads and serves every model version under ``root``; see the module docstring."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        on_change: Callable[[RepositoryEvent], Any] | None = None,
+        executor_factory: ExecutorFactory | None = None,
+        runner_factory: RunnerFactory | None = None,
+        watch_debounce_ms: int = 300,
+        resync_s: float = 30.0,
+    ) -> None:
+        self.root = Path(root)
+        self.on_change = on_change
+        self.errors: dict[str, str] = {}
+        """Refused files (``model.onnx`` or ``config.yaml`` path) -> why; cleared on success."""
+        self.ready = False
+        self._executor_factory = executor_factory or _default_executor_factory
+        self._runner_factory = runner_factory or _default_runner_factory
+        self._debounce_ms = watch_debounce_ms
+        self._resync_s = resync_s
+        self._models: dict[str, dict[str, ServedModel]] = {}
+        self._refused: dict[_Key, tuple[_Fingerprint, str]] = {}
+        self._lock = asyncio.Lock()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._stop_watch: asyncio.Event | None = None
+
+    # -- serving ------------------------------------------------------------------------
+
+    def get(self, name: str, version: str | None = None) -> ServedModel:
+        """The served version ``version`` of ``name``, or its highest version when ``None``."""
+        versions = self._models.get(name)
+        if not versions:
+            available = ", ".join(sorted(self._models)) or "none"
+            raise ModelNotFoundError(f"model {name!r} not found; available: {available}")
+        if version is None:
+            return versions[max(versions, key=int)]
+        served = versions.get(str(version))
+        if served is None:
+            available = ", ".join(sorted(versions, key=int))
+            raise ModelNotFoundError(
+                f"model {name!r} has no version {version}; available: {available}"
+            )
+        return served
+
+    def models(self) -> list[ServedModel]:
+        """Every served version, sorted by name then version."""
+        return [
+            self._models[n][v]
+            for n in sorted(self._models)
+            for v in sorted(self._models[n], key=int)
+        ]
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self, *, watch: bool = True) -> None:
+        """Load and warm up everything under ``root``, then become ready; with ``watch``,
+        keep following the directory. Versions that fail are refused (see ``errors``); the
+        repository is ready once every version has been tried."""
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"model repository {self.root} is not a directory")
+        if watch:
+            # Watch first, then scan: a change made during the initial load is not missed.
+            await self.start_watching()
+        await self.poll_once()
+        self.ready = True
+
+    async def stop(self) -> None:
+        """Stop watching, drain every executor and close every runner."""
+        self.ready = False
+        if self._watch_task is not None:
+            assert self._stop_watch is not None
+            self._stop_watch.set()
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch_task
+            self._watch_task = None
+        async with self._lock:
+            served = self.models()
+            self._models = {}
+            for s in served:
+                await self._retire(s)
+
+    async def start_watching(self) -> None:
+        """Follow ``root`` with ``watchfiles``: every batch of changes runs ``poll_once``, and
+        so does every ``resync_s`` of quiet (a safety net for events a filesystem drops)."""
+        if self._watch_task is None:
+            self._stop_watch = asyncio.Event()
+            self._watch_task = asyncio.create_task(self._watch(), name=f"watch {self.root}")
+            # One loop turn lets the task create its inotify watch before we return.
+            await asyncio.sleep(0)
+
+    async def _watch(self) -> None:
+        import watchfiles
+
+        root = self.root.resolve()
+
+        def relevant(_change: watchfiles.Change, path: str) -> bool:
+            try:
+                parts = Path(path).relative_to(root).parts
+            except ValueError:
+                return True
+            return not any(part.startswith(".") for part in parts)
+
+        assert self._stop_watch is not None
+        async for _changes in watchfiles.awatch(
+            root,
+            watch_filter=relevant,
+            debounce=self._debounce_ms,
+            stop_event=self._stop_watch,
+            rust_timeout=int(self._resync_s * 1000),
+            yield_on_timeout=True,
+        ):
+            try:
+                await self.poll_once()
+            except Exception:  # a failed poll must not end hot reload
+                log.exception("model repository %s: reload failed", self.root)
+
+    # -- reconciliation -----------------------------------------------------------------
+
+    def _scan(self) -> dict[_Key, tuple[Path, Path | None, _Fingerprint]]:
+        """What the directory holds now: (name, version) -> (model path, config path, stat)."""
+        found: dict[_Key, tuple[Path, Path | None, _Fingerprint]] = {}
+        for model_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            if model_dir.name.startswith("."):
+                continue
+            for vdir in sorted(p for p in model_dir.iterdir() if p.is_dir()):
+                if (
+                    not vdir.name.isdigit()
+                    or int(vdir.name) < 1
+                    or vdir.name != str(int(vdir.name))
+                ):
+                    continue
+                model = vdir / MODEL_FILE
+                try:
+                    if not model.is_file():
+                        continue
+                    cfg = resolve_model_config_path(model_dir, vdir)
+                    fp = (_stat_key(model), _stat_key(cfg))
+                except OSError:  # vanished while scanning: the next poll sees the truth
+                    continue
+                found[(model_dir.name, vdir.name)] = (model, cfg, fp)
+        return found
+
+    async def poll_once(self) -> list[RepositoryEvent]:
+        """Bring the served set in line with the directory once; returns what changed."""
+        async with self._lock:
+            events: list[RepositoryEvent] = []
+            found = self._scan()
+            current = {(s.name, s.version): s for s in self.models()}
+            for key in sorted(set(current) - set(found)):
+                events.append(await self._unload(current[key]))
+            for key in list(self._refused):
+                if key not in found:
+                    self._clear_refusal(key)
+            for key, (model, cfg, fp) in sorted(found.items()):
+                old = current.get(key)
+                if old is not None and old.fingerprint == fp:
+                    continue
+                refused = self._refused.get(key)
+                if refused is not None and refused[0] == fp:
+                    continue  # same bytes that failed last time: do not retry every poll
+                events.append(await self._load(key, model, cfg, fp, old))
+            return events
+
+    async def _load(
+        self,
+        key: _Key,
+        model: Path,
+        cfg: Path | None,
+        fp: _Fingerprint,
+        old: ServedModel | None,
+    ) -> RepositoryEvent:
+        name, version = key
+        started = time.perf_counter()
+        culprit = cfg if cfg is not None else model
+        try:
+            config = load_model_config(cfg) if cfg is not None else ModelConfig()
+            culprit = model
+            runners = await asyncio.to_thread(self._build_and_warm, model, config)
+            try:
+                executor = self._executor_factory(runners, config.batching, f"{name}:{version}")
+                await executor.start()
+            except BaseException:
+                for r in runners:
+                    r.close()
+                raise
+        except Exception as e:
+            message = f"{culprit}: {e}" if str(culprit) not in str(e) else str(e)
+            return self._refuse(key, fp, str(culprit), message, serving=old)
+        seconds = time.perf_counter() - started
+        first = runners[0]
+        served = ServedModel(
+            name=name,
+            version=version,
+            config=config,
+            inputs=tuple(first.inputs),
+            outputs=tuple(first.outputs),
+            executor=executor,
+            load_seconds=seconds,
+            platform=getattr(first, "platform", "onnxruntime"),
+            provider=first.provider,
+            path=model,
+            runners=tuple(runners),
+            fingerprint=fp,
+        )
+        versions = dict(self._models.get(name, {}))
+        versions[version] = served
+        self._models = {**self._models, name: versions}  # the swap: one assignment
+        self._clear_refusal(key)
+        log.info(
+            "model %s version %s %s in %.2fs (%s, %s, %d instance%s)",
+            name,
+            version,
+            "reloaded" if old else "loaded",
+            seconds,
+            served.platform,
+            served.provider,
+            len(runners),
+            "" if len(runners) == 1 else "s",
+        )
+        if old is not None:
+            await self._retire(old)
+        return self._emit(
+            RepositoryEvent("reloaded" if old else "loaded", name, version, load_seconds=seconds)
+        )
+
+    def _build_and_warm(self, model: Path, config: ModelConfig) -> list[Runner]:
+        """Create ``instances`` runners and run a batch of 1 and of max rows through each, so
+        the first real request pays no lazy initialisation (and a broken model fails here)."""
+        runners: list[Runner] = []
+        try:
+            for _ in range(config.instances):
+                runner = self._runner_factory(model, config)
+                runners.append(runner)
+                max_rows = config.batching.max_batch_size
+                for rows in sorted({1, max_rows}):
+                    runner.run(build_warmup_inputs(runner.inputs, rows))
+        except BaseException:
+            for r in runners:
+                with contextlib.suppress(Exception):
+                    r.close()
+            raise
+        return runners
+
+    def _refuse(
+        self, key: _Key, fp: _Fingerprint, where: str, message: str, *, serving: ServedModel | None
+    ) -> RepositoryEvent:
+        self._clear_refusal(key)
+        self._refused[key] = (fp, where)
+        self.errors[where] = message
+        still = f"; version {serving.version} keeps serving" if serving is not None else ""
+        log.error("model %s version %s refused: %s%s", key[0], key[1], message, still)
+        return self._emit(RepositoryEvent("refused", key[0], key[1], message=message))
+
+    def _clear_refusal(self, key: _Key) -> None:
+        refused = self._refused.pop(key, None)
+        if refused is not None and not any(w == refused[1] for _, w in self._refused.values()):
+            self.errors.pop(refused[1], None)
+
+    async def _unload(self, served: ServedModel) -> RepositoryEvent:
+        versions = {
+            v: s for v, s in self._models.get(served.name, {}).items() if v != served.version
+        }
+        models = dict(self._models)
+        if versions:
+            models[served.name] = versions
+        else:
+            models.pop(served.name, None)
+        self._models = models
+        await self._retire(served)
+        log.info("model %s version %s unloaded", served.name, served.version)
+        return self._emit(RepositoryEvent("unloaded", served.name, served.version))
+
+    async def _retire(self, served: ServedModel) -> None:
+        """Let in-flight requests finish; the executor owns the runners and closes them."""
+        try:
+            await served.executor.stop(drain=True)
+        except Exception:
+            log.exception(
+                "model %s version %s: stopping executor failed", served.name, served.version
+            )
+
+    def _emit(self, event: RepositoryEvent) -> RepositoryEvent:
+        if self.on_change is not None:
+            try:
+                self.on_change(event)
+            except Exception:
+                log.exception("model repository on_change callback failed for %s", event)
+        return event
+
+    def __repr__(self) -> str:
+        return f"ModelRepository({str(self.root)!r}, models={len(self.models())})"
+
+
+def describe(repository: ModelRepository) -> Mapping[str, Any]:
+    """Plain summary for logs and admin endpoints."""
+    return {
+        "root": str(repository.root),
+        "ready": repository.ready,
+        "models": [
+            {
+                "name": s.name,
+                "version": s.version,
+                "platform": s.platform,
+                "provider": s.provider,
+                "load_seconds": round(s.load_seconds, 4),
+            }
+            for s in repository.models()
+        ],
+        "errors": dict(repository.errors),
+    }
