@@ -1,0 +1,219 @@
+"""The inferway command: validate and render in-process; run and demo as real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from inferway.gateway.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+INFERWAY = [sys.executable, "-m", "inferway.gateway.cli"]
+
+GOOD = """\
+version: 1
+listeners:
+  - name: public
+    port: 10000
+services:
+  - name: model-v1
+    endpoints: ["127.0.0.1:8001"]
+  - name: model-v2
+    endpoints: ["127.0.0.1:8002"]
+routes:
+  - name: inference
+    backends:
+      - service: model-v1
+        weight: 90
+      - service: model-v2
+        weight: 10
+"""
+
+runner = CliRunner()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def envoy_descendants() -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "envoy" in child.name() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_envoy_left_behind():
+    yield
+    leftover = envoy_descendants()
+    for proc in leftover:
+        proc.kill()
+    assert not leftover, f"envoy processes left behind: {[p.pid for p in leftover]}"
+
+
+def test_validate_accepts_a_good_policy_with_a_summary(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD)
+    result = runner.invoke(app, ["validate", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.stdout
+    assert "1 listener(s), 2 service(s), 1 route(s)" in result.stdout
+    assert "model-v1 90% / model-v2 10%" in result.stdout
+
+
+def test_validate_refuses_a_broken_policy_with_located_errors(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(GOOD.replace("port: 10000", "port: 70000").replace("weight: 10", "weight: -1"))
+    result = runner.invoke(app, ["validate", "-f", str(path)])
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert f"{path}:4:11: listeners[0].port: must be at most 65535, got 70000" in lines
+    assert any(
+        line.startswith(f"{path}:16:17: routes[0].backends[1].weight: ") and "negative" in line
+        for line in lines
+    ), lines
+    assert len(lines) == 2
+
+
+def test_validate_names_a_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    result = runner.invoke(app, ["validate", "-f", str(missing)])
+    assert result.exit_code == 1
+    assert str(missing) in result.stderr and "cannot read file" in result.stderr
+
+
+def test_render_prints_the_envoy_resources(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD)
+    result = runner.invoke(app, ["render", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    rendered = yaml.safe_load(result.stdout)
+    assert sorted(rendered) == ["clusters", "endpoints", "listeners", "routes"]
+    assert [c["name"] for c in rendered["clusters"]] == ["model-v1", "model-v2"]
+    out = tmp_path / "out.yaml"
+    result = runner.invoke(app, ["render", "-f", str(path), "--output", str(out)])
+    assert result.exit_code == 0
+    assert yaml.safe_load(out.read_text()) == rendered
+
+
+@pytest.mark.integration
+def test_run_serves_status_and_stops_envoy_on_sigterm(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD.replace("port: 10000", f"port: {free_port()}"))
+    admin, envoy_admin = free_port(), free_port()
+    command = [
+        *INFERWAY,
+        "run",
+        "-f",
+        str(path),
+        "--xds-port",
+        str(free_port()),
+        "--admin-port",
+        str(admin),
+        "--envoy-admin-port",
+        str(envoy_admin),
+        "--node-id",
+        "cli-test",
+        "--workdir",
+        str(tmp_path / "envoy"),
+    ]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        status = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=1).json()
+                if status["nodes"] and status["nodes"][0]["in_sync"]:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode()
+            time.sleep(0.1)
+        assert status is not None and status["nodes"], status
+        assert status["nodes"][0]["node_id"] == "cli-test" and status["nodes"][0]["in_sync"]
+        envoy_pid = status["envoy"]["pid"]
+        assert psutil.pid_exists(envoy_pid)
+
+        shown = subprocess.run(
+            [*INFERWAY, "status", "--admin", f"http://127.0.0.1:{admin}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "cli-test" in shown.stdout and status["policy"]["version"][:12] in shown.stdout
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert not psutil.pid_exists(envoy_pid) or psutil.Process(envoy_pid).status() == (
+            psutil.STATUS_ZOMBIE
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.mark.integration
+def test_run_refuses_to_start_on_an_invalid_policy(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD.replace("weight: 10", "weight: 10.05"))
+    result = subprocess.run(
+        [*INFERWAY, "run", "-f", str(path), "--no-envoy", "--xds-port", "0", "--admin-port", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert "refusing to start" in result.stderr
+    assert f"{path}:16:17: routes[0].backends[1].weight" in result.stderr
+
+
+@pytest.mark.integration
+def test_status_explains_an_unreachable_gateway() -> None:
+    result = runner.invoke(app, ["status", "--admin", f"http://127.0.0.1:{free_port()}"])
+    assert result.exit_code == 2
+    assert "cannot reach the inferway admin API" in result.stderr
+
+
+@pytest.mark.integration
+def test_demo_once_shows_both_versions_and_the_change_time() -> None:
+    env = {**os.environ, "COLUMNS": "120"}
+    started = time.monotonic()
+    result = subprocess.run(
+        [*INFERWAY, "demo", "--once", "--requests", "200"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "v1" in out and "v2" in out
+    assert "Traffic at 10% canary" in out and "Traffic at 50% canary" in out
+    assert "policy change applied by Envoy in" in out and " ms" in out
+    assert "stopped cleanly" in out
+    assert elapsed < 30
