@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from inferway.backends.model_config import (
 )
 from inferway.backends.runners.base import Runner, TensorSpec
 from inferway.backends.runners.dtypes import numpy_dtype
+
+if TYPE_CHECKING:
+    from inferway.backends.batching import BatchExecutor
 
 __all__ = [
     "MODEL_FILE",
@@ -70,7 +73,7 @@ class ServedModel:
     config: ModelConfig
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    executor: Any
+    executor: BatchExecutor
     load_seconds: float
     platform: str
     provider: str
