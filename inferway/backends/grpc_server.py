@@ -106,11 +106,12 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         return await self._answer(context, response)
 
     async def _infer_once(
-        self, request: Any, context: grpc.aio.ServicerContext, span: Any
-    ) -> tuple[Any, str]:
+        self, request: Any, context: grpc.aio.ServicerContext, span: Any, served: dict[str, str]
+    ) -> Any:
         if not self._repository.ready:
             raise NotReadyError("the server is still loading its models")
         model = self._get(request.model_name, request.model_version)
+        served["version"] = str(model.version)
         limit = int(getattr(model.config, "max_input_bytes", None) or DEFAULT_MAX_BODY_BYTES)
         size = request.ByteSize()
         if size > limit:
@@ -136,28 +137,29 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             outputs=chosen,
             raw=decoded.binary_output,
         )
-        return response, str(model.version)
+        return response
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        version = request.model_version
+        served = {"version": request.model_version}
         parent = tracing.extract_context(context.invocation_metadata() or ())
         failure: Failure | None = None
         with tracing.request_span(request.model_name, protocol="grpc", parent=parent) as span:
             try:
-                response, version = await self._infer_once(request, context, span)
+                response = await self._infer_once(request, context, span, served)
             except Exception as exc:
                 failure = classify_error(exc)
             code = failure.grpc_code if failure is not None else grpc.StatusCode.OK
             tracing.set_span_outcome(
                 span,
                 code=code.name,
-                version=version,
+                version=served["version"],
                 error=failure.message if failure is not None else None,
+                fault=failure is not None and failure.http_status >= 500,
             )
         self._metrics.observe_request(
             model=request.model_name,
-            version=version,
+            version=served["version"],
             protocol="grpc",
             code=code.name,
             seconds=time.perf_counter() - started,

@@ -160,13 +160,13 @@ def _header_timeout(request: web.Request) -> float | None:
     return ms / 1000 if ms > 0 else None
 
 
-async def _infer_once(request: web.Request, span: Any) -> tuple[web.Response, str]:
-    """Decode, run and encode one request; returns the response and the served version."""
+async def _infer_once(request: web.Request, span: Any, served: dict[str, str]) -> web.Response:
+    """Decode, run and encode one request; notes the served version in ``served``."""
     state = request.app[_STATE]
     if not state.repository.ready:
         raise NotReadyError("the server is still loading its models")
     model = _model(request)
-    version = str(model.version)
+    version = served["version"] = str(model.version)
     # The model's own limit (config.yaml max_input_bytes) wins over the server default.
     limit = int(getattr(model.config, "max_input_bytes", None) or state.max_body_bytes)
     body = await _read_body(request, limit, model.name)
@@ -192,30 +192,32 @@ async def _infer_once(request: web.Request, span: Any) -> tuple[web.Response, st
         binary_default=decoded.binary_output,
     )
     if head_len is None:
-        return web.Response(body=payload, content_type="application/json"), version
+        return web.Response(body=payload, content_type="application/json")
     resp = web.Response(body=payload, content_type="application/octet-stream")
     resp.headers[BINARY_HEADER] = str(head_len)
-    return resp, version
+    return resp
 
 
 async def _infer(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     started = time.perf_counter()
     name = request.match_info["model"]
-    version = request.match_info.get("version", "")
+    served = {"version": request.match_info.get("version", "")}
     parent = tracing.extract_context(request.headers)
     with tracing.request_span(name, protocol="http", parent=parent) as span:
         error: str | None = None
         try:
-            resp, version = await _infer_once(request, span)
+            resp = await _infer_once(request, span, served)
         except Exception as exc:
             failure = classify_error(exc)
             resp = _error(failure)
             error = failure.message
-        tracing.set_span_outcome(span, code=resp.status, version=version, error=error)
+        tracing.set_span_outcome(
+            span, code=resp.status, version=served["version"], error=error, fault=resp.status >= 500
+        )
     state.metrics.observe_request(
         model=name,
-        version=version,
+        version=served["version"],
         protocol="http",
         code=resp.status,
         seconds=time.perf_counter() - started,

@@ -50,9 +50,15 @@ def request_span(
         yield span
 
 
-def set_span_outcome(span: Span, *, code: str | int, version: str, error: str | None) -> None:
-    """Record the answer on the span; 5xx and server-side gRPC failures mark it as an error."""
+def set_span_outcome(
+    span: Span, *, code: str | int, version: str, error: str | None, fault: bool = False
+) -> None:
+    """Record the answer on the span. Only server faults (5xx; INTERNAL, UNAVAILABLE,
+    DEADLINE_EXCEEDED) mark it as an error, as OpenTelemetry's conventions ask; a client's
+    mistake is noted in ``inferway.error`` but is not the server's failure."""
     span.set_attribute("inferway.model_version", version)
     span.set_attribute("inferway.status_code", str(code))
     if error is not None:
-        span.set_status(Status(StatusCode.ERROR, error))
+        span.set_attribute("inferway.error", error)
+        if fault:
+            span.set_status(Status(StatusCode.ERROR, error))
