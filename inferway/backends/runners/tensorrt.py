@@ -199,21 +199,36 @@ class TensorRTRunner:
         self.path = Path(path)
         self.max_batch_size = max_batch_size
         self.fp16 = fp16
+        self._cache_dir = cache_dir
         self._dev = _open_device(device_id)
+        self._engine = None
+        try:
+            self._load(workspace_bytes)
+        except BaseException:
+            self._dev.close()
+            raise
+        self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device ptr, capacity bytes)
+
+    def _load(self, workspace_bytes: int) -> None:
         self._logger = trt.Logger(trt.Logger.WARNING)
         onnx_bytes = self.path.read_bytes()
         key = engine_cache_key(
             onnx_bytes,
             trt_version=trt.__version__,
             gpu_name=self._dev.device_name,
-            fp16=fp16,
-            max_batch_size=max_batch_size,
+            fp16=self.fp16,
+            max_batch_size=self.max_batch_size,
         )
-        cache = Path(cache_dir) if cache_dir else self.path.parent / ".trt_cache"
+        cache = Path(self._cache_dir) if self._cache_dir else self.path.parent / ".trt_cache"
         self.engine_path = cache / f"{self.path.stem}-{key}.engine"
-        plan = self._load_or_build(onnx_bytes, workspace_bytes)
+        plan, cached = self._load_or_build(onnx_bytes, workspace_bytes)
         self._runtime = trt.Runtime(self._logger)
         self._engine = self._runtime.deserialize_cuda_engine(plan)
+        if self._engine is None and cached:
+            log.warning("%s: cached engine unusable; rebuilding", self.engine_path)
+            self.engine_path.unlink(missing_ok=True)
+            plan, _ = self._load_or_build(onnx_bytes, workspace_bytes)
+            self._engine = self._runtime.deserialize_cuda_engine(plan)
         if self._engine is None:
             raise RuntimeError(f"{self.engine_path}: TensorRT could not deserialize the engine")
         self._context = self._engine.create_execution_context()
@@ -230,18 +245,18 @@ class TensorRTRunner:
             (ins if is_input else outs).append(spec)
         self.inputs: tuple[TensorSpec, ...] = tuple(ins)
         self.outputs: tuple[TensorSpec, ...] = tuple(outs)
-        self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device ptr, capacity bytes)
 
-    def _load_or_build(self, onnx_bytes: bytes, workspace_bytes: int) -> bytes:
+    def _load_or_build(self, onnx_bytes: bytes, workspace_bytes: int) -> tuple[bytes, bool]:
+        """The serialized engine, and whether it came from the cache."""
         if self.engine_path.is_file():
             log.info("%s: using cached TensorRT engine %s", self.path, self.engine_path)
-            return self.engine_path.read_bytes()
+            return self.engine_path.read_bytes(), True
         plan = self._build(onnx_bytes, workspace_bytes)
         self.engine_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.engine_path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(plan)
         tmp.replace(self.engine_path)  # atomic: a concurrent loader never reads half a plan
-        return plan
+        return plan, False
 
     def _build(self, onnx_bytes: bytes, workspace_bytes: int) -> bytes:
         builder = trt.Builder(self._logger)
@@ -301,8 +316,10 @@ class TensorRTRunner:
             raise ValueError(
                 f"{self.path}: inputs must be exactly {sorted(names)}, got {sorted(inputs)}"
             )
+        staged = []  # host copies stay referenced until the stream is synchronized
         for spec in self.inputs:
             host = np.ascontiguousarray(inputs[spec.name], dtype=self._dtypes[spec.name])
+            staged.append(host)
             if not self._context.set_input_shape(spec.name, host.shape):
                 raise ValueError(
                     f"{self.path}: input {spec.name!r} shape {host.shape} is outside the engine "
@@ -323,6 +340,7 @@ class TensorRTRunner:
         for spec in self.outputs:
             self._dev.to_host(results[spec.name], self._buffers[spec.name][0])
         self._dev.synchronize()
+        del staged
         return results
 
     def close(self) -> None:
