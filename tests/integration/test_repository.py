@@ -219,3 +219,19 @@ async def test_watching_picks_up_a_new_version(tmp_path) -> None:
         await repo.stop()
     assert not repo.ready
     assert repo.models() == []
+
+
+async def test_model_level_config_applies_to_all_versions_and_reloads_them(tmp_path) -> None:
+    write_demo_repository(tmp_path, "demo", (1, 2), sizes=SIZES)
+    shared = tmp_path / "demo" / "config.yaml"
+    shared.write_text("provider: cpu\nintra_op_threads: 1\nbatching:\n  max_batch_size: 2\n")
+    repo = ModelRepository(tmp_path)
+    await repo.start(watch=False)
+    try:
+        assert [m.config.batching.max_batch_size for m in repo.models()] == [2, 2]
+        shared.write_text("provider: cpu\nintra_op_threads: 1\nbatching:\n  max_batch_size: 3\n")
+        events = await repo.poll_once()
+        assert sorted((e.kind, e.version) for e in events) == [("reloaded", "1"), ("reloaded", "2")]
+        assert [m.config.batching.max_batch_size for m in repo.models()] == [3, 3]
+    finally:
+        await repo.stop()
