@@ -1,0 +1,105 @@
+"""The Envoy bootstrap for one node: who it is, where its ADS server is, and a loopback admin.
+
+Everything else arrives over ADS, so this is the only static config an Envoy sidecar needs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["XDS_CLUSTER_NAME", "build_bootstrap", "write_bootstrap"]
+
+XDS_CLUSTER_NAME = "inferway_xds"
+
+_HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+
+def build_bootstrap(
+    *,
+    node_id: str,
+    node_cluster: str = "inferway",
+    xds_host: str = "127.0.0.1",
+    xds_port: int,
+    admin_port: int,
+    admin_address: str = "127.0.0.1",
+) -> dict[str, Any]:
+    """A JSON/YAML-able bootstrap. ``node.cluster`` is set too: SDS over ADS needs both.
+    ``admin_port`` 0 lets Envoy pick one (read it back with ``--admin-address-path``)."""
+    if not node_id:
+        raise ValueError("build_bootstrap: node_id must be a non-empty string")
+    if not 0 < xds_port < 65536:
+        raise ValueError(f"build_bootstrap: xds_port {xds_port} is not a TCP port (1..65535)")
+    if not 0 <= admin_port < 65536:
+        raise ValueError(f"build_bootstrap: admin_port {admin_port} is not a TCP port (0..65535)")
+    ads_source = {"ads": {}, "resource_api_version": "V3"}
+    return {
+        "node": {"id": node_id, "cluster": node_cluster},
+        "admin": {
+            "address": {"socket_address": {"address": admin_address, "port_value": admin_port}}
+        },
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": True,
+                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER_NAME}}],
+            },
+            "lds_config": dict(ads_source),
+            "cds_config": dict(ads_source),
+        },
+        "static_resources": {
+            "clusters": [
+                {
+                    "name": XDS_CLUSTER_NAME,
+                    "type": _discovery_type(xds_host),
+                    "connect_timeout": "1s",
+                    "typed_extension_protocol_options": {
+                        _HTTP_PROTOCOL_OPTIONS: {
+                            "@type": f"type.googleapis.com/{_HTTP_PROTOCOL_OPTIONS}",
+                            "explicit_http_config": {"http2_protocol_options": {}},
+                        }
+                    },
+                    "load_assignment": {
+                        "cluster_name": XDS_CLUSTER_NAME,
+                        "endpoints": [
+                            {
+                                "lb_endpoints": [
+                                    {
+                                        "endpoint": {
+                                            "address": {
+                                                "socket_address": {
+                                                    "address": xds_host,
+                                                    "port_value": xds_port,
+                                                }
+                                            }
+                                        }
+                                    }
+                                ]
+                            }
+                        ],
+                    },
+                }
+            ]
+        },
+    }
+
+
+def _discovery_type(host: str) -> str:
+    """STATIC for an IP address; a host name needs DNS resolution."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "STRICT_DNS"
+    return "STATIC"
+
+
+def write_bootstrap(path: str | Path, bootstrap: dict[str, Any]) -> Path:
+    """Write ``bootstrap`` as YAML to ``path`` (parents created); returns the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(bootstrap, sort_keys=False, default_flow_style=False))
+    return target

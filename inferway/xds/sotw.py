@@ -1,0 +1,192 @@
+"""The state-of-the-world xDS protocol for one ADS stream, as pure code.
+
+``SotwState`` turns (request, current snapshot) and (snapshot changed) into the responses to send
+and the ACKs/NACKs seen; it holds no sockets, clock or cache, so it is tested with plain values.
+Rules (xDS protocol, "ACK/NACK and resource type instance version"; "When to send an update"):
+
+- a request whose ``response_nonce`` is not the last nonce sent for its type is stale: ignored;
+- a request with the last nonce and no ``error_detail`` ACKs the version sent with that nonce;
+  with ``error_detail`` it NACKs it, and that version is not sent again on this stream until the
+  snapshot for the type changes or the subscription does (re-sending it would loop forever);
+- a request without a nonce opens (or re-opens) a subscription: it is always answered; so is
+  a second request with an already ACKed nonce (Envoy re-subscribing, e.g. a cluster rebuilt by
+  a CDS update asks for its endpoints again and stays warming until it gets them);
+- LDS and CDS are wildcard when no names (or ``*``) are given; EDS, RDS and SDS send only the
+  requested names;
+- on a snapshot change, types go out in ``type_urls.PUSH_ORDER`` (CDS, EDS before LDS, RDS):
+  make-before-break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+
+from inferway.xds import type_urls
+from inferway.xds.resources import content_hash
+from inferway.xds.snapshot import Snapshot
+
+__all__ = ["Ack", "Nack", "SotwState", "Step", "counter_nonces"]
+
+WILDCARD_TYPES = frozenset({type_urls.LISTENER, type_urls.CLUSTER})
+EMPTY_VERSION = content_hash([])
+
+
+@dataclass(frozen=True)
+class Ack:
+    type_url: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Nack:
+    type_url: str
+    version: str
+    nonce: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one event produced: responses to send (in order) and the ACKs/NACKs it carried."""
+
+    responses: list[discovery_pb2.DiscoveryResponse] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    nacks: list[Nack] = field(default_factory=list)
+    stale: bool = False
+
+
+_NEVER_SENT = frozenset({"\0never-sent"})
+
+
+@dataclass
+class _TypeState:
+    names: frozenset[str] | None = None  # None: wildcard
+    last_nonce: str | None = None
+    answered_nonce: str | None = None  # the last nonce an ACK/NACK already consumed
+    sent_version: str | None = None
+    sent_names: frozenset[str] | None = _NEVER_SENT
+    rejected_version: str | None = None
+    answer_next: bool = False  # a fresh subscription is always answered
+
+
+def counter_nonces(prefix: str = "") -> Callable[[], str]:
+    """Nonces unique within a stream: ``prefix`` + a counter."""
+    count = 0
+
+    def next_nonce() -> str:
+        nonlocal count
+        count += 1
+        return f"{prefix}{count}"
+
+    return next_nonce
+
+
+class SotwState:
+    """Per-stream, per-type protocol state; ``nonces()`` yields each response's nonce."""
+
+    def __init__(self, nonces: Callable[[], str] | None = None) -> None:
+        self._nonces = nonces or counter_nonces()
+        self._types: dict[str, _TypeState] = {}
+
+    def subscribed(self) -> dict[str, frozenset[str] | None]:
+        """type_url -> requested names (None = wildcard), for status pages and tests."""
+        return {t: s.names for t, s in self._types.items()}
+
+    def on_request(
+        self, request: discovery_pb2.DiscoveryRequest, snapshot: Snapshot | None
+    ) -> Step:
+        type_url = request.type_url
+        state = self._types.setdefault(type_url, _TypeState())
+        acks: list[Ack] = []
+        nacks: list[Nack] = []
+        nonce = request.response_nonce
+        if nonce:
+            if nonce != state.last_nonce:
+                return Step(stale=True)
+            sent = state.sent_version or ""
+            if nonce == state.answered_nonce:
+                # Asked again with an already answered nonce: Envoy re-created the subscription
+                # (e.g. a cluster rebuilt by a CDS update waits, warming, for its EDS).
+                state.answer_next = not request.HasField("error_detail")
+            elif request.HasField("error_detail"):
+                state.rejected_version = sent
+                nacks.append(Nack(type_url, sent, nonce, request.error_detail.message))
+            else:
+                acks.append(Ack(type_url, sent))
+            state.answered_nonce = nonce
+        else:
+            state.answer_next = True
+        state.names = _requested_names(type_url, request.resource_names)
+        response = self._respond(type_url, state, snapshot)
+        return Step([response] if response else [], acks, nacks)
+
+    def on_snapshot(self, snapshot: Snapshot | None) -> Step:
+        """Responses for every subscribed type whose content changed, CDS/EDS before LDS/RDS."""
+        if snapshot is None:
+            return Step()
+        order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
+        responses = []
+        for type_url in order:
+            state = self._types.get(type_url)
+            if state is None:
+                continue
+            response = self._respond(type_url, state, snapshot)
+            if response is not None:
+                responses.append(response)
+        return Step(responses)
+
+    def _respond(
+        self, type_url: str, state: _TypeState, snapshot: Snapshot | None
+    ) -> discovery_pb2.DiscoveryResponse | None:
+        if snapshot is None:
+            return None  # answered once a snapshot arrives (answer_next stays set)
+        names = state.names
+        if names is not None and not names:
+            state.answer_next = False  # nothing subscribed: nothing to say
+            state.sent_names = names
+            return None
+        version = snapshot.versions.get(type_url, EMPTY_VERSION)
+        content_changed = version not in (state.sent_version, state.rejected_version)
+        if not (state.answer_next or names != state.sent_names or content_changed):
+            return None
+        response = build_response(type_url, version, _select(snapshot, type_url, names))
+        response.nonce = self._nonces()
+        state.last_nonce = response.nonce
+        state.sent_version = version
+        state.sent_names = names
+        state.answer_next = False
+        if version != state.rejected_version:
+            state.rejected_version = None
+        return response
+
+
+def build_response(
+    type_url: str, version: str, resources: Iterable[Message]
+) -> discovery_pb2.DiscoveryResponse:
+    packed = []
+    for message in resources:
+        holder = any_pb2.Any()
+        holder.Pack(message)
+        packed.append(holder)
+    return discovery_pb2.DiscoveryResponse(
+        version_info=version, type_url=type_url, resources=packed
+    )
+
+
+def _select(snapshot: Snapshot, type_url: str, names: frozenset[str] | None) -> list[Message]:
+    named = snapshot.resources_of(type_url)
+    if names is None:
+        return [named[n] for n in sorted(named)]
+    return [named[n] for n in sorted(names) if n in named]
+
+
+def _requested_names(type_url: str, names: Iterable[str]) -> frozenset[str] | None:
+    requested = frozenset(names)
+    if "*" in requested or (not requested and type_url in WILDCARD_TYPES):
+        return None
+    return requested
