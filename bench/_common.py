@@ -89,7 +89,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summarize(values_s: Sequence[float]) -> dict[str, float]:
-    """p50/p99/max/mean in milliseconds."""
+    """p50/p99/max/mean in milliseconds (NaNs, i.e. missing measurements, left out)."""
+    values_s = [v for v in values_s if not math.isnan(v)]
     if not values_s:
         return {"count": 0}
     ms = [v * 1000.0 for v in values_s]

@@ -178,6 +178,9 @@ async def run_propagation(edits: int, debounce_ms: int, poll_interval_s: float) 
                     raise RuntimeError(f"edit {i}: Envoy still reports {seen!r}, not {expected!r}")
                 await asyncio.sleep(poll_interval_s)
             t_seen = time.perf_counter()
+            # Envoy updates its stats before its ACK reaches us: wait for the ACK (untimed).
+            while expected not in stages.acked and time.perf_counter() < deadline:
+                await asyncio.sleep(0.001)
             t_applied = stages.applied.get(snapshot_version, float("nan"))
             t_acked = stages.acked.get(expected, float("nan"))
             rows.append(

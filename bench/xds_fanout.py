@@ -359,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             "CP CPU s/change",
             "CP RSS MiB",
             "errors",
+            f"all ACKed <= {TARGET_S:g} s",
         ],
         [
             (
@@ -370,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                 s["cpu_s_per_change_mean"],
                 s["rss_mib_end"],
                 s["client_errors"],
+                "yes" if s["all_acked"]["max_ms"] <= TARGET_S * 1000 else "no",
             )
             for s in scenarios
         ],
