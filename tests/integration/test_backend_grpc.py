@@ -10,11 +10,16 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from inferway.backends.app import build_repository, serve_repository, start_backend
 from inferway.backends.demo_models import build_add, mlp_reference, write_demo_repository
 from inferway.backends.orca import parse_orca_header
 from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.observability.otel import setup_tracing
 
 pytestmark = pytest.mark.integration
 
@@ -190,3 +195,34 @@ async def test_not_ready_server_answers_unavailable(tmp_path: Path) -> None:
             ).outputs
     finally:
         await handle.stop()
+
+
+@pytest.fixture(scope="module")
+def spans() -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = setup_tracing("inferway-test")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+async def test_traceparent_metadata_parents_the_request_span(stub, spans) -> None:
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    parent_id = "b7ad6b7169203331"
+    metadata = (("traceparent", f"00-{trace_id}-{parent_id}-01"),)
+    await stub.ModelInfer(_mlp_request(np.ones((1, 8), np.float32), raw=True), metadata=metadata)
+    deadline = time.monotonic() + 5
+    found = []
+    while not found and time.monotonic() < deadline:
+        found = [
+            s
+            for s in spans.get_finished_spans()
+            if s.name == "infer mlp" and s.context.trace_id == int(trace_id, 16)
+        ]
+        await asyncio.sleep(0.02)
+    assert found, "no request span continued the client's trace"
+    span = found[0]
+    assert span.parent is not None and span.parent.span_id == int(parent_id, 16)
+    assert span.attributes["inferway.status_code"] == "OK"
+    assert span.attributes["inferway.model_version"] == "1"
