@@ -88,7 +88,10 @@ def _default_group(_node: base_pb2.Node) -> str:
 
 class SnapshotCache:
     """Snapshots by group; ``node_group`` maps an Envoy's Node (first request of its stream) to
-    the group whose snapshot it receives. ``clock`` gives unix time for records."""
+    the group whose snapshot it receives. ``clock`` gives unix time for records.
+
+    Not thread-safe: use it from the event loop that runs the xDS server.
+    A snapshot is stored as given; check ``Snapshot.consistent()`` before setting it."""
 
     def __init__(
         self,

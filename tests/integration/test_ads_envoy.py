@@ -27,10 +27,9 @@ NODE = "ads-test-envoy"
 BODY = "hello from the backend"
 
 
-@pytest.fixture
-async def backend_port() -> AsyncIterator[int]:
+async def start_backend(body: str) -> tuple[web.AppRunner, int]:
     async def hello(_request: web.Request) -> web.Response:
-        return web.Response(text=BODY)
+        return web.Response(text=body)
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", hello)
@@ -38,8 +37,14 @@ async def backend_port() -> AsyncIterator[int]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def backend_port() -> AsyncIterator[int]:
+    runner, port = await start_backend(BODY)
     try:
-        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        yield port
     finally:
         await runner.cleanup()
 
@@ -48,8 +53,11 @@ class PushCounter:
     def __init__(self) -> None:
         self.pushes: list[tuple[str, str]] = []
 
+        self.by_node: dict[str, int] = {}
+
     def on_push(self, node_id: str, type_url: str, version: str, count: int) -> None:
         self.pushes.append((type_url, version))
+        self.by_node[node_id] = self.by_node.get(node_id, 0) + 1
 
 
 def good_snapshot(
@@ -208,3 +216,40 @@ async def test_envoy_keeps_serving_without_the_control_plane_and_reconnects_to_a
         await server.stop(0)
         if replacement is not None:
             await replacement.stop(0)
+
+
+async def test_two_envoys_in_two_groups_get_their_own_snapshots(backend_port: int) -> None:
+    canary_runner, canary_backend = await start_backend("canary")
+    cache = SnapshotCache(node_group=lambda node: node.cluster)
+    counter = PushCounter()
+    cache.add_hook(counter)
+    stable_port, canary_port = free_port(), free_port()
+    stable = good_snapshot(stable_port, backend_port)
+    cache.set_snapshot(stable, group="stable")
+    cache.set_snapshot(good_snapshot(canary_port, canary_backend), group="canary")
+    server = await start_xds_server(cache)
+    boots = {
+        group: build_bootstrap(
+            node_id=f"envoy-{group}", node_cluster=group, xds_port=server.port, admin_port=0
+        )
+        for group in ("stable", "canary")
+    }
+    try:
+        async with EnvoyProcess(boots["stable"]), EnvoyProcess(boots["canary"]):
+            stable_body = (await get_through_envoy(stable_port)).text
+            canary_body = (await get_through_envoy(canary_port)).text
+            assert (stable_body, canary_body) == (BODY, "canary")
+            assert {s.node_id: s.group for s in cache.node_status()} == {
+                "envoy-canary": "canary",
+                "envoy-stable": "stable",
+            }
+            assert await cache.wait_for_acks(stable.version, node_ids=["envoy-stable"], timeout=10)
+            stable_pushes = counter.by_node["envoy-stable"]
+            moved = good_snapshot(canary_port, backend_port)  # canary now routes to stable
+            assert cache.set_snapshot(moved, group="canary")
+            assert await cache.wait_for_acks(moved.version, node_ids=["envoy-canary"], timeout=10)
+            assert (await get_through_envoy(canary_port)).text == BODY
+            assert counter.by_node["envoy-stable"] == stable_pushes
+    finally:
+        await server.stop(0)
+        await canary_runner.cleanup()
