@@ -58,7 +58,7 @@ class GatewayOptions:
     workdir: Path | None = None
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
-    debounce_ms: int = 50
+    debounce_ms: int = 10
 
 
 @dataclass

@@ -44,7 +44,7 @@ class PolicyWatcher:
         path: str | Path,
         control_plane: ControlPlane,
         *,
-        debounce_ms: int = 50,
+        debounce_ms: int = 10,
         on_reload: Callable[[ReloadResult], None] | None = None,
         force_polling: bool | None = None,
     ) -> None:
