@@ -16,7 +16,12 @@ import grpc
 
 from inferway.backends import codec, orca, tracing
 from inferway.backends.grpc_codec import decode_grpc_request, encode_grpc_response
-from inferway.backends.http_server import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from inferway.backends.http_server import (
+    EXTENSIONS,
+    SERVER_NAME,
+    SERVER_VERSION,
+    UNKNOWN_MODEL,
+)
 from inferway.backends.metrics import BackendMetrics
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.backends.repository import ModelNotFoundError
@@ -111,6 +116,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         if not self._repository.ready:
             raise NotReadyError("the server is still loading its models")
         model = self._get(request.model_name, request.model_version)
+        served["model"] = model.name
         served["version"] = str(model.version)
         limit = int(getattr(model.config, "max_input_bytes", None) or DEFAULT_MAX_BODY_BYTES)
         size = request.ByteSize()
@@ -141,7 +147,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        served = {"version": request.model_version}
+        served = {"model": UNKNOWN_MODEL, "version": ""}
         parent = tracing.extract_context(context.invocation_metadata() or ())
         failure: Failure | None = None
         with tracing.request_span(request.model_name, protocol="grpc", parent=parent) as span:
@@ -158,7 +164,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
                 fault=failure is not None and failure.http_status >= 500,
             )
         self._metrics.observe_request(
-            model=request.model_name,
+            model=served["model"],
             version=served["version"],
             protocol="grpc",
             code=code.name,

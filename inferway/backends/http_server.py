@@ -40,6 +40,7 @@ SERVER_NAME = "inferway"
 SERVER_VERSION = "0.1.0"
 EXTENSIONS = ("binary_tensor_data", "model_repository_metadata")
 BINARY_HEADER = "Inference-Header-Content-Length"
+UNKNOWN_MODEL = "_unknown"
 ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
 """Envoy tells the upstream how long the route waits; the backend treats it as a deadline."""
 
@@ -166,6 +167,7 @@ async def _infer_once(request: web.Request, span: Any, served: dict[str, str]) -
     if not state.repository.ready:
         raise NotReadyError("the server is still loading its models")
     model = _model(request)
+    served["model"] = model.name
     version = served["version"] = str(model.version)
     # The model's own limit (config.yaml max_input_bytes) wins over the server default.
     limit = int(getattr(model.config, "max_input_bytes", None) or state.max_body_bytes)
@@ -202,7 +204,8 @@ async def _infer(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     started = time.perf_counter()
     name = request.match_info["model"]
-    served = {"version": request.match_info.get("version", "")}
+    # Metric labels name only served models: client-chosen names must not grow the series.
+    served = {"model": UNKNOWN_MODEL, "version": ""}
     parent = tracing.extract_context(request.headers)
     with tracing.request_span(name, protocol="http", parent=parent) as span:
         error: str | None = None
@@ -216,7 +219,7 @@ async def _infer(request: web.Request) -> web.Response:
             span, code=resp.status, version=served["version"], error=error, fault=resp.status >= 500
         )
     state.metrics.observe_request(
-        model=name,
+        model=served["model"],
         version=served["version"],
         protocol="http",
         code=resp.status,

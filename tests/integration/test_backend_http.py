@@ -236,8 +236,17 @@ async def test_metrics_endpoint_parses_and_counters_move(http) -> None:
             assert r.status == 200
     async with http.post("/v2/models/add/infer", data=b"{bad") as r:
         assert r.status == 400
+    async with http.post("/v2/models/ghost-1/infer", json=body) as r:
+        assert r.status == 404
     async with http.get("/metrics") as r:
         after = _samples(await r.text())
+    # a client-chosen model name never becomes a label value
+    assert not any("ghost" in str(labels) for _, labels in after)
+    unknown = (
+        key[0],
+        (("code", "404"), ("model", "_unknown"), ("protocol", "http"), ("version", "")),
+    )
+    assert after.get(unknown) == 1
     assert after[key] - before.get(key, 0.0) == 3
     bad = (key[0], (("code", "400"), *key[1][1:]))
     assert after[bad] == 1
