@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
+from inferway.policies.resolve import Resolved, RuntimeState, resolve_policy
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate_resolved
 
 __all__ = ["AppliedPolicy", "ControlPlane", "PolicyRefusedError", "Refusal"]
 
@@ -65,14 +66,21 @@ class ControlPlane:
         *,
         group: str = "default",
         clock: Callable[[], float] = time.time,
-        translate: Callable[[Policy], Resources] = translate_policy,
+        translate: Callable[[Resolved], Resources] = translate_resolved,
+        state: RuntimeState | None = None,
     ) -> None:
         self.cache = cache
         self.group = group
         self._clock = clock
         self._translate = translate
+        self._state = state or RuntimeState()
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
+
+    @property
+    def state(self) -> RuntimeState:
+        """The runtime sources (endpoints file, certificates) the live snapshot was built with."""
+        return self._state
 
     @property
     def current(self) -> AppliedPolicy | None:
@@ -108,8 +116,20 @@ class ControlPlane:
     def apply_policy(self, policy: Policy, source: str) -> str:
         """Make ``policy`` live; returns the snapshot version. Raises PolicyRefusedError (and
         records the refusal) when it cannot become a consistent snapshot."""
+        return self._apply(policy, self._state, source)
+
+    def update_state(self, state: RuntimeState, source: str) -> str | None:
+        """Swap in new runtime sources and re-push the live policy with them. Refused like a
+        bad edit (PolicyRefusedError; the previous state and snapshot stay) when the result
+        cannot become a consistent snapshot. Before any policy is live it is only stored."""
+        if self._current is None:
+            self._state = state
+            return None
+        return self._apply(self._current.policy, state, source)
+
+    def _apply(self, policy: Policy, state: RuntimeState, source: str) -> str:
         try:
-            snapshot = build_snapshot(self._translate(policy))
+            snapshot = build_snapshot(self._translate(resolve_policy(policy, state)))
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
@@ -120,6 +140,7 @@ class ControlPlane:
             )
             raise PolicyRefusedError(refusal)
         changed = self.cache.set_snapshot(snapshot, self.group)
+        self._state = state
         self._current = AppliedPolicy(policy, snapshot, source, self._clock())
         log.info(
             "policy from %s applied as snapshot %s%s",

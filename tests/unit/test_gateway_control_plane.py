@@ -7,10 +7,12 @@ from envoy.config.cluster.v3 import cluster_pb2
 
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
 from inferway.policies.errors import PolicyError, PolicyIssue
-from inferway.policies.model import Policy
+from inferway.policies.model import Endpoint, Policy
+from inferway.policies.resolve import Resolved, RuntimeState, TlsMaterial, resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import Resources
+from inferway.xds.translate import translate_resolved
 
 
 def make_policy(canary_weight: float) -> Policy:
@@ -70,7 +72,7 @@ def test_an_inconsistent_snapshot_is_refused_and_the_good_one_kept() -> None:
     good = ControlPlane(cache, clock=Clock())
     kept = good.apply_policy(make_policy(10), "p.yaml")
 
-    def dangling(_policy: Policy) -> Resources:
+    def dangling(_resolved: Resolved) -> Resources:
         cluster = cluster_pb2.Cluster(name="orphan", type=cluster_pb2.Cluster.EDS)
         return Resources.build({type_urls.CLUSTER: [("orphan", cluster)]})
 
@@ -85,7 +87,7 @@ def test_an_inconsistent_snapshot_is_refused_and_the_good_one_kept() -> None:
 def test_a_translation_failure_is_recorded_as_a_refusal() -> None:
     cache = SnapshotCache()
 
-    def broken(_policy: Policy) -> Resources:
+    def broken(_resolved: Resolved) -> Resources:
         raise ValueError("cannot translate this")
 
     plane = ControlPlane(cache, clock=Clock(), translate=broken)
@@ -108,3 +110,41 @@ def test_refuse_keeps_the_located_issues_and_clears_pending_after_a_good_apply()
     plane.apply_policy(make_policy(30), "p.yaml")
     assert plane.last_refused == refusal  # kept as history
     assert not plane.refusal_pending
+
+
+def test_runtime_endpoints_replace_inline_ones_and_repush_the_live_policy() -> None:
+    cache = SnapshotCache()
+    plane = ControlPlane(cache, clock=Clock())
+    before = plane.apply_policy(make_policy(10), "p.yaml")
+    moved = RuntimeState(endpoints={"v2": (Endpoint(host="127.0.0.1", port=9999),)})
+    after = plane.update_state(moved, "endpoints.yaml")
+    assert after is not None and after != before
+    assert cache.get_snapshot().version == after
+    assert plane.state is moved
+    # A later policy edit keeps using the runtime endpoints.
+    again = plane.apply_policy(make_policy(20), "p.yaml")
+    resolved = resolve_policy(make_policy(20), moved)
+    (service,) = [s for s in resolved.policy.services if s.name == "v2"]
+    assert [(e.host, e.port) for e in service.endpoints] == [("127.0.0.1", 9999)]
+    assert again == cache.get_snapshot().version
+
+
+def test_a_refused_state_update_keeps_the_previous_state_and_snapshot() -> None:
+    cache = SnapshotCache()
+
+    def strict(resolved: Resolved) -> Resources:
+        if resolved.secrets:
+            raise ValueError("no secrets expected")
+        return translate_resolved(resolved)
+
+    plane = ControlPlane(cache, clock=Clock(), translate=strict)
+    kept = plane.apply_policy(make_policy(10), "p.yaml")
+    with pytest.raises(PolicyRefusedError):
+        plane.update_state(RuntimeState(secrets={"s": TlsMaterial(private_key=b"k")}), "certs")
+    assert cache.get_snapshot().version == kept
+    assert plane.state.secrets == {}
+
+
+def test_tls_material_never_shows_its_private_key() -> None:
+    material = TlsMaterial(certificate_chain=b"CERT", private_key=b"SECRET-KEY")
+    assert "SECRET-KEY" not in repr(material)

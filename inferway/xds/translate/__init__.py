@@ -8,6 +8,7 @@ byte-identical resources, so the cache can version snapshots by content hash.
 from __future__ import annotations
 
 from inferway.policies.model import Policy
+from inferway.policies.resolve import Resolved
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.translate import names
@@ -16,7 +17,7 @@ from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_
 from inferway.xds.translate.listener import build_listener
 from inferway.xds.translate.route import build_route_configuration
 
-__all__ = ["translate_policy"]
+__all__ = ["translate_policy", "translate_resolved"]
 
 
 def translate_policy(policy: Policy) -> Resources:
@@ -42,3 +43,8 @@ def translate_policy(policy: Policy) -> Resources:
             ],
         }
     )
+
+
+def translate_resolved(resolved: Resolved) -> Resources:
+    """The IR (policy merged with runtime sources) -> Envoy resources."""
+    return translate_policy(resolved.policy)
