@@ -8,6 +8,7 @@ instance owns one worker thread, so a runner's ``run`` is never called concurren
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -153,10 +154,9 @@ class BatchExecutor:
             self._drain = False
         self._wake()
         if self._task is not None:
-            try:
+            # a crashed dispatcher was logged already; resources are released regardless
+            with contextlib.suppress(Exception):
                 await asyncio.shield(self._task)
-            except Exception:  # already logged by the dispatcher; still release resources
-                pass
         if self._closed:
             return
         self._closed = True
@@ -270,7 +270,7 @@ class BatchExecutor:
                 if self._closing and not self._drain and sched.queued:
                     for req in sched.clear():
                         self._fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
-                action = sched.next_action(now, len(self._idle))
+                action = sched.next_action(now, len(self._idle), flush=self._closing)
                 if type(action) is Dispatch:
                     self._launch(action, now)
                     continue

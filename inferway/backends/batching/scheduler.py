@@ -31,6 +31,7 @@ __all__ = ["Scheduler"]
 _QUEUED = RequestState.QUEUED
 _COMPUTE_SAFETY = 1.25  # predicted compute time is inflated by this before an SLO check
 _GAIN = 1.02  # waiting must improve throughput by at least this factor
+_MIN_WAIT = 1e-4  # never ask to be woken sooner than this: avoids spinning on bursts
 
 
 class Scheduler:
@@ -191,10 +192,13 @@ class Scheduler:
             at = deadline
         return IDLE if at is None else WaitUntil(at)
 
-    def next_action(self, now: float, idle_instances: int) -> Dispatch | WaitUntil | Idle:
+    def next_action(
+        self, now: float, idle_instances: int, *, flush: bool = False
+    ) -> Dispatch | WaitUntil | Idle:
         """What to do at ``now`` with ``idle_instances`` instances free.
 
         Requests already past their deadline are set aside for the next ``expire`` call.
+        ``flush`` (shutdown drain) dispatches whatever can be batched without waiting.
         """
         if self._deadlines and self._deadlines[0][0] <= now:
             self._expired = self.expire(now)
@@ -238,7 +242,7 @@ class Scheduler:
             return self._take(group, pref_count, pref_rows, pref_bytes)
         head = group[0]
         cap_at = head.arrival + self.config.max_queue_delay_s
-        if full or now >= cap_at:
+        if full or flush or now >= cap_at:
             return self._take(group, count, rows, nbytes)
         if mode == "fixed":
             return self._park(cap_at)
@@ -258,6 +262,7 @@ class Scheduler:
         gap = self.arrivals.expected_wait(now)
         if not math.isfinite(gap):
             return None
+        gap = max(gap, _MIN_WAIT)
         more = min(rows + max(1, round(self.arrivals.mean_rows)), self._max_rows)
         t_more = cost.predict(more)
         if t_more is None:
