@@ -141,7 +141,7 @@ class Scheduler:
             self._deadlines = [e for e in heap if e[2].state is _QUEUED]
             heapq.heapify(self._deadlines)
         if not out:
-            return out
+            return []
         self._expired = []
         return out
 
