@@ -19,7 +19,9 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
+from inferway.backends.cli import serve
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT
+from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.console import configure_logging, make_console, print_issues, short_version
 from inferway.gateway.control_plane import PolicyRefusedError
 from inferway.gateway.runtime import (
@@ -224,20 +226,8 @@ def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]
     return uvloop.run(coro)
 
 
-def _register_serve() -> None:
-    """``inferway serve`` comes from the backend package; a broken or missing one must not
-    take the gateway's commands down with it."""
-    try:
-        from inferway.backends import cli as backends_cli
-    except Exception as exc:  # pragma: no cover - depends on the backend's state
-        logging.getLogger(__name__).debug("inferway serve unavailable: %s", exc)
-        return
-    serve = getattr(backends_cli, "serve", None)
-    if callable(serve):
-        app.command("serve")(serve)
-
-
-_register_serve()
+app.command("serve")(serve)
+app.add_typer(certs_app, name="certs")
 
 
 def main() -> None:
