@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 from aiohttp import web
+from opentelemetry.trace import TracerProvider
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
 from inferway.backends.grpc_server import start_grpc_server
@@ -53,18 +54,27 @@ class BackendHandle:
         await self.repository.stop()
 
 
-def _executor_factory(metrics: BackendMetrics) -> Any:
+def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider | None) -> Any:
     def build(runners: Sequence[Runner], config: BatchingConfig, name: str) -> BatchExecutor:
-        return BatchExecutor(runners, config, name=name, on_batch=metrics.on_batch)
+        return BatchExecutor(
+            runners,
+            config,
+            name=name,
+            on_batch=metrics.on_batch,
+            tracer_provider=tracer_provider,
+        )
 
     return build
 
 
-def build_repository(root: str | Path) -> tuple[ModelRepository, BackendMetrics]:
-    """A ModelRepository whose executors report every batch to a fresh BackendMetrics."""
+def build_repository(
+    root: str | Path, *, tracer_provider: TracerProvider | None = None
+) -> tuple[ModelRepository, BackendMetrics]:
+    """A ModelRepository whose executors report every batch to a fresh BackendMetrics (and
+    their batch spans to ``tracer_provider``, the global one when None)."""
     holder: list[ModelRepository] = []
     metrics = BackendMetrics(models=lambda: holder[0].models() if holder else [])
-    repository = ModelRepository(root, executor_factory=_executor_factory(metrics))
+    repository = ModelRepository(root, executor_factory=_executor_factory(metrics, tracer_provider))
     holder.append(repository)
     return repository, metrics
 
@@ -78,9 +88,15 @@ async def serve_repository(
     grpc_port: int = 0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     grace: float = 5.0,
+    tracer_provider: TracerProvider | None = None,
 ) -> BackendHandle:
     """Start the HTTP and gRPC servers over ``repository`` (started or not)."""
-    app = build_http_app(repository, metrics=metrics, max_body_bytes=max_body_bytes)
+    app = build_http_app(
+        repository,
+        metrics=metrics,
+        max_body_bytes=max_body_bytes,
+        tracer_provider=tracer_provider,
+    )
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
     await runner.setup()
     try:
@@ -88,7 +104,12 @@ async def serve_repository(
         await site.start()
         bound_http = _bound_port(runner, http_port)
         server, bound_grpc = await start_grpc_server(
-            repository, metrics=metrics, host=host, port=grpc_port, max_message_bytes=max_body_bytes
+            repository,
+            metrics=metrics,
+            host=host,
+            port=grpc_port,
+            max_message_bytes=max_body_bytes,
+            tracer_provider=tracer_provider,
         )
     except BaseException:
         await runner.cleanup()
@@ -120,10 +141,12 @@ async def start_backend(
     watch: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     grace: float = 5.0,
+    tracer_provider: TracerProvider | None = None,
 ) -> BackendHandle:
     """Serve every model under ``repository_root``; returns once all are loaded and warm
-    (the servers already answer liveness, and readiness 503, while they load)."""
-    repository, metrics = build_repository(repository_root)
+    (the servers already answer liveness, and readiness 503, while they load). Request and
+    batch spans go to ``tracer_provider`` (the global one when None)."""
+    repository, metrics = build_repository(repository_root, tracer_provider=tracer_provider)
     handle = await serve_repository(
         repository,
         metrics,
@@ -132,6 +155,7 @@ async def start_backend(
         grpc_port=grpc_port,
         max_body_bytes=max_body_bytes,
         grace=grace,
+        tracer_provider=tracer_provider,
     )
     try:
         await repository.start(watch=watch)

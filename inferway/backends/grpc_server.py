@@ -46,9 +46,12 @@ RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
 class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
     """The service over one ModelRepository."""
 
-    def __init__(self, repository: Any, metrics: BackendMetrics) -> None:
+    def __init__(
+        self, repository: Any, metrics: BackendMetrics, tracer_provider: Any = None
+    ) -> None:
         self._repository = repository
         self._metrics = metrics
+        self._tracer = tracing.backend_tracer(tracer_provider)
 
     def _load_metadata(self) -> tuple[tuple[str, str], ...]:
         try:
@@ -148,9 +151,24 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
         served = {"model": UNKNOWN_MODEL, "version": ""}
-        parent = tracing.extract_context(context.invocation_metadata() or ())
+        metadata = context.invocation_metadata() or ()
+        parent = tracing.extract_context(metadata)
+        request_id = next(
+            (
+                v
+                for k, v in metadata
+                if k.lower() == tracing.REQUEST_ID_HEADER and isinstance(v, str)
+            ),
+            None,
+        )
         failure: Failure | None = None
-        with tracing.request_span(request.model_name, protocol="grpc", parent=parent) as span:
+        with tracing.request_span(
+            request.model_name,
+            protocol="grpc",
+            parent=parent,
+            request_id=request_id,
+            tracer=self._tracer,
+        ) as span:
             try:
                 response = await self._infer_once(request, context, span, served)
             except Exception as exc:
@@ -182,8 +200,10 @@ async def start_grpc_server(
     host: str = "127.0.0.1",
     port: int = 0,
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    tracer_provider: Any = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """Start serving; returns the server and the port it bound."""
+    """Start serving; returns the server and the port it bound. Request spans go to
+    ``tracer_provider`` (the global one when None)."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -191,7 +211,7 @@ async def start_grpc_server(
         ]
     )
     pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(repository, metrics), server
+        InferenceServicer(repository, metrics, tracer_provider), server
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

@@ -50,6 +50,7 @@ class _State:
     repository: Any
     metrics: BackendMetrics
     max_body_bytes: int
+    tracer: Any = None
 
 
 _STATE = web.AppKey("inferway_state", _State)
@@ -81,6 +82,9 @@ async def _guard(
         resp.headers[orca.ORCA_HEADER] = orca.current_header(state.repository.models)
     except Exception:
         log.exception("could not compute the ORCA load report")
+    request_id = request.headers.get(tracing.REQUEST_ID_HEADER)
+    if request_id:
+        resp.headers[tracing.REQUEST_ID_HEADER] = request_id
     return resp
 
 
@@ -207,7 +211,13 @@ async def _infer(request: web.Request) -> web.Response:
     # Metric labels name only served models: client-chosen names must not grow the series.
     served = {"model": UNKNOWN_MODEL, "version": ""}
     parent = tracing.extract_context(request.headers)
-    with tracing.request_span(name, protocol="http", parent=parent) as span:
+    with tracing.request_span(
+        name,
+        protocol="http",
+        parent=parent,
+        request_id=request.headers.get(tracing.REQUEST_ID_HEADER),
+        tracer=state.tracer,
+    ) as span:
         error: str | None = None
         try:
             resp = await _infer_once(request, span, served)
@@ -233,10 +243,17 @@ def build_http_app(
     *,
     metrics: BackendMetrics,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    tracer_provider: Any = None,
 ) -> web.Application:
-    """The aiohttp application serving ``repository`` (a ModelRepository)."""
+    """The aiohttp application serving ``repository`` (a ModelRepository). Request spans go
+    to ``tracer_provider`` (the global one when None); x-request-id is echoed back."""
     app = web.Application(middlewares=[_guard], client_max_size=max_body_bytes)
-    app[_STATE] = _State(repository=repository, metrics=metrics, max_body_bytes=max_body_bytes)
+    app[_STATE] = _State(
+        repository=repository,
+        metrics=metrics,
+        max_body_bytes=max_body_bytes,
+        tracer=tracing.backend_tracer(tracer_provider),
+    )
     base = "/v2/models/{model}"
     app.router.add_get("/v2", _server_metadata)
     app.router.add_get("/v2/health/live", _live)

@@ -11,11 +11,28 @@ from contextlib import contextmanager
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-__all__ = ["extract_context", "request_span", "set_span_outcome"]
+__all__ = [
+    "REQUEST_ID_ATTRIBUTE",
+    "REQUEST_ID_HEADER",
+    "backend_tracer",
+    "extract_context",
+    "request_span",
+    "set_span_outcome",
+]
 
 _tracer = trace.get_tracer("inferway.backends")
+
+REQUEST_ID_HEADER = "x-request-id"
+"""Envoy's request id: generated at the edge, forwarded upstream, echoed back by the backend."""
+REQUEST_ID_ATTRIBUTE = "request_id"
+"""Span attribute carrying x-request-id (the same key Envoy's custom tag uses)."""
+
+
+def backend_tracer(provider: TracerProvider | None) -> Tracer:
+    """The request-span tracer: from ``provider``, or the global one when None."""
+    return _tracer if provider is None else provider.get_tracer("inferway.backends")
 
 
 def extract_context(carrier: Mapping[str, str] | Iterable[tuple[str, str | bytes]]) -> Context:
@@ -30,16 +47,22 @@ def extract_context(carrier: Mapping[str, str] | Iterable[tuple[str, str | bytes
 
 @contextmanager
 def request_span(
-    model: str, *, protocol: str, parent: Context, request_id: str | None = None
+    model: str,
+    *,
+    protocol: str,
+    parent: Context,
+    request_id: str | None = None,
+    tracer: Tracer | None = None,
 ) -> Iterator[Span]:
-    """A SERVER span "infer <model>", current for the body of the ``with``."""
+    """A SERVER span "infer <model>", current for the body of the ``with``. ``request_id`` is
+    the edge's x-request-id (kept end to end so logs and spans can be joined)."""
     attributes = {
         "inferway.model": model,
         "rpc.system" if protocol == "grpc" else "http.scheme": protocol,
     }
     if request_id:
-        attributes["inferway.request_id"] = request_id
-    with _tracer.start_as_current_span(
+        attributes[REQUEST_ID_ATTRIBUTE] = request_id
+    with (tracer or _tracer).start_as_current_span(
         f"infer {model}",
         context=parent,
         kind=SpanKind.SERVER,

@@ -1,6 +1,7 @@
 """``inferway demo``: a canary release end to end, with nothing to set up.
 
-Two model versions run behind a real, supervised Envoy configured by the control plane from
+Two real inference backends (version 1 and version 2 of the demo model, ONNX Runtime behind
+adaptive batching) run behind a real, supervised Envoy configured by the control plane from
 a policy file at 10% canary. The demo measures the split through Envoy, then edits the file
 to 50% the way a person would, and times how long Envoy takes to apply it.
 """
@@ -8,8 +9,10 @@ to 50% the way a person would, and times how long Envoy takes to apply it.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
+import random
 import signal
 import socket
 import tempfile
@@ -24,13 +27,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from inferway.gateway.console import make_console, short_version
-from inferway.gateway.demo_backend import start_demo_backends
+from inferway.gateway.demo_backend import DEMO_FEATURES, DEMO_MODEL, start_demo_backends
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.policies import Policy, dump_policy
 from inferway.xds.snapshot import build_snapshot
 from inferway.xds.translate import translate_policy
 
-__all__ = ["build_demo_policy", "run_demo"]
+__all__ = ["build_demo_policy", "build_infer_request", "run_demo"]
 
 NODE_ID = "inferway-demo"
 CONCURRENCY = 16
@@ -49,7 +52,7 @@ def build_demo_policy(listener_port: int, backend_ports: dict[str, int], canary:
             "routes": [
                 {
                     "name": "inference",
-                    "match": {"path": {"prefix": "/"}},
+                    "match": {"path": {"prefix": f"/v2/models/{DEMO_MODEL}"}},
                     "backends": [
                         {"service": "model-v1", "weight": round(100 - canary, 1)},
                         {"service": "model-v2", "weight": canary},
@@ -74,8 +77,18 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def build_infer_request(rng: random.Random, rows: int = 1) -> dict[str, object]:
+    """A KServe v2 JSON inference request for the demo model: ``rows`` random input rows."""
+    data = [round(rng.uniform(-1.0, 1.0), 4) for _ in range(rows * DEMO_FEATURES)]
+    return {
+        "inputs": [{"name": "x", "shape": [rows, DEMO_FEATURES], "datatype": "FP32", "data": data}]
+    }
+
+
 async def _sample(url: str, count: int, console: Console, label: str) -> tuple[Counter[str], float]:
-    """Send ``count`` requests through Envoy (at most CONCURRENCY at once); count versions."""
+    """Send ``count`` inference requests through Envoy (at most CONCURRENCY at once) and count
+    the model versions that answered."""
+    rng = random.Random(count)
     seen: Counter[str] = Counter()
     limit = asyncio.Semaphore(CONCURRENCY)
     limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
@@ -95,9 +108,11 @@ async def _sample(url: str, count: int, console: Console, label: str) -> tuple[C
             async def one(index: int) -> None:
                 async with limit:
                     try:
-                        response = await client.get(f"{url}/v2/models/demo/infer?i={index}")
+                        response = await client.post(
+                            f"{url}/v2/models/{DEMO_MODEL}/infer", json=build_infer_request(rng)
+                        )
                         if response.status_code == 200:
-                            seen[response.json().get("version", "?")] += 1
+                            seen[f"v{response.json().get('model_version', '?')}"] += 1
                         else:
                             seen[f"HTTP {response.status_code}"] += 1
                     except httpx.HTTPError as exc:
@@ -164,10 +179,10 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="inferway-demo-") as tmp:
         workdir = Path(tmp)
-        with console.status("starting two model backends"):
-            backends = await start_demo_backends()
+        with console.status("writing the demo model and starting two inference backends"):
+            backends = await start_demo_backends(workdir)
         console.print(
-            "[green]✓[/green] backends: "
+            f"[green]✓[/green] backends (model {DEMO_MODEL!r}, ONNX Runtime): "
             + ", ".join(f"{v} on 127.0.0.1:{p}" for v, p in backends.ports.items())
         )
         gateway: Gateway | None = None
@@ -243,9 +258,11 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
 
 
 async def _keep_running(console: Console, url: str, gateway: Gateway, policy_path: Path) -> None:
+    request_path = policy_path.with_name("request.json")
+    request_path.write_text(json.dumps(build_infer_request(random.Random(0))), encoding="utf-8")
     console.print(
         Panel.fit(
-            f"try it:   curl {url}/v2/models/demo/infer\n"
+            f"try it:   curl {url}/v2/models/{DEMO_MODEL}/infer -d @{request_path}\n"
             f"status:   inferway status --admin {gateway.admin.url}\n"
             f"          (JSON: curl {gateway.admin.url}/status)\n"
             f"edit:     {policy_path}  (saved edits apply live; invalid ones are refused)\n"
