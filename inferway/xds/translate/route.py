@@ -53,6 +53,7 @@ def build_route_configuration(
 def build_route(route: Route) -> rc_pb2.Route:
     return rc_pb2.Route(
         name=route.name,
+        stat_prefix=route.name,  # per-route stats: envoy_vhost_route_* {envoy_route=<name>}
         match=build_route_match(route.match.path, route.match.headers),
         route=build_route_action(route),
     )
