@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -26,15 +26,20 @@ def build_bootstrap(
     xds_port: int,
     admin_port: int,
     admin_address: str = "127.0.0.1",
+    ads: Literal["sotw", "delta"] = "sotw",
 ) -> dict[str, Any]:
     """A JSON/YAML-able bootstrap. ``node.cluster`` is set too: SDS over ADS needs both.
-    ``admin_port`` 0 lets Envoy pick one (read it back with ``--admin-address-path``)."""
+    ``admin_port`` 0 lets Envoy pick one (read it back with ``--admin-address-path``).
+    ``ads="delta"`` makes Envoy speak incremental xDS (api_type DELTA_GRPC): a change to one
+    resource then sends only that resource."""
     if not node_id:
         raise ValueError("build_bootstrap: node_id must be a non-empty string")
     if not 0 < xds_port < 65536:
         raise ValueError(f"build_bootstrap: xds_port {xds_port} is not a TCP port (1..65535)")
     if not 0 <= admin_port < 65536:
         raise ValueError(f"build_bootstrap: admin_port {admin_port} is not a TCP port (0..65535)")
+    if ads not in ("sotw", "delta"):
+        raise ValueError(f"build_bootstrap: ads must be 'sotw' or 'delta', not {ads!r}")
     ads_source = {"ads": {}, "resource_api_version": "V3"}
     return {
         "node": {"id": node_id, "cluster": node_cluster},
@@ -43,7 +48,7 @@ def build_bootstrap(
         },
         "dynamic_resources": {
             "ads_config": {
-                "api_type": "GRPC",
+                "api_type": "DELTA_GRPC" if ads == "delta" else "GRPC",
                 "transport_api_version": "V3",
                 "set_node_on_first_message_only": True,
                 "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER_NAME}}],

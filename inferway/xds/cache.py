@@ -21,6 +21,7 @@ from envoy.config.core.v3 import base_pb2
 from inferway.xds import type_urls
 from inferway.xds.hooks import HOOK_METHODS, call_hooks
 from inferway.xds.snapshot import Snapshot
+from inferway.xds.stats import SentResponse
 
 __all__ = ["NackRecord", "NodeStatus", "SnapshotCache", "StreamHandle"]
 
@@ -165,6 +166,10 @@ class SnapshotCache:
 
     def record_push(self, handle: StreamHandle, type_url: str, version: str, count: int) -> None:
         call_hooks(self._hooks, "on_push", handle.node_id, type_url, version, count)
+
+    def record_response(self, sent: SentResponse) -> None:
+        """Report one written response (protocol, resources, bytes) to the hooks."""
+        call_hooks(self._hooks, "on_response", sent)
 
     def record_ack(self, handle: StreamHandle, type_url: str, version: str) -> None:
         state = self._nodes.get(handle.node_id)

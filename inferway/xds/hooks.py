@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from inferway.xds.cache import NackRecord, NodeStatus
+    from inferway.xds.stats import SentResponse
 
 __all__ = ["HOOK_METHODS", "XdsHook", "call_hooks"]
 
 _log = logging.getLogger(__name__)
 
-HOOK_METHODS = ("on_push", "on_ack", "on_nack", "on_connect", "on_disconnect")
+HOOK_METHODS = ("on_push", "on_ack", "on_nack", "on_connect", "on_disconnect", "on_response")
 
 
 class XdsHook(Protocol):
@@ -32,6 +33,8 @@ class XdsHook(Protocol):
     def on_connect(self, status: NodeStatus) -> None: ...
 
     def on_disconnect(self, status: NodeStatus) -> None: ...
+
+    def on_response(self, sent: SentResponse) -> None: ...
 
 
 def call_hooks(hooks: list[Any], method: str, *args: Any) -> None:

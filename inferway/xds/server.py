@@ -1,4 +1,5 @@
-"""The ADS gRPC server: a thin shell that hands each stream to ``serve_sotw_stream``.
+"""The ADS gRPC server: a thin shell that hands each stream to ``serve_sotw_stream`` or, for
+the incremental protocol, ``serve_delta_stream``.
 
 grpc.aio runs every RPC as its own task, so a slow Envoy only slows its own stream.
 """
@@ -12,7 +13,7 @@ import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from inferway.xds.cache import SnapshotCache
-from inferway.xds.stream import XdsProtocolError, serve_sotw_stream
+from inferway.xds.stream import XdsProtocolError, serve_delta_stream, serve_sotw_stream
 
 __all__ = ["XdsServer", "start_xds_server"]
 
@@ -33,6 +34,17 @@ class _AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceService
 
         try:
             await serve_sotw_stream(request_iterator, send, self._cache)  # type: ignore[arg-type]
+        except XdsProtocolError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+    async def DeltaAggregatedResources(
+        self, request_iterator: object, context: grpc.aio.ServicerContext
+    ) -> None:
+        async def send(response: discovery_pb2.DeltaDiscoveryResponse) -> None:
+            await context.write(response)
+
+        try:
+            await serve_delta_stream(request_iterator, send, self._cache)  # type: ignore[arg-type]
         except XdsProtocolError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
@@ -58,7 +70,7 @@ async def start_xds_server(
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> XdsServer:
-    """Serve ADS (state-of-the-world) for ``cache`` on ``host:port`` (0 picks a free port).
+    """Serve ADS (state-of-the-world and delta) for ``cache`` on ``host:port`` (0: any port).
 
     gRPC's 4 MiB default message limit is raised to ``max_message_bytes`` both ways: a large
     fleet's responses and Envoy's requests (long resource name lists) outgrow it.

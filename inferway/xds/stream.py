@@ -1,9 +1,10 @@
 """Drives one ADS stream: requests in, responses out, the cache in between.
 
-The stream interface is deliberately small: an async iterator of ``DiscoveryRequest`` and an
-async ``send`` callback. gRPC supplies them in production; tests pass in-memory ones. Requests
-and snapshot changes are serialised through one queue, so the pure ``SotwState`` sees one event
-at a time and each stream runs as its own task, independent of every other.
+The stream interface is deliberately small: an async iterator of requests and an async
+``send`` callback. gRPC supplies them in production; tests pass in-memory ones. Requests and
+snapshot changes are serialised through one queue, so the pure protocol state (``SotwState``
+for state-of-the-world, ``DeltaState`` for incremental xDS) sees one event at a time and each
+stream runs as its own task, independent of every other.
 """
 
 from __future__ import annotations
@@ -12,18 +13,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Final
+from typing import Any, Final, Protocol
 
 from envoy.service.discovery.v3 import discovery_pb2
 
 from inferway.xds.cache import SnapshotCache, StreamHandle
-from inferway.xds.sotw import SotwState, Step, counter_nonces
+from inferway.xds.delta import DeltaState
+from inferway.xds.snapshot import Snapshot
+from inferway.xds.sotw import SotwState, counter_nonces
+from inferway.xds.stats import Protocol as XdsProtocol
+from inferway.xds.stats import SentResponse
 
-__all__ = ["XdsProtocolError", "serve_sotw_stream"]
+__all__ = ["XdsProtocolError", "serve_delta_stream", "serve_sotw_stream"]
 
 _log = logging.getLogger(__name__)
 
 Send = Callable[[discovery_pb2.DiscoveryResponse], Awaitable[None]]
+DeltaSend = Callable[[discovery_pb2.DeltaDiscoveryResponse], Awaitable[None]]
 
 _SNAPSHOT_CHANGED: Final = object()
 _END: Final = object()
@@ -33,6 +39,12 @@ class XdsProtocolError(Exception):
     """The client broke the protocol (e.g. its first request names no node)."""
 
 
+class _ProtocolState(Protocol):
+    def on_request(self, request: Any, snapshot: Snapshot | None) -> Any: ...
+
+    def on_snapshot(self, snapshot: Snapshot | None) -> Any: ...
+
+
 async def serve_sotw_stream(
     requests: AsyncIterable[discovery_pb2.DiscoveryRequest],
     send: Send,
@@ -40,6 +52,24 @@ async def serve_sotw_stream(
 ) -> None:
     """Serve one state-of-the-world ADS stream until the client ends it (or the task is
     cancelled); the node's status is marked disconnected on the way out."""
+    await _serve(requests, send, cache, "sotw")
+
+
+async def serve_delta_stream(
+    requests: AsyncIterable[discovery_pb2.DeltaDiscoveryRequest],
+    send: DeltaSend,
+    cache: SnapshotCache,
+) -> None:
+    """Serve one incremental (delta) ADS stream; same lifecycle as ``serve_sotw_stream``."""
+    await _serve(requests, send, cache, "delta")
+
+
+async def _serve(
+    requests: AsyncIterable[Any],
+    send: Callable[[Any], Awaitable[None]],
+    cache: SnapshotCache,
+    protocol: XdsProtocol,
+) -> None:
     iterator = aiter(requests)
     try:
         first = await anext(iterator)
@@ -61,10 +91,12 @@ async def serve_sotw_stream(
             events.put_nowait(_SNAPSHOT_CHANGED)
 
     cache.watch(handle.group, handle.stream_id, on_change)
-    state = SotwState(counter_nonces(f"{handle.stream_id}-"))
+    nonces = counter_nonces(f"{handle.stream_id}-")
+    state: _ProtocolState = SotwState(nonces) if protocol == "sotw" else DeltaState(nonces)
     reader = asyncio.create_task(_read(iterator, events), name=f"xds-read-{handle.node_id}")
     try:
-        await _apply(cache, handle, state.on_request(first, cache.get_snapshot(handle.group)), send)
+        first_step = state.on_request(first, cache.get_snapshot(handle.group))
+        await _apply(cache, handle, first_step, send, protocol)
         while True:
             event = await events.get()
             if event is _END:
@@ -75,18 +107,9 @@ async def serve_sotw_stream(
                 pending_change = False
                 step = state.on_snapshot(cache.get_snapshot(handle.group))
             else:
-                assert isinstance(event, discovery_pb2.DiscoveryRequest)
-                _log.debug(
-                    "node %s requests %s names=%s nonce=%r version=%r error=%r",
-                    handle.node_id,
-                    event.type_url,
-                    list(event.resource_names),
-                    event.response_nonce,
-                    event.version_info,
-                    event.error_detail.message,
-                )
+                _log_request(handle, event)
                 step = state.on_request(event, cache.get_snapshot(handle.group))
-            await _apply(cache, handle, step, send)
+            await _apply(cache, handle, step, send, protocol)
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -108,7 +131,32 @@ async def _read(
     events.put_nowait(_END)
 
 
-async def _apply(cache: SnapshotCache, handle: StreamHandle, step: Step, send: Send) -> None:
+def _log_request(handle: StreamHandle, request: Any) -> None:
+    if not _log.isEnabledFor(logging.DEBUG):
+        return
+    if isinstance(request, discovery_pb2.DeltaDiscoveryRequest):
+        names = (
+            f"+{list(request.resource_names_subscribe)} -{list(request.resource_names_unsubscribe)}"
+        )
+    else:
+        names = f"{list(request.resource_names)} version={request.version_info!r}"
+    _log.debug(
+        "node %s requests %s %s nonce=%r error=%r",
+        handle.node_id,
+        request.type_url,
+        names,
+        request.response_nonce,
+        request.error_detail.message,
+    )
+
+
+async def _apply(
+    cache: SnapshotCache,
+    handle: StreamHandle,
+    step: Any,
+    send: Callable[[Any], Awaitable[None]],
+    protocol: XdsProtocol,
+) -> None:
     for ack in step.acks:
         cache.record_ack(handle, ack.type_url, ack.version)
     for nack in step.nacks:
@@ -121,13 +169,30 @@ async def _apply(cache: SnapshotCache, handle: StreamHandle, step: Step, send: S
             record.message,
         )
     for response in step.responses:
+        if protocol == "sotw":
+            version, removed = response.version_info, 0
+        else:
+            version, removed = response.system_version_info, len(response.removed_resources)
         _log.debug(
-            "node %s <- %s version=%s nonce=%s resources=%d",
+            "node %s <- %s version=%s nonce=%s resources=%d removed=%d",
             handle.node_id,
             response.type_url,
-            response.version_info,
+            version,
             response.nonce,
             len(response.resources),
+            removed,
         )
         await send(response)
-        cache.record_push(handle, response.type_url, response.version_info, len(response.resources))
+        count = len(response.resources)
+        cache.record_push(handle, response.type_url, version, count)
+        cache.record_response(
+            SentResponse(
+                handle.node_id,
+                protocol,
+                response.type_url,
+                version,
+                count,
+                removed,
+                response.ByteSize(),
+            )
+        )
