@@ -79,4 +79,8 @@ def _as_dict(type_url: str, message: Message) -> dict[str, Any]:
     body = json_format.MessageToDict(message, preserving_proto_field_name=True)
     # protobuf renders packed Any fields as OrderedDict, which yaml.safe_dump refuses:
     # a JSON round trip leaves plain dicts/lists/scalars.
+    if type_url == type_urls.SECRET:  # rendered for people: never print a private key
+        key = body.get("tls_certificate", {}).get("private_key")
+        if key is not None:
+            body["tls_certificate"]["private_key"] = {"inline_string": "<redacted>"}
     return {"@type": type_url, **json.loads(json.dumps(body))}

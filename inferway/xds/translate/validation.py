@@ -27,6 +27,7 @@ from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.translate import names
 from inferway.xds.translate.endpoint import is_ip_address
+from inferway.xds.translate.tls_validation import inline_static_secrets
 
 __all__ = ["build_envoy_validation_bootstrap"]
 
@@ -57,6 +58,7 @@ def build_envoy_validation_bootstrap(
             ],
         ),
     )
+    inline_static_secrets(bootstrap.static_resources, resources)
     body = json_format.MessageToDict(bootstrap, preserving_proto_field_name=True)
     return json.loads(json.dumps(body))  # plain dicts: protobuf renders Any as OrderedDict
 
