@@ -73,7 +73,10 @@ def build_repository(
     """A ModelRepository whose executors report every batch to a fresh BackendMetrics (and
     their batch spans to ``tracer_provider``, the global one when None)."""
     holder: list[ModelRepository] = []
-    metrics = BackendMetrics(models=lambda: holder[0].models() if holder else [])
+    metrics = BackendMetrics(
+        models=lambda: holder[0].models() if holder else [],
+        ready=lambda: bool(holder[0].ready) if holder else False,
+    )
     repository = ModelRepository(root, executor_factory=_executor_factory(metrics, tracer_provider))
     holder.append(repository)
     return repository, metrics

@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from inferway.backends.batching.records import BatchRecord
+from inferway.observability.gpu_memory import GpuMemoryCollector
 
 __all__ = ["CONTENT_TYPE", "BackendMetrics"]
 
@@ -64,10 +65,34 @@ class _ModelGauges(Collector):
         return iter(())  # collected lazily; nothing to check at registration
 
 
-class BackendMetrics:
-    """All of one server's metrics. ``models`` returns the ServedModels to report gauges for."""
+class _Readiness(Collector):
+    """``inferway_backend_ready``: 1 once every model is loaded and warm (what /ready says)."""
 
-    def __init__(self, models: Callable[[], Iterable[Any]] | None = None) -> None:
+    def __init__(self, ready: Callable[[], bool]) -> None:
+        self._ready = ready
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            f"{_PREFIX}_ready",
+            "1 when the backend is ready to serve (every model loaded and warm), else 0.",
+            value=1.0 if self._ready() else 0.0,
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class BackendMetrics:
+    """All of one server's metrics. ``models`` returns the ServedModels to report gauges for,
+    ``ready`` the backend's readiness; GPU memory is exported when NVML sees a GPU."""
+
+    def __init__(
+        self,
+        models: Callable[[], Iterable[Any]] | None = None,
+        *,
+        ready: Callable[[], bool] | None = None,
+        gpu: Collector | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             f"{_PREFIX}_requests",
@@ -105,6 +130,9 @@ class BackendMetrics:
         )
         if models is not None:
             self.registry.register(_ModelGauges(models))
+        if ready is not None:
+            self.registry.register(_Readiness(ready))
+        self.registry.register(gpu if gpu is not None else GpuMemoryCollector())
 
     def observe_request(
         self, *, model: str, version: str, protocol: str, code: str | int, seconds: float

@@ -7,13 +7,16 @@ read exactly what ``GET /status`` serves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from inferway.gateway.control_plane import ControlPlane, Refusal
 from inferway.gateway.supervisor import EnvoySupervisor
+from inferway.observability.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.policies import dump_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import NackRecord, NodeStatus
@@ -22,6 +25,8 @@ from inferway.xds.snapshot import Snapshot
 __all__ = [
     "CONTROL_PLANE",
     "DEFAULT_ADMIN_PORT",
+    "ENVOY_ADMIN_PORT",
+    "METRICS",
     "SUPERVISOR",
     "AdminServer",
     "build_admin_app",
@@ -33,6 +38,10 @@ DEFAULT_ADMIN_PORT = 15000
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
 SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor)
+METRICS = web.AppKey("metrics", ControlPlaneMetrics)
+ENVOY_ADMIN_PORT = web.AppKey("envoy_admin_port", Callable[[], int | None])
+# Query parameters of Envoy's /stats/prometheus that are passed through (all read-only).
+_ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets")
 
 
 def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None) -> dict[str, Any]:
@@ -134,6 +143,41 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "policy_version": plane.version})
 
 
+async def _metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _envoy_stats(request: web.Request) -> web.Response:
+    """Envoy's own /stats/prometheus, fetched from its loopback-only admin port, so Prometheus
+    scrapes the gateway and Envoy's admin (which can also stop Envoy) never leaves loopback."""
+    port_of = request.app.get(ENVOY_ADMIN_PORT)
+    port = None if port_of is None else port_of()
+    if port is None:
+        raise web.HTTPNotFound(text="this gateway runs no Envoy (started with --no-envoy?)\n")
+    params = {k: v for k, v in request.query.items() if k in _ENVOY_STATS_PARAMS}
+    url = f"http://127.0.0.1:{port}/stats/prometheus"
+    try:
+        timeout = aiohttp.ClientTimeout(total=5.0)
+        async with (
+            aiohttp.ClientSession(timeout=timeout, trust_env=False) as session,
+            session.get(url, params=params) as response,
+        ):
+            body = await response.read()
+            status = response.status
+            content_type = response.headers.get("Content-Type", CONTENT_TYPE)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise web.HTTPServiceUnavailable(
+            text=f"Envoy admin at 127.0.0.1:{port} did not answer /stats/prometheus: {reason}\n"
+        ) from None
+    if status != 200:
+        raise web.HTTPBadGateway(
+            text=f"Envoy admin at 127.0.0.1:{port} answered {status} for /stats/prometheus\n"
+        )
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
 async def _policy(request: web.Request) -> web.Response:
     policy = request.app[CONTROL_PLANE].policy
     if policy is None:
@@ -142,15 +186,28 @@ async def _policy(request: web.Request) -> web.Response:
 
 
 def build_admin_app(
-    plane: ControlPlane, supervisor: EnvoySupervisor | None = None
+    plane: ControlPlane,
+    supervisor: EnvoySupervisor | None = None,
+    *,
+    metrics: ControlPlaneMetrics | None = None,
+    envoy_admin_port: Callable[[], int | None] | None = None,
 ) -> web.Application:
+    """``metrics`` defaults to a ControlPlaneMetrics attached now (attach it before the first
+    apply to count it); ``envoy_admin_port`` defaults to the supervisor's admin port."""
     app = web.Application()
     app[CONTROL_PLANE] = plane
+    app[METRICS] = metrics if metrics is not None else ControlPlaneMetrics.attach(plane)
     if supervisor is not None:
         app[SUPERVISOR] = supervisor
+        if envoy_admin_port is None:
+            envoy_admin_port = lambda: supervisor.admin_port  # noqa: E731
+    if envoy_admin_port is not None:
+        app[ENVOY_ADMIN_PORT] = envoy_admin_port
     app.router.add_get("/status", _status)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/policy", _policy)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/envoy/stats/prometheus", _envoy_stats)
     return app
 
 

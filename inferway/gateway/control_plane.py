@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
@@ -76,6 +77,22 @@ class ControlPlane:
         self._state = state or RuntimeState()
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
+        self._observers: list[Any] = []
+
+    def add_observer(self, observer: Any) -> None:
+        """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
+        ``on_refused(Refusal)`` (metrics attach here, not inside the apply logic)."""
+        self._observers.append(observer)
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for observer in self._observers:
+            handler = getattr(observer, method, None)
+            if handler is None:
+                continue
+            try:
+                handler(*args)
+            except Exception:  # observing must never break applying
+                log.exception("control plane observer %r.%s failed", observer, method)
 
     @property
     def state(self) -> RuntimeState:
@@ -148,6 +165,7 @@ class ControlPlane:
             snapshot.version,
             "" if changed else " (unchanged)",
         )
+        self._notify("on_applied", self._current, changed)
         return snapshot.version
 
     def refuse(self, error: BaseException, source: str | None = None) -> Refusal:
@@ -167,4 +185,5 @@ class ControlPlane:
         log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
         for line in refusal.lines():
             log.warning("  %s", line)
+        self._notify("on_refused", refusal)
         return refusal

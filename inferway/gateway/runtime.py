@@ -23,6 +23,7 @@ from inferway.gateway.admin import (
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
+from inferway.observability.control_plane_metrics import ControlPlaneMetrics
 from inferway.policies import load_policy_text
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.xds.bootstrap import build_bootstrap
@@ -91,6 +92,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     policy = load_policy_text(text, str(path))
     cache = SnapshotCache()
     plane = ControlPlane(cache)
+    metrics = ControlPlaneMetrics.attach(plane)
     plane.apply_policy(policy, str(path))
 
     stack = contextlib.AsyncExitStack()
@@ -123,10 +125,12 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             )
 
         admin = await start_admin_server(
-            build_admin_app(plane, supervisor), host=options.host, port=options.admin_port
+            build_admin_app(plane, supervisor, metrics=metrics),
+            host=options.host,
+            port=options.admin_port,
         )
         stack.push_async_callback(admin.stop)
-        log.info("admin API on %s (GET /status, /policy, /healthz)", admin.url)
+        log.info("admin API on %s (GET /status, /policy, /healthz, /metrics)", admin.url)
 
         if supervisor is not None:
             await supervisor.start()
