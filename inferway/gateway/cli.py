@@ -8,6 +8,7 @@ message``, one per line, on stderr), 2 usage or connection problems.
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import signal
@@ -43,6 +44,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+class XdsProtocolChoice(enum.StrEnum):
+    sotw = "sotw"
+    delta = "delta"
+
 
 PolicyFile = Annotated[
     Path,
@@ -114,6 +121,17 @@ def run(
         int, typer.Option(help="Envoy's own admin port.")
     ] = DEFAULT_ENVOY_ADMIN_PORT,
     host: Annotated[str, typer.Option(help="Address the control plane binds.")] = "127.0.0.1",
+    admin_address: Annotated[
+        str, typer.Option(help="Address the admin API binds (non-loopback is warned about).")
+    ] = "127.0.0.1",
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding the admin token for POST /reload (default: "
+            "$INFERWAY_ADMIN_TOKEN, else generated into <workdir>/admin-token).",
+            dir_okay=False,
+        ),
+    ] = None,
     node_id: Annotated[str, typer.Option(help="node.id of the supervised Envoy.")] = "inferway",
     node_cluster: Annotated[str, typer.Option(help="node.cluster of the Envoy.")] = "inferway",
     no_envoy: Annotated[
@@ -124,6 +142,18 @@ def run(
     ] = None,
     log_level: Annotated[str, typer.Option(help="inferway log level.")] = "info",
     envoy_log_level: Annotated[str, typer.Option(help="Envoy's --log-level.")] = "warning",
+    xds_protocol: Annotated[
+        XdsProtocolChoice,
+        typer.Option(help="How Envoy speaks ADS: sotw (state of the world) or delta."),
+    ] = XdsProtocolChoice.sotw,
+    endpoints_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Services' endpoints from this watched file (overrides the policy's "
+            "endpoints_file).",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy."""
     configure_logging(log_level)
@@ -138,6 +168,10 @@ def run(
         with_envoy=not no_envoy,
         workdir=workdir,
         envoy_log_level=envoy_log_level,
+        xds_protocol=xds_protocol.value,
+        endpoints_file=endpoints_file,
+        admin_address=admin_address,
+        admin_token_file=admin_token_file,
     )
     raise typer.Exit(_run_loop(_serve(options)))
 

@@ -13,6 +13,7 @@ import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from inferway.gateway.admin import (
     DEFAULT_ADMIN_PORT,
@@ -21,11 +22,14 @@ from inferway.gateway.admin import (
     start_admin_server,
 )
 from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
 from inferway.observability.control_plane_metrics import ControlPlaneMetrics
 from inferway.policies import load_policy_text
+from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.resolve import RuntimeState
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer, start_xds_server
@@ -60,6 +64,10 @@ class GatewayOptions:
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     debounce_ms: int = 10
+    xds_protocol: Literal["sotw", "delta"] = "sotw"
+    """How the supervised Envoy speaks ADS: state-of-the-world or incremental (delta)."""
+    endpoints_file: Path | None = None
+    """Overrides the policy's ``endpoints_file``: services' endpoints from a watched file."""
 
 
 @dataclass
@@ -72,6 +80,7 @@ class Gateway:
     admin: AdminServer
     supervisor: EnvoySupervisor | None
     _stack: contextlib.AsyncExitStack = field(repr=False)
+    endpoints_watcher: EndpointsWatcher | None = None
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -90,8 +99,15 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         issue = PolicyIssue(str(path), None, None, "", f"cannot read file: {reason}")
         raise PolicyError([issue]) from None
     policy = load_policy_text(text, str(path))
+    endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
+    state = RuntimeState()
+    if endpoints_path is not None:
+        endpoints_text, endpoints = load_initial_endpoints(
+            endpoints_path, [service.name for service in policy.services]
+        )
+        state = RuntimeState(endpoints=endpoints)
     cache = SnapshotCache()
-    plane = ControlPlane(cache)
+    plane = ControlPlane(cache, state=state)
     metrics = ControlPlaneMetrics.attach(plane)
     plane.apply_policy(policy, str(path))
 
@@ -105,6 +121,15 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         await watcher.start()
         stack.push_async_callback(watcher.stop)
 
+        endpoints_watcher: EndpointsWatcher | None = None
+        if endpoints_path is not None:
+            endpoints_watcher = EndpointsWatcher(
+                endpoints_path, plane, debounce_ms=options.debounce_ms
+            )
+            endpoints_watcher.mark_loaded(endpoints_text)
+            await endpoints_watcher.start()
+            stack.push_async_callback(endpoints_watcher.stop)
+
         supervisor: EnvoySupervisor | None = None
         if options.with_envoy:
             workdir = options.workdir
@@ -116,6 +141,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 xds_host=options.host,
                 xds_port=xds.port,
                 admin_port=options.envoy_admin_port,
+                ads=options.xds_protocol,
             )
             supervisor = EnvoySupervisor(
                 bootstrap,
@@ -139,4 +165,14 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     except BaseException:
         await stack.aclose()
         raise
-    return Gateway(options, cache, plane, xds, watcher, admin, supervisor, stack)
+    return Gateway(
+        options,
+        cache,
+        plane,
+        xds,
+        watcher,
+        admin,
+        supervisor,
+        stack,
+        endpoints_watcher=endpoints_watcher,
+    )

@@ -135,7 +135,10 @@ def _weights(policy: Policy) -> Iterator[SemanticIssue]:
                 )
             seen.setdefault(backend.service, b)
             service = by_name.get(backend.service)
+            external = policy.endpoints_file is not None  # endpoints arrive from that file
             if service is not None and not service.endpoints and backend.permille > 0:
+                if external:
+                    continue
                 yield (
                     ("routes", r, "backends", b, "weight"),
                     f"service '{service.name}' has no endpoints, so its weight "

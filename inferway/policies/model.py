@@ -240,3 +240,4 @@ class Policy(_Model):
     listeners: list[Listener] = Field(min_length=1)
     services: list[Service] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
+    endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)

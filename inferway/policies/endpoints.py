@@ -1,0 +1,139 @@
+"""The endpoints file: each service's replicas, kept apart from the policy.
+
+A deploy system (or a discovery sidecar) rewrites this file as replicas come and go, without
+touching the policy a person reviews. It is loaded with the same located errors as the
+policy, and a service it names must exist in the policy: a typo would otherwise leave a
+service without the replicas meant for it.
+
+    services:
+      llama:
+        - 10.0.0.1:8000
+        - {address: 10.0.0.2:8000, zone: us-east-1b, weight: 2}
+      embedder: []
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.located import describe_value, locate_issue, validation_issues
+from inferway.policies.model import Endpoint, Name, Policy
+from inferway.policies.yaml_marks import YamlSyntaxError, format_loc, load_marked_yaml
+
+__all__ = [
+    "EndpointsFile",
+    "ServiceEndpoints",
+    "endpoints_file_path",
+    "load_endpoints",
+    "load_endpoints_text",
+]
+
+ServiceEndpoints = Mapping[str, tuple[Endpoint, ...]]
+"""Service name -> its endpoints: what ``RuntimeState.endpoints`` holds."""
+
+
+class EndpointsFile(BaseModel):
+    """The file's schema: ``services: {<service name>: [endpoint, ...]}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    services: dict[Name, list[Endpoint]] = Field(default_factory=dict)
+
+
+def endpoints_file_path(policy: Policy, policy_path: str | Path) -> Path | None:
+    """The policy's ``endpoints_file``, relative to the policy file's directory."""
+    if policy.endpoints_file is None:
+        return None
+    path = Path(policy.endpoints_file).expanduser()
+    return path if path.is_absolute() else Path(policy_path).parent / path
+
+
+def load_endpoints(
+    path: str | Path, *, services: Collection[str] | None = None
+) -> ServiceEndpoints:
+    """Read and validate the endpoints file at ``path``; see :func:`load_endpoints_text`."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise PolicyError(
+            [PolicyIssue(source, None, None, "", f"cannot read file: {reason}")]
+        ) from None
+    return load_endpoints_text(text, source, services=services)
+
+
+def load_endpoints_text(
+    text: str, source: str = "<string>", *, services: Collection[str] | None = None
+) -> ServiceEndpoints:
+    """Validate endpoints YAML; ``services`` (the policy's service names), when given, is
+    what the file may name. Raises PolicyError with every located issue."""
+    try:
+        document = load_marked_yaml(text)
+    except YamlSyntaxError as error:
+        raise PolicyError(
+            [PolicyIssue(source, error.mark.line, error.mark.column, "", error.message)]
+        ) from None
+    issues = [
+        PolicyIssue(source, i.mark.line, i.mark.column, format_loc(i.loc), i.message)
+        for i in document.issues
+    ]
+    data = document.data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        mark = document.position(())
+        issues.append(
+            PolicyIssue(
+                source,
+                mark.line,
+                mark.column,
+                "",
+                f"expected a mapping with 'services' at the top level, got {describe_value(data)}",
+            )
+        )
+        raise PolicyError(issues)
+    try:
+        parsed = EndpointsFile.model_validate(data)
+    except ValidationError as error:
+        issues.extend(validation_issues(error, document, source, EndpointsFile))
+        raise PolicyError(_in_file_order(issues)) from None
+
+    known = sorted(services) if services is not None else None
+    for name, endpoints in parsed.services.items():
+        if known is not None and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = (
+                f" (did you mean '{close[0]}'?)"
+                if close
+                else f"; the policy's services: {', '.join(known) or '(none)'}"
+            )
+            message = f"service '{name}' is not in the policy{hint}"
+            issues.append(locate_issue(document, source, ("services", name), message, at_key=True))
+        first: dict[tuple[str, int], int] = {}
+        for index, endpoint in enumerate(endpoints):
+            key = (endpoint.host.lower(), endpoint.port)
+            if key in first:
+                issues.append(
+                    locate_issue(
+                        document,
+                        source,
+                        ("services", name, index),
+                        f"duplicate endpoint {endpoint.host}:{endpoint.port} (also [{first[key]}])",
+                    )
+                )
+            else:
+                first[key] = index
+    if issues:
+        raise PolicyError(_in_file_order(issues))
+    return MappingProxyType({name: tuple(eps) for name, eps in sorted(parsed.services.items())})
+
+
+def _in_file_order(issues: list[PolicyIssue]) -> list[PolicyIssue]:
+    return sorted(issues, key=lambda i: (i.line or 0, i.column or 0))
