@@ -1,0 +1,257 @@
+"""The Grafana dashboard and the Prometheus alert rules in deploy/ are well formed, and every
+metric they query is one the code really exports: inferway's names are read from the real
+registries of the control plane and the backend after a few real events, Envoy's from the list
+the integration test checks against a real Envoy's /stats/prometheus."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from envoy.config.core.v3 import base_pb2
+
+from inferway.backends.batching.records import BatchRecord
+from inferway.backends.metrics import BackendMetrics
+from inferway.gateway.control_plane import ControlPlane
+from inferway.observability.control_plane_metrics import ControlPlaneMetrics
+from inferway.observability.gpu_memory import GpuMemory, GpuMemoryCollector
+from inferway.observability.metric_names import ENVOY_METRICS
+from inferway.policies import PolicyError, PolicyIssue, load_policy_text
+from inferway.xds import type_urls
+from inferway.xds.cache import SnapshotCache
+from tests.prometheus_text import parse_exposition, sample_value, wire_names
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "inferway-dashboard.json"
+ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
+SCRAPE = DEPLOY / "prometheus" / "prometheus.yaml"
+
+POLICY = """\
+listeners:
+  - name: public
+    port: 10000
+services:
+  - name: model-v1
+    endpoints: ["127.0.0.1:8001"]
+routes:
+  - name: inference
+    backends:
+      - service: model-v1
+"""
+
+
+def control_plane_exposition() -> str:
+    plane = ControlPlane(SnapshotCache())
+    metrics = ControlPlaneMetrics.attach(plane)
+    plane.apply_policy(load_policy_text(POLICY, "p.yaml"), "p.yaml")
+    cache = plane.cache
+    snapshot = cache.get_snapshot()
+    assert snapshot is not None
+    handle = cache.open_stream(base_pb2.Node(id="sidecar-1", cluster="inferway"))
+    for type_url in (type_urls.CLUSTER, type_urls.ENDPOINT, type_urls.LISTENER, type_urls.ROUTE):
+        cache.record_push(handle, type_url, snapshot.versions[type_url], 1)
+        cache.record_ack(handle, type_url, snapshot.versions[type_url])
+    cache.record_nack(handle, type_urls.ROUTE, "bad", "n1", "route rejected")
+    plane.refuse(PolicyError([PolicyIssue("p.yaml", 3, 5, "listeners[0].port", "bad port")]))
+    return metrics.render().decode()
+
+
+def backend_exposition() -> str:
+    model = SimpleNamespace(
+        name="demo",
+        version=1,
+        load_seconds=0.2,
+        executor=SimpleNamespace(queue_depth=3, in_flight_batches=1),
+    )
+    gpu = GpuMemoryCollector(read=lambda: [GpuMemory(0, 90, 100)])
+    metrics = BackendMetrics(models=lambda: [model], ready=lambda: True, gpu=gpu)
+    metrics.observe_request(model="demo", version="1", protocol="http", code=200, seconds=0.01)
+    metrics.on_batch(BatchRecord("demo:1", 4, 2, [0.001, 0.002], 0.005, 0.0))
+    return metrics.render().decode()
+
+
+@pytest.fixture(scope="module")
+def exported() -> set[str]:
+    return (
+        wire_names(parse_exposition(control_plane_exposition()))
+        | wire_names(parse_exposition(backend_exposition()))
+        | set(ENVOY_METRICS)
+    )
+
+
+# Names an expression may use that no exporter of ours defines.
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_MATCHERS = re.compile(r"\{[^}]*\}")
+_GROUPINGS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_METRIC = re.compile(r"\b(?:inferway|envoy)_[a-zA-Z0-9_:]*")
+
+
+def metric_names_in(expr: str) -> set[str]:
+    """inferway_* and envoy_* metric names a PromQL expression selects (labels excluded)."""
+    bare = _GROUPINGS.sub(" ", _MATCHERS.sub(" ", _STRINGS.sub('""', expr)))
+    return set(_METRIC.findall(bare))
+
+
+def test_metric_name_extraction_skips_labels_and_groupings() -> None:
+    expr = (
+        'sum by (envoy_cluster_name) (rate(envoy_cluster_upstream_rq_xx{envoy_cluster_name="v1",'
+        'envoy_response_code_class="5"}[5m])) / on (envoy_route) inferway_backend_ready'
+    )
+    assert metric_names_in(expr) == {"envoy_cluster_upstream_rq_xx", "inferway_backend_ready"}
+
+
+def test_metrics_follow_prometheus_naming_conventions() -> None:
+    for text in (control_plane_exposition(), backend_exposition()):
+        for family in text.split("# TYPE ")[1:]:
+            name, kind = family.split()[:2]
+            assert name.startswith("inferway_"), name
+            if kind == "counter":
+                assert name.endswith("_total"), f"counter {name} without _total"
+            for unit in ("_ms", "_milliseconds", "_bytes_total", "_kb", "_mb"):
+                assert not name.endswith(unit), f"{name}: use base units"
+    backend = parse_exposition(backend_exposition())
+    assert sample_value(backend, "inferway_backend_ready") == 1
+    assert sample_value(backend, "inferway_backend_gpu_memory_used_bytes", gpu="0") == 90
+    assert sample_value(backend, "inferway_backend_gpu_memory_total_bytes", gpu="0") == 100
+    control = parse_exposition(control_plane_exposition())
+    assert sample_value(control, "inferway_xds_nacks_total", type="routes") == 1
+    assert sample_value(control, "inferway_policy_refused_edits_total") == 1
+    assert sample_value(control, "inferway_xds_push_duration_seconds_count") == 4
+
+
+def test_a_backend_without_a_gpu_exports_no_gpu_series() -> None:
+    metrics = BackendMetrics(ready=lambda: False, gpu=GpuMemoryCollector(read=lambda: []))
+    names = wire_names(parse_exposition(metrics.render().decode()))
+    assert "inferway_backend_ready" in names
+    assert not {n for n in names if "gpu" in n}
+
+
+# -- alert rules --------------------------------------------------------------------------------
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    document = yaml.safe_load(ALERTS.read_text())
+    rules = [rule for group in document["groups"] for rule in group["rules"]]
+    assert rules
+    return rules
+
+
+def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
+    rules = alert_rules()
+    names = [rule["alert"] for rule in rules]
+    assert len(names) == len(set(names)), names
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+        assert rule["labels"]["severity"] in ("warning", "critical"), rule
+        assert rule["annotations"]["summary"], rule
+        assert rule["expr"].count("(") == rule["expr"].count(")"), rule["alert"]
+    used = set().union(*(metric_names_in(rule["expr"]) for rule in rules))
+    for required in (
+        "envoy_vhost_route_upstream_rq_time_bucket",  # p99 latency
+        "envoy_vhost_route_upstream_rq_xx",  # error rate
+        "inferway_xds_nacks_total",
+        "inferway_backend_ready",
+        "inferway_backend_gpu_memory_used_bytes",
+    ):
+        assert required in used, required
+    assert any("0.005" in rule["expr"] for rule in rules), "error-rate threshold 0.5%"
+    assert any("> 0.9" in rule["expr"] for rule in rules), "GPU memory threshold 90%"
+
+
+def test_every_metric_in_the_alert_rules_is_exported(exported: set[str]) -> None:
+    for rule in alert_rules():
+        names = metric_names_in(rule["expr"])
+        assert names, f"{rule['alert']} queries no inferway or Envoy metric"
+        unknown = names - exported
+        assert not unknown, f"alert {rule['alert']} uses metrics nothing exports: {unknown}"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_promtool_accepts_the_rules_and_the_scrape_config() -> None:
+    for args in (["check", "rules", str(ALERTS)], ["check", "config", str(SCRAPE)]):
+        done = subprocess.run(
+            ["promtool", *args], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_scrape_example_reads_the_gateway_envoy_and_backend_endpoints() -> None:
+    config = yaml.safe_load(SCRAPE.read_text())
+    paths = {job["job_name"]: job["metrics_path"] for job in config["scrape_configs"]}
+    assert paths == {
+        "inferway-gateway": "/metrics",
+        "inferway-envoy": "/envoy/stats/prometheus",
+        "inferway-backend": "/metrics",
+    }
+    assert config["rule_files"] == ["alerts.yaml"]
+
+
+# -- dashboard ----------------------------------------------------------------------------------
+
+
+def dashboard_panels() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    return dashboard, panels
+
+
+def test_dashboard_is_well_formed() -> None:
+    dashboard, panels = dashboard_panels()
+    assert dashboard["uid"] and dashboard["title"] and isinstance(dashboard["schemaVersion"], int)
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert "datasource" in variables
+    for panel in panels:
+        assert panel["title"] and panel["datasource"]["type"] == "prometheus", panel["title"]
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+        ref_ids = [t["refId"] for t in panel["targets"]]
+        assert ref_ids and len(ref_ids) == len(set(ref_ids)), panel["title"]
+        for target in panel["targets"]:
+            assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
+            for var in re.findall(r"\$(\w+)", target["expr"]):
+                assert var in variables or var.startswith("__"), f"undefined ${var}"
+    positions = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in dashboard["panels"]]
+    assert len(positions) == len(set(positions)), "panels overlap"
+
+
+def test_dashboard_covers_the_issue_and_queries_only_exported_metrics(
+    exported: set[str],
+) -> None:
+    dashboard, panels = dashboard_panels()
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":  # label_values(<selector>, <label>)
+            match = re.fullmatch(r"label_values\((.*),\s*\w+\)", variable["query"]["query"])
+            assert match, variable
+            exprs.append(match.group(1))
+    used: set[str] = set()
+    for expr in exprs:
+        names = metric_names_in(expr)
+        assert names, f"queries no metric: {expr}"
+        unknown = names - exported
+        assert not unknown, f"dashboard uses metrics nothing exports: {unknown} in {expr}"
+        used |= names
+    for required in (
+        "envoy_vhost_route_upstream_rq_total",  # request rate per route
+        "envoy_cluster_upstream_rq_total",  # ... per canary version
+        "envoy_vhost_route_upstream_rq_xx",  # error rate
+        "envoy_cluster_upstream_rq_time_bucket",  # p50/p99 per version
+        "envoy_vhost_route_upstream_rq_time_bucket",  # p50/p99 per route
+        "inferway_backend_batch_size_bucket",
+        "inferway_backend_queue_depth",
+        "inferway_backend_compute_seconds_bucket",
+        "inferway_xds_pushes_total",
+        "inferway_xds_nacks_total",
+    ):
+        assert required in used, required
+    quantiles = " ".join(exprs)
+    assert "histogram_quantile(0.5," in quantiles and "histogram_quantile(0.99," in quantiles
