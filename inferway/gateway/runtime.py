@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from inferway.gateway.admin import (
     DEFAULT_ADMIN_PORT,
@@ -33,6 +34,7 @@ from inferway.policies.resolve import RuntimeState
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer, start_xds_server
+from inferway.xds.translate.tracing import build_layered_runtime
 
 __all__ = [
     "DEFAULT_ENVOY_ADMIN_PORT",
@@ -64,6 +66,8 @@ class GatewayOptions:
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     debounce_ms: int = 10
+    envoy_runtime: Mapping[str, Any] | None = None
+    """Envoy runtime keys for the bootstrap (e.g. tracing's FAST_FLUSH_RUNTIME)."""
     xds_protocol: Literal["sotw", "delta"] = "sotw"
     """How the supervised Envoy speaks ADS: state-of-the-world or incremental (delta)."""
     endpoints_file: Path | None = None
@@ -143,6 +147,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 admin_port=options.envoy_admin_port,
                 ads=options.xds_protocol,
             )
+            if options.envoy_runtime:
+                bootstrap["layered_runtime"] = build_layered_runtime(options.envoy_runtime)
             supervisor = EnvoySupervisor(
                 bootstrap,
                 workdir=workdir,

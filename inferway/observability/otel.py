@@ -8,9 +8,52 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
 
-__all__ = ["setup_tracing"]
+__all__ = ["LinkAwareSampler", "build_sampler", "setup_tracing"]
+
+
+class LinkAwareSampler(Sampler):
+    """Root spans that link to other spans (a batch span serving many requests) are kept when
+    any linked span was sampled and dropped when none was, so a request the edge chose not to
+    trace leaves no batch span behind either; other roots use ``root``."""
+
+    def __init__(self, root: Sampler) -> None:
+        self._root = root
+
+    def should_sample(  # type: ignore[no-untyped-def]
+        self,
+        parent_context,
+        trace_id,
+        name,
+        kind=None,
+        attributes=None,
+        links=None,
+        trace_state=None,
+    ) -> SamplingResult:
+        if links:
+            sampled = any(link.context.trace_flags.sampled for link in links)
+            return SamplingResult(
+                Decision.RECORD_AND_SAMPLE if sampled else Decision.DROP, attributes
+            )
+        return self._root.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"LinkAwareSampler{{{self._root.get_description()}}}"
+
+
+def build_sampler(sample_ratio: float) -> Sampler:
+    """Parent-based: a caller's decision is followed; a new root is sampled with probability
+    ``sample_ratio``, a linking root (batch span) follows the spans it links."""
+    return ParentBased(LinkAwareSampler(TraceIdRatioBased(sample_ratio)))
 
 
 def setup_tracing(
@@ -44,7 +87,7 @@ def setup_tracing(
     else:
         provider = TracerProvider(
             resource=Resource.create({SERVICE_NAME: service_name}),
-            sampler=ParentBased(TraceIdRatioBased(sample_ratio)),
+            sampler=build_sampler(sample_ratio),
         )
         if set_global:
             trace.set_tracer_provider(provider)

@@ -12,6 +12,7 @@ import difflib
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator
 
+from inferway.policies.checks_observability import check_observability
 from inferway.policies.model import Listener, Policy, Route
 from inferway.policies.yaml_marks import Loc, format_loc
 
@@ -225,4 +226,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     _endpoints,
     _retries,
     _shadowed_routes,
+    check_observability,
 ]

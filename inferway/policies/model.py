@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from inferway.policies.observability import Observability
+
 __all__ = [
     "Backend",
     "Duration",
@@ -241,3 +243,4 @@ class Policy(_Model):
     services: list[Service] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
     endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)
+    observability: Observability | None = None

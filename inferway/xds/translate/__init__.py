@@ -15,6 +15,7 @@ from inferway.xds.translate import names
 from inferway.xds.translate.cluster import build_cluster
 from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
 from inferway.xds.translate.listener import build_listener
+from inferway.xds.translate.observability import build_observability_clusters
 from inferway.xds.translate.route import build_route_configuration
 
 __all__ = ["translate_policy", "translate_resolved"]
@@ -29,13 +30,15 @@ def translate_policy(policy: Policy) -> Resources:
     return Resources.build(
         {
             type_urls.LISTENER: [
-                (names.listener_name(ln), build_listener(ln)) for ln in policy.listeners
+                (names.listener_name(ln), build_listener(ln, observability=policy.observability))
+                for ln in policy.listeners
             ],
             type_urls.ROUTE: [
                 (names.route_config_name(ln), build_route_configuration(ln, policy.routes))
                 for ln in policy.listeners
             ],
-            type_urls.CLUSTER: [(names.cluster_name(s), build_cluster(s)) for s in policy.services],
+            type_urls.CLUSTER: [(names.cluster_name(s), build_cluster(s)) for s in policy.services]
+            + [(c.name, c) for c in build_observability_clusters(policy.observability)],
             type_urls.ENDPOINT: [
                 (names.cluster_name(s), build_cluster_load_assignment(s))
                 for s in policy.services

@@ -12,8 +12,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 
 from inferway.policies.model import Listener
+from inferway.policies.observability import Observability
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
+from inferway.xds.translate.observability import apply_observability
 
 __all__ = ["build_http_connection_manager", "build_listener", "build_router_filter"]
 
@@ -27,6 +29,7 @@ def build_http_connection_manager(
     listener: Listener,
     *,
     route_config: route_pb2.RouteConfiguration | None = None,
+    observability: Observability | None = None,
 ) -> hcm_pb2.HttpConnectionManager:
     """HCM for ``listener``: RDS over ADS, or ``route_config`` inlined when given (the
     static bootstrap used for ``envoy --mode validate``).
@@ -43,6 +46,7 @@ def build_http_connection_manager(
         generate_request_id=bool_value(True),
         normalize_path=bool_value(True),
     )
+    apply_observability(manager, observability)
     if route_config is None:
         manager.rds.CopyFrom(
             hcm_pb2.Rds(
@@ -59,6 +63,7 @@ def build_listener(
     listener: Listener,
     *,
     route_config: route_pb2.RouteConfiguration | None = None,
+    observability: Observability | None = None,
 ) -> listener_pb2.Listener:
     return listener_pb2.Listener(
         name=names.listener_name(listener),
@@ -76,7 +81,9 @@ def build_listener(
                     listener_components_pb2.Filter(
                         name=names.HCM_FILTER,
                         typed_config=pack(
-                            build_http_connection_manager(listener, route_config=route_config)
+                            build_http_connection_manager(
+                                listener, route_config=route_config, observability=observability
+                            )
                         ),
                     )
                 ]
