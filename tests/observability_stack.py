@@ -107,9 +107,7 @@ async def traced_stack(tmp_path: Path, *, sampling_percent: float) -> AsyncItera
         stack.push_async_callback(receiver.stop)
         root = tmp_path / "models"
         write_demo_repository(root, "demo", (1,), sizes=(FEATURES, 16, 4))
-        provider = setup_tracing(
-            BACKEND_SERVICE, f"http://{receiver.endpoint}", set_global=False
-        )
+        provider = setup_tracing(BACKEND_SERVICE, f"http://{receiver.endpoint}", set_global=False)
         stack.push_async_callback(asyncio.to_thread, provider.shutdown)
         backend = await start_backend(root, watch=False, tracer_provider=provider)
         stack.push_async_callback(backend.stop, 1.0)

@@ -51,9 +51,7 @@ async def test_one_request_is_one_trace_envoy_to_backend_to_batch(tmp_path) -> N
         spans = await stack.flush_and_wait(_complete(trace_id))
 
         (envoy,) = _by_service(spans, trace_id, GATEWAY_SERVICE)
-        (server,) = [
-            s for s in _by_service(spans, trace_id, BACKEND_SERVICE) if s.kind == "server"
-        ]
+        (server,) = [s for s in _by_service(spans, trace_id, BACKEND_SERVICE) if s.kind == "server"]
         assert envoy.parent_span_id == ""  # the client sent no traceparent: Envoy starts it
         assert server.parent_span_id == envoy.span_id  # W3C traceparent carried upstream
         assert envoy.attributes.get("request_id") == request_id
