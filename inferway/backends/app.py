@@ -25,6 +25,7 @@ from inferway.backends.metrics import BackendMetrics
 from inferway.backends.repository import ModelRepository
 from inferway.backends.runners.base import Runner
 from inferway.backends.serving import DEFAULT_MAX_BODY_BYTES
+from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
 __all__ = ["BackendHandle", "build_repository", "serve_repository", "start_backend"]
 
@@ -92,8 +93,10 @@ async def serve_repository(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
+    tls: BackendTls | None = None,
 ) -> BackendHandle:
-    """Start the HTTP and gRPC servers over ``repository`` (started or not)."""
+    """Start the HTTP and gRPC servers over ``repository`` (started or not); with ``tls``
+    both serve TLS and, when it says so, require client certificates."""
     app = build_http_app(
         repository,
         metrics=metrics,
@@ -103,7 +106,8 @@ async def serve_repository(
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, http_port)
+        ssl_context = build_ssl_context(tls) if tls is not None else None
+        site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context)
         await site.start()
         bound_http = _bound_port(runner, http_port)
         server, bound_grpc = await start_grpc_server(
@@ -113,6 +117,7 @@ async def serve_repository(
             port=grpc_port,
             max_message_bytes=max_body_bytes,
             tracer_provider=tracer_provider,
+            credentials=build_grpc_server_credentials(tls) if tls is not None else None,
         )
     except BaseException:
         await runner.cleanup()
@@ -145,6 +150,7 @@ async def start_backend(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
+    tls: BackendTls | None = None,
 ) -> BackendHandle:
     """Serve every model under ``repository_root``; returns once all are loaded and warm
     (the servers already answer liveness, and readiness 503, while they load). Request and
@@ -159,6 +165,7 @@ async def start_backend(
         max_body_bytes=max_body_bytes,
         grace=grace,
         tracer_provider=tracer_provider,
+        tls=tls,
     )
     try:
         await repository.start(watch=watch)

@@ -201,6 +201,7 @@ async def start_grpc_server(
     port: int = 0,
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
     tracer_provider: Any = None,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the port it bound. Request spans go to
     ``tracer_provider`` (the global one when None)."""
@@ -213,7 +214,11 @@ async def start_grpc_server(
     pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceServicer(repository, metrics, tracer_provider), server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    if credentials is None:
+        bound = server.add_insecure_port(address)
+    else:  # TLS, client certificates as the credentials say
+        bound = server.add_secure_port(address, credentials)
     if bound == 0:
         raise OSError(f"gRPC server could not bind {host}:{port}")
     await server.start()

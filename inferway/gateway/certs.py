@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,7 @@ __all__ = [
     "build_ca",
     "build_certificate",
     "bundle_paths",
+    "check_private_key_permissions",
     "load_bundle",
     "spiffe_id_for",
     "write_bundle",
@@ -269,3 +271,16 @@ def load_bundle(directory: str | Path, name: str) -> CertBundle:
     """Read back what ``write_bundle`` wrote (e.g. the CA, to issue more certificates)."""
     paths = bundle_paths(Path(directory), name)
     return CertBundle(paths.certificate.read_bytes(), paths.private_key.read_bytes())
+
+
+def check_private_key_permissions(path: Path) -> str | None:
+    """A message when ``path`` is readable by its group or others (POSIX only), else None."""
+    if os.name != "posix":
+        return None
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return (
+            f"private key {path} is accessible by group/others (mode {mode:04o}); "
+            f"restrict it: chmod 600 {path}"
+        )
+    return None

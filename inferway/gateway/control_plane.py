@@ -78,11 +78,18 @@ class ControlPlane:
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
         self._observers: list[Any] = []
+        self._state_sources: list[Callable[[Policy, RuntimeState], RuntimeState]] = []
 
     def add_observer(self, observer: Any) -> None:
         """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
         ``on_refused(Refusal)`` (metrics attach here, not inside the apply logic)."""
         self._observers.append(observer)
+
+    def add_state_source(self, source: Callable[[Policy, RuntimeState], RuntimeState]) -> None:
+        """Attach a runtime source that must see each policy before it is applied (e.g. the
+        certificate files it names): ``source(policy, state)`` returns the state to apply with,
+        or raises PolicyError, which refuses the edit."""
+        self._state_sources.append(source)
 
     def _notify(self, method: str, *args: Any) -> None:
         for observer in self._observers:
@@ -146,6 +153,8 @@ class ControlPlane:
 
     def _apply(self, policy: Policy, state: RuntimeState, source: str) -> str:
         try:
+            for state_source in self._state_sources:
+                state = state_source(policy, state)
             snapshot = build_snapshot(self._translate(resolve_policy(policy, state)))
         except Exception as exc:
             refusal = self.refuse(exc, source)

@@ -115,9 +115,10 @@ def build_downstream_tls_context(listener: Listener) -> tls_pb2.DownstreamTlsCon
         tls_certificate_sds_secret_configs=[_sds(names["cert"])],
         alpn_protocols=["h2", "http/1.1"],
     )
-    context = tls_pb2.DownstreamTlsContext(common_tls_context=common)
     if "ca" in names:
         common.validation_context_sds_secret_config.CopyFrom(_sds(names["ca"]))
+    context = tls_pb2.DownstreamTlsContext(common_tls_context=common)  # copies ``common``
+    if "ca" in names:
         context.require_client_certificate.CopyFrom(BoolValue(value=True))
     return context
 
