@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from inferway.observability.redaction import install_redaction
+
 __all__ = ["serve"]
 
 
@@ -72,6 +74,7 @@ def serve(
     if not isinstance(level, int):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_redaction()  # credentials never reach the log
     if not model_repository.is_dir():
         raise typer.BadParameter(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"

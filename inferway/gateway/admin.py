@@ -14,6 +14,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from inferway.gateway.admin_security import (
+    ADMIN_TOKEN,
+    MAX_BODY_BYTES,
+    RELOAD,
+    ReloadCallable,
+    admin_security_middleware,
+    reload_handler,
+)
 from inferway.gateway.control_plane import ControlPlane, Refusal
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.observability.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
@@ -38,6 +46,7 @@ DEFAULT_ADMIN_PORT = 15000
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
 SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor)
+XDS_REFUSALS = web.AppKey("xds_refusals", Callable[[], list[Any]])
 METRICS = web.AppKey("metrics", ControlPlaneMetrics)
 ENVOY_ADMIN_PORT = web.AppKey("envoy_admin_port", Callable[[], int | None])
 # Query parameters of Envoy's /stats/prometheus that are passed through (all read-only).
@@ -135,7 +144,11 @@ def _envoy(supervisor: EnvoySupervisor) -> dict[str, Any]:
 
 async def _status(request: web.Request) -> web.Response:
     app = request.app
-    return web.json_response(build_status(app[CONTROL_PLANE], app.get(SUPERVISOR)))
+    document = build_status(app[CONTROL_PLANE], app.get(SUPERVISOR))
+    refusals = app.get(XDS_REFUSALS)
+    if refusals is not None:
+        document["xds_refused"] = [vars(r) | {"identities": list(r.identities)} for r in refusals()]
+    return web.json_response(document)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -191,11 +204,20 @@ def build_admin_app(
     *,
     metrics: ControlPlaneMetrics | None = None,
     envoy_admin_port: Callable[[], int | None] | None = None,
+    token: str | None = None,
+    reload: ReloadCallable | None = None,
+    xds_refusals: Callable[[], list[Any]] | None = None,
 ) -> web.Application:
     """``metrics`` defaults to a ControlPlaneMetrics attached now (attach it before the first
     apply to count it); ``envoy_admin_port`` defaults to the supervisor's admin port."""
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[admin_security_middleware])
     app[CONTROL_PLANE] = plane
+    if token is not None:  # without a token every state-changing request is refused
+        app[ADMIN_TOKEN] = token
+    if reload is not None:
+        app[RELOAD] = reload
+    if xds_refusals is not None:
+        app[XDS_REFUSALS] = xds_refusals
     app[METRICS] = metrics if metrics is not None else ControlPlaneMetrics.attach(plane)
     if supervisor is not None:
         app[SUPERVISOR] = supervisor
@@ -206,6 +228,7 @@ def build_admin_app(
     app.router.add_get("/status", _status)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/policy", _policy)
+    app.router.add_post("/reload", reload_handler)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/envoy/stats/prometheus", _envoy_stats)
     return app

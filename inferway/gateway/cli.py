@@ -45,6 +45,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
 class XdsProtocolChoice(enum.StrEnum):
     sotw = "sotw"
     delta = "delta"
@@ -120,6 +121,17 @@ def run(
         int, typer.Option(help="Envoy's own admin port.")
     ] = DEFAULT_ENVOY_ADMIN_PORT,
     host: Annotated[str, typer.Option(help="Address the control plane binds.")] = "127.0.0.1",
+    admin_address: Annotated[
+        str, typer.Option(help="Address the admin API binds (non-loopback is warned about).")
+    ] = "127.0.0.1",
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding the admin token for POST /reload (default: "
+            "$INFERWAY_ADMIN_TOKEN, else generated into <workdir>/admin-token).",
+            dir_okay=False,
+        ),
+    ] = None,
     node_id: Annotated[str, typer.Option(help="node.id of the supervised Envoy.")] = "inferway",
     node_cluster: Annotated[str, typer.Option(help="node.cluster of the Envoy.")] = "inferway",
     no_envoy: Annotated[
@@ -158,6 +170,8 @@ def run(
         envoy_log_level=envoy_log_level,
         xds_protocol=xds_protocol.value,
         endpoints_file=endpoints_file,
+        admin_address=admin_address,
+        admin_token_file=admin_token_file,
     )
     raise typer.Exit(_run_loop(_serve(options)))
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.text import Text
 
+from inferway.observability.redaction import RedactingFilter
 from inferway.policies import PolicyIssue
 
 __all__ = [
@@ -36,6 +37,7 @@ def configure_logging(level: str = "info", console: Console | None = None) -> No
         rich_tracebacks=True,
         markup=False,
     )
+    handler.addFilter(RedactingFilter())  # credentials never reach the log
     logging.basicConfig(
         level=level.upper(), format="%(message)s", datefmt="[%X]", handlers=[handler], force=True
     )

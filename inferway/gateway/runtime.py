@@ -22,6 +22,7 @@ from inferway.gateway.admin import (
     build_admin_app,
     start_admin_server,
 )
+from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.supervisor import EnvoySupervisor
@@ -72,6 +73,11 @@ class GatewayOptions:
     """How the supervised Envoy speaks ADS: state-of-the-world or incremental (delta)."""
     endpoints_file: Path | None = None
     """Overrides the policy's ``endpoints_file``: services' endpoints from a watched file."""
+    admin_address: str = "127.0.0.1"
+    """Where the admin API binds; anything but loopback is logged as a warning."""
+    admin_token_file: Path | None = None
+    """Token for state-changing admin requests (else $INFERWAY_ADMIN_TOKEN, else generated
+    into <workdir>/admin-token, mode 0600)."""
 
 
 @dataclass
@@ -156,13 +162,33 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 concurrency=options.envoy_concurrency,
             )
 
+        token_dir = options.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-admin-"))
+        )
+        token, token_source = resolve_admin_token(
+            token_file=options.admin_token_file, workdir=token_dir
+        )
+        if not is_loopback(options.admin_address):
+            log.warning(
+                "admin API binds %s, not loopback: it shows the whole policy to anyone who can "
+                "reach it (state-changing requests still need the admin token)",
+                options.admin_address,
+            )
         admin = await start_admin_server(
-            build_admin_app(plane, supervisor, metrics=metrics),
-            host=options.host,
+            build_admin_app(
+                plane,
+                supervisor,
+                metrics=metrics,
+                token=token,
+                reload=build_reload(watcher),
+                xds_refusals=xds.refusals.recent,
+            ),
+            host=options.admin_address,
             port=options.admin_port,
         )
         stack.push_async_callback(admin.stop)
         log.info("admin API on %s (GET /status, /policy, /healthz, /metrics)", admin.url)
+        log.info("admin token for POST /reload: %s", token_source)
 
         if supervisor is not None:
             await supervisor.start()

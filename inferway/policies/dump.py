@@ -64,4 +64,6 @@ def dump_policy(policy: Policy) -> str:
         "services": [_service(s) for s in policy.services],
         "routes": [_route(r) for r in policy.routes],
     }
+    if policy.redact_headers:
+        data["redact_headers"] = list(policy.redact_headers)
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.observability import Observability
 
 __all__ = [
@@ -233,6 +234,7 @@ class Route(_Model):
     backends: list[Backend] = Field(min_length=1)
     timeout: Duration = 15.0
     retries: Retries | None = None
+    access: Access | None = None
 
 
 class Policy(_Model):
@@ -242,5 +244,6 @@ class Policy(_Model):
     listeners: list[Listener] = Field(min_length=1)
     services: list[Service] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
+    redact_headers: RedactHeaders
     endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)
     observability: Observability | None = None

@@ -11,11 +11,14 @@ from typing import Any, Literal
 
 import yaml
 
+from inferway.xds.auth import XdsClientTlsFiles
+
 __all__ = ["XDS_CLUSTER_NAME", "build_bootstrap", "write_bootstrap"]
 
 XDS_CLUSTER_NAME = "inferway_xds"
 
 _HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+_UPSTREAM_TLS_CONTEXT = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 
 
 def build_bootstrap(
@@ -27,6 +30,7 @@ def build_bootstrap(
     admin_port: int,
     admin_address: str = "127.0.0.1",
     ads: Literal["sotw", "delta"] = "sotw",
+    xds_tls: XdsClientTlsFiles | None = None,
 ) -> dict[str, Any]:
     """A JSON/YAML-able bootstrap. ``node.cluster`` is set too: SDS over ADS needs both.
     ``admin_port`` 0 lets Envoy pick one (read it back with ``--admin-address-path``).
@@ -41,7 +45,7 @@ def build_bootstrap(
     if ads not in ("sotw", "delta"):
         raise ValueError(f"build_bootstrap: ads must be 'sotw' or 'delta', not {ads!r}")
     ads_source = {"ads": {}, "resource_api_version": "V3"}
-    return {
+    bootstrap: dict[str, Any] = {
         "node": {"id": node_id, "cluster": node_cluster},
         "admin": {
             "address": {"socket_address": {"address": admin_address, "port_value": admin_port}}
@@ -91,6 +95,35 @@ def build_bootstrap(
             ]
         },
     }
+    if xds_tls is not None:
+        bootstrap["static_resources"]["clusters"][0]["transport_socket"] = _xds_transport_socket(
+            xds_tls
+        )
+    return bootstrap
+
+
+def _xds_transport_socket(tls: XdsClientTlsFiles) -> dict[str, Any]:
+    """mTLS to the control plane: present the node's certificate, trust only its CA."""
+    validation: dict[str, Any] = {"trusted_ca": {"filename": tls.ca}}
+    context: dict[str, Any] = {
+        "@type": f"type.googleapis.com/{_UPSTREAM_TLS_CONTEXT}",
+        "common_tls_context": {
+            "alpn_protocols": ["h2"],
+            "tls_certificates": [
+                {
+                    "certificate_chain": {"filename": tls.certificate},
+                    "private_key": {"filename": tls.private_key},
+                }
+            ],
+            "validation_context": validation,
+        },
+    }
+    if tls.server_name:
+        context["sni"] = tls.server_name
+        validation["match_typed_subject_alt_names"] = [
+            {"san_type": "DNS", "matcher": {"exact": tls.server_name}}
+        ]
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
 
 
 def _discovery_type(host: str) -> str:

@@ -7,11 +7,18 @@ grpc.aio runs every RPC as its own task, so a slow Envoy only slows its own stre
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
+from inferway.xds.auth import (
+    NodeIdentityError,
+    PeerRefusals,
+    XdsTls,
+    build_server_credentials,
+    verified_requests,
+)
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.stream import XdsProtocolError, serve_delta_stream, serve_sotw_stream
 
@@ -23,8 +30,18 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 class _AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    def __init__(self, cache: SnapshotCache) -> None:
+    def __init__(
+        self, cache: SnapshotCache, tls: XdsTls | None = None, refusals: PeerRefusals | None = None
+    ) -> None:
         self._cache = cache
+        self._tls = tls
+        self._refusals = refusals or PeerRefusals()
+
+    def _verified(self, requests: object, context: grpc.aio.ServicerContext) -> object:
+        """With mutual TLS, the stream's node must be the client certificate's identity."""
+        if self._tls is None:
+            return requests
+        return verified_requests(requests, context, self._refusals)  # type: ignore[arg-type]
 
     async def StreamAggregatedResources(
         self, request_iterator: object, context: grpc.aio.ServicerContext
@@ -32,10 +49,13 @@ class _AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceService
         async def send(response: discovery_pb2.DiscoveryResponse) -> None:
             await context.write(response)
 
+        requests = self._verified(request_iterator, context)
         try:
-            await serve_sotw_stream(request_iterator, send, self._cache)  # type: ignore[arg-type]
+            await serve_sotw_stream(requests, send, self._cache)  # type: ignore[arg-type]
         except XdsProtocolError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except NodeIdentityError as error:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(error))
 
     async def DeltaAggregatedResources(
         self, request_iterator: object, context: grpc.aio.ServicerContext
@@ -43,10 +63,13 @@ class _AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceService
         async def send(response: discovery_pb2.DeltaDiscoveryResponse) -> None:
             await context.write(response)
 
+        requests = self._verified(request_iterator, context)
         try:
-            await serve_delta_stream(request_iterator, send, self._cache)  # type: ignore[arg-type]
+            await serve_delta_stream(requests, send, self._cache)  # type: ignore[arg-type]
         except XdsProtocolError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except NodeIdentityError as error:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(error))
 
 
 @dataclass
@@ -56,6 +79,8 @@ class XdsServer:
     host: str
     port: int
     _server: grpc.aio.Server
+    refusals: PeerRefusals = field(default_factory=PeerRefusals)
+    """Streams refused because the node was not the client certificate's identity."""
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop accepting streams and end the open ones after ``grace`` seconds; the Envoys keep
@@ -69,12 +94,17 @@ async def start_xds_server(
     port: int = 0,
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    tls: XdsTls | None = None,
 ) -> XdsServer:
     """Serve ADS (state-of-the-world and delta) for ``cache`` on ``host:port`` (0: any port).
 
     gRPC's 4 MiB default message limit is raised to ``max_message_bytes`` both ways: a large
     fleet's responses and Envoy's requests (long resource name lists) outgrow it.
+
+    With ``tls``, Envoys must connect with a client certificate the CA signed, and a stream's
+    ``node.id`` must be that certificate's identity (see ``inferway.xds.auth``).
     """
+    refusals = PeerRefusals()
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
@@ -85,15 +115,18 @@ async def start_xds_server(
         ]
     )
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
-        _AggregatedDiscoveryService(cache), server
+        _AggregatedDiscoveryService(cache, tls, refusals), server
     )
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, build_server_credentials(tls))
     except RuntimeError as error:
         raise OSError(f"xDS server cannot listen on {address}: {error}") from error
     if bound == 0:
         raise OSError(f"xDS server cannot listen on {address} (port in use?)")
     await server.start()
-    _log.info("xDS (ADS) server listening on %s:%d", host, bound)
-    return XdsServer(host, bound, server)
+    _log.info("xDS (ADS) server listening on %s:%d%s", host, bound, " (mutual TLS)" if tls else "")
+    return XdsServer(host, bound, server, refusals)

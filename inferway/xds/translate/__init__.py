@@ -30,7 +30,10 @@ def translate_policy(policy: Policy) -> Resources:
     return Resources.build(
         {
             type_urls.LISTENER: [
-                (names.listener_name(ln), build_listener(ln, observability=policy.observability))
+                (
+                    names.listener_name(ln),
+                    build_listener(ln, routes=policy.routes, observability=policy.observability),
+                )
                 for ln in policy.listeners
             ],
             type_urls.ROUTE: [

@@ -3,6 +3,8 @@ routes by RDS over the ADS stream, so a route change never drains a listener."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from envoy.config.core.v3 import address_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.config.route.v3 import route_pb2
@@ -11,11 +13,13 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
-from inferway.policies.model import Listener
+from inferway.policies.model import Listener, Route
 from inferway.policies.observability import Observability
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
 from inferway.xds.translate.observability import apply_observability
+from inferway.xds.translate.rbac import apply_access_control
+from inferway.xds.translate.route import routes_for_listener
 
 __all__ = ["build_http_connection_manager", "build_listener", "build_router_filter"]
 
@@ -29,6 +33,7 @@ def build_http_connection_manager(
     listener: Listener,
     *,
     route_config: route_pb2.RouteConfiguration | None = None,
+    routes: Sequence[Route] = (),
     observability: Observability | None = None,
 ) -> hcm_pb2.HttpConnectionManager:
     """HCM for ``listener``: RDS over ADS, or ``route_config`` inlined when given (the
@@ -46,6 +51,7 @@ def build_http_connection_manager(
         generate_request_id=bool_value(True),
         normalize_path=bool_value(True),
     )
+    apply_access_control(manager, routes_for_listener(routes, listener))
     apply_observability(manager, observability)
     if route_config is None:
         manager.rds.CopyFrom(
@@ -63,6 +69,7 @@ def build_listener(
     listener: Listener,
     *,
     route_config: route_pb2.RouteConfiguration | None = None,
+    routes: Sequence[Route] = (),
     observability: Observability | None = None,
 ) -> listener_pb2.Listener:
     return listener_pb2.Listener(
@@ -82,7 +89,10 @@ def build_listener(
                         name=names.HCM_FILTER,
                         typed_config=pack(
                             build_http_connection_manager(
-                                listener, route_config=route_config, observability=observability
+                                listener,
+                                route_config=route_config,
+                                routes=routes,
+                                observability=observability,
                             )
                         ),
                     )

@@ -13,6 +13,7 @@ from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from inferway.policies.model import Backend, HeaderMatch, Listener, PathMatch, Retries, Route
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack, uint32_value
+from inferway.xds.translate.rbac import add_route_access
 
 __all__ = [
     "HOST_SELECTION_RETRY_MAX_ATTEMPTS",
@@ -51,12 +52,14 @@ def build_route_configuration(
 
 
 def build_route(route: Route) -> rc_pb2.Route:
-    return rc_pb2.Route(
+    proto = rc_pb2.Route(
         name=route.name,
         stat_prefix=route.name,  # per-route stats: envoy_vhost_route_* {envoy_route=<name>}
         match=build_route_match(route.match.path, route.match.headers),
         route=build_route_action(route),
     )
+    add_route_access(proto, route)
+    return proto
 
 
 def build_route_match(path: PathMatch, headers: Sequence[HeaderMatch]) -> rc_pb2.RouteMatch:

@@ -1,0 +1,80 @@
+"""Keep credentials out of inferway's own logs.
+
+Envoy's access logs and traces never read credential headers (see
+``inferway.xds.translate.redaction``), but a Python log line can still carry one: an error
+message quoting a request's headers, a dict of headers logged at debug level. ``RedactingFilter``
+rewrites every record's message before any handler formats it, replacing the value of each
+sensitive header (``Authorization: Bearer x``, ``'x-api-key': 'x'``, ``cookie=x``) and any
+bare ``Bearer <token>`` with ``[REDACTED]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+
+from inferway.policies.access import ALWAYS_REDACTED_HEADERS
+
+__all__ = ["REDACTED", "RedactingFilter", "install_redaction", "redact_text"]
+
+REDACTED = "[REDACTED]"
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
+
+
+def _header_pattern(names: Iterable[str]) -> re.Pattern[str]:
+    """``name: value``, ``name=value``, ``'name': 'value'``: a quoted value up to its closing
+    quote, an unquoted one up to the end of the line, a comma or a closing brace (generous on
+    purpose: scrubbing too much beats leaking)."""
+    alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
+    return re.compile(
+        rf"(?i)(?P<key>[\"']?\b(?:{alternatives})[\"']?\s*[:=]\s*)"
+        r"(?:(?P<quote>[\"'])(?:\\.|(?!(?P=quote)).)*(?P=quote)|[^\r\n,}\]]+)"
+    )
+
+
+def _replace(match: re.Match[str]) -> str:
+    quote = match["quote"] or ""
+    return f"{match['key']}{quote}{REDACTED}{quote}"
+
+
+def redact_text(text: str, names: Iterable[str] = ALWAYS_REDACTED_HEADERS) -> str:
+    """``text`` with the values of the ``names`` headers and bearer tokens replaced."""
+    text = _header_pattern(names).sub(_replace, text)
+    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter (attach to handlers) that scrubs each record's final message."""
+
+    def __init__(self, names: Iterable[str] = ALWAYS_REDACTED_HEADERS) -> None:
+        super().__init__()
+        self.names = tuple(dict.fromkeys([*ALWAYS_REDACTED_HEADERS, *(n.lower() for n in names)]))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: leave it for the handler to report
+            return True
+        scrubbed = redact_text(message, self.names)
+        if scrubbed != message or record.args:
+            record.msg, record.args = scrubbed, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_text(
+                logging.Formatter().formatException(record.exc_info), self.names
+            )
+        elif record.exc_text:
+            record.exc_text = redact_text(record.exc_text, self.names)
+        return True
+
+
+def install_redaction(
+    names: Iterable[str] = ALWAYS_REDACTED_HEADERS, logger: logging.Logger | None = None
+) -> RedactingFilter:
+    """Attach one RedactingFilter to every handler of ``logger`` (default: the root logger)."""
+    target = logger or logging.getLogger()
+    redacting = RedactingFilter(names)
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(redacting)
+    return redacting
