@@ -244,12 +244,15 @@ def demo(
     requests: Annotated[
         int, typer.Option("--requests", "-n", min=20, help="Requests per traffic sample.")
     ] = 400,
+    trace: Annotated[
+        bool, typer.Option("--trace/--no-trace", help="Trace requests; print one trace tree.")
+    ] = True,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
     from inferway.gateway.demo import run_demo
 
     configure_logging("warning")
-    raise typer.Exit(_run_loop(run_demo(once=once, requests=requests)))
+    raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace)))
 
 
 def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]

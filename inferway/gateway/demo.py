@@ -18,9 +18,11 @@ import socket
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from opentelemetry.sdk.trace import TracerProvider
 from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -29,20 +31,39 @@ from rich.table import Table
 from inferway.gateway.console import make_console, short_version
 from inferway.gateway.demo_backend import DEMO_FEATURES, DEMO_MODEL, start_demo_backends
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.observability.otel import setup_tracing
+from inferway.observability.otlp_receiver import OtlpReceiver, ReceivedSpan, start_otlp_receiver
+from inferway.observability.trace_tree import build_trace_tree, find_trace_id, render_trace_tree
 from inferway.policies import Policy, dump_policy
 from inferway.xds.snapshot import build_snapshot
 from inferway.xds.translate import translate_policy
+from inferway.xds.translate.tracing import FAST_FLUSH_RUNTIME
 
 __all__ = ["build_demo_policy", "build_infer_request", "run_demo"]
 
 NODE_ID = "inferway-demo"
+GATEWAY_SERVICE = "inferway-gateway"
+BACKEND_SERVICE = "inferway-backend"
 CONCURRENCY = 16
 
 
-def build_demo_policy(listener_port: int, backend_ports: dict[str, int], canary: float) -> Policy:
-    """``model-v1`` takes ``100 - canary`` percent of the traffic, ``model-v2`` the rest."""
+def build_demo_policy(
+    listener_port: int,
+    backend_ports: dict[str, int],
+    canary: float,
+    *,
+    collector: str | None = None,
+) -> Policy:
+    """``model-v1`` takes ``100 - canary`` percent of the traffic, ``model-v2`` the rest.
+    With ``collector``, Envoy traces every request there (OTLP/gRPC)."""
+    observability = (
+        {"tracing": {"collector": collector, "service_name": GATEWAY_SERVICE}}
+        if collector
+        else None
+    )
     return Policy.model_validate(
         {
+            "observability": observability,
             "version": 1,
             "listeners": [{"name": "public", "address": "127.0.0.1", "port": listener_port}],
             "services": [
@@ -168,7 +189,52 @@ def _split_ok(seen: Counter[str], policy: Policy) -> bool:
     )
 
 
-async def run_demo(*, once: bool = False, requests: int = 400) -> int:
+def _trace_complete(request_id: str) -> Callable[[list[ReceivedSpan]], bool]:
+    """True once the request's trace holds Envoy's span, the backend's span and a batch span
+    linked to it."""
+
+    def check(spans: list[ReceivedSpan]) -> bool:
+        trace_id = find_trace_id(spans, request_id)
+        if trace_id is None:
+            return False
+        own = [s for s in spans if s.trace_id == trace_id]
+        linked = {sid for s in spans for t, sid in s.links if t == trace_id}
+        return any(s.service == GATEWAY_SERVICE for s in own) and any(
+            s.service == BACKEND_SERVICE and s.span_id in linked for s in own
+        )
+
+    return check
+
+
+async def _show_trace(
+    console: Console, url: str, receiver: OtlpReceiver, provider: TracerProvider
+) -> bool:
+    """Send one request and print its trace: Envoy span -> backend request span -> batch."""
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+        response = await client.post(
+            f"{url}/v2/models/{DEMO_MODEL}/infer", json=build_infer_request(random.Random(7))
+        )
+    request_id = response.headers.get("x-request-id", "")
+    if response.status_code != 200 or not request_id:
+        console.print(f"[yellow]! traced request answered HTTP {response.status_code}[/yellow]")
+        return False
+    await asyncio.to_thread(provider.force_flush, 5000)
+    try:
+        spans = await receiver.wait_for(_trace_complete(request_id), timeout=5.0)
+    except TimeoutError as exc:
+        console.print(f"[yellow]! the trace did not arrive: {exc}[/yellow]")
+        return False
+    trace_id = find_trace_id(spans, request_id) or ""
+    console.print(
+        render_trace_tree(
+            build_trace_tree(spans, trace_id),
+            title=f"trace of one request  [dim](x-request-id {request_id}, trace {trace_id})[/dim]",
+        )
+    )
+    return True
+
+
+async def run_demo(*, once: bool = False, requests: int = 400, trace: bool = True) -> int:
     console = make_console(soft_wrap=False)
     console.print(
         Panel.fit(
@@ -179,8 +245,16 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="inferway-demo-") as tmp:
         workdir = Path(tmp)
+        receiver: OtlpReceiver | None = None
+        provider: TracerProvider | None = None
+        if trace:
+            receiver = await start_otlp_receiver()
+            provider = setup_tracing(
+                BACKEND_SERVICE, f"http://{receiver.endpoint}", set_global=False
+            )
+        collector = receiver.endpoint if receiver is not None else None
         with console.status("writing the demo model and starting two inference backends"):
-            backends = await start_demo_backends(workdir)
+            backends = await start_demo_backends(workdir, tracer_provider=provider)
         console.print(
             f"[green]✓[/green] backends (model {DEMO_MODEL!r}, ONNX Runtime): "
             + ", ".join(f"{v} on 127.0.0.1:{p}" for v, p in backends.ports.items())
@@ -188,7 +262,9 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
         gateway: Gateway | None = None
         try:
             listener_port = _free_port()
-            policy = build_demo_policy(listener_port, backends.ports, canary=10)
+            policy = build_demo_policy(
+                listener_port, backends.ports, canary=10, collector=collector
+            )
             policy_path = workdir / "policy.yaml"
             policy_path.write_text(dump_policy(policy), encoding="utf-8")
             options = GatewayOptions(
@@ -199,6 +275,7 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
                 node_id=NODE_ID,
                 workdir=workdir / "envoy",
                 envoy_concurrency=1,
+                envoy_runtime=FAST_FLUSH_RUNTIME if trace else None,
             )
             with console.status("starting the control plane and Envoy"):
                 started = time.perf_counter()
@@ -223,7 +300,9 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
             console.print(_split_table("Traffic at 10% canary", seen, policy, seconds))
             first_ok = _split_ok(seen, policy)
 
-            new_policy = build_demo_policy(listener_port, backends.ports, canary=50)
+            new_policy = build_demo_policy(
+                listener_port, backends.ports, canary=50, collector=collector
+            )
             new_version = build_snapshot(translate_policy(new_policy)).version
             with console.status("editing policy.yaml: v2 weight 10 -> 50"):
                 written = time.perf_counter()
@@ -245,6 +324,8 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
             second_ok = _split_ok(seen, new_policy)
             if not (first_ok and second_ok):
                 console.print("[yellow]! the observed split is outside the expected range[/yellow]")
+            if receiver is not None and provider is not None:
+                await _show_trace(console, url, receiver, provider)
 
             if not once:
                 await _keep_running(console, url, gateway, policy_path)
@@ -254,6 +335,10 @@ async def run_demo(*, once: bool = False, requests: int = 400) -> int:
                 if gateway is not None:
                     await gateway.stop()
                 await backends.stop()
+                if provider is not None:
+                    await asyncio.to_thread(provider.shutdown)
+                if receiver is not None:
+                    await receiver.stop()
             console.print("[green]✓[/green] stopped cleanly")
 
 

@@ -66,4 +66,6 @@ def dump_policy(policy: Policy) -> str:
     }
     if policy.redact_headers:
         data["redact_headers"] = list(policy.redact_headers)
+    if policy.observability is not None:
+        data["observability"] = policy.observability.model_dump(exclude_none=True)
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -216,4 +216,8 @@ def test_demo_once_shows_both_versions_and_the_change_time() -> None:
     assert "Traffic at 10% canary" in out and "Traffic at 50% canary" in out
     assert "policy change applied by Envoy in" in out and " ms" in out
     assert "stopped cleanly" in out
+    # One request's trace: Envoy span -> backend request span -> linked batch span.
+    assert "trace of one request" in out
+    assert "inferway-gateway" in out and "infer demo" in out and "linked" in out
+    assert "batch demo" in out and "queue wait" in out and "compute" in out
     assert elapsed < 30
