@@ -11,8 +11,8 @@ A rule matches when **every** field it gives matches (``identities`` AND ``sourc
 ``headers``); within a field, **any** entry is enough (identity A OR identity B). A rule must
 give at least one field. Refused requests get HTTP 403 with a JSON body naming the route.
 
-``identities`` are client-certificate identities (a SPIFFE ID or other SAN; a trailing ``*``
-matches by prefix), so they only mean something on listeners that require client
+``identities`` are client-certificate identities (a SPIFFE ID or other SAN; ``*`` matches any
+run of characters), so they only mean something on listeners that require client
 certificates. ``source_ips`` are CIDRs matched against the connection's peer address, never
 against ``X-Forwarded-For`` (a client can write that header itself).
 """
@@ -101,7 +101,8 @@ class AccessRule(_Model):
     """One rule: every field given must match; within a field, any entry matches."""
 
     identities: list[Annotated[str, Field(min_length=1)]] | None = None
-    """Client-certificate identities (URI/DNS SAN or subject); ``spiffe://td/ns/*`` is a prefix."""
+    """Client-certificate identities (URI/DNS SAN or subject); ``*`` matches any run of
+    characters, as in a listener's ``allowed_identities`` (``spiffe://td/ns/*/sa/monitor``)."""
     source_ips: list[str] | None = None
     """CIDRs of the connection's peer address."""
     headers: list[AccessHeader] | None = None
@@ -111,17 +112,6 @@ class AccessRule(_Model):
     @classmethod
     def _cidrs(cls, values: list[str] | None) -> list[str] | None:
         return None if values is None else [_cidr(v) for v in values]
-
-    @field_validator("identities")
-    @classmethod
-    def _patterns(cls, values: list[str] | None) -> list[str] | None:
-        for value in values or []:
-            if "*" in value[:-1]:
-                raise ValueError(
-                    f"identity {value!r}: '*' is allowed only at the end (a prefix match), "
-                    "e.g. spiffe://example.org/ns/prod/*"
-                )
-        return values
 
     @model_validator(mode="after")
     def _not_empty(self) -> AccessRule:

@@ -129,3 +129,61 @@ async def test_x_forwarded_for_cannot_fake_an_allowed_source_ip(
     spoofed = await client.get("/internal", headers={"x-forwarded-for": "10.1.2.3"})
     assert spoofed.status_code == 403
     assert spoofed.json() == {"error": "forbidden: route internal-only denies this client"}
+
+
+async def test_identity_rule_on_a_mutual_tls_listener(tmp_path: Path) -> None:
+    """The listener admits any certificate its CA signed; the route allows only ``client``."""
+    from tests.integration.tls_support import (
+        ALLOWED,
+        TlsGateway,
+        client_context,
+        https_get,
+        json_body,
+        mint_pki,
+        start_answering_backend,
+    )
+
+    pki = mint_pki(tmp_path / "certs")
+    runner, backend_port = await start_answering_backend()
+    port = free_port()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        f"""
+version: 1
+listeners:
+  - name: secure
+    port: {port}
+    tls:
+      mode: mutual
+      certificate: certs/server.pem
+      private_key: certs/server-key.pem
+      client_ca: certs/ca.pem
+services:
+  - name: model
+    endpoints: ["127.0.0.1:{backend_port}"]
+routes:
+  - name: client-only
+    backends: [{{service: model}}]
+    access:
+      allow:
+        - identities: ["{ALLOWED}"]
+"""
+    )
+    gateway = TlsGateway(policy)
+    try:
+        await gateway.start()
+        allowed = client_context(pki, pki.client)
+
+        async def answers() -> bool:
+            try:
+                return (await https_get(port, allowed)).status == 200
+            except OSError:
+                return False
+
+        await poll_until(answers, timeout=10, what="the mutual-TLS listener to answer")
+        denied = await https_get(port, client_context(pki, pki.intruder))
+        assert denied.status == 403
+        assert json_body(denied) == {"error": "forbidden: route client-only denies this client"}
+    finally:
+        await gateway.stop()
+        await runner.cleanup()

@@ -62,10 +62,6 @@ def test_header_rule_needs_exactly_one_match_kind() -> None:
     assert "exactly one of exact, prefix or present" in found[0]
 
 
-def test_wildcard_only_at_the_end_of_an_identity() -> None:
-    assert "only at the end" in issues(with_access("allow: [{identities: ['spiffe://*/x']}]"))[0]
-
-
 def test_identity_rule_on_a_plain_listener_is_refused_by_the_semantic_check() -> None:
     found = issues(with_access("allow: [{identities: ['spiffe://example.org/ns/prod/*']}]"))
     assert len(found) == 1
@@ -99,7 +95,7 @@ def test_bad_redact_header_name_is_refused() -> None:
 
 def test_translation_deny_rules_and_not_allowed_policies() -> None:
     access = Access(
-        allow=[AccessRule(identities=["spiffe://td/a", "spiffe://td/ns/*"])],
+        allow=[AccessRule(identities=["spiffe://td/a", "spiffe://td/ns/*", "spiffe://*/sa/m"])],
         deny=[AccessRule(source_ips=["192.168.0.0/16"], headers=[{"name": "x-a", "exact": "1"}])],
     )
     per_route = build_rbac_per_route(access)
@@ -112,6 +108,7 @@ def test_translation_deny_rules_and_not_allowed_policies() -> None:
     names = [p.authenticated.principal_name for p in not_allowed.or_ids.ids]
     assert names[0].exact == "spiffe://td/a"
     assert names[1].prefix == "spiffe://td/ns/"
+    assert names[2].safe_regex.regex == r"spiffe://.*/sa/m"
 
 
 def test_deny_only_access_has_no_not_allowed_policy() -> None:

@@ -33,6 +33,7 @@ from google.protobuf.wrappers_pb2 import UInt32Value
 from inferway.policies.access import Access, AccessHeader, AccessRule
 from inferway.policies.model import Route
 from inferway.xds.translate._protos import pack
+from inferway.xds.translate.tls import build_identity_matcher
 
 __all__ = [
     "DENIED_BY_RULE_POLICY",
@@ -145,13 +146,12 @@ def _all_of(ids: list[rbac_config_pb2.Principal]) -> rbac_config_pb2.Principal:
 
 
 def _identity(pattern: str) -> rbac_config_pb2.Principal:
-    """Envoy compares against the peer certificate's URI SAN, then DNS SAN, then subject."""
-    if pattern.endswith("*"):
-        matcher = string_pb2.StringMatcher(prefix=pattern[:-1])
-    else:
-        matcher = string_pb2.StringMatcher(exact=pattern)
+    """Envoy compares against the peer certificate's URI SAN, then DNS SAN, then subject;
+    ``*`` works as in the listener's ``allowed_identities`` (one matcher for both)."""
     return rbac_config_pb2.Principal(
-        authenticated=rbac_config_pb2.Principal.Authenticated(principal_name=matcher)
+        authenticated=rbac_config_pb2.Principal.Authenticated(
+            principal_name=build_identity_matcher(pattern)
+        )
     )
 
 
