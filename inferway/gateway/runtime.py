@@ -23,6 +23,7 @@ from inferway.gateway.admin import (
     start_admin_server,
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
+from inferway.gateway.cert_watcher import CertificateSource
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.supervisor import EnvoySupervisor
@@ -119,6 +120,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     cache = SnapshotCache()
     plane = ControlPlane(cache, state=state)
     metrics = ControlPlaneMetrics.attach(plane)
+    certificates = CertificateSource(path.parent, source=str(path))
+    plane.add_state_source(certificates.resolve_state)  # TLS files load with each policy
     plane.apply_policy(policy, str(path))
 
     stack = contextlib.AsyncExitStack()
@@ -130,6 +133,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         watcher.mark_loaded(text)
         await watcher.start()
         stack.push_async_callback(watcher.stop)
+        await certificates.start(plane)
+        stack.push_async_callback(certificates.stop)
 
         endpoints_watcher: EndpointsWatcher | None = None
         if endpoints_path is not None:

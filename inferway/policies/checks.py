@@ -13,6 +13,7 @@ import ipaddress
 from collections.abc import Callable, Iterable, Iterator
 
 from inferway.policies.checks_observability import check_observability
+from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_access import check_access, check_redacted_log_fields
 from inferway.policies.model import Listener, Policy, Route
 from inferway.policies.yaml_marks import Loc, format_loc
@@ -230,4 +231,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_access,
     check_redacted_log_fields,
     check_observability,
+    check_tls,
 ]

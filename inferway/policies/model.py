@@ -22,6 +22,7 @@ from pydantic import (
 
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.observability import Observability
+from inferway.policies.tls import ListenerTls, ServiceTls
 
 __all__ = [
     "Backend",
@@ -74,6 +75,7 @@ class Listener(_Model):
     name: Name
     address: str = "127.0.0.1"
     port: int = Field(ge=1, le=65535)
+    tls: ListenerTls | None = None
 
     @field_validator("address")
     @classmethod
@@ -135,6 +137,7 @@ class Service(_Model):
     protocol: Literal["http1", "http2"] = "http1"
     connect_timeout: Duration = 1.0
     endpoints: list[Endpoint] = Field(default_factory=list)
+    tls: ServiceTls | None = None
 
 
 class PathMatch(_Model):

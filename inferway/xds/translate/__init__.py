@@ -17,6 +17,7 @@ from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_
 from inferway.xds.translate.listener import build_listener
 from inferway.xds.translate.observability import build_observability_clusters
 from inferway.xds.translate.route import build_route_configuration
+from inferway.xds.translate.tls import build_secrets, referenced_secret_names
 
 __all__ = ["translate_policy", "translate_resolved"]
 
@@ -52,5 +53,16 @@ def translate_policy(policy: Policy) -> Resources:
 
 
 def translate_resolved(resolved: Resolved) -> Resources:
-    """The IR (policy merged with runtime sources) -> Envoy resources."""
-    return translate_policy(resolved.policy)
+    """The IR (policy merged with runtime sources) -> Envoy resources, plus one SDS Secret per
+    secret the policy refers to (material for names it no longer uses is left out)."""
+    resources = translate_policy(resolved.policy)
+    wanted = referenced_secret_names(resolved.policy)
+    secrets = {name: m for name, m in resolved.secrets.items() if name in wanted}
+    if not secrets:
+        return resources
+    return Resources.build(
+        {
+            **{t: list(resources.of_type(t).items()) for t in resources.by_type},
+            type_urls.SECRET: build_secrets(secrets),
+        }
+    )

@@ -14,6 +14,7 @@ from inferway.policies.model import Service
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, duration, pack
 from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
+from inferway.xds.translate.tls import build_service_transport_socket
 
 __all__ = ["build_cluster", "build_http_protocol_options", "uses_localities"]
 
@@ -61,4 +62,7 @@ def build_cluster(service: Service) -> cluster_pb2.Cluster:
     )
     if uses_localities(service):
         cluster.common_lb_config.locality_weighted_lb_config.SetInParent()
+    transport_socket = build_service_transport_socket(service)
+    if transport_socket is not None:
+        cluster.transport_socket.CopyFrom(transport_socket)
     return cluster

@@ -20,6 +20,7 @@ from inferway.xds.translate._protos import ads_config_source, bool_value, pack
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.rbac import apply_access_control
 from inferway.xds.translate.route import routes_for_listener
+from inferway.xds.translate.tls import apply_identity_check, build_listener_transport_socket
 
 __all__ = ["build_http_connection_manager", "build_listener", "build_router_filter"]
 
@@ -52,6 +53,7 @@ def build_http_connection_manager(
         normalize_path=bool_value(True),
     )
     apply_access_control(manager, routes_for_listener(routes, listener))
+    apply_identity_check(manager, listener)
     apply_observability(manager, observability)
     if route_config is None:
         manager.rds.CopyFrom(
@@ -96,7 +98,8 @@ def build_listener(
                             )
                         ),
                     )
-                ]
+                ],
+                transport_socket=build_listener_transport_socket(listener),
             )
         ],
     )
