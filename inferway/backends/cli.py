@@ -14,13 +14,19 @@ from typing import Annotated
 
 import typer
 
+from inferway.backends.tls import BackendTls
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["serve"]
 
 
 async def _serve(
-    model_repository: Path, http_port: int, grpc_port: int, host: str, echo: bool = True
+    model_repository: Path,
+    http_port: int,
+    grpc_port: int,
+    host: str,
+    echo: bool = True,
+    tls: BackendTls | None = None,
 ) -> None:
     from inferway.backends.app import start_backend
 
@@ -29,11 +35,17 @@ async def _serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     handle = await start_backend(
-        model_repository, host=host, http_port=http_port, grpc_port=grpc_port
+        model_repository, host=host, http_port=http_port, grpc_port=grpc_port, tls=tls
     )
     try:
         typer.echo(f"inferway backend serving {model_repository}")
-        typer.echo(f"  HTTP  http://{host}:{handle.http_port}  (KServe v2, /metrics)")
+        scheme = "https" if tls else "http"
+        typer.echo(f"  HTTP  {scheme}://{host}:{handle.http_port}  (KServe v2, /metrics)")
+        if tls is not None:
+            typer.echo(
+                f"  TLS   {tls.certificate}; client certificates "
+                + ("required" if tls.require_client_cert else "not required")
+            )
         typer.echo(f"  gRPC  {host}:{handle.grpc_port}  (inference.GRPCInferenceService)")
         models = handle.repository.models()
         if not models:
@@ -68,6 +80,16 @@ def serve(
         typer.Option(help="OTLP/gRPC collector for traces, e.g. http://127.0.0.1:4317."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Serve HTTP and gRPC over TLS with this PEM certificate.")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key (chmod 600).")] = None,
+    client_ca: Annotated[
+        Path | None, typer.Option(help="PEM CA that client certificates must chain to.")
+    ] = None,
+    require_client_cert: Annotated[
+        bool, typer.Option(help="Refuse clients without a certificate from --client-ca.")
+    ] = False,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
     level = getattr(logging, log_level.upper(), None)
@@ -79,6 +101,7 @@ def serve(
         raise typer.BadParameter(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
+    tls = _backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
     from inferway.observability.otel import setup_tracing
 
     provider = setup_tracing("inferway-backend", otlp_endpoint)
@@ -86,8 +109,22 @@ def serve(
         try:
             import uvloop
         except ImportError:  # e.g. Windows: plain asyncio still works
-            asyncio.run(_serve(model_repository, http_port, grpc_port, host))
+            asyncio.run(_serve(model_repository, http_port, grpc_port, host, tls=tls))
         else:
-            uvloop.run(_serve(model_repository, http_port, grpc_port, host))
+            uvloop.run(_serve(model_repository, http_port, grpc_port, host, tls=tls))
     finally:
         provider.shutdown()
+
+
+def _backend_tls(
+    cert: Path | None, key: Path | None, client_ca: Path | None, require: bool
+) -> BackendTls | None:
+    if cert is None and key is None:
+        if client_ca is not None or require:
+            raise typer.BadParameter("client certificates need TLS: give --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        raise typer.BadParameter("TLS needs both --tls-cert and --tls-key")
+    if require and client_ca is None:
+        raise typer.BadParameter("--require-client-cert needs --client-ca")
+    return BackendTls(cert, key, client_ca, require)

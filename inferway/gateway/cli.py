@@ -247,12 +247,15 @@ def demo(
     trace: Annotated[
         bool, typer.Option("--trace/--no-trace", help="Trace requests; print one trace tree.")
     ] = True,
+    mtls: Annotated[
+        bool, typer.Option("--mtls", help="Mutual TLS on the listener (development CA).")
+    ] = False,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
     from inferway.gateway.demo import run_demo
 
     configure_logging("warning")
-    raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace)))
+    raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
 
 
 def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]

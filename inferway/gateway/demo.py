@@ -35,8 +35,9 @@ from inferway.observability.otel import setup_tracing
 from inferway.observability.otlp_receiver import OtlpReceiver, ReceivedSpan, start_otlp_receiver
 from inferway.observability.trace_tree import build_trace_tree, find_trace_id, render_trace_tree
 from inferway.policies import Policy, dump_policy
+from inferway.policies.resolve import resolve_policy
 from inferway.xds.snapshot import build_snapshot
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate_resolved
 from inferway.xds.translate.tracing import FAST_FLUSH_RUNTIME
 
 __all__ = ["build_demo_policy", "build_infer_request", "run_demo"]
@@ -53,6 +54,7 @@ def build_demo_policy(
     canary: float,
     *,
     collector: str | None = None,
+    tls: dict[str, object] | None = None,
 ) -> Policy:
     """``model-v1`` takes ``100 - canary`` percent of the traffic, ``model-v2`` the rest.
     With ``collector``, Envoy traces every request there (OTLP/gRPC)."""
@@ -65,7 +67,9 @@ def build_demo_policy(
         {
             "observability": observability,
             "version": 1,
-            "listeners": [{"name": "public", "address": "127.0.0.1", "port": listener_port}],
+            "listeners": [
+                {"name": "public", "address": "127.0.0.1", "port": listener_port, "tls": tls}
+            ],
             "services": [
                 {"name": f"model-{version}", "endpoints": [f"127.0.0.1:{port}"]}
                 for version, port in sorted(backend_ports.items())
@@ -106,7 +110,9 @@ def build_infer_request(rng: random.Random, rows: int = 1) -> dict[str, object]:
     }
 
 
-async def _sample(url: str, count: int, console: Console, label: str) -> tuple[Counter[str], float]:
+async def _sample(
+    url: str, count: int, console: Console, label: str, client_options: dict | None = None
+) -> tuple[Counter[str], float]:
     """Send ``count`` inference requests through Envoy (at most CONCURRENCY at once) and count
     the model versions that answered."""
     rng = random.Random(count)
@@ -124,7 +130,9 @@ async def _sample(url: str, count: int, console: Console, label: str) -> tuple[C
     )
     with progress:
         task = progress.add_task(label, total=count)
-        async with httpx.AsyncClient(timeout=5.0, limits=limits, trust_env=False) as client:
+        async with httpx.AsyncClient(
+            timeout=5.0, limits=limits, trust_env=False, **(client_options or {})
+        ) as client:
 
             async def one(index: int) -> None:
                 async with limit:
@@ -207,10 +215,14 @@ def _trace_complete(request_id: str) -> Callable[[list[ReceivedSpan]], bool]:
 
 
 async def _show_trace(
-    console: Console, url: str, receiver: OtlpReceiver, provider: TracerProvider
+    console: Console,
+    url: str,
+    receiver: OtlpReceiver,
+    provider: TracerProvider,
+    client_options: dict | None = None,
 ) -> bool:
     """Send one request and print its trace: Envoy span -> backend request span -> batch."""
-    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False, **(client_options or {})) as client:
         response = await client.post(
             f"{url}/v2/models/{DEMO_MODEL}/infer", json=build_infer_request(random.Random(7))
         )
@@ -234,7 +246,9 @@ async def _show_trace(
     return True
 
 
-async def run_demo(*, once: bool = False, requests: int = 400, trace: bool = True) -> int:
+async def run_demo(
+    *, once: bool = False, requests: int = 400, trace: bool = True, mtls: bool = False
+) -> int:
     console = make_console(soft_wrap=False)
     console.print(
         Panel.fit(
@@ -260,10 +274,11 @@ async def run_demo(*, once: bool = False, requests: int = 400, trace: bool = Tru
             + ", ".join(f"{v} on 127.0.0.1:{p}" for v, p in backends.ports.items())
         )
         gateway: Gateway | None = None
+        tls, client_options = _demo_mtls(workdir, console) if mtls else (None, {})
         try:
             listener_port = _free_port()
             policy = build_demo_policy(
-                listener_port, backends.ports, canary=10, collector=collector
+                listener_port, backends.ports, canary=10, collector=collector, tls=tls
             )
             policy_path = workdir / "policy.yaml"
             policy_path.write_text(dump_policy(policy), encoding="utf-8")
@@ -295,15 +310,18 @@ async def run_demo(*, once: bool = False, requests: int = 400, trace: bool = Tru
                 f"[green]✓[/green] Envoy ready and ACKed snapshot {short_version(version)} "
                 f"in {time.perf_counter() - started:.2f}s  (policy: {policy_path})"
             )
-            url = f"http://127.0.0.1:{listener_port}"
-            seen, seconds = await _sample(url, requests, console, "10% canary")
+            url = f"{'https' if mtls else 'http'}://127.0.0.1:{listener_port}"
+            seen, seconds = await _sample(url, requests, console, "10% canary", client_options)
             console.print(_split_table("Traffic at 10% canary", seen, policy, seconds))
             first_ok = _split_ok(seen, policy)
 
             new_policy = build_demo_policy(
-                listener_port, backends.ports, canary=50, collector=collector
+                listener_port, backends.ports, canary=50, collector=collector, tls=tls
             )
-            new_version = build_snapshot(translate_policy(new_policy)).version
+            state = gateway.control_plane.state  # certificates too, with --mtls
+            new_version = build_snapshot(
+                translate_resolved(resolve_policy(new_policy, state))
+            ).version
             with console.status("editing policy.yaml: v2 weight 10 -> 50"):
                 written = time.perf_counter()
                 _write_atomically(policy_path, dump_policy(new_policy))
@@ -319,13 +337,13 @@ async def run_demo(*, once: bool = False, requests: int = 400, trace: bool = Tru
                 f"[bold]{change_ms:.0f} ms[/bold] (file write -> watcher -> snapshot "
                 f"{short_version(new_version)} -> ACK)"
             )
-            seen, seconds = await _sample(url, requests, console, "50% canary")
+            seen, seconds = await _sample(url, requests, console, "50% canary", client_options)
             console.print(_split_table("Traffic at 50% canary", seen, new_policy, seconds))
             second_ok = _split_ok(seen, new_policy)
             if not (first_ok and second_ok):
                 console.print("[yellow]! the observed split is outside the expected range[/yellow]")
             if receiver is not None and provider is not None:
-                await _show_trace(console, url, receiver, provider)
+                await _show_trace(console, url, receiver, provider, client_options)
 
             if not once:
                 await _keep_running(console, url, gateway, policy_path)
@@ -365,3 +383,47 @@ async def _keep_running(console: Console, url: str, gateway: Gateway, policy_pat
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _demo_mtls(workdir: Path, console: Console) -> tuple[dict[str, object], dict[str, object]]:
+    """Mint a development CA, a server and a client certificate (``inferway certs init``) and
+    return the listener's mutual-TLS settings and the httpx options of a client presenting the
+    client certificate."""
+    import ssl
+
+    from inferway.gateway.certs import (
+        build_ca,
+        build_certificate,
+        bundle_paths,
+        spiffe_id_for,
+        write_bundle,
+    )
+
+    certs = workdir / "certs"
+    ca = build_ca("inferway demo CA", days=1)
+    server = build_certificate(
+        ca,
+        spiffe_id=spiffe_id_for("gateway"),
+        dns_names=["localhost"],
+        ip_addresses=["127.0.0.1"],
+        server=True,
+        days=1,
+    )
+    client = build_certificate(ca, spiffe_id=spiffe_id_for("client"), server=False, client=True)
+    write_bundle(certs, "ca", ca)
+    server_paths = write_bundle(certs, "server", server)
+    client_paths = write_bundle(certs, "client", client)
+    context = ssl.create_default_context(cafile=str(bundle_paths(certs, "ca").certificate))
+    context.load_cert_chain(client_paths.certificate, client_paths.private_key)
+    console.print(
+        f"[green]✓[/green] mutual TLS: development CA and certificates in {certs}; only "
+        f"{spiffe_id_for('client')} may call the listener"
+    )
+    tls = {
+        "mode": "mutual",
+        "certificate": str(server_paths.certificate),
+        "private_key": str(server_paths.private_key),
+        "client_ca": str(bundle_paths(certs, "ca").certificate),
+        "allowed_identities": [spiffe_id_for("client")],
+    }
+    return tls, {"verify": context}
