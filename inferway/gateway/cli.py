@@ -154,9 +154,17 @@ def run(
             dir_okay=False,
         ),
     ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(help="OTLP/gRPC collector for the control plane's own spans."),
+    ] = None,
 ) -> None:
     """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy."""
     configure_logging(log_level)
+    if otlp_endpoint:
+        from inferway.observability.otel import setup_tracing
+
+        setup_tracing("inferway-control-plane", otlp_endpoint)
     options = GatewayOptions(
         policy_path=file,
         host=host,

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import trace
+
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.policies.resolve import Resolved, RuntimeState, resolve_policy
@@ -24,6 +26,7 @@ from inferway.xds.translate import translate_resolved
 __all__ = ["AppliedPolicy", "ControlPlane", "PolicyRefusedError", "Refusal"]
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("inferway.gateway")
 
 
 @dataclass(frozen=True)
@@ -152,10 +155,20 @@ class ControlPlane:
         return self._apply(self._current.policy, state, source)
 
     def _apply(self, policy: Policy, state: RuntimeState, source: str) -> str:
+        """Traced: an "apply policy" span with "translate" and "push snapshot" children."""
+        with _tracer.start_as_current_span(
+            "apply policy", attributes={"inferway.policy.source": source}
+        ) as span:
+            version = self._apply_untraced(policy, state, source)
+            span.set_attribute("inferway.snapshot.version", version)
+            return version
+
+    def _apply_untraced(self, policy: Policy, state: RuntimeState, source: str) -> str:
         try:
-            for state_source in self._state_sources:
-                state = state_source(policy, state)
-            snapshot = build_snapshot(self._translate(resolve_policy(policy, state)))
+            with _tracer.start_as_current_span("translate"):
+                for state_source in self._state_sources:
+                    state = state_source(policy, state)
+                snapshot = build_snapshot(self._translate(resolve_policy(policy, state)))
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
@@ -165,7 +178,9 @@ class ControlPlane:
                 source, [PolicyIssue(source, None, None, "", p) for p in problems]
             )
             raise PolicyRefusedError(refusal)
-        changed = self.cache.set_snapshot(snapshot, self.group)
+        with _tracer.start_as_current_span("push snapshot") as push:
+            changed = self.cache.set_snapshot(snapshot, self.group)
+            push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
         self._current = AppliedPolicy(policy, snapshot, source, self._clock())
         log.info(

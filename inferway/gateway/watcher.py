@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import watchfiles
+from opentelemetry import trace
 
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError, Refusal
 from inferway.policies import PolicyError, PolicyIssue, load_policy_text
@@ -24,6 +25,7 @@ from inferway.policies import PolicyError, PolicyIssue, load_policy_text
 __all__ = ["PolicyWatcher", "ReloadResult"]
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("inferway.gateway")
 # watchfiles logs every batch of changes at INFO; the directory may hold busy files.
 logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
@@ -128,8 +130,12 @@ class PolicyWatcher:
         source = str(self.path)
         try:
             text = data.decode("utf-8")
-            policy = load_policy_text(text, source)
-            result = ReloadResult(version=self.control_plane.apply_policy(policy, source))
+            with _tracer.start_as_current_span(
+                "reload policy", attributes={"inferway.policy.source": source}
+            ):
+                with _tracer.start_as_current_span("load policy"):
+                    policy = load_policy_text(text, source)
+                result = ReloadResult(version=self.control_plane.apply_policy(policy, source))
         except UnicodeDecodeError as exc:
             issue = PolicyIssue(source, None, None, "", f"cannot read file: {exc}")
             result = ReloadResult(refusal=self.control_plane.refuse(PolicyError([issue]), source))

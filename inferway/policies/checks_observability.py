@@ -4,26 +4,13 @@ credential headers the schema already refuses."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from inferway.policies.model import Policy
+from inferway.policies.observability import logged_headers
 from inferway.policies.yaml_marks import Loc
 
 __all__ = ["check_observability"]
-
-_HEADER_OPERATOR = re.compile(r"%(?:REQ|RESP|TRAILER|REQ_WITHOUT_QUERY)\(([^)]*)\)", re.IGNORECASE)
-
-
-def logged_headers(fmt: str) -> list[str]:
-    """Header names an Envoy format string reads (``%REQ(A?B):N%`` names A and B)."""
-    found: list[str] = []
-    for inner in _HEADER_OPERATOR.findall(fmt):
-        for part in inner.split("?"):
-            name = part.split(":")[0].strip().lower()
-            if name and name not in found:
-                found.append(name)
-    return found
 
 
 def check_observability(policy: Policy) -> Iterator[tuple[Loc, str]]:

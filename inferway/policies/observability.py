@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["CREDENTIAL_HEADERS", "AccessLog", "Observability", "Tracing"]
+__all__ = ["CREDENTIAL_HEADERS", "AccessLog", "Observability", "Tracing", "logged_headers"]
 
 CREDENTIAL_HEADERS: tuple[str, ...] = (
     "authorization",
@@ -38,6 +38,17 @@ the policy's own ``redact_headers`` are refused by checks_observability)."""
 
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 _HEADER_OPERATOR = re.compile(r"%(?:REQ|RESP|TRAILER|REQ_WITHOUT_QUERY)\(([^)]*)\)", re.IGNORECASE)
+
+
+def logged_headers(fmt: str) -> list[str]:
+    """Header names an Envoy format string reads (``%REQ(A?B):N%`` reads A and B)."""
+    found: list[str] = []
+    for inner in _HEADER_OPERATOR.findall(fmt):
+        for part in inner.split("?"):
+            name = part.split(":")[0].strip().lower()
+            if name and name not in found:
+                found.append(name)
+    return found
 
 
 class _Model(BaseModel):
@@ -108,8 +119,7 @@ class AccessLog(_Model):
                 raise ValueError(
                     f"extra field name {name!r}: letters, digits, '_', '.', '-' (max 64)"
                 )
-            for header in _HEADER_OPERATOR.findall(fmt):
-                base = header.split("?")[0].split(":")[0].strip().lower()
+            for base in logged_headers(fmt):
                 if base in CREDENTIAL_HEADERS:
                     raise ValueError(
                         f"extra field {name!r} would log the {base!r} header, which carries "
