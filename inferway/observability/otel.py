@@ -77,7 +77,16 @@ def setup_tracing(
         raise ValueError(f"sample_ratio must lie in [0, 1], got {sample_ratio}")
     all_exporters: list[SpanExporter] = list(exporters)
     if otlp_endpoint:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            # xds-protos ships older copies of opentelemetry/proto/*; installed after
+            # opentelemetry-proto, they overwrite its files and the exporter cannot import.
+            raise RuntimeError(
+                f"cannot export traces to {otlp_endpoint}: {exc}. The opentelemetry-proto "
+                "files were probably overwritten by xds-protos; reinstall them with "
+                "`pip install --force-reinstall --no-deps opentelemetry-proto`"
+            ) from exc
 
         insecure = not otlp_endpoint.startswith("https://")
         all_exporters.append(OTLPSpanExporter(endpoint=otlp_endpoint, insecure=insecure))
