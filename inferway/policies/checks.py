@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_access import check_access, check_redacted_log_fields
+from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
 from inferway.policies.yaml_marks import Loc, format_loc
 
@@ -232,4 +233,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_redacted_log_fields,
     check_observability,
     check_tls,
+    check_traffic,
 ]

@@ -8,12 +8,10 @@ Backend weights are relative percentages with 0.1% resolution (``99.9`` / ``0.1`
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -23,6 +21,20 @@ from pydantic import (
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.observability import Observability
 from inferway.policies.tls import ListenerTls, ServiceTls
+from inferway.policies.traffic import (
+    CircuitBreakers,
+    HealthCheck,
+    LoadBalancing,
+    OutlierDetection,
+    RateLimit,
+    RetryHostSelection,
+)
+from inferway.policies.types import (  # re-exported: older imports name model.py
+    NAME_PATTERN,  # noqa: F401
+    Duration,
+    Name,
+    parse_duration,  # noqa: F401
+)
 
 __all__ = [
     "Backend",
@@ -38,31 +50,7 @@ __all__ = [
     "Service",
 ]
 
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
-"""Names become Envoy resource names and stat prefixes: lowercase DNS-label-like."""
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: object) -> object:
-    """Turn ``"250ms"``/``"2s"``/``"1m"``/a number into seconds; leave the rest to pydantic."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as '250ms', '2s' or '1m', not a boolean")
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"expected a duration such as '250ms', '2s' or '1m', got {value!r}")
-        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-"""Seconds, as a float. Written in YAML as '250ms', '2s', '1m' or a plain number."""
-
-Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+# Shared field types live in types.py (imported above) so feature schemas can use them.
 
 
 class _Model(BaseModel):
@@ -138,6 +126,10 @@ class Service(_Model):
     connect_timeout: Duration = 1.0
     endpoints: list[Endpoint] = Field(default_factory=list)
     tls: ServiceTls | None = None
+    load_balancing: LoadBalancing | None = None  # traffic.py: None = round robin, defaults
+    health_check: HealthCheck | None = None  # None = readiness probe for http1, none for http2
+    outlier_detection: OutlierDetection | None = None  # None = on, with defaults
+    circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
 
 
 class PathMatch(_Model):
@@ -225,6 +217,7 @@ class Retries(_Model):
     retriable_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
         default_factory=list
     )
+    host_selection: RetryHostSelection = Field(default_factory=RetryHostSelection)
 
 
 class Route(_Model):
@@ -238,6 +231,7 @@ class Route(_Model):
     timeout: Duration = 15.0
     retries: Retries | None = None
     access: Access | None = None
+    rate_limit: RateLimit | None = None
 
 
 class Policy(_Model):

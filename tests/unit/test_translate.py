@@ -208,7 +208,7 @@ def test_zones_give_locality_weights_and_locality_weighted_lb() -> None:
     empty = resources.of_type(type_urls.ENDPOINT)["v2"]
     assert empty.cluster_name == "v2" and len(empty.endpoints) == 0  # type: ignore[attr-defined]
     plain = resources.of_type(type_urls.CLUSTER)["v2"]
-    assert not plain.HasField("common_lb_config")
+    assert not plain.common_lb_config.HasField("locality_weighted_lb_config")  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,10 @@ def translate_policy(policy: Policy) -> Resources:
                 for ln in policy.listeners
             ],
             type_urls.ROUTE: [
-                (names.route_config_name(ln), build_route_configuration(ln, policy.routes))
+                (
+                    names.route_config_name(ln),
+                    build_route_configuration(ln, policy.routes, policy.services),
+                )
                 for ln in policy.listeners
             ],
             type_urls.CLUSTER: [(names.cluster_name(s), build_cluster(s)) for s in policy.services]

@@ -13,7 +13,11 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_
 from inferway.policies.model import Service
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, duration, pack
+from inferway.xds.translate.circuit_breakers import build_circuit_breakers
 from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
+from inferway.xds.translate.health_check import build_health_checks
+from inferway.xds.translate.load_balancing import apply_load_balancing
+from inferway.xds.translate.outlier_detection import build_outlier_detection
 from inferway.xds.translate.tls import build_service_transport_socket
 
 __all__ = ["build_cluster", "build_http_protocol_options", "uses_localities"]
@@ -42,7 +46,6 @@ def build_cluster(service: Service) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
         name=names.cluster_name(service),
         connect_timeout=duration(service.connect_timeout),
-        lb_policy=cluster_pb2.Cluster.LbPolicy.ROUND_ROBIN,
     )
     if uses_hostnames(service):
         cluster.type = cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
@@ -60,8 +63,12 @@ def build_cluster(service: Service) -> cluster_pb2.Cluster:
     cluster.typed_extension_protocol_options[names.HTTP_PROTOCOL_OPTIONS].CopyFrom(
         pack(build_http_protocol_options(service))
     )
-    if uses_localities(service):
-        cluster.common_lb_config.locality_weighted_lb_config.SetInParent()
+    apply_load_balancing(cluster, service)  # policy, panic threshold, zone weighting
+    cluster.health_checks.extend(build_health_checks(service))
+    outlier_detection = build_outlier_detection(service)
+    if outlier_detection is not None:
+        cluster.outlier_detection.CopyFrom(outlier_detection)
+    cluster.circuit_breakers.CopyFrom(build_circuit_breakers(service))
     transport_socket = build_service_transport_socket(service)
     if transport_socket is not None:
         cluster.transport_socket.CopyFrom(transport_socket)

@@ -18,6 +18,10 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from inferway.policies.model import Endpoint, Service
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import uint32_value
+from inferway.xds.translate.load_balancing import (
+    build_assignment_policy,
+    resolve_locality_weight,
+)
 
 __all__ = [
     "build_cluster_load_assignment",
@@ -51,22 +55,32 @@ def build_cluster_load_assignment(service: Service) -> endpoint_pb2.ClusterLoadA
         return e.priority, e.zone or ""
 
     ordered = sorted(service.endpoints, key=lambda e: (*locality_key(e), e.host, e.port))
+    groups = [(p, z, list(g)) for (p, z), g in groupby(ordered, key=locality_key)]
     return endpoint_pb2.ClusterLoadAssignment(
         cluster_name=names.cluster_name(service),
         endpoints=[
-            build_locality_endpoints(priority, zone, list(group))
-            for (priority, zone), group in groupby(ordered, key=locality_key)
+            build_locality_endpoints(
+                priority,
+                zone,
+                group,
+                weight=resolve_locality_weight(service, zone, [e.weight for e in group]),
+            )
+            for priority, zone, group in groups
         ],
+        policy=build_assignment_policy(service),  # overprovisioning factor, explicit
     )
 
 
 def build_locality_endpoints(
-    priority: int, zone: str, endpoints: Sequence[Endpoint]
+    priority: int, zone: str, endpoints: Sequence[Endpoint], *, weight: int | None = None
 ) -> ec_pb2.LocalityLbEndpoints:
+    """``weight``: the zone's weight (load_balancing.zones); default the endpoints' sum."""
     group = ec_pb2.LocalityLbEndpoints(
         priority=priority,
         lb_endpoints=[build_lb_endpoint(e) for e in endpoints],
-        load_balancing_weight=uint32_value(sum(e.weight for e in endpoints)),
+        load_balancing_weight=uint32_value(
+            weight if weight is not None else sum(e.weight for e in endpoints)
+        ),
     )
     if zone:
         group.locality.CopyFrom(base_pb2.Locality(zone=zone))

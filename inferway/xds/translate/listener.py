@@ -18,6 +18,7 @@ from inferway.policies.observability import Observability
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
 from inferway.xds.translate.observability import apply_observability
+from inferway.xds.translate.rate_limit import apply_rate_limit
 from inferway.xds.translate.rbac import apply_access_control
 from inferway.xds.translate.route import routes_for_listener
 from inferway.xds.translate.tls import apply_identity_check, build_listener_transport_socket
@@ -53,6 +54,7 @@ def build_http_connection_manager(
         normalize_path=bool_value(True),
     )
     apply_access_control(manager, routes_for_listener(routes, listener))
+    apply_rate_limit(manager, routes_for_listener(routes, listener))
     apply_identity_check(manager, listener)
     apply_observability(manager, observability)
     if route_config is None:

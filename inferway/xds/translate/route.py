@@ -3,16 +3,26 @@ keep the policy's order (Envoy takes the first match, as the policy promises).""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 
-from inferway.policies.model import Backend, HeaderMatch, Listener, PathMatch, Retries, Route
+from inferway.policies.model import (
+    Backend,
+    HeaderMatch,
+    Listener,
+    PathMatch,
+    Retries,
+    Route,
+    Service,
+)
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack, uint32_value
+from inferway.xds.translate.load_balancing import ORCA_HEADER, build_route_hash_policies
+from inferway.xds.translate.rate_limit import add_route_rate_limit
 from inferway.xds.translate.rbac import add_route_access
 
 __all__ = [
@@ -37,21 +47,25 @@ def routes_for_listener(routes: Sequence[Route], listener: Listener) -> list[Rou
 
 
 def build_route_configuration(
-    listener: Listener, routes: Sequence[Route]
+    listener: Listener, routes: Sequence[Route], services: Sequence[Service] = ()
 ) -> route_pb2.RouteConfiguration:
+    """``services`` give the routes their hash policies (ring_hash / maglev affinity)."""
+    by_name = {s.name: s for s in services}
     return route_pb2.RouteConfiguration(
         name=names.route_config_name(listener),
         virtual_hosts=[
             rc_pb2.VirtualHost(
                 name=listener.name,
                 domains=["*"],
-                routes=[build_route(r) for r in routes_for_listener(routes, listener)],
+                routes=[build_route(r, by_name) for r in routes_for_listener(routes, listener)],
+                # backends' ORCA load reports are for Envoy's load balancer, not for clients
+                response_headers_to_remove=[ORCA_HEADER],
             )
         ],
     )
 
 
-def build_route(route: Route) -> rc_pb2.Route:
+def build_route(route: Route, services: Mapping[str, Service] | None = None) -> rc_pb2.Route:
     proto = rc_pb2.Route(
         name=route.name,
         stat_prefix=route.name,  # per-route stats: envoy_vhost_route_* {envoy_route=<name>}
@@ -59,6 +73,8 @@ def build_route(route: Route) -> rc_pb2.Route:
         route=build_route_action(route),
     )
     add_route_access(proto, route)
+    add_route_rate_limit(proto, route)
+    proto.route.hash_policy.extend(build_route_hash_policies(route, services or {}))
     return proto
 
 
@@ -117,7 +133,8 @@ def build_retry_policy(retries: Retries) -> rc_pb2.RetryPolicy:
     """``on`` maps one to one onto Envoy's ``retry_on`` tokens. Status codes are retried only
     through ``retriable-status-codes`` + ``retriable_status_codes``: a bare ``503`` in
     ``retry_on`` is silently ignored by Envoy (ENVOY_NOTES), so giving codes turns the
-    token on. Retries avoid hosts that already failed this request (previous_hosts)."""
+    token on. By default retries avoid hosts that already failed this request
+    (previous_hosts), re-picking up to ``host_selection.max_attempts`` times."""
     conditions = list(dict.fromkeys(retries.on))
     if retries.retriable_status_codes and "retriable-status-codes" not in conditions:
         conditions.append("retriable-status-codes")
@@ -125,14 +142,15 @@ def build_retry_policy(retries: Retries) -> rc_pb2.RetryPolicy:
         retry_on=",".join(conditions),
         num_retries=uint32_value(retries.attempts),
         retriable_status_codes=sorted(set(retries.retriable_status_codes)),
-        retry_host_predicate=[
+    )
+    if retries.host_selection.avoid_previous:
+        policy.retry_host_predicate.append(
             rc_pb2.RetryPolicy.RetryHostPredicate(
                 name=names.PREVIOUS_HOSTS_PREDICATE,
                 typed_config=pack(previous_hosts_pb2.PreviousHostsPredicate()),
             )
-        ],
-        host_selection_retry_max_attempts=HOST_SELECTION_RETRY_MAX_ATTEMPTS,
-    )
+        )
+        policy.host_selection_retry_max_attempts = retries.host_selection.max_attempts
     if retries.per_try_timeout is not None:
         policy.per_try_timeout.CopyFrom(duration(retries.per_try_timeout))
     return policy

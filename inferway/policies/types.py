@@ -1,0 +1,38 @@
+"""Field types every schema module shares (durations, names), in a module that imports no
+other schema module, so feature schemas (traffic, access, ...) and model.py can all use
+them without an import cycle."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+
+__all__ = ["NAME_PATTERN", "Duration", "Name", "parse_duration"]
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+"""Names become Envoy resource names and stat prefixes: lowercase DNS-label-like."""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> object:
+    """Turn ``"250ms"``/``"2s"``/``"1m"``/a number into seconds; leave the rest to pydantic."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '250ms', '2s' or '1m', not a boolean")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"expected a duration such as '250ms', '2s' or '1m', got {value!r}")
+        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+"""Seconds, as a float. Written in YAML as '250ms', '2s', '1m' or a plain number."""
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
