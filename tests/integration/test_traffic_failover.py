@@ -1,0 +1,131 @@
+"""Failover through a real Envoy: a replica dying under load, and a whole priority-0 zone
+going down and coming back. Retries hide the failures; outlier detection and health checks
+take the dead replicas out of rotation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.traffic_harness import ControlledBackend, Result, TrafficGateway, poll_until, share
+
+pytestmark = pytest.mark.integration
+
+OUT_OF_ROTATION_BOUND_S = 1.0
+"""The issue's target; the failover benchmark reports the real figure (tens of ms)."""
+
+THREE_REPLICAS = """
+listeners: [{{name: edge, port: {listener_port}}}]
+services:
+  - name: model
+    health_check: {{interval: 250ms}}
+    endpoints: ["127.0.0.1:{r1}", "127.0.0.1:{r2}", "127.0.0.1:{r3}"]
+routes:
+  - name: all
+    backends: [{{service: model}}]
+    retries: {{attempts: 3, on: [connect-failure, reset, gateway-error], per_try_timeout: 1s}}
+"""
+
+
+def _success_rate(results: list[Result]) -> float:
+    return sum(r.status == 200 for r in results) / len(results)
+
+
+async def watch_last_routed(
+    gw: TrafficGateway, port: int, killed_at: float, until: float
+) -> tuple[float, float | None]:
+    """Poll Envoy's per-host counters until ``until``; returns (seconds from the kill to the
+    last time Envoy routed a request or connection attempt to ``port``, seconds from the kill
+    until it was first marked ejected or unhealthy)."""
+    last_count: int | None = None
+    last_change = killed_at
+    out_at: float | None = None
+    while time.monotonic() < until:
+        host = (await gw.hosts("model")).get(port)
+        now = time.monotonic()
+        if host is not None:
+            if last_count is not None and host.requests != last_count:
+                last_change = now
+            last_count = host.requests
+            if out_at is None and (host.ejected or host.failed_health_check):
+                out_at = now
+        await asyncio.sleep(0.02)
+    return last_change - killed_at, None if out_at is None else out_at - killed_at
+
+
+async def test_killing_one_of_three_replicas_under_load_loses_no_requests() -> None:
+    replicas = [ControlledBackend(n) for n in ("r1", "r2", "r3")]
+    victim = replicas[1]
+    async with TrafficGateway(THREE_REPLICAS, replicas) as gw:
+        await gw.send(60)  # every replica has pooled connections
+        assert all(r.hits for r in replicas)
+        timing: dict[str, float | None] = {}
+
+        async def kill_then_watch() -> None:
+            await asyncio.sleep(0.5)
+            killed_at = time.monotonic()
+            await victim.kill()
+            last, out = await watch_last_routed(gw, victim.port, killed_at, killed_at + 2.0)
+            timing["last_routed"], timing["out_of_rotation"] = last, out
+
+        results = await gw.load(duration=2.8, rate=200, during=kill_then_watch)
+    assert len(results) > 400
+    assert _success_rate(results) >= 0.999, share(results)
+    assert timing["out_of_rotation"] is not None, "the dead replica was never ejected"
+    assert timing["out_of_rotation"] < OUT_OF_ROTATION_BOUND_S, timing
+    assert timing["last_routed"] is not None
+    assert timing["last_routed"] < OUT_OF_ROTATION_BOUND_S, timing
+    late = [r for r in results if r.at > results[0].at + 2.0]
+    assert late and all(r.backend != "r2" for r in late)
+
+
+PRIORITIES = """
+listeners: [{{name: edge, port: {listener_port}}}]
+services:
+  - name: model
+    health_check: {{interval: 200ms, timeout: 100ms, unhealthy_threshold: 1}}
+    outlier_detection: {{base_ejection_time: 500ms, interval: 250ms}}
+    endpoints:
+      - {{address: "127.0.0.1:{p0a}", zone: zone-a, priority: 0}}
+      - {{address: "127.0.0.1:{p0b}", zone: zone-a, priority: 0}}
+      - {{address: "127.0.0.1:{dr}", zone: zone-dr, priority: 1}}
+routes:
+  - name: all
+    backends: [{{service: model}}]
+    retries:
+      attempts: 3
+      on: [connect-failure, reset, gateway-error]
+      per_try_timeout: 1s
+      host_selection: {{max_attempts: 10}}
+"""
+
+
+async def test_a_priority_zone_fails_over_to_the_next_tier_and_back() -> None:
+    p0 = [ControlledBackend("p0a"), ControlledBackend("p0b")]
+    dr = ControlledBackend("dr")
+    async with TrafficGateway(PRIORITIES, [*p0, dr]) as gw:
+        before = share(await gw.send(200))
+        assert before["dr"] == 0 and before["p0a"] + before["p0b"] == 200, before
+
+        async def zone_down() -> None:
+            await asyncio.sleep(0.3)
+            await asyncio.gather(*(b.kill() for b in p0))
+
+        down = await gw.load(duration=2.5, rate=200, during=zone_down)
+        assert _success_rate(down) >= 0.999, share(down)
+        settled = [r for r in down if r.at > down[0].at + 1.5]
+        assert settled and all(r.backend == "dr" for r in settled), share(settled)
+
+        await asyncio.gather(*(b.revive() for b in p0))
+        windows: list[list[Result]] = []
+
+        async def back_on_priority_0() -> bool:
+            windows.append(await gw.load(duration=0.3, rate=200))
+            counts = share(windows[-1])
+            return counts["p0a"] + counts["p0b"] >= 0.95 * len(windows[-1])
+
+        await poll_until(back_on_priority_0, timeout=8, what="traffic back on priority 0")
+        everything = [r for w in windows for r in w]
+        assert _success_rate(everything) >= 0.999, share(everything)
