@@ -10,6 +10,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# xds-protos ships stale copies of opentelemetry/proto/* that overwrite opentelemetry-proto's
+	@# files (the OTLP exporter then fails to import); put the real ones back.
+	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps \
+	  "opentelemetry-proto==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
 	@touch $(STAMP)
 
 demo: $(STAMP)
