@@ -15,6 +15,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
+from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from tests.integration.endpoints_harness import NODE_ID, EndpointsHarness, poll_until
 
@@ -169,3 +170,35 @@ async def test_a_delta_nack_is_recorded_once_and_not_resent(delta: EndpointsHarn
         return delta.port(3) in await delta.send("alpha", 6, concurrency=2)
 
     await poll_until(reaches_new_endpoint, timeout=5, what="traffic to reach the added endpoint")
+
+
+async def test_a_reconnecting_delta_envoy_is_sent_only_what_it_lacks(
+    delta: EndpointsHarness,
+) -> None:
+    """After a control-plane restart Envoy declares what it holds (initial_resource_versions);
+    content-derived versions match, so nothing is re-sent, and later changes still flow."""
+    assert delta.server is not None
+    port = delta.server.port
+    await delta.server.stop(grace=0.1)
+    delta.server = None
+    await poll_until(
+        lambda: not delta.cache.node_status()[0].connected, timeout=5, what="the disconnect"
+    )
+    delta.stats.reset()
+    delta.server = await start_xds_server(delta.cache, port=port)
+    await poll_until(
+        lambda: delta.cache.node_status()[0].connected, timeout=15, what="Envoy to reconnect"
+    )
+    await poll_until(
+        lambda: delta.stats.totals(type_url=type_urls.LISTENER).responses >= 1,
+        timeout=10,
+        what="the re-subscription to be answered",
+    )
+    assert delta.stats.totals().resources == 0, list(delta.stats)
+    alpha = await delta.send("alpha", 10, concurrency=2)
+    assert set(alpha) == {delta.port(0), delta.port(1)}, alpha
+
+    delta.stats.reset()
+    await delta.write_endpoints({"alpha": [0, 1, 3], "beta": [2]})
+    sent = delta.stats.totals()
+    assert (sent.responses, sent.resources) == (1, 1), list(delta.stats)
