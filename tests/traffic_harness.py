@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httpx
 from aiohttp import web
 
 from inferway.backends.orca import ORCA_HEADER, LoadReport, build_orca_header
@@ -32,11 +33,13 @@ from tests.envoy_process import EnvoyProcess, free_port
 
 __all__ = [
     "ControlledBackend",
+    "FailoverTiming",
     "HostStatus",
     "Result",
     "TrafficGateway",
     "poll_until",
     "share",
+    "watch_failover",
 ]
 
 NODE_ID = "traffic-node"
@@ -142,6 +145,55 @@ class HostStatus:
     failed_health_check: bool
 
 
+@dataclass(frozen=True)
+class FailoverTiming:
+    killed_at: float  # monotonic()
+    last_routed_s: float
+    """From the kill to the last change of the dead host's rq_total + cx_connect_fail."""
+    out_of_rotation_s: float | None
+    """From the kill until Envoy first marked it ejected or unhealthy (None: never)."""
+    first_poll_s: float
+    """From the kill to the first poll's answer: the resolution of the two figures above
+    (the kill itself, closing the server and its connections, is inside it)."""
+
+
+async def watch_failover(
+    gw: TrafficGateway,
+    cluster: str,
+    backend: ControlledBackend,
+    *,
+    watch_for: float,
+    interval: float = 0.02,
+) -> FailoverTiming:
+    """Kill ``backend`` and poll Envoy's per-host counters of it for ``watch_for`` seconds.
+    The counters are read once before the kill, so routing right after it counts too."""
+    port = backend.port
+    before = (await gw.hosts(cluster)).get(port)
+    last_count = before.requests if before is not None else None
+    killed_at = time.monotonic()
+    await backend.kill()
+    last_change = killed_at
+    out_at: float | None = None
+    first_poll: float | None = None
+    while time.monotonic() < killed_at + watch_for:
+        host = (await gw.hosts(cluster)).get(port)
+        now = time.monotonic()
+        first_poll = first_poll or now
+        if host is not None:
+            if last_count is not None and host.requests != last_count:
+                last_change = now
+            last_count = host.requests
+            if out_at is None and (host.ejected or host.failed_health_check):
+                out_at = now
+        await asyncio.sleep(interval)
+    return FailoverTiming(
+        killed_at,
+        last_change - killed_at,
+        None if out_at is None else out_at - killed_at,
+        (first_poll or killed_at) - killed_at,
+    )
+
+
 def share(results: Iterable[Result]) -> Counter[str]:
     """Counts by backend name (and ``status <n>`` for non-200 answers)."""
     counts: Counter[str] = Counter()
@@ -164,6 +216,7 @@ class TrafficGateway:
         self.server: XdsServer | None = None
         self.envoy: EnvoyProcess | None = None
         self.session: aiohttp.ClientSession | None = None
+        self._admin: httpx.AsyncClient | None = None
 
     @property
     def url(self) -> str:
@@ -217,6 +270,9 @@ class TrafficGateway:
         await self.wait_acked()
 
     async def stop(self) -> None:
+        if self._admin is not None:
+            await self._admin.aclose()
+            self._admin = None
         if self.session is not None:
             await self.session.close()
             self.session = None
@@ -300,7 +356,9 @@ class TrafficGateway:
     async def hosts(self, cluster: str) -> dict[int, HostStatus]:
         """Per-host counters and health flags of ``cluster``, by port."""
         assert self.envoy is not None
-        response = await self.envoy.admin_get("/clusters", format="json")
+        if self._admin is None:  # one keep-alive client: polls stay a few ms apart
+            self._admin = httpx.AsyncClient(base_url=self.envoy.admin_url, timeout=5.0)
+        response = await self._admin.get("/clusters", params={"format": "json"})
         response.raise_for_status()
         out: dict[int, HostStatus] = {}
         for status in response.json().get("cluster_statuses", []):

@@ -5,11 +5,18 @@ take the dead replicas out of rotation."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
-from tests.traffic_harness import ControlledBackend, Result, TrafficGateway, poll_until, share
+from tests.traffic_harness import (
+    ControlledBackend,
+    FailoverTiming,
+    Result,
+    TrafficGateway,
+    poll_until,
+    share,
+    watch_failover,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -33,51 +40,26 @@ def _success_rate(results: list[Result]) -> float:
     return sum(r.status == 200 for r in results) / len(results)
 
 
-async def watch_last_routed(
-    gw: TrafficGateway, port: int, killed_at: float, until: float
-) -> tuple[float, float | None]:
-    """Poll Envoy's per-host counters until ``until``; returns (seconds from the kill to the
-    last time Envoy routed a request or connection attempt to ``port``, seconds from the kill
-    until it was first marked ejected or unhealthy)."""
-    last_count: int | None = None
-    last_change = killed_at
-    out_at: float | None = None
-    while time.monotonic() < until:
-        host = (await gw.hosts("model")).get(port)
-        now = time.monotonic()
-        if host is not None:
-            if last_count is not None and host.requests != last_count:
-                last_change = now
-            last_count = host.requests
-            if out_at is None and (host.ejected or host.failed_health_check):
-                out_at = now
-        await asyncio.sleep(0.02)
-    return last_change - killed_at, None if out_at is None else out_at - killed_at
-
-
 async def test_killing_one_of_three_replicas_under_load_loses_no_requests() -> None:
     replicas = [ControlledBackend(n) for n in ("r1", "r2", "r3")]
     victim = replicas[1]
     async with TrafficGateway(THREE_REPLICAS, replicas) as gw:
         await gw.send(60)  # every replica has pooled connections
         assert all(r.hits for r in replicas)
-        timing: dict[str, float | None] = {}
+        timings: list[FailoverTiming] = []
 
         async def kill_then_watch() -> None:
             await asyncio.sleep(0.5)
-            killed_at = time.monotonic()
-            await victim.kill()
-            last, out = await watch_last_routed(gw, victim.port, killed_at, killed_at + 2.0)
-            timing["last_routed"], timing["out_of_rotation"] = last, out
+            timings.append(await watch_failover(gw, "model", victim, watch_for=2.0))
 
         results = await gw.load(duration=2.8, rate=200, during=kill_then_watch)
+    (timing,) = timings
     assert len(results) > 400
     assert _success_rate(results) >= 0.999, share(results)
-    assert timing["out_of_rotation"] is not None, "the dead replica was never ejected"
-    assert timing["out_of_rotation"] < OUT_OF_ROTATION_BOUND_S, timing
-    assert timing["last_routed"] is not None
-    assert timing["last_routed"] < OUT_OF_ROTATION_BOUND_S, timing
-    late = [r for r in results if r.at > results[0].at + 2.0]
+    assert timing.out_of_rotation_s is not None, "the dead replica was never ejected"
+    assert timing.out_of_rotation_s < OUT_OF_ROTATION_BOUND_S, timing
+    assert timing.last_routed_s < OUT_OF_ROTATION_BOUND_S, timing
+    late = [r for r in results if r.at > timing.killed_at + 1.0]
     assert late and all(r.backend != "r2" for r in late)
 
 
