@@ -88,3 +88,27 @@ async def test_load_aware_follows_orca_reports_and_hides_them_from_clients() -> 
     assert not any(k.lower() == "endpoint-load-metrics" for r in results for k in r.headers)
     counts = share(results)
     assert counts["busy"] < 0.25 * 1000, counts  # round robin would give it half
+
+
+AFFINITY = """
+listeners: [{{name: edge, port: {listener_port}}}]
+services:
+  - name: model
+    load_balancing: {{policy: ring_hash, hash_on: {{header: x-session-id}}}}
+    endpoints: ["127.0.0.1:{s1}", "127.0.0.1:{s2}", "127.0.0.1:{s3}"]
+routes: [{{name: all, backends: [{{service: model}}]}}]
+"""
+
+
+async def test_ring_hash_keeps_a_session_on_one_replica() -> None:
+    backends = [ControlledBackend(n) for n in ("s1", "s2", "s3")]
+    async with TrafficGateway(AFFINITY, backends) as gw:
+        placement: dict[str, set[str | None]] = {}
+        for session in range(30):
+            for _ in range(5):
+                result = await gw.get("/", headers={"x-session-id": f"user-{session}"})
+                assert result.status == 200
+                placement.setdefault(f"user-{session}", set()).add(result.backend)
+    assert all(len(replicas) == 1 for replicas in placement.values()), placement
+    used = set().union(*placement.values())
+    assert len(used) >= 2, "30 sessions should spread over the replicas"

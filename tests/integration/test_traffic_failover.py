@@ -111,3 +111,30 @@ async def test_a_priority_zone_fails_over_to_the_next_tier_and_back() -> None:
         await poll_until(back_on_priority_0, timeout=8, what="traffic back on priority 0")
         everything = [r for w in windows for r in w]
         assert _success_rate(everything) >= 0.999, share(everything)
+
+
+FIVE_XX = """
+listeners: [{{name: edge, port: {listener_port}}}]
+services:
+  - name: model
+    outlier_detection: {{consecutive_5xx: 3, base_ejection_time: 30s}}
+    endpoints: ["127.0.0.1:{good1}", "127.0.0.1:{good2}", "127.0.0.1:{bad}"]
+routes:
+  - name: all
+    backends: [{{service: model}}]
+    retries: {{attempts: 2, on: [retriable-status-codes], retriable_status_codes: [503]}}
+"""
+
+
+async def test_a_replica_answering_503_is_retried_elsewhere_and_stays_ejected() -> None:
+    good = [ControlledBackend("good1"), ControlledBackend("good2")]
+    bad = ControlledBackend("bad")
+    async with TrafficGateway(FIVE_XX, [*good, bad]) as gw:
+        await gw.send(30)
+        bad.status = 503  # still passes its readiness probe: only real traffic shows it
+        results = await gw.send(300, concurrency=8)
+        hosts = await gw.hosts("model")
+        probes = await gw.stats(r"cluster\.model\.health_check\.success")
+    assert all(r.status == 200 for r in results), share(results)
+    assert hosts[bad.port].ejected and not hosts[bad.port].failed_health_check
+    assert probes["cluster.model.health_check.success"] > 0
