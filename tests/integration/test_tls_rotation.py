@@ -57,7 +57,9 @@ def _keep_alive(port: int, context: ssl.SSLContext, stop: threading.Event, load:
                 if not load.serials or load.serials[-1] != serial:
                     load.serials.append(serial)
             except Exception as exc:  # every failure is a test failure, recorded
-                load.failures.append(f"keep-alive: {exc!r}")
+                load.failures.append(
+                    f"keep-alive at {time.monotonic():.2f} after {load.ok} ok: {exc!r}"
+                )
                 return
             time.sleep(0.002)
     finally:
@@ -110,6 +112,7 @@ routes:
     stop_thread = threading.Event()
     stop_fresh = asyncio.Event()
     kept, fresh = Load(), Load()
+    rotated_at = 0.0
     thread: threading.Thread | None = None
     try:
         await gateway.start()
@@ -139,6 +142,7 @@ routes:
             client=True,
             days=2,
         )
+        rotated_at = time.monotonic()
         write_bundle(pki.dir, "server", new)  # key, then certificate: two atomic renames
         new_serial = new.serial_number
         assert new_serial != old_serial
@@ -155,13 +159,18 @@ routes:
         stop_fresh.set()
         await fresh_task
     finally:
+        stopped_at = time.monotonic()
         stop_thread.set()
         if thread is not None:
-            thread.join(timeout=10)
+            await asyncio.to_thread(thread.join, 10)  # the backend needs the loop meanwhile
         await gateway.stop()
         await runner.cleanup()
 
-    assert kept.failures == [] and fresh.failures == [], (kept.failures, fresh.failures)
+    assert kept.failures == [] and fresh.failures == [], (
+        f"rotated at {rotated_at:.2f}, stopped at {stopped_at:.2f}",
+        kept.failures,
+        fresh.failures,
+    )
     assert gateway.certificates.rotations >= 1
     # Fresh handshakes switched from the old certificate to the new one, and never back.
     assert fresh.serials[0] == old_serial
