@@ -1,0 +1,142 @@
+"""The servers the batching benchmark measures, each in its own process.
+
+- the inferway backend (``start_backend`` under uvloop) over a generated model repository;
+- the issue's yardstick: the tiny model behind a plain aiohttp handler, ONNX Runtime called
+  inline on the event loop, no batching, KServe v2 JSON in and out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing as mp
+import urllib.request
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import psutil
+
+__all__ = ["ServerProcess", "backend_server_main", "plain_server_main", "scrape_batches"]
+
+
+def backend_server_main(root: str, conn: Connection) -> None:
+    """``start_backend`` over ``root`` under uvloop; send the ports, stop on recv."""
+    import logging
+
+    import uvloop
+
+    logging.basicConfig(level=logging.WARNING)
+
+    async def serve() -> None:
+        from inferway.backends.app import start_backend
+
+        handle = await start_backend(root, watch=False)
+        conn.send((handle.http_port, handle.grpc_port))
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        await handle.stop(grace=1.0)
+
+    uvloop.run(serve())
+
+
+class ServerProcess:
+    """A server in a child process (the backend, or the plain reference); ``stop()`` drains
+    and joins it. ``metrics``: whether it serves the backend's /metrics."""
+
+    def __init__(
+        self, target: Any, args: tuple[Any, ...], *, metrics: bool, timeout_s: float = 180.0
+    ) -> None:
+        ctx = mp.get_context("spawn")
+        self.metrics = metrics
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=target, args=(*args, child), name="server")
+        self._proc.start()
+        child.close()
+        if not self._conn.poll(timeout_s):
+            self._proc.kill()
+            raise RuntimeError(f"server {target.__name__}{args} did not start in {timeout_s:.0f}s")
+        try:
+            self.http_port, self.grpc_port = self._conn.recv()
+        except EOFError:
+            self._proc.join(5)
+            raise RuntimeError(
+                f"server {target.__name__} exited with code {self._proc.exitcode} before "
+                "listening; its traceback is printed above"
+            ) from None
+        assert self._proc.pid is not None
+        self.process = psutil.Process(self._proc.pid)
+
+    def cpu_seconds(self) -> float:
+        t = self.process.cpu_times()
+        return t.user + t.system
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send("stop")
+        self._proc.join(20)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+
+
+def scrape_batches(port: int, model: str) -> tuple[float, float]:
+    """(rows, batches) the server has executed for ``model`` so far, from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    total = count = 0.0
+    label = f'model="{model}"'
+    for line in text.splitlines():
+        if label not in line:
+            continue
+        if line.startswith("inferway_backend_batch_size_sum{"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("inferway_backend_batch_size_count{"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+def plain_server_main(onnx_path: str, model: str, conn: Connection) -> None:
+    """Serve ``onnx_path`` as ``model`` on a free loopback port; send the port, stop on recv."""
+    import asyncio
+
+    import onnxruntime as ort
+    import uvloop
+    from aiohttp import web
+
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    output = session.get_outputs()[0].name
+
+    async def infer(request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        tensor = body["inputs"][0]
+        x = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+        y = session.run([output], {tensor["name"]: x})[0]
+        answer = {
+            "model_name": model,
+            "outputs": [
+                {
+                    "name": output,
+                    "datatype": "FP32",
+                    "shape": list(y.shape),
+                    "data": y.ravel().tolist(),
+                }
+            ],
+        }
+        return web.json_response(answer)
+
+    async def serve() -> None:
+        app = web.Application()
+        app.router.add_post(f"/v2/models/{model}/infer", infer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        conn.send((port, 0))
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        await runner.cleanup()
+
+    uvloop.run(serve())
