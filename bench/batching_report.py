@@ -21,6 +21,8 @@ def summarize_point(spec: Any, raw: dict[str, Any]) -> dict[str, Any]:
     point: dict[str, Any] = {"kind": spec.kind, "protocol": spec.protocol, "model": spec.model}
     if spec.kind == "open":
         point["offered_rps"] = spec.rate
+        # The Poisson draw itself: what was actually sent per second of the schedule.
+        point["sent_rps"] = round(raw["sent"] / spec.duration_s, 1)
     else:
         point["concurrency"] = spec.concurrency
     stats = summarize(lat)
