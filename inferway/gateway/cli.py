@@ -31,6 +31,7 @@ from inferway.gateway.runtime import (
     GatewayOptions,
     start_gateway,
 )
+from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import Policy, PolicyError, load_policy
 
 __all__ = ["app", "main"]
@@ -55,6 +56,11 @@ PolicyFile = Annotated[
     Path,
     typer.Option("--file", "-f", help="The policy YAML.", dir_okay=False, show_default=False),
 ]
+
+
+def _pem_option(help: str) -> typer.models.OptionInfo:
+    """An optional PEM file option of ``run``'s xDS mutual TLS."""
+    return typer.Option(help=help, dir_okay=False)
 
 
 def _load_or_exit(path: Path) -> Policy:
@@ -158,9 +164,53 @@ def run(
         str | None,
         typer.Option(help="OTLP/gRPC collector for the control plane's own spans."),
     ] = None,
+    xds_mtls_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Mutual TLS between Envoy and the xDS server with the files of `inferway certs "
+            "init --dir DIR`: server.pem for the server, ca.pem for both sides, <node-id>.pem "
+            "(else client.pem) for Envoy. The options below override single files.",
+            file_okay=False,
+        ),
+    ] = None,
+    xds_tls_cert: Annotated[Path | None, _pem_option("The xDS server's certificate (PEM).")] = None,
+    xds_tls_key: Annotated[
+        Path | None, _pem_option("The xDS server's private key (mode 0600).")
+    ] = None,
+    xds_client_ca: Annotated[
+        Path | None, _pem_option("CA that signs Envoys' client certificates.")
+    ] = None,
+    xds_envoy_cert: Annotated[
+        Path | None, _pem_option("Envoy's client certificate for xDS; must name --node-id.")
+    ] = None,
+    xds_envoy_key: Annotated[
+        Path | None, _pem_option("Envoy's client private key for xDS (mode 0600).")
+    ] = None,
+    xds_server_ca: Annotated[
+        Path | None, _pem_option("CA Envoy trusts for the xDS server (default: client CA).")
+    ] = None,
+    xds_server_name: Annotated[
+        str | None,
+        typer.Option(help="SNI Envoy sends to the xDS server; its cert must carry this DNS SAN."),
+    ] = None,
 ) -> None:
     """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy."""
     configure_logging(log_level)
+    try:
+        xds_mtls = resolve_xds_mtls_files(
+            directory=xds_mtls_dir,
+            node_id=node_id,
+            server_certificate=xds_tls_cert,
+            server_key=xds_tls_key,
+            client_ca=xds_client_ca,
+            envoy_certificate=xds_envoy_cert,
+            envoy_key=xds_envoy_key,
+            server_ca=xds_server_ca,
+            server_name=xds_server_name,
+        )
+    except XdsMtlsError as error:
+        make_console(stderr=True).print(Text(str(error), style="red"))
+        raise typer.Exit(2) from None
     if otlp_endpoint:
         from inferway.observability.otel import setup_tracing
 
@@ -180,6 +230,7 @@ def run(
         endpoints_file=endpoints_file,
         admin_address=admin_address,
         admin_token_file=admin_token_file,
+        xds_mtls=xds_mtls,
     )
     raise typer.Exit(_run_loop(_serve(options)))
 
@@ -193,7 +244,7 @@ async def _serve(options: GatewayOptions) -> int:
         err.print("[red]refusing to start: the policy is invalid[/red]")
         print_issues(err, issues)
         return 1
-    except OSError as error:
+    except (OSError, XdsMtlsError) as error:
         log.error("cannot start the gateway: %s", error)
         return 2
     stop = asyncio.Event()

@@ -28,6 +28,7 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
+from inferway.gateway.xds_mtls import XdsMtlsFiles, load_xds_mtls
 from inferway.observability.control_plane_metrics import ControlPlaneMetrics
 from inferway.policies import load_policy_text
 from inferway.policies.endpoints import endpoints_file_path
@@ -74,6 +75,8 @@ class GatewayOptions:
     """How the supervised Envoy speaks ADS: state-of-the-world or incremental (delta)."""
     endpoints_file: Path | None = None
     """Overrides the policy's ``endpoints_file``: services' endpoints from a watched file."""
+    xds_mtls: XdsMtlsFiles | None = None
+    """Mutual TLS between Envoy and the xDS server (``--xds-mtls-dir`` and friends)."""
     admin_address: str = "127.0.0.1"
     """Where the admin API binds; anything but loopback is logged as a warning."""
     admin_token_file: Path | None = None
@@ -100,8 +103,14 @@ class Gateway:
 async def start_gateway(options: GatewayOptions) -> Gateway:
     """Start everything, or nothing: a failure part-way stops what had started, then raises.
 
-    Raises PolicyError / PolicyRefusedError when the policy file cannot be applied.
+    Raises PolicyError / PolicyRefusedError when the policy file cannot be applied, and
+    XdsMtlsError when the xDS mutual-TLS files cannot be used.
     """
+    xds_server_tls, xds_client_tls = (
+        load_xds_mtls(options.xds_mtls, node_id=options.node_id, with_envoy=options.with_envoy)
+        if options.xds_mtls is not None
+        else (None, None)
+    )
     path = options.policy_path
     try:
         text = path.read_text(encoding="utf-8")
@@ -109,7 +118,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         reason = getattr(exc, "strerror", None) or str(exc)
         issue = PolicyIssue(str(path), None, None, "", f"cannot read file: {reason}")
         raise PolicyError([issue]) from None
-    policy = load_policy_text(text, str(path))
+    external_endpoints = options.endpoints_file is not None
+    policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
     endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
     state = RuntimeState()
     if endpoints_path is not None:
@@ -126,10 +136,12 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
 
     stack = contextlib.AsyncExitStack()
     try:
-        xds = await start_xds_server(cache, options.host, options.xds_port)
+        xds = await start_xds_server(cache, options.host, options.xds_port, tls=xds_server_tls)
         stack.push_async_callback(xds.stop, 0.5)
 
-        watcher = PolicyWatcher(path, plane, debounce_ms=options.debounce_ms)
+        watcher = PolicyWatcher(
+            path, plane, debounce_ms=options.debounce_ms, external_endpoints=external_endpoints
+        )
         watcher.mark_loaded(text)
         await watcher.start()
         stack.push_async_callback(watcher.stop)
@@ -157,6 +169,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 xds_port=xds.port,
                 admin_port=options.envoy_admin_port,
                 ads=options.xds_protocol,
+                xds_tls=xds_client_tls,
             )
             if options.envoy_runtime:
                 bootstrap["layered_runtime"] = build_layered_runtime(options.envoy_runtime)

@@ -49,8 +49,12 @@ class PolicyWatcher:
         debounce_ms: int = 10,
         on_reload: Callable[[ReloadResult], None] | None = None,
         force_polling: bool | None = None,
+        external_endpoints: bool = False,
     ) -> None:
+        """``external_endpoints``: the gateway was given an endpoints file, so an edit may
+        leave services without inline endpoints (see ``check_policy``)."""
         self.path = Path(path)
+        self.external_endpoints = external_endpoints
         self.control_plane = control_plane
         self.debounce_ms = debounce_ms
         self.on_reload = on_reload
@@ -134,7 +138,9 @@ class PolicyWatcher:
                 "reload policy", attributes={"inferway.policy.source": source}
             ):
                 with _tracer.start_as_current_span("load policy"):
-                    policy = load_policy_text(text, source)
+                    policy = load_policy_text(
+                        text, source, external_endpoints=self.external_endpoints
+                    )
                 result = ReloadResult(version=self.control_plane.apply_policy(policy, source))
         except UnicodeDecodeError as exc:
             issue = PolicyIssue(source, None, None, "", f"cannot read file: {exc}")

@@ -27,9 +27,13 @@ _MAX_WEIGHT_TOTAL = 2**32 - 1
 """Envoy sums route weights (in permille here) into a uint32."""
 
 
-def check_policy(policy: Policy) -> list[SemanticIssue]:
-    """Every semantic problem in ``policy``; empty when it makes sense."""
-    issues: list[SemanticIssue] = []
+def check_policy(policy: Policy, *, external_endpoints: bool = False) -> list[SemanticIssue]:
+    """Every semantic problem in ``policy``; empty when it makes sense.
+
+    ``external_endpoints``: services' endpoints come from an endpoints file named outside the
+    policy (``inferway run --endpoints-file``), so a service without inline ones is not empty.
+    """
+    issues: list[SemanticIssue] = list(_weights(policy, external_endpoints=external_endpoints))
     for check in _CHECKS:
         issues.extend(check(policy))
     return issues
@@ -113,7 +117,7 @@ def _references(policy: Policy) -> Iterator[SemanticIssue]:
                     )
 
 
-def _weights(policy: Policy) -> Iterator[SemanticIssue]:
+def _weights(policy: Policy, *, external_endpoints: bool = False) -> Iterator[SemanticIssue]:
     by_name = {s.name: s for s in policy.services}
     for r, route in enumerate(policy.routes):
         total = sum(b.permille for b in route.backends)
@@ -139,7 +143,8 @@ def _weights(policy: Policy) -> Iterator[SemanticIssue]:
                 )
             seen.setdefault(backend.service, b)
             service = by_name.get(backend.service)
-            external = policy.endpoints_file is not None  # endpoints arrive from that file
+            # endpoints arrive from an endpoints file (the policy's, or the command line's)
+            external = external_endpoints or policy.endpoints_file is not None
             if service is not None and not service.endpoints and backend.permille > 0:
                 if external:
                     continue
@@ -225,7 +230,6 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     _duplicate_names,
     _port_clashes,
     _references,
-    _weights,
     _endpoints,
     _retries,
     _shadowed_routes,

@@ -20,7 +20,7 @@ from inferway.policies.yaml_marks import YamlSyntaxError, format_loc, load_marke
 __all__ = ["load_policy", "load_policy_text"]
 
 
-def load_policy(path: str | Path) -> Policy:
+def load_policy(path: str | Path, *, external_endpoints: bool = False) -> Policy:
     """Read and validate the policy at ``path``; errors name the path as given."""
     source = str(path)
     try:
@@ -30,11 +30,14 @@ def load_policy(path: str | Path) -> Policy:
         raise PolicyError(
             [PolicyIssue(source, None, None, "", f"cannot read file: {reason}")]
         ) from None
-    return load_policy_text(text, source)
+    return load_policy_text(text, source, external_endpoints=external_endpoints)
 
 
-def load_policy_text(text: str, source: str = "<string>") -> Policy:
-    """Validate policy YAML ``text``; ``source`` is the file name used in errors."""
+def load_policy_text(
+    text: str, source: str = "<string>", *, external_endpoints: bool = False
+) -> Policy:
+    """Validate policy YAML ``text``; ``source`` is the file name used in errors.
+    ``external_endpoints``: endpoints come from a file named elsewhere (see check_policy)."""
     try:
         document = load_marked_yaml(text)
     except YamlSyntaxError as error:
@@ -77,7 +80,7 @@ def load_policy_text(text: str, source: str = "<string>") -> Policy:
         issues.extend(validation_issues(error, document, source, Policy))
         raise PolicyError(_in_file_order(issues)) from None
 
-    for loc, message in check_policy(policy):
+    for loc, message in check_policy(policy, external_endpoints=external_endpoints):
         issues.append(locate_issue(document, source, loc, message))
     if issues:
         raise PolicyError(_in_file_order(issues))
