@@ -26,6 +26,7 @@ from inferway.gateway.control_plane import ControlPlane, Refusal
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.observability.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.policies import dump_policy
+from inferway.policies.redact import build_redacted_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import NackRecord, NodeStatus
 from inferway.xds.snapshot import Snapshot
@@ -192,10 +193,12 @@ async def _envoy_stats(request: web.Request) -> web.Response:
 
 
 async def _policy(request: web.Request) -> web.Response:
+    """The live policy, with access rules' header values (API keys) shown as <redacted>."""
     policy = request.app[CONTROL_PLANE].policy
     if policy is None:
         raise web.HTTPNotFound(text="no policy has been applied yet\n")
-    return web.Response(text=dump_policy(policy), content_type="application/yaml")
+    shown = dump_policy(build_redacted_policy(policy))
+    return web.Response(text=shown, content_type="application/yaml")
 
 
 def build_admin_app(
