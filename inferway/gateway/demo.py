@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from inferway.gateway.console import make_console, short_version
 from inferway.gateway.demo_backend import DEMO_FEATURES, DEMO_MODEL, start_demo_backends
@@ -40,7 +42,13 @@ from inferway.xds.snapshot import build_snapshot
 from inferway.xds.translate import translate_resolved
 from inferway.xds.translate.tracing import FAST_FLUSH_RUNTIME
 
-__all__ = ["build_demo_policy", "build_infer_request", "run_demo"]
+__all__ = [
+    "CurlTls",
+    "build_demo_policy",
+    "build_infer_request",
+    "build_keep_running_text",
+    "run_demo",
+]
 
 NODE_ID = "inferway-demo"
 GATEWAY_SERVICE = "inferway-gateway"
@@ -274,7 +282,7 @@ async def run_demo(
             + ", ".join(f"{v} on 127.0.0.1:{p}" for v, p in backends.ports.items())
         )
         gateway: Gateway | None = None
-        tls, client_options = _demo_mtls(workdir, console) if mtls else (None, {})
+        tls, client_options, curl_tls = _demo_mtls(workdir, console) if mtls else (None, {}, None)
         try:
             listener_port = _free_port()
             policy = build_demo_policy(
@@ -346,7 +354,7 @@ async def run_demo(
                 await _show_trace(console, url, receiver, provider, client_options)
 
             if not once:
-                await _keep_running(console, url, gateway, policy_path)
+                await _keep_running(console, url, gateway, policy_path, curl_tls)
             return 0 if first_ok and second_ok else 1
         finally:
             with console.status("stopping Envoy, the control plane and the backends"):
@@ -360,20 +368,50 @@ async def run_demo(
             console.print("[green]✓[/green] stopped cleanly")
 
 
-async def _keep_running(console: Console, url: str, gateway: Gateway, policy_path: Path) -> None:
+@dataclass(frozen=True)
+class CurlTls:
+    """The files a curl needs to call the demo's mutual-TLS listener."""
+
+    ca: Path
+    certificate: Path
+    private_key: Path
+
+
+def build_keep_running_text(
+    url: str,
+    admin_url: str,
+    policy_path: Path,
+    request_path: Path,
+    curl_tls: CurlTls | None = None,
+) -> str:
+    """What the "keeps running" panel says: commands that work as printed (with ``--mtls``,
+    the curl presents the client certificate the demo minted and trusts its CA)."""
+    tls = ""
+    if curl_tls is not None:
+        tls = (
+            f"--cacert {curl_tls.ca} --cert {curl_tls.certificate} "
+            f"--key {curl_tls.private_key} \\\n            "
+        )
+    return (
+        f"try it:   curl {tls}{url}/v2/models/{DEMO_MODEL}/infer -d @{request_path}\n"
+        f"status:   inferway status --admin {admin_url}\n"
+        f"          (JSON: curl {admin_url}/status)\n"
+        f"edit:     {policy_path}  (saved edits apply live; invalid ones are refused)\n"
+        "Ctrl-C to stop"
+    )
+
+
+async def _keep_running(
+    console: Console,
+    url: str,
+    gateway: Gateway,
+    policy_path: Path,
+    curl_tls: CurlTls | None = None,
+) -> None:
     request_path = policy_path.with_name("request.json")
     request_path.write_text(json.dumps(build_infer_request(random.Random(0))), encoding="utf-8")
-    console.print(
-        Panel.fit(
-            f"try it:   curl {url}/v2/models/{DEMO_MODEL}/infer -d @{request_path}\n"
-            f"status:   inferway status --admin {gateway.admin.url}\n"
-            f"          (JSON: curl {gateway.admin.url}/status)\n"
-            f"edit:     {policy_path}  (saved edits apply live; invalid ones are refused)\n"
-            "Ctrl-C to stop",
-            title="the demo keeps running",
-            border_style="cyan",
-        )
-    )
+    text = build_keep_running_text(url, gateway.admin.url, policy_path, request_path, curl_tls)
+    console.print(Panel.fit(Text(text), title="the demo keeps running", border_style="cyan"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -385,10 +423,12 @@ async def _keep_running(console: Console, url: str, gateway: Gateway, policy_pat
             loop.remove_signal_handler(sig)
 
 
-def _demo_mtls(workdir: Path, console: Console) -> tuple[dict[str, object], dict[str, object]]:
+def _demo_mtls(
+    workdir: Path, console: Console
+) -> tuple[dict[str, object], dict[str, object], CurlTls]:
     """Mint a development CA, a server and a client certificate (``inferway certs init``) and
-    return the listener's mutual-TLS settings and the httpx options of a client presenting the
-    client certificate."""
+    return the listener's mutual-TLS settings, the httpx options of a client presenting the
+    client certificate, and the same files for a curl."""
     import ssl
 
     from inferway.gateway.certs import (
@@ -426,4 +466,7 @@ def _demo_mtls(workdir: Path, console: Console) -> tuple[dict[str, object], dict
         "client_ca": str(bundle_paths(certs, "ca").certificate),
         "allowed_identities": [spiffe_id_for("client")],
     }
-    return tls, {"verify": context}
+    curl_tls = CurlTls(
+        bundle_paths(certs, "ca").certificate, client_paths.certificate, client_paths.private_key
+    )
+    return tls, {"verify": context}, curl_tls
