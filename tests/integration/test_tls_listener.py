@@ -1,6 +1,7 @@
 """A mutual-TLS listener on real Envoy: the handshake refuses what the CA did not sign (or what
 expired, or no certificate at all); a valid certificate with a disallowed identity gets 403;
-TLS 1.1 and below are refused, 1.2 and 1.3 accepted."""
+TLS 1.1 and below are refused, 1.2 and 1.3 accepted; with ``min_version: "1.3"`` a TLS 1.2
+client is refused too."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ class Mtls:
     port: int
 
 
-@pytest.fixture
-async def mtls(tmp_path: Path) -> AsyncIterator[Mtls]:
+@contextlib.asynccontextmanager
+async def _mtls_gateway(tmp_path: Path, min_version: str | None = None) -> AsyncIterator[Mtls]:
     pki = mint_pki(tmp_path / "certs")
+    version_line = "" if min_version is None else f'\n      min_version: "{min_version}"'
     runner, backend_port = await start_answering_backend()
     port = free_port()
     policy = tmp_path / "policy.yaml"
@@ -54,7 +56,7 @@ listeners:
       certificate: certs/server.pem
       private_key: certs/server-key.pem
       client_ca: certs/ca.pem
-      allowed_identities: ["{ALLOWED}"]
+      allowed_identities: ["{ALLOWED}"]{version_line}
 services:
   - name: model
     endpoints: ["127.0.0.1:{backend_port}"]
@@ -70,6 +72,12 @@ routes:
     finally:
         await gateway.stop()
         await runner.cleanup()
+
+
+@pytest.fixture
+async def mtls(tmp_path: Path) -> AsyncIterator[Mtls]:
+    async with _mtls_gateway(tmp_path) as started:
+        yield started
 
 
 async def _refused(port: int, context: ssl.SSLContext) -> bool:
@@ -144,3 +152,25 @@ async def test_tls_versions_below_1_2_refused_1_2_and_1_3_accepted(mtls: Mtls) -
     with contextlib.suppress(ssl.SSLError):
         old.set_ciphers("DEFAULT:@SECLEVEL=0")
     assert await _refused(mtls.port, old)
+
+
+async def test_min_version_1_3_refuses_a_tls_1_2_client(tmp_path: Path) -> None:
+    async with _mtls_gateway(tmp_path, min_version="1.3") as mtls:
+        await _wait_listening(mtls)
+        prefix = "listener.secure.ssl."
+        before = await mtls.gateway.stats(prefix.replace(".", r"\."))
+        tls12 = client_context(
+            mtls.pki,
+            mtls.pki.client,
+            minimum=ssl.TLSVersion.TLSv1_2,
+            maximum=ssl.TLSVersion.TLSv1_2,
+        )
+        assert await _refused(mtls.port, tls12), "a TLS 1.2 client got through min_version 1.3"
+        after = await mtls.gateway.stats(prefix.replace(".", r"\."))
+        assert after.get(prefix + "connection_error", 0) > before.get(
+            prefix + "connection_error", 0
+        )
+
+        tls13 = client_context(mtls.pki, mtls.pki.client, minimum=ssl.TLSVersion.TLSv1_3)
+        answer = await https_get(mtls.port, tls13)
+        assert answer.status == 200 and answer.version == "TLSv1.3"
