@@ -69,6 +69,11 @@ class GatewayOptions:
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     debounce_ms: int = 10
+    admin_address: str = "127.0.0.1"
+    """Where the admin API binds; anything but loopback is logged as a warning."""
+    admin_token_file: Path | None = None
+    """Token for state-changing admin requests (else $INFERWAY_ADMIN_TOKEN, else generated
+    into <workdir>/admin-token, mode 0600)."""
     envoy_runtime: Mapping[str, Any] | None = None
     """Envoy runtime keys for the bootstrap (e.g. tracing's FAST_FLUSH_RUNTIME)."""
     xds_protocol: Literal["sotw", "delta"] = "sotw"
@@ -77,11 +82,6 @@ class GatewayOptions:
     """Overrides the policy's ``endpoints_file``: services' endpoints from a watched file."""
     xds_mtls: XdsMtlsFiles | None = None
     """Mutual TLS between Envoy and the xDS server (``--xds-mtls-dir`` and friends)."""
-    admin_address: str = "127.0.0.1"
-    """Where the admin API binds; anything but loopback is logged as a warning."""
-    admin_token_file: Path | None = None
-    """Token for state-changing admin requests (else $INFERWAY_ADMIN_TOKEN, else generated
-    into <workdir>/admin-token, mode 0600)."""
 
 
 @dataclass

@@ -12,9 +12,9 @@ import difflib
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator
 
+from inferway.policies.checks_access import check_access, check_redacted_log_fields
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_tls import check_tls
-from inferway.policies.checks_access import check_access, check_redacted_log_fields
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
 from inferway.policies.yaml_marks import Loc, format_loc

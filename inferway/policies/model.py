@@ -241,6 +241,6 @@ class Policy(_Model):
     listeners: list[Listener] = Field(min_length=1)
     services: list[Service] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
-    redact_headers: RedactHeaders
     endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)
+    redact_headers: RedactHeaders
     observability: Observability | None = None
