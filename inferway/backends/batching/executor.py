@@ -12,7 +12,6 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,10 +21,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..runners.base import Runner
+from ..tracing import is_tracing
 from .config import BatchingConfig
 from .errors import DeadlineExceededError, ExecutorClosedError, InvalidRequestError
 from .records import BatchRecord, Dispatch, Pending, WaitUntil
 from .scheduler import Scheduler
+from .window_stats import WindowStats
 
 __all__ = ["BatchExecutor"]
 
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 Inputs = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 _ROOT_CONTEXT = otel_context.Context()  # batch spans are roots, linked to their requests
+INLINE_BELOW_S = 0.0002
+"""A batch the cost model expects to finish faster than this runs on the event loop thread:
+handing it to a worker thread and back costs about as much as computing it."""
 
 
 def describe_inputs(inputs: Inputs) -> tuple[int, int, tuple[tuple[str, str, tuple], ...]]:
@@ -80,6 +84,7 @@ class BatchExecutor:
         on_batch: Callable[[BatchRecord], None] | None = None,
         tracer_provider: trace.TracerProvider | None = None,
         stats_window_s: float = 10.0,
+        inline_below_s: float = INLINE_BELOW_S,
     ) -> None:
         if not runners:
             raise ValueError(f"model {name!r}: BatchExecutor needs at least one runner")
@@ -106,11 +111,8 @@ class BatchExecutor:
         self._closing = False
         self._drain = True
         self._closed = False
-        self._window = stats_window_s
-        self._started_at = clock()
-        self._busy_since: dict[int, float] = {}
-        self._busy_log: deque[tuple[float, float]] = deque()
-        self._done_log: deque[tuple[float, int]] = deque()
+        self._stats = WindowStats(len(self._runners), stats_window_s, clock())
+        self._inline_below_s = inline_below_s
 
     # -- public surface -------------------------------------------------------------------
 
@@ -141,7 +143,7 @@ class BatchExecutor:
         if self._closing:
             raise ExecutorClosedError(f"model {self.name!r}: executor was stopped")
         self._loop = asyncio.get_running_loop()
-        self._started_at = self.clock()
+        self._stats.restart(self.clock())
         self._task = self._loop.create_task(self._dispatch_loop(), name=f"batch-{self.name}")
 
     async def stop(self, drain: bool = True) -> None:
@@ -198,36 +200,13 @@ class BatchExecutor:
 
     def utilization(self) -> float:
         """Busy fraction of all instances over the recent stats window, in [0, 1]."""
-        now = self.clock()
-        start = now - self._window
-        self._prune(start)
-        busy = 0.0
-        for s, e in self._busy_log:
-            busy += e - (s if s > start else start)
-        for s in self._busy_since.values():
-            busy += now - (s if s > start else start)
-        span = min(self._window, now - self._started_at)
-        if span <= 0:
-            return 1.0 if self._busy_since else 0.0
-        return min(max(busy / (span * len(self._runners)), 0.0), 1.0)
+        return self._stats.utilization(self.clock())
 
     def rps(self) -> float:
         """Requests computed per second over the recent stats window."""
-        now = self.clock()
-        self._prune(now - self._window)
-        span = min(self._window, now - self._started_at)
-        if span <= 0:
-            return 0.0
-        return sum(n for _, n in self._done_log) / span
+        return self._stats.rps(self.clock())
 
     # -- internals ------------------------------------------------------------------------
-
-    def _prune(self, start: float) -> None:
-        busy, done = self._busy_log, self._done_log
-        while busy and busy[0][1] <= start:
-            busy.popleft()
-        while done and done[0][0] < start:
-            done.popleft()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -289,49 +268,85 @@ class BatchExecutor:
         assert self._loop is not None
         instance = self._idle.pop()
         self._in_flight += 1
-        self._busy_since[instance] = now
+        self._stats.begin(instance, now)
+        if self._inline_below_s > 0:
+            predicted = self._sched.cost_model.predict(batch.rows)
+            if predicted is not None and predicted < self._inline_below_s:
+                self._run_inline(instance, batch, now)
+                return
         task = self._loop.create_task(self._run_batch(instance, batch, now))
         self._batch_tasks.add(task)
         task.add_done_callback(self._batch_tasks.discard)
 
-    async def _run_batch(self, instance: int, batch: Dispatch, started: float) -> None:
+    def _start_span(self, instance: int, batch: Dispatch, started: float) -> trace.Span:
+        if not is_tracing(self._tracer):
+            return trace.INVALID_SPAN  # no SDK: skip building links and attributes
         reqs = batch.requests
-        wait_max = started - reqs[0].arrival
-        links = [trace.Link(r.payload[2]) for r in reqs if r.payload[2].is_valid]
-        span = self._tracer.start_span(
+        links = [trace.Link(ctx) for ctx in (r.payload[2] for r in reqs) if ctx.is_valid]
+        return self._tracer.start_span(
             self._span_name,
             context=_ROOT_CONTEXT,
             links=links,
             attributes={
                 "batch.size": batch.rows,
                 "batch.requests": len(reqs),
-                "batch.queue_wait_max_s": wait_max,
+                "batch.queue_wait_max_s": started - reqs[0].arrival,
                 "batch.instance": instance,
             },
         )
-        error: BaseException | None = None
-        compute_s = 0.0
+
+    def _settle(
+        self,
+        instance: int,
+        batch: Dispatch,
+        started: float,
+        span: trace.Span,
+        results: list[Outputs] | None,
+        compute_s: float,
+        error: BaseException | None,
+    ) -> None:
+        """Resolve the batch's futures, close its span, account for it."""
         try:
-            assert self._loop is not None
+            if error is not None:
+                span.record_exception(error)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
+                for req in batch.requests:
+                    self._fail(req, error)
+            else:
+                assert results is not None
+                for req, res in zip(batch.requests, results, strict=True):
+                    fut = req.payload[1]
+                    if not fut.done():
+                        fut.set_result(res)
+        finally:
+            span.end()
+            self._finish(instance, batch, started, compute_s, error)
+
+    def _run_inline(self, instance: int, batch: Dispatch, started: float) -> None:
+        """Compute a tiny batch right here, on the event loop thread."""
+        span = self._start_span(instance, batch, started)
+        try:
+            results, compute_s = self._execute(instance, batch)
+        except BaseException as exc:
+            self._settle(instance, batch, started, span, None, 0.0, exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._settle(instance, batch, started, span, results, compute_s, None)
+
+    async def _run_batch(self, instance: int, batch: Dispatch, started: float) -> None:
+        span = self._start_span(instance, batch, started)
+        assert self._loop is not None
+        try:
             results, compute_s = await self._loop.run_in_executor(
                 self._pools[instance], self._execute, instance, batch
             )
         except BaseException as exc:
-            error = exc
-            span.record_exception(exc)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-            for req in reqs:
-                self._fail(req, exc)
+            self._settle(instance, batch, started, span, None, 0.0, exc)
             if not isinstance(exc, Exception):
                 raise
         else:
-            for req, res in zip(reqs, results, strict=True):
-                fut = req.payload[1]
-                if not fut.done():
-                    fut.set_result(res)
-        finally:
-            span.end()
-            self._finish(instance, batch, started, compute_s, error)
+            self._settle(instance, batch, started, span, results, compute_s, None)
 
     def _execute(self, instance: int, batch: Dispatch) -> tuple[list[Outputs], float]:
         """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
@@ -370,9 +385,7 @@ class BatchExecutor:
         error: BaseException | None,
     ) -> None:
         end = self.clock()
-        self._busy_since.pop(instance, None)
-        self._busy_log.append((started, end))
-        self._done_log.append((end, len(batch.requests)))
+        self._stats.end(instance, len(batch.requests), end)
         self._idle.append(instance)
         self._in_flight -= 1
         if error is None:
