@@ -19,6 +19,11 @@ import numpy as np
 
 from inferway.backends.runners.base import TensorSpec
 
+try:  # ~10x faster than the standard library on tensors; optional
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the standard library does the same, slower
+    _orjson = None
+
 __all__ = [
     "DATATYPES",
     "DecodedRequest",
@@ -254,15 +259,34 @@ def split_binary_body(body: bytes, header_length: str | None) -> tuple[bytes, by
     return body[:length], body[length:]
 
 
-def parse_json_header(raw: bytes) -> dict[str, Any]:
-    """The request's JSON object, or InferInputError saying why it is not one."""
+def _loads_std(raw: bytes) -> Any:
     try:
-        value = json.loads(raw)
+        return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InferInputError(f"request body is not valid JSON: {exc}") from None
+
+
+def parse_json_header(raw: bytes) -> dict[str, Any]:
+    """The request's JSON object, or InferInputError saying why it is not one."""
+    if _orjson is None:
+        value = _loads_std(raw)
+    else:
+        try:
+            value = _orjson.loads(raw)
+        except _orjson.JSONDecodeError:
+            # the standard library decides (it accepts NaN) and words the error
+            value = _loads_std(raw)
     if not isinstance(value, dict):
         raise InferInputError("request body must be a JSON object")
     return value
+
+
+def _dump_json(doc: dict[str, Any], finite: bool) -> bytes:
+    """Compact JSON; the standard library when a float is not finite (it writes NaN and
+    Infinity, where orjson would silently write null)."""
+    if _orjson is not None and finite:
+        return _orjson.dumps(doc)
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def _params(where: str, value: Any) -> dict[str, Any]:
@@ -385,6 +409,7 @@ def encode_json_response(
     """Response body and, when any output travels as binary, the JSON header's length."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
+    finite = True
     for name, array, binary in outputs:
         entry: dict[str, Any] = {
             "name": name,
@@ -397,6 +422,8 @@ def encode_json_response(
             blobs.append(blob)
         else:
             entry["data"] = _json_data(array)
+            if finite and array.dtype.kind in "fc" and not np.isfinite(array).all():
+                finite = False
         entries.append(entry)
     doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version}
     if request_id is not None:
@@ -404,7 +431,7 @@ def encode_json_response(
     if parameters:
         doc["parameters"] = dict(parameters)
     doc["outputs"] = entries
-    head = json.dumps(doc, separators=(",", ":")).encode()
+    head = _dump_json(doc, finite)
     if not blobs:
         return head, None
     return head + b"".join(blobs), len(head)

@@ -1,6 +1,8 @@
 """Open Inference Protocol (KServe v2) over gRPC: ``inference.GRPCInferenceService``.
 
-Every answer carries the ORCA load report as initial and trailing metadata; failures map to
+Every answer carries the ORCA load report in its trailing metadata (Envoy's router reads a
+report from the response headers or, failing that, the trailers: sending it once, at the end,
+saves a metadata frame per call and reports the load after the work); failures map to
 gRPC status codes (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED,
 UNAVAILABLE, INTERNAL) with a message saying what was wrong. The client's deadline bounds
 the request's time in the batching queue.
@@ -52,18 +54,17 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         self._repository = repository
         self._metrics = metrics
         self._tracer = tracing.backend_tracer(tracer_provider)
+        self._orca = orca.LoadReporter(repository.models)
 
     def _load_metadata(self) -> tuple[tuple[str, str], ...]:
         try:
-            return ((orca.ORCA_HEADER, orca.current_header(self._repository.models)),)
+            return ((orca.ORCA_HEADER, self._orca.header()),)
         except Exception:
             log.exception("could not compute the ORCA load report")
             return ()
 
-    async def _answer(self, context: grpc.aio.ServicerContext, response: Any) -> Any:
-        md = self._load_metadata()
-        await context.send_initial_metadata(md)
-        context.set_trailing_metadata(md)
+    def _answer(self, context: grpc.aio.ServicerContext, response: Any) -> Any:
+        context.set_trailing_metadata(self._load_metadata())
         return response
 
     async def _fail(self, context: grpc.aio.ServicerContext, failure: Failure) -> None:
@@ -74,17 +75,17 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         await context.abort(failure.grpc_code, message, trailing_metadata=tuple(md))
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self._answer(context, pb2.ServerLiveResponse(live=True))
+        return self._answer(context, pb2.ServerLiveResponse(live=True))
 
     async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         ready = bool(self._repository.ready)
-        return await self._answer(context, pb2.ServerReadyResponse(ready=ready))
+        return self._answer(context, pb2.ServerReadyResponse(ready=ready))
 
     async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         response = pb2.ServerMetadataResponse(
             name=SERVER_NAME, version=SERVER_VERSION, extensions=list(EXTENSIONS)
         )
-        return await self._answer(context, response)
+        return self._answer(context, response)
 
     def _get(self, name: str, version: str) -> Any:
         return self._repository.get(name, version or None)
@@ -94,7 +95,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             self._get(request.name, request.version)
         except ModelNotFoundError as exc:
             await self._fail(context, classify_error(exc))
-        return await self._answer(context, pb2.ModelReadyResponse(ready=True))
+        return self._answer(context, pb2.ModelReadyResponse(ready=True))
 
     async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
@@ -111,7 +112,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             response.inputs.add(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
         for spec in model.outputs:
             response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
-        return await self._answer(context, response)
+        return self._answer(context, response)
 
     async def _infer_once(
         self, request: Any, context: grpc.aio.ServicerContext, span: Any, served: dict[str, str]
@@ -152,7 +153,8 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter()
         served = {"model": UNKNOWN_MODEL, "version": ""}
         metadata = context.invocation_metadata() or ()
-        parent = tracing.extract_context(metadata)
+        tracer = self._tracer
+        parent = tracing.extract_context(metadata) if tracing.is_tracing(tracer) else None
         request_id = next(
             (
                 v
@@ -167,7 +169,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             protocol="grpc",
             parent=parent,
             request_id=request_id,
-            tracer=self._tracer,
+            tracer=tracer,
         ) as span:
             try:
                 response = await self._infer_once(request, context, span, served)
@@ -190,7 +192,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         )
         if failure is not None:
             await self._fail(context, failure)
-        return await self._answer(context, response)
+        return self._answer(context, response)
 
 
 async def start_grpc_server(

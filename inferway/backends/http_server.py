@@ -50,6 +50,7 @@ class _State:
     repository: Any
     metrics: BackendMetrics
     max_body_bytes: int
+    orca: orca.LoadReporter
     tracer: Any = None
 
 
@@ -77,9 +78,8 @@ async def _guard(
         )
     except Exception as exc:
         resp = _error(classify_error(exc))
-    state = request.app[_STATE]
     try:
-        resp.headers[orca.ORCA_HEADER] = orca.current_header(state.repository.models)
+        resp.headers[orca.ORCA_HEADER] = request.app[_STATE].orca.header()
     except Exception:
         log.exception("could not compute the ORCA load report")
     request_id = request.headers.get(tracing.REQUEST_ID_HEADER)
@@ -210,13 +210,14 @@ async def _infer(request: web.Request) -> web.Response:
     name = request.match_info["model"]
     # Metric labels name only served models: client-chosen names must not grow the series.
     served = {"model": UNKNOWN_MODEL, "version": ""}
-    parent = tracing.extract_context(request.headers)
+    tracer = state.tracer
+    parent = tracing.extract_context(request.headers) if tracing.is_tracing(tracer) else None
     with tracing.request_span(
         name,
         protocol="http",
         parent=parent,
         request_id=request.headers.get(tracing.REQUEST_ID_HEADER),
-        tracer=state.tracer,
+        tracer=tracer,
     ) as span:
         error: str | None = None
         try:
@@ -252,6 +253,7 @@ def build_http_app(
         repository=repository,
         metrics=metrics,
         max_body_bytes=max_body_bytes,
+        orca=orca.LoadReporter(repository.models),
         tracer=tracing.backend_tracer(tracer_provider),
     )
     base = "/v2/models/{model}"

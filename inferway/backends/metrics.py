@@ -128,6 +128,10 @@ class BackendMetrics:
             buckets=_ROW_BUCKETS,
             registry=self.registry,
         )
+        # labelled children, looked up once per label set (``labels()`` takes a lock and
+        # builds a key on every call; answers and batches are counted on the hot path)
+        self._request_children: dict[tuple[str, str, str, str | int], tuple[Any, Any]] = {}
+        self._batch_children: dict[str, tuple[Any, Any, Any]] = {}
         if models is not None:
             self.registry.register(_ModelGauges(models))
         if ready is not None:
@@ -138,15 +142,31 @@ class BackendMetrics:
         self, *, model: str, version: str, protocol: str, code: str | int, seconds: float
     ) -> None:
         """Count one answered request (every answer, errors included)."""
-        self.requests.labels(model, version, protocol, str(code)).inc()
-        self.request_duration.labels(model, version, protocol).observe(seconds)
+        key = (model, version, protocol, code)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(model, version, protocol, str(code)),
+                self.request_duration.labels(model, version, protocol),
+            )
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def on_batch(self, record: BatchRecord) -> None:
         """BatchExecutor's ``on_batch`` hook."""
-        model, version = _split_name(record.name)
-        self.batch_size.labels(model, version).observe(record.size_rows)
-        self.compute.labels(model, version).observe(record.compute_s)
-        wait = self.queue_wait.labels(model, version)
+        children = self._batch_children.get(record.name)
+        if children is None:
+            model, version = _split_name(record.name)
+            children = (
+                self.batch_size.labels(model, version),
+                self.compute.labels(model, version),
+                self.queue_wait.labels(model, version),
+            )
+            self._batch_children[record.name] = children
+        size, compute, wait = children
+        size.observe(record.size_rows)
+        compute.observe(record.compute_s)
         for seconds in record.queue_wait_s:
             wait.observe(seconds)
 

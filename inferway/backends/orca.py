@@ -7,6 +7,7 @@ small positive value even when idle.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 __all__ = [
     "ORCA_HEADER",
     "LoadReport",
+    "LoadReporter",
     "build_orca_header",
     "current_header",
     "parse_orca_header",
@@ -83,3 +85,36 @@ def parse_orca_header(value: str) -> dict[str, float]:
 def current_header(models: Callable[[], Iterable[Any]]) -> str:
     """Header value for the models a repository serves right now (``models()`` -> ServedModel)."""
     return build_orca_header(resolve_load_report(m.executor for m in models()))
+
+
+class LoadReporter:
+    """The header value one server stamps on its answers, recomputed at most every
+    ``max_age_s`` while the backend is busy.
+
+    Envoy recomputes weights from reports about once a second, so a report a few tens of
+    milliseconds old is as good as a fresh one, and under load it saves summing every model's
+    load on every answer. An idle report is never reused: the first answers after a quiet
+    spell show their rate at once.
+    """
+
+    def __init__(
+        self,
+        models: Callable[[], Iterable[Any]],
+        *,
+        max_age_s: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._models = models
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._value = ""
+        self._expires = float("-inf")
+
+    def header(self) -> str:
+        now = self._clock()
+        if now < self._expires:
+            return self._value
+        report = resolve_load_report(m.executor for m in self._models())
+        self._value = build_orca_header(report)
+        self._expires = now + self._max_age_s if report.rps > 0 else float("-inf")
+        return self._value

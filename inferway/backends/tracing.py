@@ -11,13 +11,24 @@ from contextlib import contextmanager
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NoOpTracer,
+    ProxyTracer,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    TracerProvider,
+)
 
 __all__ = [
     "REQUEST_ID_ATTRIBUTE",
     "REQUEST_ID_HEADER",
     "backend_tracer",
     "extract_context",
+    "is_tracing",
     "request_span",
     "set_span_outcome",
 ]
@@ -35,6 +46,16 @@ def backend_tracer(provider: TracerProvider | None) -> Tracer:
     return _tracer if provider is None else provider.get_tracer("inferway.backends")
 
 
+def is_tracing(tracer: Tracer | None) -> bool:
+    """False when ``tracer`` (the global one when None) is OpenTelemetry's no-op, i.e. no SDK
+    is configured: then a request needs no span, no context and no propagation work. Asked per
+    request, so a provider installed later is picked up."""
+    t = tracer or _tracer
+    if isinstance(t, ProxyTracer):
+        t = t._tracer  # the global provider's tracer once one is set, else its no-op
+    return not isinstance(t, NoOpTracer)
+
+
 def extract_context(carrier: Mapping[str, str] | Iterable[tuple[str, str | bytes]]) -> Context:
     """The caller's trace context from HTTP headers or gRPC metadata (W3C traceparent by
     default; whatever the global propagator understands)."""
@@ -50,12 +71,16 @@ def request_span(
     model: str,
     *,
     protocol: str,
-    parent: Context,
+    parent: Context | None,
     request_id: str | None = None,
     tracer: Tracer | None = None,
 ) -> Iterator[Span]:
     """A SERVER span "infer <model>", current for the body of the ``with``. ``request_id`` is
-    the edge's x-request-id (kept end to end so logs and spans can be joined)."""
+    the edge's x-request-id (kept end to end so logs and spans can be joined). Without an SDK
+    (see :func:`is_tracing`) this yields the invalid span and costs next to nothing."""
+    if not is_tracing(tracer):
+        yield INVALID_SPAN
+        return
     attributes = {
         "inferway.model": model,
         "rpc.system" if protocol == "grpc" else "http.scheme": protocol,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from inferway.backends.orca import (
     LoadReport,
+    LoadReporter,
     build_orca_header,
     parse_orca_header,
     resolve_load_report,
@@ -52,3 +53,36 @@ def test_parser_accepts_colon_form_too() -> None:
         "rps_fractional": 100.0,
         "application_utilization": 0.4,
     }
+
+
+class _Model:
+    def __init__(self, executor: _Exec) -> None:
+        self.executor = executor
+
+
+def test_reporter_reuses_a_busy_report_until_it_is_max_age_old() -> None:
+    now = [0.0]
+    ex = _Exec(10.0, 0.5, 1)
+    calls = [0]
+
+    def models() -> list[_Model]:
+        calls[0] += 1
+        return [_Model(ex)]
+
+    reporter = LoadReporter(models, max_age_s=0.05, clock=lambda: now[0])
+    first = reporter.header()
+    ex.r = 20.0
+    now[0] = 0.049
+    assert reporter.header() == first and calls[0] == 1
+    now[0] = 0.05
+    assert parse_orca_header(reporter.header())["rps_fractional"] == 20.0
+    assert calls[0] == 2
+
+
+def test_reporter_never_reuses_an_idle_report() -> None:
+    ex = _Exec(0.0, 0.0, 0)
+    reporter = LoadReporter(lambda: [_Model(ex)], max_age_s=60, clock=lambda: 0.0)
+    assert parse_orca_header(reporter.header())["rps_fractional"] > 0  # floored, not zero
+    ex.r, ex.queue_depth = 5.0, 2
+    report = parse_orca_header(reporter.header())
+    assert report["rps_fractional"] == 5.0 and report["named_metrics.queue_depth"] == 2
