@@ -121,13 +121,14 @@ async def test_an_endpoints_file_edit_reaches_envoy_as_endpoints_only(
         assert set(stats.by_type()) == {type_urls.ENDPOINT}, list(stats)
         expected = 1 if mode == "delta" else 2
         assert stats.totals(protocol=mode).resources == expected, list(stats)
-        # the old replica still passes active health checks, so Envoy keeps it until it fails
-        # one (it drains rather than drops); the new one takes traffic at once
+        # the removed replica leaves rotation at once although it still passes health checks
+        # (ignore_health_on_host_removal); the new one takes all the traffic
         await poll_until(
-            lambda: _serves(setup, "/alpha", {setup.backends[1].port}, subset=True),
-            timeout=10,
-            what="traffic to reach backend 1",
+            lambda: _serves(setup, "/alpha", {setup.backends[1].port}),
+            timeout=3,
+            what="traffic to move wholly to backend 1",
         )
+        assert await setup.send("/alpha", 20) == Counter({setup.backends[1].port: 20})
     finally:
         await gateway.stop()
 

@@ -46,6 +46,9 @@ def build_cluster(service: Service) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
         name=names.cluster_name(service),
         connect_timeout=duration(service.connect_timeout),
+        # A replica removed from the endpoints leaves rotation at once, even while it still
+        # passes health checks (Envoy's default keeps it until a check fails).
+        ignore_health_on_host_removal=True,
     )
     if uses_hostnames(service):
         cluster.type = cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
