@@ -17,7 +17,6 @@ __all__ = [
     "LoadReport",
     "LoadReporter",
     "build_orca_header",
-    "current_header",
     "parse_orca_header",
     "resolve_load_report",
 ]
@@ -80,11 +79,6 @@ def parse_orca_header(value: str) -> dict[str, float]:
         key, _, raw = part.partition(sep)
         out[key.strip()] = float(raw.strip())
     return out
-
-
-def current_header(models: Callable[[], Iterable[Any]]) -> str:
-    """Header value for the models a repository serves right now (``models()`` -> ServedModel)."""
-    return build_orca_header(resolve_load_report(m.executor for m in models()))
 
 
 class LoadReporter:
