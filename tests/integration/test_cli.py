@@ -221,3 +221,30 @@ def test_demo_once_shows_both_versions_and_the_change_time() -> None:
     assert "inferway-gateway" in out and "infer demo" in out and "linked" in out
     assert "batch demo" in out and "queue wait" in out and "compute" in out
     assert elapsed < 30
+
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+BROKEN = sorted((ROOT / "tests" / "data" / "broken").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_validate_accepts_every_shipped_example(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)  # examples name certificate files relative to the repository
+    result = runner.invoke(app, ["validate", "-f", str(example.relative_to(ROOT))])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"ok {example.relative_to(ROOT)}"), result.stdout
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=lambda p: p.stem)
+def test_validate_prints_each_broken_files_expected_errors(
+    broken: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, ["validate", "-f", str(broken.relative_to(ROOT))])
+    assert result.exit_code == 1, result.output
+    expected = broken.with_suffix(".expected.txt").read_text(encoding="utf-8").splitlines()
+    printed = [line for line in result.stderr.splitlines() if line.strip()]
+    for line in expected:
+        assert line in printed, f"missing {line!r} in:\n{result.stderr}"
