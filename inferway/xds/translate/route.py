@@ -26,7 +26,6 @@ from inferway.xds.translate.rate_limit import add_route_rate_limit
 from inferway.xds.translate.rbac import add_route_access
 
 __all__ = [
-    "HOST_SELECTION_RETRY_MAX_ATTEMPTS",
     "build_header_matcher",
     "build_retry_policy",
     "build_route",
@@ -36,10 +35,6 @@ __all__ = [
     "build_weighted_clusters",
     "routes_for_listener",
 ]
-
-HOST_SELECTION_RETRY_MAX_ATTEMPTS = 5
-"""How often Envoy re-picks a host to avoid one a retry already failed on."""
-
 
 def routes_for_listener(routes: Sequence[Route], listener: Listener) -> list[Route]:
     """The routes served on ``listener``, in policy order (no ``listeners`` = every one)."""
