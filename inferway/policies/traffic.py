@@ -252,7 +252,8 @@ class RetryHostSelection(_Model):
 class RateLimit(_Model):
     """A token bucket per route (shared by every connection to this Envoy). Either
     ``requests_per_second`` or ``tokens`` added every ``fill_interval``; ``burst`` is the
-    bucket size (default: one refill). Excess requests get 429 with a plain-text reason."""
+    bucket size (default: one refill). Excess requests get 429 with a JSON body naming the
+    route."""
 
     requests_per_second: Positive | None = None
     tokens: Positive | None = None
