@@ -1,0 +1,49 @@
+"""The ``inferway`` command lines quoted in docs and examples must work as written: every
+option they use exists on that command, and a policy file is given with ``-f``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from inferway.gateway.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+_COMMAND = re.compile(r"`[^`]*?\binferway (run|validate|render|status|demo)\b([^`]*)`")
+_TAKES_FILE = {"validate", "render", "run"}
+
+
+def _quoted_commands() -> list[tuple[str, str, str]]:
+    found = []
+    for path in sorted([*ROOT.glob("docs/*.md"), *ROOT.glob("examples/*.yaml")]):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in _COMMAND.finditer(line):
+                found.append((f"{path.relative_to(ROOT)}:{number}", match[1], match[2]))
+    return found
+
+
+def _options(command: str) -> set[str]:
+    group = typer.main.get_command(app)
+    params = group.commands[command].params  # type: ignore[attr-defined]
+    return {opt for param in params for opt in param.opts}
+
+
+def test_docs_quote_some_commands() -> None:
+    assert len(_quoted_commands()) >= 3
+
+
+@pytest.mark.parametrize(("where", "command", "rest"), _quoted_commands())
+def test_quoted_command_uses_real_options(where: str, command: str, rest: str) -> None:
+    tokens = [t for t in rest.split() if t not in ("...", "|", "&&")]
+    known = _options(command)
+    for token in tokens:
+        if token.startswith("-"):
+            option = token.strip("[]").split("=")[0]
+            assert option in known, f"{where}: 'inferway {command}' has no option {option}"
+    if command in _TAKES_FILE and tokens:
+        assert tokens[0].startswith("-"), (
+            f"{where}: 'inferway {command} {tokens[0]}': the policy file is given with -f"
+        )
