@@ -36,6 +36,7 @@ __all__ = [
     "routes_for_listener",
 ]
 
+
 def routes_for_listener(routes: Sequence[Route], listener: Listener) -> list[Route]:
     """The routes served on ``listener``, in policy order (no ``listeners`` = every one)."""
     return [r for r in routes if r.listeners is None or listener.name in r.listeners]
