@@ -12,7 +12,7 @@ import difflib
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator
 
-from inferway.policies.checks_access import check_access, check_redacted_log_fields
+from inferway.policies.checks_access import check_access
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
@@ -234,7 +234,6 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     _retries,
     _shadowed_routes,
     check_access,
-    check_redacted_log_fields,
     check_observability,
     check_tls,
     check_traffic,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from inferway.policies.model import Listener, Policy
 from inferway.policies.yaml_marks import Loc
 
-__all__ = ["check_access", "check_redacted_log_fields", "listener_requires_client_certificate"]
+__all__ = ["check_access", "listener_requires_client_certificate"]
 
 
 def listener_requires_client_certificate(listener: Listener) -> bool:
@@ -56,23 +56,3 @@ def check_access(policy: Policy) -> Iterator[tuple[Loc, str]]:
                         "serve this route only on mutual-TLS listeners",
                     )
 
-
-def check_redacted_log_fields(policy: Policy) -> Iterator[tuple[Loc, str]]:
-    """An access-log field may not read a header the policy's ``redact_headers`` names (the
-    always-redacted credential headers are refused by the observability schema itself)."""
-    from inferway.xds.translate.redaction import reads_redacted_header, redacted_headers
-
-    observability = getattr(policy, "observability", None)
-    access_log = getattr(observability, "access_log", None)
-    if access_log is None:
-        return
-    redacted = redacted_headers(policy)
-    for name, fmt in access_log.extra_fields.items():
-        header = reads_redacted_header(fmt, redacted)
-        if header is not None:
-            yield (
-                ("observability", "access_log", "extra_fields", name),
-                f"access-log field {name!r} would log the {header!r} header, which "
-                "redact_headers keeps out of logs and traces; remove the field or the header "
-                "from redact_headers",
-            )
