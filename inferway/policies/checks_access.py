@@ -55,4 +55,3 @@ def check_access(policy: Policy) -> Iterator[tuple[Loc, str]]:
                         "match; require client certificates on that listener (mutual TLS) or "
                         "serve this route only on mutual-TLS listeners",
                     )
-
