@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -33,6 +33,9 @@ from inferway.gateway.runtime import (
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import Policy, PolicyError, load_policy
+
+if TYPE_CHECKING:
+    from inferway.xds.resources import Resources
 
 __all__ = ["app", "main"]
 
@@ -71,14 +74,27 @@ def _load_or_exit(path: Path) -> Policy:
         raise typer.Exit(1) from None
 
 
+def _translate_or_exit(path: Path, policy: Policy) -> Resources:
+    """The policy's Envoy resources; a translation error (a bug, or a case the checks miss)
+    is one ``file: message`` line and exit 1, not a traceback."""
+    from inferway.xds.translate import translate_policy
+
+    try:
+        return translate_policy(policy)
+    except (ValueError, TypeError) as error:
+        make_console(stderr=True).print(
+            Text(f"{path}: cannot translate to Envoy configuration: {error}", style="red")
+        )
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def validate(file: PolicyFile) -> None:
     """Check a policy (schema, references, Envoy consistency); print every located problem."""
     from inferway.xds.snapshot import build_snapshot
-    from inferway.xds.translate import translate_policy
 
     policy = _load_or_exit(file)
-    snapshot = build_snapshot(translate_policy(policy))
+    snapshot = build_snapshot(_translate_or_exit(file, policy))
     problems = snapshot.consistent()
     err = make_console(stderr=True)
     if problems:
@@ -106,9 +122,8 @@ def render(
 ) -> None:
     """Print the Envoy resources a policy translates to (sorted YAML, as pushed over xDS)."""
     from inferway.xds.resources import resources_to_yaml
-    from inferway.xds.translate import translate_policy
 
-    text = resources_to_yaml(translate_policy(_load_or_exit(file)))
+    text = resources_to_yaml(_translate_or_exit(file, _load_or_exit(file)))
     if output == "-":
         sys.stdout.write(text)
     else:

@@ -17,6 +17,7 @@ from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
+from inferway.policies.types import RESERVED_NAME_PREFIX
 from inferway.policies.yaml_marks import Loc, format_loc
 
 __all__ = ["SemanticIssue", "check_policy"]
@@ -53,6 +54,17 @@ def _duplicate_names(policy: Policy) -> Iterator[SemanticIssue]:
                 yield (section, index, "name"), f"duplicate {kind} name '{name}' (also {earlier})"
             else:
                 first[name] = index
+
+
+def _reserved_names(policy: Policy) -> Iterator[SemanticIssue]:
+    for index, service in enumerate(policy.services):
+        if service.name.startswith(RESERVED_NAME_PREFIX):
+            yield (
+                ("services", index, "name"),
+                f"service name '{service.name}' is reserved: names starting with "
+                f"'{RESERVED_NAME_PREFIX}' belong to inferway's own Envoy clusters "
+                "(e.g. the tracing collector); rename the service",
+            )
 
 
 def _binds_overlap(a: Listener, b: Listener) -> bool:
@@ -228,6 +240,7 @@ def _shadowed_routes(policy: Policy) -> Iterator[SemanticIssue]:
 
 _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     _duplicate_names,
+    _reserved_names,
     _port_clashes,
     _references,
     _endpoints,

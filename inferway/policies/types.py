@@ -9,10 +9,14 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-__all__ = ["NAME_PATTERN", "Duration", "Name", "parse_duration"]
+__all__ = ["NAME_PATTERN", "RESERVED_NAME_PREFIX", "Duration", "Name", "parse_duration"]
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 """Names become Envoy resource names and stat prefixes: lowercase DNS-label-like."""
+
+RESERVED_NAME_PREFIX = "inferway_"
+"""Envoy clusters inferway adds itself (the xDS server, the tracing collector) are named with
+this prefix; a service may not be, or its cluster would collide with one of them."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

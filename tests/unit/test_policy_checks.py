@@ -182,3 +182,20 @@ def test_catch_all_on_another_listener_or_with_headers_shadows_nothing() -> None
 def test_empty_listener_list_is_refused() -> None:
     routes = [{"name": "r", "listeners": [], "backends": [{"service": "v1"}]}]
     assert _locs(_policy(routes=routes)) == [("routes", 0, "listeners")]
+
+
+def test_service_names_of_inferways_own_clusters_are_reserved() -> None:
+    services = [{"name": "inferway_otel_collector", "endpoints": ["127.0.0.1:8081"]}]
+    routes = [{"name": "all", "backends": [{"service": "inferway_otel_collector"}]}]
+    [(loc, message)] = check_policy(_policy(services=services, routes=routes))
+    assert loc == ("services", 0, "name")
+    assert "'inferway_otel_collector' is reserved" in message
+
+
+def test_every_internal_cluster_name_has_the_reserved_prefix() -> None:
+    from inferway.policies.types import RESERVED_NAME_PREFIX
+    from inferway.xds.bootstrap import XDS_CLUSTER_NAME
+    from inferway.xds.translate.tracing import COLLECTOR_CLUSTER
+
+    for name in (XDS_CLUSTER_NAME, COLLECTOR_CLUSTER):
+        assert name.startswith(RESERVED_NAME_PREFIX)

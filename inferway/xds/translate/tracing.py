@@ -4,8 +4,8 @@ cluster it exports to.
 Envoy starts (or continues) the trace at the listener, propagates W3C ``traceparent`` to the
 backend and exports its spans over OTLP/gRPC. The exporter needs a cluster that speaks HTTP/2;
 it is a translator-owned cluster (``inferway_otel_collector``, a name no policy service can
-take: policy names have no underscore) with its endpoint inlined, so it exists in CDS whenever
-tracing is on. Envoy batches spans (5 s by default); the runtime keys in
+take: the policy check reserves the ``inferway_`` prefix) with its endpoint inlined, so it
+exists in CDS whenever tracing is on. Envoy batches spans (5 s by default); the runtime keys in
 :data:`FAST_FLUSH_RUNTIME` make it export each span within ~100 ms (tests and the demo).
 """
 
