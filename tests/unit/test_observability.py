@@ -4,6 +4,7 @@ and the control plane's own spans."""
 from __future__ import annotations
 
 import pytest
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.trace.v3 import opentelemetry_pb2
 from envoy.extensions.access_loggers.file.v3 import file_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
@@ -113,6 +114,13 @@ def test_tracing_translates_to_an_opentelemetry_tracer_and_an_http2_collector() 
         "127.0.0.1",
         4317,
     )
+
+
+def test_a_collector_hostname_resolves_ipv4_first_like_service_clusters() -> None:
+    policy = _policy(tracing={"collector": "otel.example:4317"})
+    cluster = build_collector_cluster(policy.observability.tracing)  # type: ignore[union-attr]
+    assert cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
+    assert cluster.dns_lookup_family == cluster_pb2.Cluster.DnsLookupFamily.V4_PREFERRED
 
 
 def test_access_log_translates_to_json_lines_with_request_and_trace_ids() -> None:

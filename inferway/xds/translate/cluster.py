@@ -14,7 +14,11 @@ from inferway.policies.model import Service
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, duration, pack
 from inferway.xds.translate.circuit_breakers import build_circuit_breakers
-from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
+from inferway.xds.translate.endpoint import (
+    HOSTNAME_DNS_LOOKUP_FAMILY,
+    build_cluster_load_assignment,
+    uses_hostnames,
+)
 from inferway.xds.translate.health_check import build_health_checks
 from inferway.xds.translate.load_balancing import apply_load_balancing
 from inferway.xds.translate.outlier_detection import build_outlier_detection
@@ -52,8 +56,7 @@ def build_cluster(service: Service) -> cluster_pb2.Cluster:
     )
     if uses_hostnames(service):
         cluster.type = cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
-        # IPv4 first: "localhost" must reach a backend bound to 127.0.0.1 only.
-        cluster.dns_lookup_family = cluster_pb2.Cluster.DnsLookupFamily.V4_PREFERRED
+        cluster.dns_lookup_family = HOSTNAME_DNS_LOOKUP_FAMILY
         cluster.load_assignment.CopyFrom(build_cluster_load_assignment(service))
     else:
         cluster.type = cluster_pb2.Cluster.DiscoveryType.EDS

@@ -11,6 +11,7 @@ import ipaddress
 from collections.abc import Sequence
 from itertools import groupby
 
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -24,12 +25,17 @@ from inferway.xds.translate.load_balancing import (
 )
 
 __all__ = [
+    "HOSTNAME_DNS_LOOKUP_FAMILY",
     "build_cluster_load_assignment",
     "build_lb_endpoint",
     "build_locality_endpoints",
     "is_ip_address",
     "uses_hostnames",
 ]
+
+HOSTNAME_DNS_LOOKUP_FAMILY = cluster_pb2.Cluster.DnsLookupFamily.V4_PREFERRED
+"""How every DNS cluster resolves a hostname: IPv4 first, so "localhost" reaches a server
+bound to 127.0.0.1 only (Envoy's default, AUTO, tries IPv6 first)."""
 
 
 def is_ip_address(host: str) -> bool:

@@ -28,7 +28,7 @@ from envoy.type.v3 import percent_pb2
 from inferway.policies.observability import Tracing
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack
-from inferway.xds.translate.endpoint import is_ip_address
+from inferway.xds.translate.endpoint import HOSTNAME_DNS_LOOKUP_FAMILY, is_ip_address
 
 __all__ = [
     "COLLECTOR_CLUSTER",
@@ -87,7 +87,7 @@ def build_tracing(tracing: Tracing) -> hcm_pb2.HttpConnectionManager.Tracing:
 
 def build_collector_cluster(tracing: Tracing) -> cluster_pb2.Cluster:
     """The OTLP/gRPC collector as an HTTP/2 cluster with its one endpoint inlined (STATIC for
-    an IP address, STRICT_DNS for a hostname)."""
+    an IP address, STRICT_DNS for a hostname, resolved IPv4 first like service clusters)."""
     host, port = tracing.collector_host_port
     cluster = cluster_pb2.Cluster(
         name=COLLECTOR_CLUSTER,
@@ -122,4 +122,6 @@ def build_collector_cluster(tracing: Tracing) -> cluster_pb2.Cluster:
         )
     )
     cluster.typed_extension_protocol_options[names.HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
+    if cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS:
+        cluster.dns_lookup_family = HOSTNAME_DNS_LOOKUP_FAMILY  # as service clusters resolve
     return cluster
