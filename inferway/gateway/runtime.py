@@ -24,12 +24,13 @@ from inferway.gateway.admin import (
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.cert_watcher import CertificateSource
-from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
 from inferway.gateway.xds_mtls import XdsMtlsFiles, load_xds_mtls
 from inferway.observability.control_plane_metrics import ControlPlaneMetrics
+from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
 from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.errors import PolicyError, PolicyIssue
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_XDS_PORT",
     "Gateway",
     "GatewayOptions",
+    "LogRedaction",
     "start_gateway",
 ]
 
@@ -100,6 +102,17 @@ class Gateway:
         await self._stack.aclose()
 
 
+class LogRedaction:
+    """Keeps inferway's own log filter in step with the live policy: its ``redact_headers``
+    stay out of the gateway's log lines, not only out of Envoy's access logs and traces."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger  # None: the root logger, whose handlers configure_logging sets
+
+    def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+        install_redaction(applied.policy.redact_headers, self.logger)
+
+
 async def start_gateway(options: GatewayOptions) -> Gateway:
     """Start everything, or nothing: a failure part-way stops what had started, then raises.
 
@@ -130,6 +143,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     cache = SnapshotCache()
     plane = ControlPlane(cache, state=state)
     metrics = ControlPlaneMetrics.attach(plane)
+    plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start
     certificates = CertificateSource(path.parent, source=str(path))
     plane.add_state_source(certificates.resolve_state)  # TLS files load with each policy
     plane.apply_policy(policy, str(path))

@@ -49,6 +49,11 @@ class RedactingFilter(logging.Filter):
 
     def __init__(self, names: Iterable[str] = ALWAYS_REDACTED_HEADERS) -> None:
         super().__init__()
+        self.set_names(names)
+
+    def set_names(self, names: Iterable[str]) -> None:
+        """Redact the credential headers plus ``names`` from now on (a policy's
+        ``redact_headers`` can change while the gateway runs)."""
         self.names = tuple(dict.fromkeys([*ALWAYS_REDACTED_HEADERS, *(n.lower() for n in names)]))
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -71,10 +76,14 @@ class RedactingFilter(logging.Filter):
 def install_redaction(
     names: Iterable[str] = ALWAYS_REDACTED_HEADERS, logger: logging.Logger | None = None
 ) -> RedactingFilter:
-    """Attach one RedactingFilter to every handler of ``logger`` (default: the root logger)."""
+    """Make every handler of ``logger`` (default: the root logger) redact the credential
+    headers plus ``names``: a handler's RedactingFilter is updated, one is added where none is."""
     target = logger or logging.getLogger()
     redacting = RedactingFilter(names)
     for handler in target.handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+        present = [f for f in handler.filters if isinstance(f, RedactingFilter)]
+        for existing in present:
+            existing.set_names(names)
+        if not present:
             handler.addFilter(redacting)
     return redacting
