@@ -7,20 +7,18 @@ these tests do not depend on the gateway's dev-CA module.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.helpers import poll_until  # re-exported for the tests importing them here
 
 __all__ = [
     "EchoBackend",
@@ -157,19 +155,3 @@ async def start_echo_backend() -> EchoBackend:
     server = site._server
     assert server is not None and server.sockets
     return EchoBackend(runner, int(server.sockets[0].getsockname()[1]), seen)
-
-
-async def poll_until(
-    predicate: Callable[[], Any | Awaitable[Any]], *, timeout: float, what: str
-) -> Any:
-    """Poll until ``predicate`` returns something truthy; that value is returned."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool | None) and hasattr(result, "__await__"):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.03)

@@ -30,6 +30,7 @@ from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer, start_xds_server
 from tests.envoy_process import EnvoyProcess, free_port
+from tests.helpers import poll_until  # re-exported for the tests importing them here
 
 __all__ = [
     "ControlledBackend",
@@ -43,21 +44,6 @@ __all__ = [
 ]
 
 NODE_ID = "traffic-node"
-
-
-async def poll_until(
-    predicate: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class ControlledBackend:

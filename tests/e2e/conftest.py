@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -30,6 +28,10 @@ from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer, start_xds_server
 from tests.envoy_process import EnvoyProcess, free_port
+from tests.helpers import (  # re-exported for the tests importing them here
+    poll_until,
+    write_atomically,
+)
 
 NODE_ID = "e2e-node"
 CONCURRENCY = 32
@@ -71,28 +73,6 @@ def render_policy(
         "    backends:\n"
         f"{backends}"
     )
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write-then-rename, as editors and ConfigMap updates do: readers never see half a file."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(text)
-    os.replace(temp, path)
-
-
-async def poll_until(
-    predicate: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 # -- version backends ---------------------------------------------------------------------------

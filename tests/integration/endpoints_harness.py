@@ -12,10 +12,7 @@ XdsStats hook counting what the server sent) + ADS server + ControlPlane + Endpo
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
@@ -31,30 +28,13 @@ from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer, start_xds_server
 from inferway.xds.stats import XdsStats
 from tests.envoy_process import EnvoyProcess, free_port
+from tests.helpers import (  # re-exported for the tests importing them here
+    poll_until,
+    write_atomically,
+)
 
 NODE_ID = "endpoints-envoy"
 SERVICES = ("alpha", "beta")
-
-
-async def poll_until(
-    predicate: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(text)
-    os.replace(temp, path)
 
 
 class Backend:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from inferway.gateway.cli import app
+from tests.envoy_process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 INFERWAY = [sys.executable, "-m", "inferway.gateway.cli"]
@@ -41,12 +41,6 @@ routes:
 """
 
 runner = CliRunner()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def envoy_descendants() -> list[psutil.Process]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,14 +14,9 @@ import psutil
 import pytest
 
 from inferway.gateway.supervisor import Backoff, EnvoySupervisor
+from tests.envoy_process import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def static_bootstrap(admin_port: int, listen_port: int) -> dict:
