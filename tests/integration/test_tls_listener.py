@@ -61,6 +61,14 @@ services:
   - name: model
     endpoints: ["127.0.0.1:{backend_port}"]
 routes:
+  - name: admin
+    match: {{path: {{prefix: /admin}}}}
+    backends: [{{service: model}}]
+    access: {{allow: [{{identities: ["spiffe://inferway.local/ns/ops/sa/*"]}}]}}
+  - name: limited
+    match: {{path: {{prefix: /limited}}}}
+    backends: [{{service: model}}]
+    rate_limit: {{tokens: 1, fill_interval: 1m, burst: 1}}
   - name: all
     backends: [{{service: model}}]
 """
@@ -113,6 +121,24 @@ async def test_allowed_identity_gets_200_and_others_403(mtls: Mtls) -> None:
     body = json_body(denied)
     assert "spiffe://inferway.local/ns/default/sa/intruder" in body["error"]
     assert "not allowed on listener secure" in body["error"]
+
+
+async def test_identity_access_and_rate_limit_refusals_each_get_their_own_body(
+    mtls: Mtls,
+) -> None:
+    await _wait_listening(mtls)
+    allowed = client_context(mtls.pki, mtls.pki.client)
+    intruder = client_context(mtls.pki, mtls.pki.intruder)
+    # The listener's identity check comes first, whatever route (a rate-limited one here).
+    denied = await https_get(mtls.port, intruder, "/limited")
+    assert denied.status == 403 and "not allowed on listener secure" in json_body(denied)["error"]
+    # A route's access rules answer their own 403 body, naming the route.
+    refused = await https_get(mtls.port, allowed, "/admin")
+    assert refused.status == 403 and "route admin denies" in json_body(refused)["error"]
+    # The rate limit's 429 (one token a minute) names the route too.
+    statuses = [(await https_get(mtls.port, allowed, "/limited")) for _ in range(2)]
+    assert [a.status for a in statuses] == [200, 429], statuses
+    assert "rate limited: route limited" in json_body(statuses[1])["error"]
 
 
 async def test_handshake_refuses_missing_foreign_and_expired_certificates(mtls: Mtls) -> None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -22,7 +23,14 @@ from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import resources_to_yaml
 from inferway.xds.translate import translate_resolved
-from inferway.xds.translate.tls import IDENTITY_FILTER, build_identity_matcher
+from inferway.xds.translate.listener import build_http_connection_manager
+from inferway.xds.translate.rate_limit import RATE_LIMITED_BODY
+from inferway.xds.translate.rbac import FORBIDDEN_BODY
+from inferway.xds.translate.tls import (
+    IDENTITY_DENIED_DETAILS,
+    IDENTITY_FILTER,
+    build_identity_matcher,
+)
 
 MUTUAL = """
 version: 1
@@ -101,8 +109,10 @@ def test_listener_and_cluster_refer_to_sds_secrets_and_identity_is_rbac() -> Non
     assert manager.http_filters[0].name == IDENTITY_FILTER
     rbac = rbac_pb2.RBAC()
     manager.http_filters[0].typed_config.Unpack(rbac)
+    assert rbac.rules.action == rbac_config_pb2.RBAC.Action.DENY  # names its policy on refusal
     (policy_rule,) = rbac.rules.policies.values()
-    assert policy_rule.principals[0].authenticated.principal_name.exact == (
+    allowed = policy_rule.principals[0].not_id.or_ids.ids
+    assert allowed[0].authenticated.principal_name.exact == (
         "spiffe://inferway.local/ns/default/sa/client"
     )
     # Keys never reach rendered YAML.
@@ -179,3 +189,43 @@ def test_control_plane_refuses_a_policy_whose_files_are_missing(certs: Path) -> 
     assert plane.policy is not None and plane.policy.listeners[0].tls.certificate == (  # type: ignore[union-attr]
         "certs/server.pem"
     )
+
+
+IDENTITY_ACCESS_RATE_LIMIT = """
+version: 1
+listeners:
+  - name: secure
+    port: 10443
+    tls:
+      mode: mutual
+      certificate: s.pem
+      private_key: k.pem
+      client_ca: ca.pem
+      allowed_identities: ["spiffe://td/ns/*/sa/*"]
+services: [{name: m, endpoints: ["127.0.0.1:8001"]}]
+routes:
+  - name: admin
+    match: {path: {prefix: /admin}}
+    backends: [{service: m}]
+    access: {allow: [{identities: ["spiffe://td/ns/ops/sa/*"]}]}
+  - name: infer
+    backends: [{service: m}]
+    rate_limit: {requests_per_second: 100}
+"""
+
+
+def test_identity_access_and_rate_limit_each_keep_their_local_reply_body() -> None:
+    policy = load_policy_text(IDENTITY_ACCESS_RATE_LIMIT)
+    manager = build_http_connection_manager(policy.listeners[0], routes=policy.routes)
+    mappers = manager.local_reply_config.mappers
+    bodies = [m.body_format_override.text_format_source.inline_string for m in mappers]
+    assert len(bodies) == 3
+    # Envoy uses the first match: the identity mapper, first, matches only its own 403s.
+    assert "client certificate identity" in bodies[0] and "listener secure" in bodies[0]
+    checks = mappers[0].filter.and_filter.filters
+    assert checks[0].status_code_filter.comparison.value.default_value == 403
+    assert checks[1].extension_filter.name == "envoy.access_loggers.extension_filters.cel"
+    assert IDENTITY_DENIED_DETAILS.encode() in checks[1].extension_filter.typed_config.value
+    assert bodies[1:] == [FORBIDDEN_BODY, RATE_LIMITED_BODY]
+    assert mappers[1].filter.status_code_filter.comparison.value.default_value == 403
+    assert mappers[2].filter.status_code_filter.comparison.value.default_value == 429

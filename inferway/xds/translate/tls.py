@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -32,6 +33,7 @@ from inferway.policies.resolve import TlsMaterial
 from inferway.xds.translate._protos import ads_config_source, pack
 
 __all__ = [
+    "IDENTITY_DENIED_DETAILS",
     "IDENTITY_FILTER",
     "TLS_TRANSPORT_SOCKET",
     "apply_identity_check",
@@ -52,7 +54,11 @@ __all__ = [
 TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
 IDENTITY_FILTER = "inferway.listener_identity"
 """Named apart from the per-route RBAC filter so route overrides never replace this check."""
-IDENTITY_POLICY = "allowed-identities"
+IDENTITY_POLICY = "identity-not-allowed"
+IDENTITY_DENIED_DETAILS = f"rbac_access_denied_matched_policy[{IDENTITY_POLICY}]"
+"""Envoy's response code details for a 403 from the identity check: the RBAC filter names
+the DENY policy that matched, which no route access policy shares."""
+CEL_FILTER = "envoy.access_loggers.extension_filters.cel"
 IDENTITY_DENIED_BODY = (
     '{"error":"forbidden: client certificate identity %DOWNSTREAM_PEER_URI_SAN% '
     'is not allowed on listener %s"}\n'
@@ -185,23 +191,29 @@ def build_identity_matcher(pattern: str) -> string_pb2.StringMatcher:
 
 
 def build_identity_filter(listener: Listener) -> hcm_pb2.HttpFilter | None:
-    """ALLOW-only RBAC on the peer certificate's principal (URI SAN, else DNS SAN)."""
+    """RBAC on the peer certificate's principal (URI SAN, else DNS SAN): DENY when it is none
+    of the allowed identities, so the refusal names :data:`IDENTITY_POLICY` in its details."""
     tls = listener.tls
     if tls is None or tls.mode != "mutual" or not tls.allowed_identities:
         return None
-    principals = [
-        rbac_config_pb2.Principal(
-            authenticated=rbac_config_pb2.Principal.Authenticated(
-                principal_name=build_identity_matcher(pattern)
-            )
+    allowed = rbac_config_pb2.Principal(
+        or_ids=rbac_config_pb2.Principal.Set(
+            ids=[
+                rbac_config_pb2.Principal(
+                    authenticated=rbac_config_pb2.Principal.Authenticated(
+                        principal_name=build_identity_matcher(pattern)
+                    )
+                )
+                for pattern in tls.allowed_identities
+            ]
         )
-        for pattern in tls.allowed_identities
-    ]
+    )
     rules = rbac_config_pb2.RBAC(
-        action=rbac_config_pb2.RBAC.Action.ALLOW,
+        action=rbac_config_pb2.RBAC.Action.DENY,
         policies={
             IDENTITY_POLICY: rbac_config_pb2.Policy(
-                permissions=[rbac_config_pb2.Permission(any=True)], principals=principals
+                permissions=[rbac_config_pb2.Permission(any=True)],
+                principals=[rbac_config_pb2.Principal(not_id=allowed)],
             )
         },
     )
@@ -210,7 +222,8 @@ def build_identity_filter(listener: Listener) -> hcm_pb2.HttpFilter | None:
 
 
 def build_identity_denied_mapper(listener: Listener) -> hcm_pb2.ResponseMapper:
-    """403 local replies on this listener get a JSON body naming the refused identity."""
+    """The identity check's 403s (and only those: matched by their response code details,
+    since route access rules answer 403 too) get a JSON body naming the refused identity."""
     status = accesslog_pb2.StatusCodeFilter(
         comparison=accesslog_pb2.ComparisonFilter(
             op=accesslog_pb2.ComparisonFilter.Op.EQ,
@@ -219,8 +232,22 @@ def build_identity_denied_mapper(listener: Listener) -> hcm_pb2.ResponseMapper:
             ),
         )
     )
+    details = accesslog_pb2.ExtensionFilter(
+        name=CEL_FILTER,
+        typed_config=pack(
+            cel_pb2.ExpressionFilter(
+                expression=f"response.code_details == '{IDENTITY_DENIED_DETAILS}'"
+            )
+        ),
+    )
+    both = accesslog_pb2.AndFilter(
+        filters=[
+            accesslog_pb2.AccessLogFilter(status_code_filter=status),
+            accesslog_pb2.AccessLogFilter(extension_filter=details),
+        ]
+    )
     return hcm_pb2.ResponseMapper(
-        filter=accesslog_pb2.AccessLogFilter(status_code_filter=status),
+        filter=accesslog_pb2.AccessLogFilter(and_filter=both),
         status_code=UInt32Value(value=_FORBIDDEN),
         body_format_override=substitution_format_string_pb2.SubstitutionFormatString(
             text_format_source=base_pb2.DataSource(
@@ -232,14 +259,14 @@ def build_identity_denied_mapper(listener: Listener) -> hcm_pb2.ResponseMapper:
 
 
 def apply_identity_check(manager: hcm_pb2.HttpConnectionManager, listener: Listener) -> None:
-    """First filter of the chain (before route RBAC, rate limits, the router). Its 403 body
-    mapper goes last, so a route-level access mapper, when present, answers its own 403s."""
+    """First filter of the chain (before route RBAC, rate limits, the router), and first
+    local-reply mapper: Envoy uses the first mapper that matches, and this one matches only
+    the identity check's own 403s, so route access 403s and rate-limit 429s keep theirs."""
     identity = build_identity_filter(listener)
     if identity is None:
         return
     manager.http_filters.insert(0, identity)
-    if not manager.local_reply_config.mappers:
-        manager.local_reply_config.mappers.append(build_identity_denied_mapper(listener))
+    manager.local_reply_config.mappers.insert(0, build_identity_denied_mapper(listener))
 
 
 def build_secret(name: str, material: TlsMaterial) -> secret_pb2.Secret:
