@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -17,6 +18,7 @@ from inferway.xds.translate.load_balancing import (
     ORCA_HEADER,
     WRR_LOCALITY_POLICY,
 )
+from inferway.xds.translate.load_reports import LOAD_REPORT_FILTER
 from inferway.xds.translate.rate_limit import LOCAL_RATE_LIMIT_FILTER
 
 
@@ -43,6 +45,15 @@ def test_the_orca_header_envoy_strips_is_the_one_backends_send() -> None:
     resources = _translate({"endpoints": ["127.0.0.1:1"]})
     (vhost,) = resources.of_type(type_urls.ROUTE)["main"].virtual_hosts
     assert list(vhost.response_headers_to_remove) == [ORCA_HEADER]
+
+
+def test_the_orca_trailer_is_stripped_by_a_filter_before_the_router() -> None:
+    manager = _manager(_translate({"endpoints": ["127.0.0.1:1"]}))
+    filters = [f.name for f in manager.http_filters]
+    assert filters.index(LOAD_REPORT_FILTER) < filters.index(names.ROUTER_FILTER)
+    config = header_mutation_pb2.HeaderMutation()
+    manager.http_filters[filters.index(LOAD_REPORT_FILTER)].typed_config.Unpack(config)
+    assert [m.remove for m in config.mutations.response_trailers_mutations] == [ORCA_HEADER]
 
 
 def test_load_aware_with_zones_is_wrapped_in_wrr_locality() -> None:

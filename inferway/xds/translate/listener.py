@@ -17,6 +17,7 @@ from inferway.policies.model import Listener, Route
 from inferway.policies.observability import Observability
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
+from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.rate_limit import apply_rate_limit
 from inferway.xds.translate.rbac import apply_access_control
@@ -48,7 +49,7 @@ def build_http_connection_manager(
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=listener.name,
         codec_type=hcm_pb2.HttpConnectionManager.CodecType.AUTO,
-        http_filters=[build_router_filter()],
+        http_filters=[build_load_report_filter(), build_router_filter()],
         use_remote_address=bool_value(False),
         generate_request_id=bool_value(True),
         normalize_path=bool_value(True),

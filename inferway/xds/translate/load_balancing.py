@@ -42,8 +42,9 @@ __all__ = [
 ]
 
 ORCA_HEADER = "endpoint-load-metrics"
-"""The response header inferway backends put their ORCA load report in (backends/orca.py);
-Envoy reads it for load_aware, and the route configuration strips it from responses."""
+"""The response header (HTTP) or trailer (gRPC) inferway backends put their ORCA load report
+in (backends/orca.py); Envoy reads it for load_aware, and strips it from responses to clients
+(the route configuration drops the header, load_reports.py the trailer)."""
 CSWRR_POLICY = "envoy.load_balancing_policies.client_side_weighted_round_robin"
 WRR_LOCALITY_POLICY = "envoy.load_balancing_policies.wrr_locality"
 
