@@ -64,12 +64,23 @@ async def _serve(
 
 
 def serve(
-    model_repository: Annotated[
-        Path,
+    repository_argument: Annotated[
+        Path | None,
         typer.Argument(
-            help="Folder holding <model>/<version>/model.onnx (+ optional config.yaml)."
+            metavar="MODEL_REPOSITORY",
+            help="Folder holding <model>/<version>/model.onnx (+ optional config.yaml).",
+            show_default=False,
         ),
-    ],
+    ] = None,
+    repository_option: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-repository",
+            "-m",
+            help="The same folder, given as an option (Triton's spelling).",
+            show_default=False,
+        ),
+    ] = None,
     http_port: Annotated[int, typer.Option(help="HTTP port (KServe v2 REST, /metrics).")] = 8000,
     grpc_port: Annotated[
         int, typer.Option(help="gRPC port (inference.GRPCInferenceService).")
@@ -97,6 +108,17 @@ def serve(
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_redaction()  # credentials never reach the log
+    if repository_argument and repository_option and repository_argument != repository_option:
+        raise typer.BadParameter(
+            f"two different repositories given: {repository_argument} and {repository_option}",
+            param_hint="MODEL_REPOSITORY / --model-repository",
+        )
+    model_repository = repository_argument or repository_option
+    if model_repository is None:
+        raise typer.BadParameter(
+            "give the model repository folder, e.g. `inferway serve ./models`",
+            param_hint="MODEL_REPOSITORY / --model-repository",
+        )
     if not model_repository.is_dir():
         raise typer.BadParameter(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"

@@ -1,0 +1,77 @@
+"""``inferway serve`` as a user runs it: a real subprocess over a model repository, answering
+the Open Inference Protocol until SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from inferway.backends.demo_models import mlp_reference, write_demo_repository
+from inferway.gateway.cli import app
+from tests.envoy_process import free_port
+
+pytestmark = pytest.mark.integration
+
+SIZES = (8, 16, 4)
+
+
+def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    write_demo_repository(tmp_path / "models", versions=(1,), sizes=SIZES)
+    http_port, grpc_port = free_port(), free_port()
+    command = [sys.executable, "-m", "inferway.gateway.cli", "serve"]
+    command += ["--model-repository", str(tmp_path / "models")]
+    command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{http_port}"
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "inferway serve never became ready"
+            time.sleep(0.1)
+        x = np.linspace(-1, 1, SIZES[0], dtype=np.float32).reshape(1, -1)
+        body = {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [1, SIZES[0]],
+                    "datatype": "FP32",
+                    "data": x.ravel().tolist(),
+                }
+            ]
+        }
+        answer = httpx.post(f"{base}/v2/models/demo/infer", json=body, timeout=5)
+        assert answer.status_code == 200, answer.text
+        (output,) = answer.json()["outputs"]
+        expected = mlp_reference(x, sizes=SIZES, seed=0)
+        np.testing.assert_allclose(
+            np.array(output["data"]).reshape(expected.shape), expected, rtol=1e-4, atol=1e-5
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    assert f"http://127.0.0.1:{http_port}" in out
+
+
+def test_serve_refuses_two_different_repositories_and_a_missing_one(tmp_path: Path) -> None:
+    runner = CliRunner()
+    both = runner.invoke(app, ["serve", str(tmp_path / "a"), "--model-repository", str(tmp_path)])
+    assert both.exit_code == 2 and "two different repositories" in both.output
+    missing = runner.invoke(app, ["serve", "--model-repository", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "is not a directory" in missing.output
