@@ -70,7 +70,7 @@ def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_s
 
 
 def test_serve_refuses_two_different_repositories_and_a_missing_one(tmp_path: Path) -> None:
-    runner = CliRunner()
+    runner = CliRunner(env={"COLUMNS": "400"})  # keep rich from wrapping the message
     both = runner.invoke(app, ["serve", str(tmp_path / "a"), "--model-repository", str(tmp_path)])
     assert both.exit_code == 2 and "two different repositories" in both.output
     missing = runner.invoke(app, ["serve", "--model-repository", str(tmp_path / "nope")])
