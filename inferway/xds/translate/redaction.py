@@ -13,7 +13,7 @@ import re
 from inferway.policies.access import ALWAYS_REDACTED_HEADERS
 from inferway.policies.model import Policy
 
-__all__ = ["header_reads", "reads_redacted_header", "redacted_headers"]
+__all__ = ["header_reads", "redacted_headers"]
 
 _HEADER_OPERATOR = re.compile(
     r"%(?:REQ|RESP|TRAILER|REQ_WITHOUT_QUERY|RESPONSE_TRAILER)\(([^)]*)\)", re.IGNORECASE
@@ -35,8 +35,3 @@ def header_reads(format_string: str) -> list[str]:
             if name and name not in names:
                 names.append(name)
     return names
-
-
-def reads_redacted_header(format_string: str, redacted: list[str]) -> str | None:
-    """The first redacted header ``format_string`` would log, or None."""
-    return next((name for name in header_reads(format_string) if name in redacted), None)
