@@ -15,8 +15,8 @@ from pathlib import Path
 
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.file_watch import WatchedFile
-from inferway.policies import PolicyError, PolicyIssue
 from inferway.policies.endpoints import ServiceEndpoints, load_endpoints_text
+from inferway.policies.errors import read_source_text
 
 __all__ = ["EndpointsWatcher", "load_initial_endpoints"]
 
@@ -25,7 +25,7 @@ def load_initial_endpoints(path: Path, services: Collection[str]) -> tuple[str, 
     """Read the endpoints file once at start, checked against the policy's ``services``;
     returns the text (for ``mark_loaded``) and the endpoints. Raises PolicyError: a gateway
     refuses to start on a bad endpoints file."""
-    text = _read_text(path)
+    text = read_source_text(path)
     return text, load_endpoints_text(text, str(path), services=services)
 
 
@@ -44,13 +44,3 @@ class EndpointsWatcher(WatchedFile):
 def _services(control_plane: ControlPlane) -> list[str] | None:
     policy = control_plane.policy
     return None if policy is None else [service.name for service in policy.services]
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise PolicyError(
-            [PolicyIssue(str(path), None, None, "", f"cannot read file: {reason}")]
-        ) from None

@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.errors import PolicyError, PolicyIssue, read_source_text
 from inferway.policies.located import describe_value, locate_issue, validation_issues
 from inferway.policies.model import Endpoint, Name, Policy
 from inferway.policies.yaml_marks import YamlSyntaxError, format_loc, load_marked_yaml
@@ -58,15 +58,8 @@ def load_endpoints(
     path: str | Path, *, services: Collection[str] | None = None
 ) -> ServiceEndpoints:
     """Read and validate the endpoints file at ``path``; see :func:`load_endpoints_text`."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise PolicyError(
-            [PolicyIssue(source, None, None, "", f"cannot read file: {reason}")]
-        ) from None
-    return load_endpoints_text(text, source, services=services)
+    text = read_source_text(path)
+    return load_endpoints_text(text, str(path), services=services)
 
 
 def load_endpoints_text(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["PolicyError", "PolicyIssue"]
+__all__ = ["PolicyError", "PolicyIssue", "read_source_text"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,14 @@ class PolicyError(Exception):
 
     def __str__(self) -> str:
         return "\n".join(str(issue) for issue in self.issues)
+
+
+def read_source_text(path: str | Path) -> str:
+    """The UTF-8 text of a file the user gave us, or a PolicyError naming it and why not."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise PolicyError(
+            [PolicyIssue(str(path), None, None, "", f"cannot read file: {reason}")]
+        ) from None

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from inferway.policies.checks import check_policy
-from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.errors import PolicyError, PolicyIssue, read_source_text
 from inferway.policies.located import describe_value, locate_issue, validation_issues
 from inferway.policies.model import Policy
 from inferway.policies.yaml_marks import YamlSyntaxError, format_loc, load_marked_yaml
@@ -22,15 +22,8 @@ __all__ = ["load_policy", "load_policy_text"]
 
 def load_policy(path: str | Path, *, external_endpoints: bool = False) -> Policy:
     """Read and validate the policy at ``path``; errors name the path as given."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise PolicyError(
-            [PolicyIssue(source, None, None, "", f"cannot read file: {reason}")]
-        ) from None
-    return load_policy_text(text, source, external_endpoints=external_endpoints)
+    text = read_source_text(path)
+    return load_policy_text(text, str(path), external_endpoints=external_endpoints)
 
 
 def load_policy_text(
