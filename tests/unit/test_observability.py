@@ -84,8 +84,6 @@ def test_access_log_refuses_credential_headers_and_relative_paths() -> None:
 
 def test_check_refuses_an_extra_field_logging_a_redacted_header() -> None:
     policy = _policy(access_log={"extra_fields": {"tenant": "%REQ(X-Tenant-Token)%"}})
-    if "redact_headers" not in Policy.model_fields:
-        pytest.skip("redact_headers is not in the policy schema")
     policy = policy.model_copy(update={"redact_headers": ["x-tenant-token"]})
     issues = [message for _, message in check_policy(policy) if "x-tenant-token" in message]
     assert len(issues) == 1, f"reported once, not {issues}"
