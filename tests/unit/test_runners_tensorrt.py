@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import onnxruntime as ort
 import pytest
 
 from inferway.backends.demo_models import build_add
@@ -39,12 +40,10 @@ def test_without_tensorrt_the_runner_says_why_and_auto_falls_back(tmp_path) -> N
 
 
 @pytest.mark.skipif(
-    trt_runner.tensorrt_unavailable_reason() is None, reason="native TensorRT is usable here"
+    trt_runner.tensorrt_unavailable_reason() is None
+    or "TensorrtExecutionProvider" in ort.get_available_providers(),
+    reason="TensorRT (native or as an ONNX Runtime provider) is usable here",
 )
 def test_explicit_tensorrt_without_any_tensorrt_is_an_error(tmp_path) -> None:
-    import onnxruntime as ort
-
-    if "TensorrtExecutionProvider" in ort.get_available_providers():
-        pytest.skip("TensorRT EP present")
     with pytest.raises(RuntimeError, match="provider 'tensorrt' requested"):
         build_runner(build_add(tmp_path / "model.onnx"), ModelConfig(provider="tensorrt"))
