@@ -28,7 +28,7 @@ from inferway.observability.control_plane_metrics import CONTENT_TYPE, ControlPl
 from inferway.policies import dump_policy
 from inferway.policies.redact import build_redacted_policy
 from inferway.xds import type_urls
-from inferway.xds.cache import NackRecord, NodeStatus
+from inferway.xds.cache import NackRecord, NodeStatus, node_in_sync
 from inferway.xds.snapshot import Snapshot
 
 __all__ = [
@@ -105,21 +105,10 @@ def _node(node: NodeStatus, snapshot: Snapshot | None) -> dict[str, Any]:
         "connected": node.connected,
         "connected_since": node.connected_since,
         "acked": {type_urls.SHORT_NAMES.get(t, t): v for t, v in sorted(node.acked.items())},
-        "in_sync": snapshot is not None and _in_sync(node, snapshot),
+        "in_sync": snapshot is not None and node_in_sync(node, snapshot),
         "snapshot_version": None if snapshot is None else snapshot.version,
         "last_nack": None if node.last_nack is None else _nack(node.last_nack),
     }
-
-
-def _in_sync(node: NodeStatus, snapshot: Snapshot) -> bool:
-    """The node acked every type of its group's snapshot (the rule wait_for_acks uses)."""
-    for type_url, version in snapshot.versions.items():
-        required = type_url in (type_urls.CLUSTER, type_urls.LISTENER) or bool(
-            snapshot.resources_of(type_url)
-        )
-        if required and node.acked.get(type_url) != version:
-            return False
-    return True
 
 
 def _nack(record: NackRecord) -> dict[str, Any]:

@@ -20,13 +20,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from inferway.xds import type_urls
-from inferway.xds.snapshot import Snapshot
+from inferway.xds.cache import node_in_sync
 
 if TYPE_CHECKING:
     from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, Refusal
     from inferway.xds.cache import NackRecord, NodeStatus
 
-__all__ = ["CONTENT_TYPE", "ControlPlaneMetrics", "node_in_sync", "type_label"]
+__all__ = ["CONTENT_TYPE", "ControlPlaneMetrics", "type_label"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PUSH_BUCKETS = (
@@ -38,20 +38,6 @@ _TYPES = tuple(type_urls.SHORT_NAMES.values())
 def type_label(type_url: str) -> str:
     """The bounded ``type`` label value of an xDS type URL (``clusters``, ``routes``, ...)."""
     return type_urls.SHORT_NAMES.get(type_url, "other")
-
-
-def node_in_sync(node: NodeStatus, snapshot: Snapshot | None) -> bool:
-    """The node acked every type of ``snapshot``: CDS and LDS always, other types when the
-    snapshot holds resources of them (the rule ``SnapshotCache.wait_for_acks`` uses)."""
-    if snapshot is None:
-        return False
-    for type_url, version in snapshot.versions.items():
-        required = type_url in (type_urls.CLUSTER, type_urls.LISTENER) or bool(
-            snapshot.resources_of(type_url)
-        )
-        if required and node.acked.get(type_url) != version:
-            return False
-    return True
 
 
 class _StateGauges(Collector):

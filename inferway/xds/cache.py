@@ -23,7 +23,7 @@ from inferway.xds.hooks import HOOK_METHODS, call_hooks
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.stats import SentResponse
 
-__all__ = ["NackRecord", "NodeStatus", "SnapshotCache", "StreamHandle"]
+__all__ = ["NackRecord", "NodeStatus", "SnapshotCache", "StreamHandle", "node_in_sync"]
 
 DEFAULT_GROUP = "default"
 
@@ -49,6 +49,22 @@ class NodeStatus:
     connected_since: float
     acked: Mapping[str, str]
     last_nack: NackRecord | None
+
+
+def node_in_sync(node: NodeStatus, snapshot: Snapshot | None) -> bool:
+    """The node acked each type of ``snapshot``: CDS and LDS always, other types when the
+    snapshot holds resources of them. Per type version: an EDS/RDS ACK of a version counts
+    even if a later subscription of that version is still unanswered (Envoy does not always
+    answer a resend of content it already holds)."""
+    if snapshot is None:
+        return False
+    for type_url, version in snapshot.versions.items():
+        required = type_url in (type_urls.CLUSTER, type_urls.LISTENER) or bool(
+            snapshot.resources_of(type_url)
+        )
+        if required and node.acked.get(type_url) != version:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -241,12 +257,8 @@ class SnapshotCache:
             snapshot = self._snapshots.get(node.group)
             if snapshot is None or snapshot.version != version:
                 return False
-            for type_url, type_version in snapshot.versions.items():
-                required = type_url in (type_urls.CLUSTER, type_urls.LISTENER) or bool(
-                    snapshot.resources_of(type_url)
-                )
-                if required and node.acked.get(type_url) != type_version:
-                    return False
+            if not node_in_sync(node.view(), snapshot):
+                return False
         return True
 
     def _signal(self) -> None:

@@ -6,7 +6,7 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 
 from inferway.xds import type_urls
-from inferway.xds.cache import SnapshotCache
+from inferway.xds.cache import SnapshotCache, node_in_sync
 from inferway.xds.snapshot import build_snapshot
 from tests.xds_sample import build_sample_resources
 
@@ -100,3 +100,15 @@ async def test_wait_for_acks_wakes_up_when_the_ack_arrives() -> None:
     assert not waiter.done()
     ack_all(cache, handle, snap)
     assert await asyncio.wait_for(waiter, 1.0)
+
+
+def test_node_in_sync_needs_every_required_type_acked() -> None:
+    cache = SnapshotCache()
+    snap = snapshot()
+    cache.set_snapshot(snap)
+    handle = cache.open_stream(node("envoy-1"))
+    assert not node_in_sync(cache.node_status()[0], snap)
+    ack_all(cache, handle, snap)
+    assert node_in_sync(cache.node_status()[0], snap)
+    assert not node_in_sync(cache.node_status()[0], snapshot(9002))
+    assert not node_in_sync(cache.node_status()[0], None)
