@@ -137,6 +137,8 @@ class DeltaState:
                     nacks.append(Nack(type_url, version, nonce, request.error_detail.message))
                 else:
                     state.nacked = False
+                    for name in names:  # accepted now: a newer version replaced a rejected one
+                        state.rejected.pop(name, None)
                     if state.last_nonce == nonce and state.version is not None:
                         version = state.version  # in sync with the newest evaluated snapshot
                     if not state.rejected:  # holding a rejected resource: in sync with nothing

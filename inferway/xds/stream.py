@@ -182,9 +182,10 @@ async def _apply(
             len(response.resources),
             removed,
         )
-        await send(response)
         count = len(response.resources)
+        # Recorded before the write: the node's answer may be read while send() awaits.
         cache.record_push(handle, response.type_url, version, count)
+        await send(response)
         cache.record_response(
             SentResponse(
                 handle.node_id,
