@@ -28,6 +28,9 @@ def backend_server_main(root: str, conn: Connection) -> None:
     import uvloop
 
     logging.basicConfig(level=logging.WARNING)
+    from inferway.backends.process_tuning import tune_for_serving
+
+    tune_for_serving()  # as `inferway serve` does
 
     async def serve() -> None:
         from inferway.backends.app import start_backend

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from inferway.backends.process_tuning import tune_for_serving
 from inferway.backends.tls import BackendTls
 from inferway.observability.redaction import install_redaction
 
@@ -88,7 +89,11 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     otlp_endpoint: Annotated[
         str | None,
-        typer.Option(help="OTLP/gRPC collector for traces, e.g. http://127.0.0.1:4317."),
+        typer.Option(
+            help="OTLP/gRPC collector for traces, e.g. http://127.0.0.1:4317. Without one no "
+            "spans are made (tracing costs nothing).",
+            envvar="OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     tls_cert: Annotated[
@@ -124,9 +129,12 @@ def serve(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
     tls = _backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
-    from inferway.observability.otel import setup_tracing
+    tune_for_serving()
+    provider = None
+    if otlp_endpoint:  # spans nobody exports would cost ~50 us of CPU per request
+        from inferway.observability.otel import setup_tracing
 
-    provider = setup_tracing("inferway-backend", otlp_endpoint)
+        provider = setup_tracing("inferway-backend", otlp_endpoint)
     try:
         try:
             import uvloop
@@ -135,7 +143,8 @@ def serve(
         else:
             uvloop.run(_serve(model_repository, http_port, grpc_port, host, tls=tls))
     finally:
-        provider.shutdown()
+        if provider is not None:
+            provider.shutdown()
 
 
 def _backend_tls(

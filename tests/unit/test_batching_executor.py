@@ -268,3 +268,29 @@ async def test_real_onnx_runtime_model_batches_and_maps_results_back(tmp_path: P
         np.testing.assert_allclose(out["y"], x * 2)
     assert max(r.requests for r in records) > 1
     await ex.stop()
+
+
+async def test_next_batch_is_launched_before_the_finished_batch_is_answered():
+    """A finished batch frees its instance and launches the queued work in the same loop
+    callback, before any of its callers runs again: a busy event loop never leaves the
+    runner idle between batches."""
+    runner = DoubleRunner()
+    runner.gate = threading.Event()
+    ex = BatchExecutor([runner], BatchingConfig(mode="off"), inline_below_s=0.0)
+    seen: dict[str, int] = {}
+
+    async def first_caller() -> dict[str, np.ndarray]:
+        out = await ex.infer({"x": np.ones((1, 2), np.float32)})
+        seen["queued"] = ex.queue_depth  # the first thing that runs once it is answered
+        seen["in_flight"] = ex.in_flight_batches
+        return out
+
+    first = asyncio.create_task(first_caller())
+    await poll(lambda: runner.active == 1)
+    second = asyncio.create_task(ex.infer({"x": np.full((1, 2), 3, np.float32)}))
+    await poll(lambda: ex.queue_depth == 1)
+    runner.gate.set()
+    np.testing.assert_array_equal((await first)["y"], np.full((1, 2), 2, np.float32))
+    assert seen == {"queued": 0, "in_flight": 1}
+    np.testing.assert_array_equal((await second)["y"], np.full((1, 2), 6, np.float32))
+    await ex.stop()

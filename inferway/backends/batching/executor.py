@@ -1,8 +1,11 @@
 """The asyncio shell around the pure Scheduler: futures, worker threads, numpy and tracing.
 
-One dispatcher task per model asks the scheduler what to do and sleeps until the answer can
-change (a submit, a cancel, a finished batch, or the time the scheduler named). Each model
-instance owns one worker thread, so a runner's ``run`` is never called concurrently.
+The scheduler is asked what to do right where its answer can change: in ``infer`` after a
+submit, and in the callback that a worker thread posts when a batch finishes (one hop onto the
+loop; the next batch is launched before the finished batch's futures are resolved, so a busy
+event loop never leaves an instance idle). One dispatcher task per model covers the rest: the
+time the scheduler named, cancels, and draining on stop. Each model instance owns one worker
+thread, so a runner's ``run`` is never called concurrently.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ..runners.base import Runner
 from ..tracing import is_tracing
 from .config import BatchingConfig
 from .errors import DeadlineExceededError, ExecutorClosedError, InvalidRequestError
-from .records import BatchRecord, Dispatch, Pending, WaitUntil
+from .records import BatchRecord, Dispatch, Idle, Pending, WaitUntil
 from .scheduler import Scheduler
 from .window_stats import WindowStats
 
@@ -107,7 +110,7 @@ class BatchExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._batch_tasks: set[asyncio.Task[None]] = set()
+        self._sleep_until: float | None = None  # the dispatcher's timer; None: no timer
         self._closing = False
         self._drain = True
         self._closed = False
@@ -190,7 +193,7 @@ class BatchExecutor:
         span_ctx = trace.get_current_span().get_span_context()
         req = Pending(next(self._ids), rows, nbytes, key, now, deadline, (inputs, fut, span_ctx))
         self._sched.submit(req, now)
-        self._wake()
+        self._pump()
         try:
             return await fut
         except asyncio.CancelledError:
@@ -232,33 +235,52 @@ class BatchExecutor:
         if not fut.done():
             fut.set_exception(exc)
 
-    async def _dispatch_loop(self) -> None:
+    def _pump(self) -> WaitUntil | Idle | None:
+        """Expire overdue requests and launch every batch the scheduler wants now; returns what
+        to wait for next (None: stopped and drained). Called on the loop thread only."""
         sched = self._sched
-        clock = self.clock
+        while True:
+            now = self.clock()
+            for req in sched.expire(now):
+                self._fail(
+                    req,
+                    DeadlineExceededError(
+                        f"model {self.name!r}: deadline passed after "
+                        f"{now - req.arrival:.3f}s in the queue; not computed"
+                    ),
+                )
+            if self._closing and not self._drain and sched.queued:
+                for req in sched.clear():
+                    self._fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
+            action = sched.next_action(now, len(self._idle), flush=self._closing)
+            if type(action) is Dispatch:
+                self._launch(action, now)
+                continue
+            if self._closing and not sched.queued and self._in_flight == 0:
+                self._wake()
+                return None
+            # The dispatcher must look again by ``action.at``: wake it if its timer is later.
+            if type(action) is WaitUntil and (
+                self._sleep_until is None or action.at < self._sleep_until
+            ):
+                self._wake()
+            return action
+
+    async def _dispatch_loop(self) -> None:
         try:
             while True:
-                now = clock()
-                for req in sched.expire(now):
-                    self._fail(
-                        req,
-                        DeadlineExceededError(
-                            f"model {self.name!r}: deadline passed after "
-                            f"{now - req.arrival:.3f}s in the queue; not computed"
-                        ),
-                    )
-                if self._closing and not self._drain and sched.queued:
-                    for req in sched.clear():
-                        self._fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
-                action = sched.next_action(now, len(self._idle), flush=self._closing)
-                if type(action) is Dispatch:
-                    self._launch(action, now)
-                    continue
-                if self._closing and not sched.queued and self._in_flight == 0:
+                action = self._pump()
+                if action is None:
                     return
-                await self._sleep(action.at - now if type(action) is WaitUntil else None)
+                if type(action) is WaitUntil:
+                    self._sleep_until = action.at
+                    await self._sleep(action.at - self.clock())
+                else:
+                    self._sleep_until = None
+                    await self._sleep(None)
         except BaseException as exc:
             self._closing = True
-            for req in sched.clear():
+            for req in self._sched.clear():
                 self._fail(req, ExecutorClosedError(f"model {self.name!r}: dispatcher failed"))
             if not isinstance(exc, asyncio.CancelledError):
                 log.exception("model %r: batch dispatcher failed", self.name)
@@ -274,9 +296,8 @@ class BatchExecutor:
             if predicted is not None and predicted < self._inline_below_s:
                 self._run_inline(instance, batch, now)
                 return
-        task = self._loop.create_task(self._run_batch(instance, batch, now))
-        self._batch_tasks.add(task)
-        task.add_done_callback(self._batch_tasks.discard)
+        span = self._start_span(instance, batch, now)
+        self._pools[instance].submit(self._work, instance, batch, now, span)
 
     def _start_span(self, instance: int, batch: Dispatch, started: float) -> trace.Span:
         if not is_tracing(self._tracer):
@@ -304,23 +325,36 @@ class BatchExecutor:
         results: list[Outputs] | None,
         compute_s: float,
         error: BaseException | None,
+        *,
+        pump: bool,
     ) -> None:
-        """Resolve the batch's futures, close its span, account for it."""
+        """Free the instance (with ``pump``, launch what waits for it at once), then resolve
+        the batch's futures, close its span and report it."""
+        end = self.clock()
+        self._stats.end(instance, len(batch.requests), end)
+        self._idle.append(instance)
+        self._in_flight -= 1
+        if error is None:
+            self._sched.on_dispatch_done(batch.rows, compute_s, end)
         try:
-            if error is not None:
-                span.record_exception(error)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
-                for req in batch.requests:
-                    self._fail(req, error)
-            else:
-                assert results is not None
-                for req, res in zip(batch.requests, results, strict=True):
-                    fut = req.payload[1]
-                    if not fut.done():
-                        fut.set_result(res)
+            if pump:
+                self._pump()
         finally:
-            span.end()
-            self._finish(instance, batch, started, compute_s, error)
+            try:
+                if error is not None:
+                    span.record_exception(error)
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
+                    for req in batch.requests:
+                        self._fail(req, error)
+                else:
+                    assert results is not None
+                    for req, res in zip(batch.requests, results, strict=True):
+                        fut = req.payload[1]
+                        if not fut.done():
+                            fut.set_result(res)
+            finally:
+                span.end()
+                self._report(instance, batch, started, compute_s, error)
 
     def _run_inline(self, instance: int, batch: Dispatch, started: float) -> None:
         """Compute a tiny batch right here, on the event loop thread."""
@@ -328,25 +362,38 @@ class BatchExecutor:
         try:
             results, compute_s = self._execute(instance, batch)
         except BaseException as exc:
-            self._settle(instance, batch, started, span, None, 0.0, exc)
+            self._settle(instance, batch, started, span, None, 0.0, exc, pump=False)
             if not isinstance(exc, Exception):
                 raise
-        else:
-            self._settle(instance, batch, started, span, results, compute_s, None)
+        else:  # the pump that launched this batch goes on with the next one
+            self._settle(instance, batch, started, span, results, compute_s, None, pump=False)
 
-    async def _run_batch(self, instance: int, batch: Dispatch, started: float) -> None:
-        span = self._start_span(instance, batch, started)
+    def _work(self, instance: int, batch: Dispatch, started: float, span: trace.Span) -> None:
+        """Worker-thread body: compute, then post the outcome to the loop in one hop."""
+        try:
+            results, compute_s = self._execute(instance, batch)
+        except BaseException as exc:
+            outcome: tuple[Any, ...] = (None, 0.0, exc)
+        else:
+            outcome = (results, compute_s, None)
         assert self._loop is not None
         try:
-            results, compute_s = await self._loop.run_in_executor(
-                self._pools[instance], self._execute, instance, batch
-            )
-        except BaseException as exc:
-            self._settle(instance, batch, started, span, None, 0.0, exc)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            self._settle(instance, batch, started, span, results, compute_s, None)
+            self._loop.call_soon_threadsafe(self._done, instance, batch, started, span, *outcome)
+        except RuntimeError:  # the loop is closed: nobody is left to answer
+            log.warning("model %r: batch finished after its event loop closed", self.name)
+
+    def _done(
+        self,
+        instance: int,
+        batch: Dispatch,
+        started: float,
+        span: trace.Span,
+        results: list[Outputs] | None,
+        compute_s: float,
+        error: BaseException | None,
+    ) -> None:
+        """On the loop: free the instance and launch the next batch first, then answer."""
+        self._settle(instance, batch, started, span, results, compute_s, error, pump=True)
 
     def _execute(self, instance: int, batch: Dispatch) -> tuple[list[Outputs], float]:
         """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
@@ -376,7 +423,7 @@ class BatchExecutor:
                 offset = end
         return results, clock() - t0
 
-    def _finish(
+    def _report(
         self,
         instance: int,
         batch: Dispatch,
@@ -384,28 +431,22 @@ class BatchExecutor:
         compute_s: float,
         error: BaseException | None,
     ) -> None:
-        end = self.clock()
-        self._stats.end(instance, len(batch.requests), end)
-        self._idle.append(instance)
-        self._in_flight -= 1
-        if error is None:
-            self._sched.on_dispatch_done(batch.rows, compute_s, end)
-        if self._on_batch is not None:
-            record = BatchRecord(
-                name=self.name,
-                size_rows=batch.rows,
-                requests=len(batch.requests),
-                queue_wait_s=[started - r.arrival for r in batch.requests],
-                compute_s=compute_s,
-                started_at=started,
-                instance=instance,
-                error=None if error is None else f"{type(error).__name__}: {error}",
-            )
-            try:
-                self._on_batch(record)
-            except Exception:
-                log.exception("model %r: on_batch callback failed", self.name)
-        self._wake()
+        if self._on_batch is None:
+            return
+        record = BatchRecord(
+            name=self.name,
+            size_rows=batch.rows,
+            requests=len(batch.requests),
+            queue_wait_s=[started - r.arrival for r in batch.requests],
+            compute_s=compute_s,
+            started_at=started,
+            instance=instance,
+            error=None if error is None else f"{type(error).__name__}: {error}",
+        )
+        try:
+            self._on_batch(record)
+        except Exception:
+            log.exception("model %r: on_batch callback failed", self.name)
 
 
 def _resolve(fut: asyncio.Future[Any]) -> None:
