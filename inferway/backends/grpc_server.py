@@ -5,13 +5,16 @@ report from the response headers or, failing that, the trailers: sending it once
 saves a metadata frame per call and reports the load after the work); failures map to
 gRPC status codes (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED,
 UNAVAILABLE, INTERNAL) with a message saying what was wrong. The client's deadline bounds
-the request's time in the batching queue.
+the request's time in the batching queue. ``ModelStreamInfer`` (Triton's streaming
+extension) carries many requests per call, which costs a fraction of a unary call's CPU.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -37,7 +40,7 @@ from inferway.backends.serving import (
     run_inference,
 )
 
-__all__ = ["RETRY_PUSHBACK_KEY", "InferenceServicer", "start_grpc_server"]
+__all__ = ["RETRY_PUSHBACK_KEY", "STREAM_PROTOCOL", "InferenceServicer", "start_grpc_server"]
 
 log = logging.getLogger("inferway.backends.grpc")
 
@@ -149,27 +152,25 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         )
         return response
 
-    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def _handle(
+        self,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        parent: Any,
+        request_id: str | None,
+        protocol: str,
+    ) -> tuple[Any, Failure | None]:
+        """One request, traced and counted: (response, None) or (None, failure)."""
         started = time.perf_counter()
         served = {"model": UNKNOWN_MODEL, "version": ""}
-        metadata = context.invocation_metadata() or ()
-        tracer = self._tracer
-        parent = tracing.extract_context(metadata) if tracing.is_tracing(tracer) else None
-        request_id = next(
-            (
-                v
-                for k, v in metadata
-                if k.lower() == tracing.REQUEST_ID_HEADER and isinstance(v, str)
-            ),
-            None,
-        )
         failure: Failure | None = None
+        response = None
         with tracing.request_span(
             request.model_name,
             protocol="grpc",
             parent=parent,
             request_id=request_id,
-            tracer=tracer,
+            tracer=self._tracer,
         ) as span:
             try:
                 response = await self._infer_once(request, context, span, served)
@@ -186,13 +187,94 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         self._metrics.observe_request(
             model=served["model"],
             version=served["version"],
-            protocol="grpc",
+            protocol=protocol,
             code=code.name,
             seconds=time.perf_counter() - started,
         )
+        return response, failure
+
+    def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Any, str | None]:
+        """The caller's trace context (when tracing) and x-request-id, from the metadata."""
+        metadata = context.invocation_metadata() or ()
+        parent = tracing.extract_context(metadata) if tracing.is_tracing(self._tracer) else None
+        request_id = next(
+            (
+                v
+                for k, v in metadata
+                if k.lower() == tracing.REQUEST_ID_HEADER and isinstance(v, str)
+            ),
+            None,
+        )
+        return parent, request_id
+
+    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        parent, request_id = self._caller(context)
+        response, failure = await self._handle(request, context, parent, request_id, "grpc")
         if failure is not None:
             await self._fail(context, failure)
         return self._answer(context, response)
+
+    async def ModelStreamInfer(
+        self, request_iterator: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Every request read from the stream runs at once (so they batch together); each
+        answer is written as soon as it is ready. A failed request is answered with
+        ``error_message`` and the stream goes on. Half-closing the stream finishes the
+        requests already read, then ends the call; the ORCA report rides on its trailers."""
+        parent, request_id = self._caller(context)
+        answers: asyncio.Queue[Any] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(request: Any) -> None:
+            response, failure = await self._handle(
+                request, context, parent, request_id, STREAM_PROTOCOL
+            )
+            if failure is not None:
+                response = pb2.ModelStreamInferResponse(
+                    error_message=_stream_error(failure),
+                    infer_response=pb2.ModelInferResponse(
+                        model_name=request.model_name,
+                        model_version=request.model_version,
+                        id=request.id,
+                    ),
+                )
+            else:
+                response = pb2.ModelStreamInferResponse(infer_response=response)
+            answers.put_nowait(response)
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(one(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                while running:
+                    await asyncio.wait(list(running))
+            finally:
+                answers.put_nowait(_END_OF_STREAM)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not _END_OF_STREAM:
+                yield answer
+            await reader  # re-raises a broken read (the client went away mid-stream)
+            context.set_trailing_metadata(self._load_metadata())
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+
+STREAM_PROTOCOL = "grpc_stream"
+"""The ``protocol`` label of requests that came over ModelStreamInfer."""
+_END_OF_STREAM = object()
+
+
+def _stream_error(failure: Failure) -> str:
+    message = f"{failure.grpc_code.name}: {failure.message}"
+    if failure.retry_after_s is not None:
+        message += f" (retry after {max(1, round(failure.retry_after_s * 1000))} ms)"
+    return message
 
 
 async def start_grpc_server(
