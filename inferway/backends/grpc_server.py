@@ -18,8 +18,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from opentelemetry.trace import INVALID_SPAN, INVALID_SPAN_CONTEXT
 
 from inferway.backends import codec, orca, tracing
+from inferway.backends.batching.errors import DeadlineExceededError
 from inferway.backends.grpc_codec import decode_grpc_request, encode_grpc_response
 from inferway.backends.http_server import (
     EXTENSIONS,
@@ -117,9 +119,10 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
         return self._answer(context, response)
 
-    async def _infer_once(
+    def _prepare(
         self, request: Any, context: grpc.aio.ServicerContext, span: Any, served: dict[str, str]
-    ) -> Any:
+    ) -> tuple[Any, Any, list[str], float | None]:
+        """Everything before the model runs: (model, decoded request, output names, timeout)."""
         if not self._repository.ready:
             raise NotReadyError("the server is still loading its models")
         model = self._get(request.model_name, request.model_version)
@@ -139,18 +142,25 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             timeouts.append(max(0.0, remaining))
-        results = await run_inference(
-            model.executor, decoded.inputs, timeout_s=min(timeouts) if timeouts else None
-        )
+        return model, decoded, output_names, min(timeouts) if timeouts else None
+
+    @staticmethod
+    def _respond(model: Any, decoded: Any, output_names: list[str], results: Any) -> Any:
         chosen = codec.select_outputs(results, decoded.outputs, output_names)
-        response = encode_grpc_response(
+        return encode_grpc_response(
             model_name=model.name,
             model_version=str(model.version),
             request_id=decoded.id,
             outputs=chosen,
             raw=decoded.binary_output,
         )
-        return response
+
+    async def _infer_once(
+        self, request: Any, context: grpc.aio.ServicerContext, span: Any, served: dict[str, str]
+    ) -> Any:
+        model, decoded, output_names, timeout_s = self._prepare(request, context, span, served)
+        results = await run_inference(model.executor, decoded.inputs, timeout_s=timeout_s)
+        return self._respond(model, decoded, output_names, results)
 
     async def _handle(
         self,
@@ -217,52 +227,104 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        """Every request read from the stream runs at once (so they batch together); each
-        answer is written as soon as it is ready. A failed request is answered with
+        """Every request read from the stream is queued at once (so they batch together);
+        each answer is written as soon as it is ready. A failed request is answered with
         ``error_message`` and the stream goes on. Half-closing the stream finishes the
-        requests already read, then ends the call; the ORCA report rides on its trailers."""
+        requests already read, then ends the call; the ORCA report rides on its trailers.
+        Without tracing a request costs no coroutine: its future's callback answers it."""
         parent, request_id = self._caller(context)
         answers: asyncio.Queue[Any] = asyncio.Queue()
-        running: set[asyncio.Task[None]] = set()
+        waiting: set[asyncio.Future[Any]] = set()
+        tracing_on = tracing.is_tracing(self._tracer)
 
-        async def one(request: Any) -> None:
+        def answer(request: Any, response: Any, failure: Failure | None) -> None:
+            if failure is None:
+                answers.put_nowait(pb2.ModelStreamInferResponse(infer_response=response))
+                return
+            failed = pb2.ModelInferResponse(
+                model_name=request.model_name, model_version=request.model_version, id=request.id
+            )
+            answers.put_nowait(
+                pb2.ModelStreamInferResponse(
+                    error_message=_stream_error(failure), infer_response=failed
+                )
+            )
+
+        async def traced(request: Any) -> None:
             response, failure = await self._handle(
                 request, context, parent, request_id, STREAM_PROTOCOL
             )
-            if failure is not None:
-                response = pb2.ModelStreamInferResponse(
-                    error_message=_stream_error(failure),
-                    infer_response=pb2.ModelInferResponse(
-                        model_name=request.model_name,
-                        model_version=request.model_version,
-                        id=request.id,
-                    ),
+            answer(request, response, failure)
+
+        def count(served: dict[str, str], code: grpc.StatusCode, started: float) -> None:
+            self._metrics.observe_request(
+                model=served["model"],
+                version=served["version"],
+                protocol=STREAM_PROTOCOL,
+                code=code.name,
+                seconds=time.perf_counter() - started,
+            )
+
+        def start(request: Any) -> None:
+            started = time.perf_counter()
+            served = {"model": UNKNOWN_MODEL, "version": ""}
+            try:
+                model, decoded, names, timeout_s = self._prepare(
+                    request, context, INVALID_SPAN, served
                 )
-            else:
-                response = pb2.ModelStreamInferResponse(infer_response=response)
-            answers.put_nowait(response)
+                if timeout_s is not None and timeout_s <= 0:
+                    raise DeadlineExceededError("the stream's deadline has passed")
+                fut = model.executor.submit(
+                    decoded.inputs, timeout=timeout_s, span_context=INVALID_SPAN_CONTEXT
+                )
+            except Exception as exc:
+                failure = classify_error(exc)
+                count(served, failure.grpc_code, started)
+                answer(request, None, failure)
+                return
+
+            def done(fut: asyncio.Future[Any]) -> None:
+                waiting.discard(fut)
+                if fut.cancelled():
+                    return
+                try:
+                    response = self._respond(model, decoded, names, fut.result())
+                except Exception as exc:
+                    failure = classify_error(exc)
+                    count(served, failure.grpc_code, started)
+                    answer(request, None, failure)
+                else:
+                    count(served, grpc.StatusCode.OK, started)
+                    answer(request, response, None)
+
+            waiting.add(fut)
+            fut.add_done_callback(done)
 
         async def read() -> None:
+            tasks: set[asyncio.Task[None]] = set()
             try:
                 async for request in request_iterator:
-                    task = asyncio.create_task(one(request))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                while running:
-                    await asyncio.wait(list(running))
+                    if tracing_on:
+                        task = asyncio.create_task(traced(request))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    else:
+                        start(request)
+                while tasks or waiting:
+                    await asyncio.wait([*tasks, *waiting])
             finally:
+                for pending in (*tasks, *waiting):
+                    pending.cancel()  # a queued request of a broken stream is not computed
                 answers.put_nowait(_END_OF_STREAM)
 
         reader = asyncio.create_task(read())
         try:
-            while (answer := await answers.get()) is not _END_OF_STREAM:
-                yield answer
+            while (item := await answers.get()) is not _END_OF_STREAM:
+                yield item
             await reader  # re-raises a broken read (the client went away mid-stream)
             context.set_trailing_metadata(self._load_metadata())
         finally:
             reader.cancel()
-            for task in list(running):
-                task.cancel()
 
 
 STREAM_PROTOCOL = "grpc_stream"

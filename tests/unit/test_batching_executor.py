@@ -294,3 +294,23 @@ async def test_next_batch_is_launched_before_the_finished_batch_is_answered():
     assert seen == {"queued": 0, "in_flight": 1}
     np.testing.assert_array_equal((await second)["y"], np.full((1, 2), 6, np.float32))
     await ex.stop()
+
+
+async def test_submitted_future_cancelled_while_queued_is_never_computed():
+    """``submit`` (the coroutine-free path the gRPC stream uses): cancelling its future
+    drops the queued request; the others are answered."""
+    runner = DoubleRunner()
+    runner.gate = threading.Event()
+    ex = BatchExecutor([runner], fixed(max_queue_delay_s=0.0))
+    busy = ex.submit({"x": np.ones((1, 2), np.float32)})
+    await poll(lambda: ex.in_flight_batches == 1)
+    gone = ex.submit({"x": np.ones((5, 2), np.float32)})
+    kept = ex.submit({"x": np.full((2, 2), 4, np.float32)})
+    await poll(lambda: ex.queue_depth == 2)
+    gone.cancel()
+    await poll(lambda: ex.queue_depth == 1)
+    runner.gate.set()
+    np.testing.assert_array_equal((await kept)["y"], np.full((2, 2), 8, np.float32))
+    await busy
+    await ex.stop()
+    assert runner.seen_rows == 3  # 1 + 2: the cancelled 5 rows never ran

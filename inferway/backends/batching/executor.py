@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -141,6 +142,9 @@ class BatchExecutor:
         return self._closing
 
     async def start(self) -> None:
+        self._start_now()
+
+    def _start_now(self) -> None:
         if self._task is not None:
             return
         if self._closing:
@@ -176,11 +180,25 @@ class BatchExecutor:
     async def infer(
         self, inputs: Inputs, *, deadline: float | None = None, timeout: float | None = None
     ) -> Outputs:
-        """Run one request (batch dimension first) as part of a batch; returns its rows."""
+        """Run one request (batch dimension first) as part of a batch; returns its rows.
+        Cancelling the caller drops the request if it is still queued."""
+        return await self.submit(inputs, deadline=deadline, timeout=timeout)
+
+    def submit(
+        self,
+        inputs: Inputs,
+        *,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        span_context: trace.SpanContext | None = None,
+    ) -> asyncio.Future[Outputs]:
+        """Queue one request without a coroutine of its own; the future gets its rows (or
+        the error). Cancelling the future drops the request if it is still queued. Batch
+        spans link to ``span_context`` (default: the current span's)."""
         if self._closing:
             raise ExecutorClosedError(f"model {self.name!r}: executor is stopping")
         if self._task is None:
-            await self.start()
+            self._start_now()
         rows, nbytes, key = describe_inputs(inputs)
         now = self.clock()
         if timeout is not None:
@@ -190,16 +208,18 @@ class BatchExecutor:
             raise DeadlineExceededError(f"model {self.name!r}: deadline passed before queueing")
         assert self._loop is not None
         fut: asyncio.Future[Outputs] = self._loop.create_future()
-        span_ctx = trace.get_current_span().get_span_context()
-        req = Pending(next(self._ids), rows, nbytes, key, now, deadline, (inputs, fut, span_ctx))
+        if span_context is None:
+            span_context = trace.get_current_span().get_span_context()
+        payload = (inputs, fut, span_context)
+        req = Pending(next(self._ids), rows, nbytes, key, now, deadline, payload)
         self._sched.submit(req, now)
+        fut.add_done_callback(functools.partial(self._forget_if_cancelled, req.id))
         self._pump()
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if self._sched.cancel(req.id) is not None:
-                self._wake()
-            raise
+        return fut
+
+    def _forget_if_cancelled(self, request_id: int, fut: asyncio.Future[Outputs]) -> None:
+        if fut.cancelled() and self._sched.cancel(request_id) is not None:
+            self._wake()
 
     def utilization(self) -> float:
         """Busy fraction of all instances over the recent stats window, in [0, 1]."""
