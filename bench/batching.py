@@ -41,13 +41,28 @@ from _common import environment, print_table, write_results
 from batching_report import evaluate_targets, is_sustained, print_report, summarize_point
 from loadgen import PROTOCOLS, LoadSpec, LoadWorker
 from rate_search import RateSearch
-from servers import ServerProcess, backend_server_main, plain_server_main, scrape_batches
+from servers import (
+    ServerProcess,
+    WorkersServer,
+    backend_server_main,
+    plain_server_main,
+    scrape_batches,
+)
 
 from inferway.backends.demo_models import HEAVY_SIZES, build_mlp, mlp_reference
 
 __all__ = ["MODES", "build_bench_repository", "main", "measure_direct"]
 
 MODES = ("off", "fixed", "adaptive")
+WORKERS_MODE = "adaptive-w{n}"
+"""``--workers N``: adaptive served by ``inferway serve --workers N`` (N processes, one port)."""
+
+
+def served_name(model: str, mode: str) -> str:
+    """The repository model a mode is measured on (the workers mode serves adaptive's)."""
+    return f"{model}-adaptive" if mode.startswith("adaptive-w") else f"{model}-{mode}"
+
+
 PLAIN = "plain-aiohttp"
 """The issue's yardstick: tiny behind a bare aiohttp handler, ORT inline (tiny, HTTP JSON)."""
 TINY_SIZES = (256, 1024, 1024, 10)
@@ -254,7 +269,7 @@ def run_protocol(
             host="127.0.0.1",
             http_port=server.http_port,
             grpc_port=server.grpc_port,
-            model=f"{model}-{mode}",
+            model=served_name(model, mode),
             width=width,
             **kw,
         )
@@ -279,7 +294,7 @@ def run_protocol(
                 duration_s=duration,
                 warmup_s=warmup,
             ),
-            f"{model}-{mode}",
+            served_name(model, mode),
         )
         runs[mode] = {
             "model": model,
@@ -298,14 +313,14 @@ def run_protocol(
                 run["open"].append(skipped)
                 continue
             s = spec(mode, kind="open", rate=rate, duration_s=duration, warmup_s=warmup, seed=i)
-            run["open"].append(run_point(worker, servers[mode], s, f"{model}-{mode}"))
+            run["open"].append(run_point(worker, servers[mode], s, served_name(model, mode)))
     for mode in modes:
         run = runs[mode]
         if all(p.get("skipped") for p in run["open"]):
             # Every rate overloads this config: measure it once at 70% of its closed-loop max.
             rate = max(1.0, round(0.7 * run["closed"]["achieved_rps"], 1))
             s = spec(mode, kind="open", rate=rate, duration_s=duration, warmup_s=warmup)
-            run["open"].append(run_point(worker, servers[mode], s, f"{model}-{mode}"))
+            run["open"].append(run_point(worker, servers[mode], s, served_name(model, mode)))
     if search_probes > 0:
         slo_ms = SLO_S[model] * 1000
         searches = {}
@@ -363,6 +378,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"open-loop probes per config for the search (default {SEARCH_PROBES}, "
         f"{SEARCH_PROBES_QUICK} with --quick --search)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="also measure adaptive served by `inferway serve --workers N` (mode adaptive-wN)",
+    )
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results)")
     return p.parse_args(argv)
 
@@ -419,6 +440,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 flush=True,
             )
         server = ServerProcess(backend_server_main, (str(root),), metrics=True)
+        many = WorkersServer(root, args.workers) if args.workers > 1 else None
+        many_mode = WORKERS_MODE.format(n=args.workers)
         plain = None
         if "tiny" in models and "http-json" in protocols:
             plain = ServerProcess(
@@ -439,7 +462,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     rates = _floats(args.tiny_rates, TINY_RATES_QUICK if quick else TINY_RATES)
                 for protocol in protocols:
                     with_plain = plain is not None and model == "tiny" and protocol == "http-json"
-                    servers = {m: server for m in modes}
+                    servers: dict[str, Any] = {m: server for m in modes}
+                    extra = []
+                    if many is not None:
+                        servers[many_mode] = many
+                        extra.append(many_mode)
                     if with_plain:
                         assert plain is not None
                         servers[PLAIN] = plain
@@ -449,7 +476,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         model=model,
                         width=sizes[model][0],
                         protocol=protocol,
-                        modes=[*modes, PLAIN] if with_plain else modes,
+                        modes=[*modes, *extra, PLAIN] if with_plain else [*modes, *extra],
                         rates=rates,
                         duration=duration,
                         warmup=warmup,
@@ -469,6 +496,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             worker.close()
             server.stop()
+            if many is not None:
+                many.stop()
             if plain is not None:
                 plain.stop()
     results["targets"] = evaluate_targets(results)

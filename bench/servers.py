@@ -13,12 +13,19 @@ import json
 import multiprocessing as mp
 import urllib.request
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 
-__all__ = ["ServerProcess", "backend_server_main", "plain_server_main", "scrape_batches"]
+__all__ = [
+    "ServerProcess",
+    "WorkersServer",
+    "backend_server_main",
+    "plain_server_main",
+    "scrape_batches",
+]
 
 
 def backend_server_main(root: str, conn: Connection) -> None:
@@ -81,6 +88,71 @@ class ServerProcess:
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
+
+
+class WorkersServer:
+    """``inferway serve ROOT --workers N`` as a user runs it, on two free ports; ready once it
+    prints that every worker is. CPU is counted over the parent and all its workers."""
+
+    metrics = True
+
+    def __init__(self, root: Path, workers: int, timeout_s: float = 180.0) -> None:
+        import subprocess
+        import sys
+        import time
+
+        self.http_port, self.grpc_port = _free_port(), _free_port()
+        command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(root)]
+        command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        command += ["--workers", str(workers), "--log-level", "warning"]
+        self._proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert self._proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        seen = []
+        for line in self._proc.stdout:
+            seen.append(line)
+            if f"all {workers} workers ready" in line:
+                break
+            if time.monotonic() > deadline:
+                break
+        else:
+            raise RuntimeError("inferway serve --workers exited:\n" + "".join(seen))
+        if f"all {workers} workers ready" not in seen[-1]:
+            self.stop()
+            raise RuntimeError("inferway serve --workers did not get ready:\n" + "".join(seen))
+        self.process = psutil.Process(self._proc.pid)
+        import threading
+
+        # Keep reading its output, so a chatty server never blocks on a full pipe.
+        threading.Thread(target=self._proc.stdout.read, daemon=True).start()
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for p in [self.process, *self.process.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
+    def stop(self) -> None:
+        import signal
+
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            self._proc.wait(30)
+        except Exception:
+            self._proc.kill()
+            self._proc.wait(5)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def scrape_batches(port: int, model: str) -> tuple[float, float]:

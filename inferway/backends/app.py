@@ -69,7 +69,10 @@ def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider |
 
 
 def build_repository(
-    root: str | Path, *, tracer_provider: TracerProvider | None = None
+    root: str | Path,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    metrics_dir: str | None = None,
 ) -> tuple[ModelRepository, BackendMetrics]:
     """A ModelRepository whose executors report every batch to a fresh BackendMetrics (and
     their batch spans to ``tracer_provider``, the global one when None)."""
@@ -77,6 +80,7 @@ def build_repository(
     metrics = BackendMetrics(
         models=lambda: holder[0].models() if holder else [],
         ready=lambda: bool(holder[0].ready) if holder else False,
+        shared_dir=metrics_dir,
     )
     repository = ModelRepository(root, executor_factory=_executor_factory(metrics, tracer_provider))
     holder.append(repository)
@@ -94,9 +98,12 @@ async def serve_repository(
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
     tls: BackendTls | None = None,
+    reuse_port: bool = False,
 ) -> BackendHandle:
     """Start the HTTP and gRPC servers over ``repository`` (started or not); with ``tls``
-    both serve TLS and, when it says so, require client certificates."""
+    both serve TLS and, when it says so, require client certificates. ``reuse_port`` lets
+    several worker processes bind the same ports (SO_REUSEPORT: the kernel spreads the
+    connections); without it a port already in use is an error, for gRPC too."""
     app = build_http_app(
         repository,
         metrics=metrics,
@@ -107,7 +114,9 @@ async def serve_repository(
     await runner.setup()
     try:
         ssl_context = build_ssl_context(tls) if tls is not None else None
-        site = web.TCPSite(runner, host, http_port, ssl_context=ssl_context)
+        site = web.TCPSite(
+            runner, host, http_port, ssl_context=ssl_context, reuse_port=reuse_port or None
+        )
         await site.start()
         bound_http = _bound_port(runner, http_port)
         server, bound_grpc = await start_grpc_server(
@@ -118,6 +127,7 @@ async def serve_repository(
             max_message_bytes=max_body_bytes,
             tracer_provider=tracer_provider,
             credentials=build_grpc_server_credentials(tls) if tls is not None else None,
+            reuse_port=reuse_port,
         )
     except BaseException:
         await runner.cleanup()
@@ -151,22 +161,41 @@ async def start_backend(
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
     tls: BackendTls | None = None,
+    reuse_port: bool = False,
+    load_first: bool = False,
+    metrics_dir: str | None = None,
 ) -> BackendHandle:
     """Serve every model under ``repository_root``; returns once all are loaded and warm
     (the servers already answer liveness, and readiness 503, while they load). Request and
-    batch spans go to ``tracer_provider`` (the global one when None)."""
-    repository, metrics = build_repository(repository_root, tracer_provider=tracer_provider)
-    handle = await serve_repository(
-        repository,
-        metrics,
-        host=host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        max_body_bytes=max_body_bytes,
-        grace=grace,
-        tracer_provider=tracer_provider,
-        tls=tls,
+    batch spans go to ``tracer_provider`` (the global one when None).
+
+    A worker of ``inferway serve --workers N`` passes ``reuse_port``, ``load_first`` (bind
+    only once warm, so the kernel never hands a connection to a worker still loading) and
+    ``metrics_dir`` (prometheus_client's multiprocess files, shared by the workers)."""
+    repository, metrics = build_repository(
+        repository_root, tracer_provider=tracer_provider, metrics_dir=metrics_dir
     )
+    if load_first:
+        await repository.start(watch=watch)
+    try:
+        handle = await serve_repository(
+            repository,
+            metrics,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            max_body_bytes=max_body_bytes,
+            grace=grace,
+            tracer_provider=tracer_provider,
+            tls=tls,
+            reuse_port=reuse_port,
+        )
+    except BaseException:
+        if load_first:
+            await repository.stop()
+        raise
+    if load_first:
+        return handle
     try:
         await repository.start(watch=watch)
     except BaseException:

@@ -106,6 +106,15 @@ def serve(
     require_client_cert: Annotated[
         bool, typer.Option(help="Refuse clients without a certificate from --client-ca.")
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Worker processes sharing the ports (SO_REUSEPORT); each loads every model. "
+            "One process serves at most one core of protocol work.",
+        ),
+    ] = 1,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
     level = getattr(logging, log_level.upper(), None)
@@ -129,6 +138,28 @@ def serve(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
     tls = _backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
+    if workers > 1:
+        if http_port == 0 or grpc_port == 0:
+            raise typer.BadParameter(
+                "workers share their ports: give fixed --http-port and --grpc-port",
+                param_hint="--workers",
+            )
+        from inferway.backends.workers import WorkerSettings, run_workers
+
+        settings = WorkerSettings(
+            repository=model_repository,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            log_level=level,
+            tls=tls,
+            otlp_endpoint=otlp_endpoint,
+        )
+        typer.echo(f"inferway backend serving {model_repository} with {workers} workers")
+        scheme = "https" if tls else "http"
+        typer.echo(f"  HTTP  {scheme}://{host}:{http_port}  (KServe v2, /metrics)")
+        typer.echo(f"  gRPC  {host}:{grpc_port}  (inference.GRPCInferenceService)")
+        raise typer.Exit(run_workers(settings, workers, typer.echo))
     tune_for_serving()
     provider = None
     if otlp_endpoint:  # spans nobody exports would cost ~50 us of CPU per request

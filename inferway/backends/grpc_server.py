@@ -348,6 +348,7 @@ async def start_grpc_server(
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
     tracer_provider: Any = None,
     credentials: grpc.ServerCredentials | None = None,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the port it bound. Request spans go to
     ``tracer_provider`` (the global one when None)."""
@@ -355,17 +356,26 @@ async def start_grpc_server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            # gRPC sets SO_REUSEPORT unless told not to: a second server on a busy port
+            # would silently share it. Only the workers of one `serve --workers` may.
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ]
     )
     pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceServicer(repository, metrics, tracer_provider), server
     )
     address = f"{host}:{port}"
-    if credentials is None:
-        bound = server.add_insecure_port(address)
-    else:  # TLS, client certificates as the credentials say
-        bound = server.add_secure_port(address, credentials)
+    try:
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:  # TLS, client certificates as the credentials say
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError as exc:  # grpcio raises where it used to return 0
+        bound = 0
+        reason = f": {exc}"
+    else:
+        reason = ""
     if bound == 0:
-        raise OSError(f"gRPC server could not bind {host}:{port}")
+        raise OSError(f"gRPC server could not bind {host}:{port} (in use?){reason}")
     await server.start()
     return server, bound

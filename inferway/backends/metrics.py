@@ -1,13 +1,19 @@
 """Prometheus metrics of one backend server, in its own registry (two servers in one process,
 as in tests, never share or clash). Request metrics come from the protocol handlers, batch
-metrics from BatchExecutor's ``on_batch`` records, gauges are read at scrape time."""
+metrics from BatchExecutor's ``on_batch`` records, gauges are read at scrape time.
+
+With ``inferway serve --workers N`` each worker process writes its counters and histograms to
+prometheus_client's multiprocess files (``shared_dir``) and ``render`` adds up every worker's;
+the gauges become shared gauges that each worker refreshes (``refresh``, twice a second):
+queue depth and in-flight batches are summed over the live workers, readiness is their
+minimum, a model's load time their maximum."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -92,8 +98,13 @@ class BackendMetrics:
         *,
         ready: Callable[[], bool] | None = None,
         gpu: Collector | None = None,
+        shared_dir: str | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
+        self.shared_dir = shared_dir
+        self._models = models
+        self._ready = ready
+        self._gpu = gpu if gpu is not None else GpuMemoryCollector()
         self.requests = Counter(
             f"{_PREFIX}_requests",
             "Inference requests answered, by status code (HTTP status or gRPC code name).",
@@ -132,11 +143,14 @@ class BackendMetrics:
         # builds a key on every call; answers and batches are counted on the hot path)
         self._request_children: dict[tuple[str, str, str, str | int], tuple[Any, Any]] = {}
         self._batch_children: dict[str, tuple[Any, Any, Any]] = {}
-        if models is not None:
-            self.registry.register(_ModelGauges(models))
-        if ready is not None:
-            self.registry.register(_Readiness(ready))
-        self.registry.register(gpu if gpu is not None else GpuMemoryCollector())
+        if shared_dir is not None:
+            self._shared_gauges = _SharedGauges(self.registry)
+        else:
+            if models is not None:
+                self.registry.register(_ModelGauges(models))
+            if ready is not None:
+                self.registry.register(_Readiness(ready))
+            self.registry.register(self._gpu)
 
     def observe_request(
         self, *, model: str, version: str, protocol: str, code: str | int, seconds: float
@@ -170,6 +184,72 @@ class BackendMetrics:
         for seconds in record.queue_wait_s:
             wait.observe(seconds)
 
+    def refresh(self) -> None:
+        """Write this worker's gauges to the shared files (multi-worker mode only)."""
+        if self.shared_dir is None:
+            return
+        models = list(self._models()) if self._models is not None else []
+        self._shared_gauges.update(models, bool(self._ready()) if self._ready else False)
+
     def render(self) -> bytes:
-        """The registry in Prometheus text format."""
-        return generate_latest(self.registry)
+        """The registry in Prometheus text format; with workers, every worker's together."""
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        self.refresh()
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.shared_dir)
+        registry.register(self._gpu)  # one machine: any worker sees the same GPUs
+        return generate_latest(registry)
+
+
+class _SharedGauges:
+    """The scrape-time gauges as multiprocess gauges, one value per worker process."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["model", "version"]
+        self.depth = Gauge(
+            f"{_PREFIX}_queue_depth",
+            "Requests waiting in the model's queue.",
+            labels,
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.inflight = Gauge(
+            f"{_PREFIX}_inflight_batches",
+            "Batches being computed right now.",
+            labels,
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.load = Gauge(
+            f"{_PREFIX}_model_load_seconds",
+            "How long loading and warming the model version took.",
+            labels,
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.ready = Gauge(
+            f"{_PREFIX}_ready",
+            "1 when the backend is ready to serve (every model loaded and warm), else 0.",
+            registry=registry,
+            multiprocess_mode="livemin",
+        )
+        self._seen: set[tuple[str, str]] = set()
+
+    def update(self, models: list[Any], ready: bool) -> None:
+        current = set()
+        for m in models:
+            key = (str(m.name), str(m.version))
+            current.add(key)
+            self.depth.labels(*key).set(float(m.executor.queue_depth))
+            self.inflight.labels(*key).set(float(m.executor.in_flight_batches))
+            self.load.labels(*key).set(float(m.load_seconds))
+        for key in self._seen - current:
+            # An unloaded version drops out of the sums. The multiprocess files cannot forget
+            # a series, so it stays listed, at 0, until the worker restarts.
+            self.depth.labels(*key).set(0.0)
+            self.inflight.labels(*key).set(0.0)
+        self._seen |= current
+        self.ready.set(1.0 if ready else 0.0)

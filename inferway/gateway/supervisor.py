@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import logging
 import os
 import random
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -28,13 +25,13 @@ from typing import Any
 
 import aiohttp
 
+from inferway.parent_death import set_parent_death_signal
 from inferway.xds.envoy_binary import find_envoy
 
 __all__ = ["Backoff", "EnvoySupervisor", "admin_port_of", "set_parent_death_signal"]
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _STDERR_TAIL_LINES = 40
 
 
@@ -52,23 +49,6 @@ class Backoff:
         if previous is None or uptime >= self.stable_after:
             return self.initial
         return min(previous * self.factor, self.maximum)
-
-
-def set_parent_death_signal(
-    sig: int = signal.SIGKILL, *, expected_parent: int | None = None
-) -> None:
-    """In a freshly forked child: ask Linux to send ``sig`` when the parent dies.
-
-    Runs between fork and exec (``preexec_fn``). If the parent already died before the prctl
-    took effect, the child is reparented, so it exits at once rather than run as an orphan.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        os._exit(127)
-    if expected_parent is not None and os.getppid() != expected_parent:
-        os._exit(127)
 
 
 def admin_port_of(bootstrap: dict[str, Any]) -> int:

@@ -131,3 +131,18 @@ def test_build_runner_cpu_and_auto_give_working_onnx_runners(tmp_path) -> None:
     assert auto.provider == ort.get_available_providers()[0] or auto.provider == CPU
     a = np.ones((2, 4), dtype=np.float32)
     np.testing.assert_array_equal(auto.run({"a": a, "b": a})["sum"], 2 * a)
+
+
+def test_default_threads_split_the_cores_between_instances_and_workers(monkeypatch) -> None:
+    from inferway.backends.runners import onnx as onnx_runner
+
+    monkeypatch.setattr(onnx_runner.os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.delenv(onnx_runner.WORKERS_ENV, raising=False)
+    assert onnx_runner.default_intra_op_threads() == 8
+    assert onnx_runner.default_intra_op_threads(instances=2) == 4
+    monkeypatch.setenv(onnx_runner.WORKERS_ENV, "2")
+    assert onnx_runner.default_intra_op_threads(instances=2) == 2
+    monkeypatch.setenv(onnx_runner.WORKERS_ENV, "16")
+    assert onnx_runner.default_intra_op_threads() == 1  # never below one
+    monkeypatch.setenv(onnx_runner.WORKERS_ENV, "lots")
+    assert onnx_runner.default_intra_op_threads() == 8  # nonsense is ignored

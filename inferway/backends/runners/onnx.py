@@ -68,11 +68,20 @@ def resolve_providers(choice: str, available: Sequence[str]) -> list[str]:
     return [p for p in _PREFERENCE[start:] if p in available or p == CPU]
 
 
+WORKERS_ENV = "INFERWAY_WORKERS"
+"""Set by ``inferway serve --workers N`` for its workers: the cores are shared N ways."""
+
+
 def default_intra_op_threads(instances: int = 1) -> int:
-    """Split the cores between the instances of a model: on a 2-core box one instance gets
-    both, two instances get one each, so they do not fight over the same cores."""
+    """Split the cores between the instances of a model (and between the worker processes of
+    ``serve --workers``): on a 2-core box one instance gets both, two instances (or two
+    workers) get one each, so they do not fight over the same cores."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, instances))
+    try:
+        workers = max(1, int(os.environ.get(WORKERS_ENV, "1")))
+    except ValueError:
+        workers = 1
+    return max(1, (cores or 1) // (max(1, instances) * workers))
 
 
 def _spec(arg: Any) -> TensorSpec:
