@@ -27,7 +27,13 @@ from inferway.backends.runners.base import Runner
 from inferway.backends.serving import DEFAULT_MAX_BODY_BYTES
 from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
-__all__ = ["BackendHandle", "build_repository", "serve_repository", "start_backend"]
+__all__ = [
+    "BackendHandle",
+    "build_repository",
+    "describe_served",
+    "serve_repository",
+    "start_backend",
+]
 
 log = logging.getLogger("inferway.backends")
 
@@ -53,6 +59,14 @@ class BackendHandle:
         self._stopped = True
         await asyncio.gather(self._grpc.stop(grace), self._runner.cleanup())
         await self.repository.stop()
+
+
+def describe_served(model: Any) -> str:
+    """One line about a loaded model version, as ``inferway serve`` prints it."""
+    return (
+        f"{model.name} v{model.version}: {model.platform} on {model.provider}, "
+        f"loaded in {model.load_seconds:.2f}s"
+    )
 
 
 def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider | None) -> Any:

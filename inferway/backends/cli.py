@@ -29,7 +29,7 @@ async def _serve(
     echo: bool = True,
     tls: BackendTls | None = None,
 ) -> None:
-    from inferway.backends.app import start_backend
+    from inferway.backends.app import describe_served, start_backend
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -40,22 +40,12 @@ async def _serve(
     )
     try:
         typer.echo(f"inferway backend serving {model_repository}")
-        scheme = "https" if tls else "http"
-        typer.echo(f"  HTTP  {scheme}://{host}:{handle.http_port}  (KServe v2, /metrics)")
-        if tls is not None:
-            typer.echo(
-                f"  TLS   {tls.certificate}; client certificates "
-                + ("required" if tls.require_client_cert else "not required")
-            )
-        typer.echo(f"  gRPC  {host}:{handle.grpc_port}  (inference.GRPCInferenceService)")
+        _echo_listeners(host, handle.http_port, handle.grpc_port, tls)
         models = handle.repository.models()
         if not models:
             typer.echo("  no models loaded yet (watching the repository for new ones)")
         for m in models:
-            typer.echo(
-                f"  model {m.name} v{m.version}: {m.platform} on {m.provider}, "
-                f"loaded in {m.load_seconds:.2f}s"
-            )
+            typer.echo(f"  model {describe_served(m)}")
         for where, why in sorted(handle.repository.errors.items()):
             typer.echo(f"  refused {where}: {why}", err=True)
         await stop.wait()
@@ -156,9 +146,7 @@ def serve(
             otlp_endpoint=otlp_endpoint,
         )
         typer.echo(f"inferway backend serving {model_repository} with {workers} workers")
-        scheme = "https" if tls else "http"
-        typer.echo(f"  HTTP  {scheme}://{host}:{http_port}  (KServe v2, /metrics)")
-        typer.echo(f"  gRPC  {host}:{grpc_port}  (inference.GRPCInferenceService)")
+        _echo_listeners(host, http_port, grpc_port, tls)
         raise typer.Exit(run_workers(settings, workers, typer.echo))
     tune_for_serving()
     provider = None
@@ -176,6 +164,17 @@ def serve(
     finally:
         if provider is not None:
             provider.shutdown()
+
+
+def _echo_listeners(host: str, http_port: int, grpc_port: int, tls: BackendTls | None) -> None:
+    scheme = "https" if tls else "http"
+    typer.echo(f"  HTTP  {scheme}://{host}:{http_port}  (KServe v2, /metrics)")
+    if tls is not None:
+        typer.echo(
+            f"  TLS   {tls.certificate}; client certificates "
+            + ("required" if tls.require_client_cert else "not required")
+        )
+    typer.echo(f"  gRPC  {host}:{grpc_port}  (inference.GRPCInferenceService)")
 
 
 def _backend_tls(

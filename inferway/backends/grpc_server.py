@@ -194,6 +194,12 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
                 error=failure.message if failure is not None else None,
                 fault=failure is not None and failure.http_status >= 500,
             )
+        self._count(served, code, started, protocol)
+        return response, failure
+
+    def _count(
+        self, served: dict[str, str], code: grpc.StatusCode, started: float, protocol: str
+    ) -> None:
         self._metrics.observe_request(
             model=served["model"],
             version=served["version"],
@@ -201,7 +207,6 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             code=code.name,
             seconds=time.perf_counter() - started,
         )
-        return response, failure
 
     def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Any, str | None]:
         """The caller's trace context (when tracing) and x-request-id, from the metadata."""
@@ -256,15 +261,6 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             )
             answer(request, response, failure)
 
-        def count(served: dict[str, str], code: grpc.StatusCode, started: float) -> None:
-            self._metrics.observe_request(
-                model=served["model"],
-                version=served["version"],
-                protocol=STREAM_PROTOCOL,
-                code=code.name,
-                seconds=time.perf_counter() - started,
-            )
-
         def start(request: Any) -> None:
             started = time.perf_counter()
             served = {"model": UNKNOWN_MODEL, "version": ""}
@@ -279,7 +275,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
                 )
             except Exception as exc:
                 failure = classify_error(exc)
-                count(served, failure.grpc_code, started)
+                self._count(served, failure.grpc_code, started, STREAM_PROTOCOL)
                 answer(request, None, failure)
                 return
 
@@ -291,10 +287,10 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
                     response = self._respond(model, decoded, names, fut.result())
                 except Exception as exc:
                     failure = classify_error(exc)
-                    count(served, failure.grpc_code, started)
+                    self._count(served, failure.grpc_code, started, STREAM_PROTOCOL)
                     answer(request, None, failure)
                 else:
-                    count(served, grpc.StatusCode.OK, started)
+                    self._count(served, grpc.StatusCode.OK, started, STREAM_PROTOCOL)
                     answer(request, response, None)
 
             waiting.add(fut)

@@ -87,7 +87,7 @@ def _worker_main(settings: WorkerSettings, index: int, events: Any, parent: int)
 
 
 async def _serve_worker(settings: WorkerSettings, index: int, events: Any) -> None:
-    from inferway.backends.app import start_backend
+    from inferway.backends.app import describe_served, start_backend
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -104,10 +104,7 @@ async def _serve_worker(settings: WorkerSettings, index: int, events: Any) -> No
         metrics_dir=os.environ[METRICS_DIR_ENV],
     )
     try:
-        models = [
-            f"{m.name} v{m.version}: {m.platform} on {m.provider}, loaded in {m.load_seconds:.2f}s"
-            for m in handle.repository.models()
-        ]
+        models = [describe_served(m) for m in handle.repository.models()]
         refused = [f"{w}: {why}" for w, why in sorted(handle.repository.errors.items())]
         events.put(("ready", index, os.getpid(), models, refused))
         while not stop.is_set():

@@ -397,23 +397,14 @@ class BatchExecutor:
         else:
             outcome = (results, compute_s, None)
         assert self._loop is not None
+        # One hop onto the loop: free the instance and launch the next batch, then answer.
+        settle = functools.partial(
+            self._settle, instance, batch, started, span, *outcome, pump=True
+        )
         try:
-            self._loop.call_soon_threadsafe(self._done, instance, batch, started, span, *outcome)
+            self._loop.call_soon_threadsafe(settle)
         except RuntimeError:  # the loop is closed: nobody is left to answer
             log.warning("model %r: batch finished after its event loop closed", self.name)
-
-    def _done(
-        self,
-        instance: int,
-        batch: Dispatch,
-        started: float,
-        span: trace.Span,
-        results: list[Outputs] | None,
-        compute_s: float,
-        error: BaseException | None,
-    ) -> None:
-        """On the loop: free the instance and launch the next batch first, then answer."""
-        self._settle(instance, batch, started, span, results, compute_s, error, pump=True)
 
     def _execute(self, instance: int, batch: Dispatch) -> tuple[list[Outputs], float]:
         """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
