@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import multiprocessing as mp
+import os
+import signal
 import urllib.request
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -105,8 +107,16 @@ class WorkersServer:
         command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(root)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         command += ["--workers", str(workers), "--log-level", "warning"]
+        from inferway.parent_death import set_parent_death_signal
+
+        parent = os.getpid()
         self._proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            # a benchmark killed mid-run must not leave the server running
+            preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM, expected_parent=parent),
         )
         assert self._proc.stdout is not None
         deadline = time.monotonic() + timeout_s
@@ -137,8 +147,6 @@ class WorkersServer:
         return total
 
     def stop(self) -> None:
-        import signal
-
         self._proc.send_signal(signal.SIGTERM)
         try:
             self._proc.wait(30)
