@@ -66,9 +66,32 @@ def _pem_option(help: str) -> typer.models.OptionInfo:
     return typer.Option(help=help, dir_okay=False)
 
 
-def _load_or_exit(path: Path) -> Policy:
+EndpointsFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--endpoints-file",
+        help="Services' endpoints from this file (overrides the policy's endpoints_file), "
+        "as `run` takes them.",
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+
+
+def _load_or_exit(path: Path, endpoints_file: Path | None = None) -> Policy:
+    """The policy with its endpoints file (``--endpoints-file``, else the policy's own
+    ``endpoints_file``) merged in, as ``run`` would serve it; every located problem of
+    either file is printed and exits 1."""
+    from inferway.policies.endpoints import endpoints_file_path, load_endpoints
+    from inferway.policies.resolve import RuntimeState, resolve_policy
+
     try:
-        return load_policy(path)
+        policy = load_policy(path, external_endpoints=endpoints_file is not None)
+        source = endpoints_file or endpoints_file_path(policy, path)
+        if source is not None:
+            endpoints = load_endpoints(source, services=[s.name for s in policy.services])
+            policy = resolve_policy(policy, RuntimeState(endpoints=endpoints)).policy
+        return policy
     except PolicyError as error:
         print_issues(make_console(stderr=True), error.issues)
         raise typer.Exit(1) from None
@@ -89,11 +112,12 @@ def _translate_or_exit(path: Path, policy: Policy) -> Resources:
 
 
 @app.command()
-def validate(file: PolicyFile) -> None:
-    """Check a policy (schema, references, Envoy consistency); print every located problem."""
+def validate(file: PolicyFile, endpoints_file: EndpointsFileOption = None) -> None:
+    """Check a policy (schema, references, Envoy consistency) and its endpoints file; print
+    every located problem."""
     from inferway.xds.snapshot import build_snapshot
 
-    policy = _load_or_exit(file)
+    policy = _load_or_exit(file, endpoints_file)
     snapshot = build_snapshot(_translate_or_exit(file, policy))
     problems = snapshot.consistent()
     err = make_console(stderr=True)
@@ -119,11 +143,13 @@ def render(
     output: Annotated[
         str, typer.Option("--output", "-o", help="Where to write the YAML; '-' is stdout.")
     ] = "-",
+    endpoints_file: EndpointsFileOption = None,
 ) -> None:
-    """Print the Envoy resources a policy translates to (sorted YAML, as pushed over xDS)."""
+    """Print the Envoy resources a policy translates to (sorted YAML, as pushed over xDS),
+    with the endpoints of its endpoints file."""
     from inferway.xds.resources import resources_to_yaml
 
-    text = resources_to_yaml(_translate_or_exit(file, _load_or_exit(file)))
+    text = resources_to_yaml(_translate_or_exit(file, _load_or_exit(file, endpoints_file)))
     if output == "-":
         sys.stdout.write(text)
     else:
