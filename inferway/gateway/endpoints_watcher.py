@@ -34,8 +34,13 @@ class EndpointsWatcher(WatchedFile):
     ``control_plane.update_state`` (keeping every other runtime source as it is)."""
 
     kind = "endpoints"
+    retired = False
+    """Set when the live policy has moved to another file: a change still seen here before
+    the watcher stops is ignored, never applied over the new file's endpoints."""
 
     def apply(self, text: str, source: str) -> str | None:
+        if self.retired:
+            return None
         plane = self.control_plane
         endpoints = load_endpoints_text(text, source, services=_services(plane))
         return plane.update_state(dataclasses.replace(plane.state, endpoints=endpoints), source)

@@ -25,6 +25,7 @@ from inferway.gateway.admin import (
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.cert_watcher import CertificateSource
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
+from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
@@ -96,7 +97,13 @@ class Gateway:
     admin: AdminServer
     supervisor: EnvoySupervisor | None
     _stack: contextlib.AsyncExitStack = field(repr=False)
-    endpoints_watcher: EndpointsWatcher | None = None
+    _endpoints: EndpointsWatcher | EndpointsFollower | None = field(default=None, repr=False)
+
+    @property
+    def endpoints_watcher(self) -> EndpointsWatcher | None:
+        """The watcher of the endpoints file in use now (None: there is none)."""
+        source = self._endpoints
+        return source.watcher if isinstance(source, EndpointsFollower) else source
 
     async def stop(self) -> None:
         await self._stack.aclose()
@@ -135,6 +142,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
     endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
     state = RuntimeState()
+    endpoints_text = ""
     if endpoints_path is not None:
         endpoints_text, endpoints = load_initial_endpoints(
             endpoints_path, [service.name for service in policy.services]
@@ -146,6 +154,10 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start
     certificates = CertificateSource(path.parent, source=str(path))
     plane.add_state_source(certificates.resolve_state)  # TLS files load with each policy
+    follower = EndpointsFollower(plane, path, endpoints_path, debounce_ms=options.debounce_ms)
+    if not external_endpoints:
+        plane.add_state_source(follower.resolve_state)  # endpoints_file moves with edits
+        plane.add_observer(follower)
     plane.apply_policy(policy, str(path))
 
     stack = contextlib.AsyncExitStack()
@@ -162,14 +174,18 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         await certificates.start(plane)
         stack.push_async_callback(certificates.stop)
 
-        endpoints_watcher: EndpointsWatcher | None = None
-        if endpoints_path is not None:
-            endpoints_watcher = EndpointsWatcher(
+        endpoints_source: EndpointsWatcher | EndpointsFollower = follower
+        if external_endpoints:  # --endpoints-file: the command line decides, edits do not
+            assert endpoints_path is not None
+            endpoints_watcher = endpoints_source = EndpointsWatcher(
                 endpoints_path, plane, debounce_ms=options.debounce_ms
             )
             endpoints_watcher.mark_loaded(endpoints_text)
             await endpoints_watcher.start()
             stack.push_async_callback(endpoints_watcher.stop)
+        else:  # follow the policy's endpoints_file through edits
+            stack.push_async_callback(follower.stop)
+            await follower.start(endpoints_text)
 
         supervisor: EnvoySupervisor | None = None
         if options.with_envoy:
@@ -238,5 +254,5 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         admin,
         supervisor,
         stack,
-        endpoints_watcher=endpoints_watcher,
+        _endpoints=endpoints_source,
     )
