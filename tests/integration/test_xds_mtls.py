@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from inferway.gateway.certs import CertBundle, build_ca, build_certificate, write_bundle
 from inferway.gateway.control_plane import ControlPlane
 from inferway.policies import load_policy_text
 from inferway.xds import type_urls
@@ -19,7 +20,7 @@ from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer, start_xds_server
 from tests.envoy_process import EnvoyProcess, free_port
-from tests.security_helpers import TestCA, poll_until
+from tests.security_helpers import poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -30,13 +31,17 @@ SPIFFE = "spiffe://inferway.local/ns/default/sa/"
 class Plane:
     cache: SnapshotCache
     server: XdsServer
-    ca: TestCA
+    ca: CertBundle
     tmp: Path
 
     def client_tls(self, cert_name: str, spiffe_name: str) -> XdsClientTlsFiles:
-        issued = self.ca.issue(spiffe_name, uris=(SPIFFE + spiffe_name,), client=True)
-        cert, key = issued.write(self.tmp, cert_name)
-        return XdsClientTlsFiles(str(cert), str(key), str(self.tmp / "ca.crt"), "xds.local")
+        issued = build_certificate(
+            self.ca, spiffe_id=SPIFFE + spiffe_name, server=False, client=True
+        )
+        paths = write_bundle(self.tmp, cert_name, issued)
+        return XdsClientTlsFiles(
+            str(paths.certificate), str(paths.private_key), str(self.tmp / "ca.crt"), "xds.local"
+        )
 
     def bootstrap(self, node_id: str, tls: XdsClientTlsFiles) -> dict:
         return build_bootstrap(
@@ -52,9 +57,9 @@ class Plane:
 
 @pytest.fixture
 async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
-    ca = TestCA()
+    ca = build_ca("inferway test CA")
     (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    server_cert = ca.issue("xds.local", dns=("xds.local",), ips=("127.0.0.1",), server=True)
+    server_cert = build_certificate(ca, dns_names=["xds.local"], ip_addresses=["127.0.0.1"])
     cache = SnapshotCache()
     policy = load_policy_text(
         f"""
