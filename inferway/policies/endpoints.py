@@ -22,9 +22,14 @@ from types import MappingProxyType
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferway.policies.errors import PolicyError, PolicyIssue, read_source_text
-from inferway.policies.located import describe_value, locate_issue, validation_issues
+from inferway.policies.located import (
+    describe_value,
+    in_file_order,
+    locate_issue,
+    parse_located,
+    validation_issues,
+)
 from inferway.policies.model import Endpoint, Name, Policy
-from inferway.policies.yaml_marks import YamlSyntaxError, format_loc, load_marked_yaml
 
 __all__ = [
     "EndpointsFile",
@@ -67,16 +72,7 @@ def load_endpoints_text(
 ) -> ServiceEndpoints:
     """Validate endpoints YAML; ``services`` (the policy's service names), when given, is
     what the file may name. Raises PolicyError with every located issue."""
-    try:
-        document = load_marked_yaml(text)
-    except YamlSyntaxError as error:
-        raise PolicyError(
-            [PolicyIssue(source, error.mark.line, error.mark.column, "", error.message)]
-        ) from None
-    issues = [
-        PolicyIssue(source, i.mark.line, i.mark.column, format_loc(i.loc), i.message)
-        for i in document.issues
-    ]
+    document, issues = parse_located(text, source)
     data = document.data
     if data is None:
         data = {}
@@ -96,7 +92,7 @@ def load_endpoints_text(
         parsed = EndpointsFile.model_validate(data)
     except ValidationError as error:
         issues.extend(validation_issues(error, document, source, EndpointsFile))
-        raise PolicyError(_in_file_order(issues)) from None
+        raise PolicyError(in_file_order(issues)) from None
 
     known = sorted(services) if services is not None else None
     for name, endpoints in parsed.services.items():
@@ -124,9 +120,5 @@ def load_endpoints_text(
             else:
                 first[key] = index
     if issues:
-        raise PolicyError(_in_file_order(issues))
+        raise PolicyError(in_file_order(issues))
     return MappingProxyType({name: tuple(eps) for name, eps in sorted(parsed.services.items())})
-
-
-def _in_file_order(issues: list[PolicyIssue]) -> list[PolicyIssue]:
-    return sorted(issues, key=lambda i: (i.line or 0, i.column or 0))

@@ -13,9 +13,14 @@ from pydantic import ValidationError
 
 from inferway.policies.checks import check_policy
 from inferway.policies.errors import PolicyError, PolicyIssue, read_source_text
-from inferway.policies.located import describe_value, locate_issue, validation_issues
+from inferway.policies.located import (
+    describe_value,
+    in_file_order,
+    locate_issue,
+    parse_located,
+    validation_issues,
+)
 from inferway.policies.model import Policy
-from inferway.policies.yaml_marks import YamlSyntaxError, format_loc, load_marked_yaml
 
 __all__ = ["load_policy", "load_policy_text"]
 
@@ -31,17 +36,7 @@ def load_policy_text(
 ) -> Policy:
     """Validate policy YAML ``text``; ``source`` is the file name used in errors.
     ``external_endpoints``: endpoints come from a file named elsewhere (see check_policy)."""
-    try:
-        document = load_marked_yaml(text)
-    except YamlSyntaxError as error:
-        raise PolicyError(
-            [PolicyIssue(source, error.mark.line, error.mark.column, "", error.message)]
-        ) from None
-
-    issues = [
-        PolicyIssue(source, i.mark.line, i.mark.column, format_loc(i.loc), i.message)
-        for i in document.issues
-    ]
+    document, issues = parse_located(text, source)
     if document.data is None:
         issues.append(
             PolicyIssue(
@@ -71,14 +66,10 @@ def load_policy_text(
         policy = Policy.model_validate(document.data)
     except ValidationError as error:
         issues.extend(validation_issues(error, document, source, Policy))
-        raise PolicyError(_in_file_order(issues)) from None
+        raise PolicyError(in_file_order(issues)) from None
 
     for loc, message in check_policy(policy, external_endpoints=external_endpoints):
         issues.append(locate_issue(document, source, loc, message))
     if issues:
-        raise PolicyError(_in_file_order(issues))
+        raise PolicyError(in_file_order(issues))
     return policy
-
-
-def _in_file_order(issues: list[PolicyIssue]) -> list[PolicyIssue]:
-    return sorted(issues, key=lambda i: (i.line or 0, i.column or 0))

@@ -17,8 +17,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from inferway.policies.errors import PolicyIssue
-from inferway.policies.yaml_marks import Loc, MarkedDocument, format_loc
+from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.yaml_marks import (
+    Loc,
+    MarkedDocument,
+    YamlSyntaxError,
+    format_loc,
+    load_marked_yaml,
+)
 
 __all__ = ["describe_value", "known_keys", "locate_issue", "validation_issues"]
 
@@ -164,6 +170,26 @@ def _message(error: Any, loc: Loc, parent: Any, node: Any) -> str:
     if kind == "less_than":
         return f"must be less than {ctx.get('lt')}, got {got}"
     return f"{error['msg']} (got {got})"
+
+
+def parse_located(text: str, source: str) -> tuple[MarkedDocument, list[PolicyIssue]]:
+    """The YAML ``text`` with node positions, plus the located issues found while reading it
+    (such as duplicate keys). A syntax error raises PolicyError at once: nothing to check."""
+    try:
+        document = load_marked_yaml(text)
+    except YamlSyntaxError as error:
+        raise PolicyError(
+            [PolicyIssue(source, error.mark.line, error.mark.column, "", error.message)]
+        ) from None
+    issues = [
+        PolicyIssue(source, i.mark.line, i.mark.column, format_loc(i.loc), i.message)
+        for i in document.issues
+    ]
+    return document, issues
+
+
+def in_file_order(issues: list[PolicyIssue]) -> list[PolicyIssue]:
+    return sorted(issues, key=lambda i: (i.line or 0, i.column or 0))
 
 
 def locate_issue(
