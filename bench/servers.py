@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from _common import free_port
 
 __all__ = [
     "ServerProcess",
@@ -103,7 +104,7 @@ class WorkersServer:
         import sys
         import time
 
-        self.http_port, self.grpc_port = _free_port(), _free_port()
+        self.http_port, self.grpc_port = free_port(), free_port()
         command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(root)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         command += ["--workers", str(workers), "--log-level", "warning"]
@@ -153,14 +154,6 @@ class WorkersServer:
         except Exception:
             self._proc.kill()
             self._proc.wait(5)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape_batches(port: int, model: str) -> tuple[float, float]:

@@ -36,6 +36,30 @@ def _split_name(name: str) -> tuple[str, str]:
     return model, version
 
 
+_MODEL_GAUGES: tuple[tuple[str, str, Callable[[Any], float], str], ...] = (
+    (
+        "queue_depth",
+        "Requests waiting in the model's queue.",
+        lambda m: m.executor.queue_depth,
+        "livesum",
+    ),
+    (
+        "inflight_batches",
+        "Batches being computed right now.",
+        lambda m: m.executor.in_flight_batches,
+        "livesum",
+    ),
+    (
+        "model_load_seconds",
+        "How long loading and warming the model version took.",
+        lambda m: m.load_seconds,
+        "livemax",
+    ),
+)
+"""Per model version: (name, help, value, how workers' values combine with ``--workers``)."""
+_READY_HELP = "1 when the backend is ready to serve (every model loaded and warm), else 0."
+
+
 class _ModelGauges(Collector):
     """Queue depth, in-flight batches and load time, read from the served models on scrape."""
 
@@ -43,29 +67,16 @@ class _ModelGauges(Collector):
         self._models = models
 
     def collect(self) -> Iterator[Metric]:
-        depth = GaugeMetricFamily(
-            f"{_PREFIX}_queue_depth",
-            "Requests waiting in the model's queue.",
-            labels=["model", "version"],
-        )
-        inflight = GaugeMetricFamily(
-            f"{_PREFIX}_inflight_batches",
-            "Batches being computed right now.",
-            labels=["model", "version"],
-        )
-        load = GaugeMetricFamily(
-            f"{_PREFIX}_model_load_seconds",
-            "How long loading and warming the model version took.",
-            labels=["model", "version"],
-        )
+        families = [
+            (GaugeMetricFamily(f"{_PREFIX}_{name}", doc, labels=["model", "version"]), value)
+            for name, doc, value, _ in _MODEL_GAUGES
+        ]
         for m in self._models():
             labels = [str(m.name), str(m.version)]
-            depth.add_metric(labels, float(m.executor.queue_depth))
-            inflight.add_metric(labels, float(m.executor.in_flight_batches))
-            load.add_metric(labels, float(m.load_seconds))
-        yield depth
-        yield inflight
-        yield load
+            for family, value in families:
+                family.add_metric(labels, float(value(m)))
+        for family, _ in families:
+            yield family
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily; nothing to check at registration
@@ -79,9 +90,7 @@ class _Readiness(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
-            f"{_PREFIX}_ready",
-            "1 when the backend is ready to serve (every model loaded and warm), else 0.",
-            value=1.0 if self._ready() else 0.0,
+            f"{_PREFIX}_ready", _READY_HELP, value=1.0 if self._ready() else 0.0
         )
 
     def describe(self) -> Iterator[Metric]:
@@ -208,33 +217,22 @@ class _SharedGauges:
     """The scrape-time gauges as multiprocess gauges, one value per worker process."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        labels = ["model", "version"]
-        self.depth = Gauge(
-            f"{_PREFIX}_queue_depth",
-            "Requests waiting in the model's queue.",
-            labels,
-            registry=registry,
-            multiprocess_mode="livesum",
-        )
-        self.inflight = Gauge(
-            f"{_PREFIX}_inflight_batches",
-            "Batches being computed right now.",
-            labels,
-            registry=registry,
-            multiprocess_mode="livesum",
-        )
-        self.load = Gauge(
-            f"{_PREFIX}_model_load_seconds",
-            "How long loading and warming the model version took.",
-            labels,
-            registry=registry,
-            multiprocess_mode="livemax",
-        )
+        self._gauges = [
+            (
+                Gauge(
+                    f"{_PREFIX}_{name}",
+                    doc,
+                    ["model", "version"],
+                    registry=registry,
+                    multiprocess_mode=mode,  # type: ignore[arg-type]
+                ),
+                value,
+                mode == "livesum",
+            )
+            for name, doc, value, mode in _MODEL_GAUGES
+        ]
         self.ready = Gauge(
-            f"{_PREFIX}_ready",
-            "1 when the backend is ready to serve (every model loaded and warm), else 0.",
-            registry=registry,
-            multiprocess_mode="livemin",
+            f"{_PREFIX}_ready", _READY_HELP, registry=registry, multiprocess_mode="livemin"
         )
         self._seen: set[tuple[str, str]] = set()
 
@@ -243,13 +241,13 @@ class _SharedGauges:
         for m in models:
             key = (str(m.name), str(m.version))
             current.add(key)
-            self.depth.labels(*key).set(float(m.executor.queue_depth))
-            self.inflight.labels(*key).set(float(m.executor.in_flight_batches))
-            self.load.labels(*key).set(float(m.load_seconds))
+            for gauge, value, _ in self._gauges:
+                gauge.labels(*key).set(float(value(m)))
         for key in self._seen - current:
             # An unloaded version drops out of the sums. The multiprocess files cannot forget
             # a series, so it stays listed, at 0, until the worker restarts.
-            self.depth.labels(*key).set(0.0)
-            self.inflight.labels(*key).set(0.0)
+            for gauge, _, summed in self._gauges:
+                if summed:
+                    gauge.labels(*key).set(0.0)
         self._seen |= current
         self.ready.set(1.0 if ready else 0.0)

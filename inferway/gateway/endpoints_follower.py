@@ -18,10 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
-from inferway.gateway.endpoints_watcher import EndpointsWatcher
+from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.policies import Policy
-from inferway.policies.endpoints import endpoints_file_path, load_endpoints_text
-from inferway.policies.errors import read_source_text
+from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.resolve import RuntimeState
 
 __all__ = ["EndpointsFollower"]
@@ -71,9 +70,7 @@ class EndpointsFollower:
         if path is None:
             self._pending = (None, "")
             return dataclasses.replace(state, endpoints=MappingProxyType({}))
-        text = read_source_text(path)
-        services = [s.name for s in policy.services]
-        endpoints = load_endpoints_text(text, str(path), services=services)
+        text, endpoints = load_initial_endpoints(path, [s.name for s in policy.services])
         self._pending = (path, text)
         return dataclasses.replace(state, endpoints=endpoints)
 
