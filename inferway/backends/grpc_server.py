@@ -264,6 +264,12 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         def start(request: Any) -> None:
             started = time.perf_counter()
             served = {"model": UNKNOWN_MODEL, "version": ""}
+
+            def finish(response: Any, failure: Failure | None) -> None:
+                code = grpc.StatusCode.OK if failure is None else failure.grpc_code
+                self._count(served, code, started, STREAM_PROTOCOL)
+                answer(request, response, failure)
+
             try:
                 model, decoded, names, timeout_s = self._prepare(
                     request, context, INVALID_SPAN, served
@@ -274,9 +280,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
                     decoded.inputs, timeout=timeout_s, span_context=INVALID_SPAN_CONTEXT
                 )
             except Exception as exc:
-                failure = classify_error(exc)
-                self._count(served, failure.grpc_code, started, STREAM_PROTOCOL)
-                answer(request, None, failure)
+                finish(None, classify_error(exc))
                 return
 
             def done(fut: asyncio.Future[Any]) -> None:
@@ -286,12 +290,9 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
                 try:
                     response = self._respond(model, decoded, names, fut.result())
                 except Exception as exc:
-                    failure = classify_error(exc)
-                    self._count(served, failure.grpc_code, started, STREAM_PROTOCOL)
-                    answer(request, None, failure)
+                    finish(None, classify_error(exc))
                 else:
-                    self._count(served, grpc.StatusCode.OK, started, STREAM_PROTOCOL)
-                    answer(request, response, None)
+                    finish(response, None)
 
             waiting.add(fut)
             fut.add_done_callback(done)

@@ -131,6 +131,7 @@ class _Workers:
         self._started: dict[int, float] = {}
         self._ready: set[int] = set()
         self._deaths = 0
+        self._announced = False
         self.stopping = False
 
     def start(self, index: int) -> None:
@@ -153,7 +154,8 @@ class _Workers:
             if kind == "ready":
                 self._ready.add(index)
                 self._echo(f"  worker {index} (pid {pid}) ready")
-                if index == 0 or len(self._ready) == 1:
+                if not self._announced:  # every worker loads the same models: list them once
+                    self._announced = True
                     for line in models:
                         self._echo(f"  model {line}")
                     for line in refused:
