@@ -182,7 +182,12 @@ class BatchExecutor:
     ) -> Outputs:
         """Run one request (batch dimension first) as part of a batch; returns its rows.
         Cancelling the caller drops the request if it is still queued."""
-        return await self.submit(inputs, deadline=deadline, timeout=timeout)
+        fut, request_id = self._enqueue(inputs, deadline, timeout, None)
+        try:
+            return await fut
+        except asyncio.CancelledError:  # no done-callback per request on this hot path
+            self._forget(request_id)
+            raise
 
     def submit(
         self,
@@ -195,6 +200,22 @@ class BatchExecutor:
         """Queue one request without a coroutine of its own; the future gets its rows (or
         the error). Cancelling the future drops the request if it is still queued. Batch
         spans link to ``span_context`` (default: the current span's)."""
+        fut, request_id = self._enqueue(inputs, deadline, timeout, span_context)
+
+        def forget_if_cancelled(done: asyncio.Future[Outputs]) -> None:
+            if done.cancelled():
+                self._forget(request_id)
+
+        fut.add_done_callback(forget_if_cancelled)
+        return fut
+
+    def _enqueue(
+        self,
+        inputs: Inputs,
+        deadline: float | None,
+        timeout: float | None,
+        span_context: trace.SpanContext | None,
+    ) -> tuple[asyncio.Future[Outputs], int]:
         if self._closing:
             raise ExecutorClosedError(f"model {self.name!r}: executor is stopping")
         if self._task is None:
@@ -213,12 +234,12 @@ class BatchExecutor:
         payload = (inputs, fut, span_context)
         req = Pending(next(self._ids), rows, nbytes, key, now, deadline, payload)
         self._sched.submit(req, now)
-        fut.add_done_callback(functools.partial(self._forget_if_cancelled, req.id))
         self._pump()
-        return fut
+        return fut, req.id
 
-    def _forget_if_cancelled(self, request_id: int, fut: asyncio.Future[Outputs]) -> None:
-        if fut.cancelled() and self._sched.cancel(request_id) is not None:
+    def _forget(self, request_id: int) -> None:
+        """A caller gave up: drop its request if it is still queued."""
+        if self._sched.cancel(request_id) is not None:
             self._wake()
 
     def utilization(self) -> float:
