@@ -247,6 +247,11 @@ class RetryHostSelection(_Model):
     """Do not retry on a replica that already failed this request."""
     max_attempts: int = Field(default=5, ge=1, le=100)
     """How many picks Envoy makes to find a replica that is not excluded."""
+    next_priority_after: int | None = Field(default=2, ge=1, le=10)
+    """After this many tries of one request in one priority tier, its retries go to the
+    next tier (Envoy's previous_priorities retry priority, ``update_frequency``). Without it
+    a request keeps retrying in a tier whose replicas all died until health checks notice.
+    ``null`` keeps retries on the normal priority load."""
 
 
 class RateLimit(_Model):

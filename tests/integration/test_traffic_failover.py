@@ -67,7 +67,7 @@ PRIORITIES = """
 listeners: [{{name: edge, port: {listener_port}}}]
 services:
   - name: model
-    health_check: {{interval: 200ms, timeout: 100ms, unhealthy_threshold: 1}}
+    health_check: {{interval: 200ms, timeout: 200ms, unhealthy_threshold: 1}}
     outlier_detection: {{base_ejection_time: 500ms, interval: 250ms}}
     endpoints:
       - {{address: "127.0.0.1:{p0a}", zone: zone-a, priority: 0}}
@@ -111,6 +111,50 @@ async def test_a_priority_zone_fails_over_to_the_next_tier_and_back() -> None:
         await poll_until(back_on_priority_0, timeout=8, what="traffic back on priority 0")
         everything = [r for w in windows for r in w]
         assert _success_rate(everything) >= 0.999, share(everything)
+
+
+BLIND_PRIORITIES = """
+listeners: [{{name: edge, port: {listener_port}}}]
+services:
+  - name: model
+    health_check: {{enabled: false}}
+    outlier_detection: {{enabled: false}}
+    endpoints:
+      - {{address: "127.0.0.1:{p0a}", priority: 0}}
+      - {{address: "127.0.0.1:{p0b}", priority: 0}}
+      - {{address: "127.0.0.1:{dr}", priority: 1}}
+routes:
+  - name: all
+    backends: [{{service: model}}]
+    retries:
+      attempts: 3
+      on: [connect-failure, reset]
+      host_selection: {{next_priority_after: {next_priority_after}}}
+"""
+
+
+@pytest.mark.parametrize("next_priority_after", [2, None])
+async def test_retries_move_to_the_next_priority_when_a_whole_tier_is_dead(
+    next_priority_after: int | None,
+) -> None:
+    """No health checks and no outlier detection: Envoy keeps believing priority 0 is
+    healthy, so only the retry priority can reach the disaster-recovery tier. With it every
+    request is answered there after two tries in the dead tier; without it every request
+    spends all its tries on priority 0 and fails."""
+    p0 = [ControlledBackend("p0a"), ControlledBackend("p0b")]
+    dr = ControlledBackend("dr")
+    policy = BLIND_PRIORITIES.replace(
+        "{next_priority_after}", "null" if next_priority_after is None else str(next_priority_after)
+    )
+    async with TrafficGateway(policy, [*p0, dr]) as gw:
+        assert share(await gw.send(40))["dr"] == 0
+        await asyncio.gather(*(b.kill() for b in p0))
+        results = await gw.send(100, concurrency=4)
+    counts = share(results)
+    if next_priority_after is None:
+        assert counts["status 503"] == 100 and not dr.hits, counts
+    else:
+        assert counts["dr"] == 100, counts
 
 
 FIVE_XX = """

@@ -12,6 +12,7 @@ __all__ = [
     "HCM_FILTER",
     "HTTP_PROTOCOL_OPTIONS",
     "PREVIOUS_HOSTS_PREDICATE",
+    "PREVIOUS_PRIORITIES",
     "ROUTER_FILTER",
     "cluster_name",
     "listener_name",
@@ -21,6 +22,7 @@ __all__ = [
 HCM_FILTER: Final = "envoy.filters.network.http_connection_manager"
 ROUTER_FILTER: Final = "envoy.filters.http.router"
 PREVIOUS_HOSTS_PREDICATE: Final = "envoy.retry_host_predicates.previous_hosts"
+PREVIOUS_PRIORITIES: Final = "envoy.retry_priorities.previous_priorities"
 HTTP_PROTOCOL_OPTIONS: Final = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 """The key of ``Cluster.typed_extension_protocol_options`` Envoy looks up for HTTP options."""
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
+from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 
 from inferway.policies.model import (
@@ -130,7 +131,9 @@ def build_retry_policy(retries: Retries) -> rc_pb2.RetryPolicy:
     through ``retriable-status-codes`` + ``retriable_status_codes``: a bare ``503`` in
     ``retry_on`` is silently ignored by Envoy (ENVOY_NOTES), so giving codes turns the
     token on. By default retries avoid hosts that already failed this request
-    (previous_hosts), re-picking up to ``host_selection.max_attempts`` times."""
+    (previous_hosts), re-picking up to ``host_selection.max_attempts`` times, and after
+    ``host_selection.next_priority_after`` tries in one priority tier they move on to the
+    next tier (previous_priorities), so a tier that died all at once costs no request."""
     conditions = list(dict.fromkeys(retries.on))
     if retries.retriable_status_codes and "retriable-status-codes" not in conditions:
         conditions.append("retriable-status-codes")
@@ -147,6 +150,17 @@ def build_retry_policy(retries: Retries) -> rc_pb2.RetryPolicy:
             )
         )
         policy.host_selection_retry_max_attempts = retries.host_selection.max_attempts
+    if retries.host_selection.next_priority_after is not None:
+        policy.retry_priority.CopyFrom(
+            rc_pb2.RetryPolicy.RetryPriority(
+                name=names.PREVIOUS_PRIORITIES,
+                typed_config=pack(
+                    previous_priorities_config_pb2.PreviousPrioritiesConfig(
+                        update_frequency=retries.host_selection.next_priority_after
+                    )
+                ),
+            )
+        )
     if retries.per_try_timeout is not None:
         policy.per_try_timeout.CopyFrom(duration(retries.per_try_timeout))
     return policy
