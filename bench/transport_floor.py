@@ -1,6 +1,7 @@
 """What each transport costs the server before any inference: CPU per request of a bare
 handler that returns a canned answer, over aiohttp (HTTP/1.1 keep-alive), grpc.aio unary
-calls and grpc.aio bidirectional-stream messages. This is the floor under the backend's own
+calls, grpcio's thread-pool (sync) server's unary calls and grpc.aio bidirectional-stream
+messages. This is the floor under the backend's own
 per-request cost, and why its gRPC cannot be cheaper than its HTTP in one Python process.
 
 Each server runs alone in a child process; the load is the batching benchmark's load
@@ -25,8 +26,13 @@ from loadgen import LoadSpec, run_spec
 
 __all__ = ["main"]
 
-TRANSPORTS = ("http", "grpc", "grpc-stream")
-_PROTOCOL = {"http": "http-binary", "grpc": "grpc", "grpc-stream": "grpc-stream"}
+TRANSPORTS = ("http", "grpc", "grpc-sync", "grpc-stream")
+_PROTOCOL = {
+    "http": "http-binary",
+    "grpc": "grpc",
+    "grpc-sync": "grpc",
+    "grpc-stream": "grpc-stream",
+}
 
 
 def _serve(transport: str, port: int, conn: Connection) -> None:
@@ -53,6 +59,22 @@ def _serve(transport: str, port: int, conn: Connection) -> None:
                 yield pb2.ModelStreamInferResponse(
                     infer_response=pb2.ModelInferResponse(model_name="m", id=request.id)
                 )
+
+    if transport == "grpc-sync":
+        from concurrent.futures import ThreadPoolExecutor
+
+        class BareSync(pb2_grpc.GRPCInferenceServiceServicer):
+            def ModelInfer(self, request: Any, context: Any) -> Any:
+                return answer
+
+        sync_server = grpc.server(ThreadPoolExecutor(max_workers=16))
+        pb2_grpc.add_GRPCInferenceServiceServicer_to_server(BareSync(), sync_server)
+        sync_server.add_insecure_port(f"127.0.0.1:{port}")
+        sync_server.start()
+        conn.send("ready")
+        conn.recv()
+        sync_server.stop(0)
+        return
 
     async def main() -> None:
         if transport == "http":
