@@ -33,6 +33,7 @@ from inferway.gateway.runtime import (
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import Policy, PolicyError, load_policy
+from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
 
 if TYPE_CHECKING:
     from inferway.xds.resources import Resources
@@ -234,6 +235,14 @@ def run(
         str | None,
         typer.Option(help="SNI Envoy sends to the xDS server; its cert must carry this DNS SAN."),
     ] = None,
+    xds_max_connection_age: Annotated[
+        float,
+        typer.Option(
+            help="Seconds after which an Envoy's xDS connection is renewed (0: never), so "
+            "rotated xDS certificates reach every connection; Envoy keeps its config meanwhile.",
+            min=0,
+        ),
+    ] = DEFAULT_MAX_CONNECTION_AGE_S,
 ) -> None:
     """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy."""
     configure_logging(log_level)
@@ -272,6 +281,7 @@ def run(
         admin_address=admin_address,
         admin_token_file=admin_token_file,
         xds_mtls=xds_mtls,
+        xds_max_connection_age_s=xds_max_connection_age or None,
     )
     raise typer.Exit(_run_loop(_serve(options)))
 

@@ -29,16 +29,16 @@ from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
-from inferway.gateway.xds_mtls import XdsMtlsFiles, load_xds_mtls
+from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_xds_mtls
 from inferway.observability.control_plane_metrics import ControlPlaneMetrics
 from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
 from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.resolve import RuntimeState
-from inferway.xds.bootstrap import build_bootstrap
+from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
-from inferway.xds.server import XdsServer, start_xds_server
+from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.translate.tracing import build_layered_runtime
 
 __all__ = [
@@ -85,6 +85,8 @@ class GatewayOptions:
     """Overrides the policy's ``endpoints_file``: services' endpoints from a watched file."""
     xds_mtls: XdsMtlsFiles | None = None
     """Mutual TLS between Envoy and the xDS server (``--xds-mtls-dir`` and friends)."""
+    xds_max_connection_age_s: float | None = DEFAULT_MAX_CONNECTION_AGE_S
+    """Envoys reconnect this often, so rotated xDS certificates reach every connection."""
 
 
 @dataclass
@@ -162,7 +164,15 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
 
     stack = contextlib.AsyncExitStack()
     try:
-        xds = await start_xds_server(cache, options.host, options.xds_port, tls=xds_server_tls)
+        reload = XdsServerTlsReloader(options.xds_mtls) if options.xds_mtls is not None else None
+        xds = await start_xds_server(
+            cache,
+            options.host,
+            options.xds_port,
+            tls=xds_server_tls,
+            tls_reload=reload,
+            max_connection_age_s=options.xds_max_connection_age_s,
+        )
         stack.push_async_callback(xds.stop, 0.5)
 
         watcher = PolicyWatcher(
@@ -192,6 +202,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             workdir = options.workdir
             if workdir is None:
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-")))
+            if xds_client_tls is not None:  # read through file-based SDS: rotations apply live
+                write_xds_client_secrets(workdir, xds_client_tls)
             bootstrap = build_bootstrap(
                 node_id=options.node_id,
                 node_cluster=options.node_cluster,
@@ -200,6 +212,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 admin_port=options.envoy_admin_port,
                 ads=options.xds_protocol,
                 xds_tls=xds_client_tls,
+                xds_tls_sds_dir=workdir if xds_client_tls is not None else None,
             )
             if options.envoy_runtime:
                 bootstrap["layered_runtime"] = build_layered_runtime(options.envoy_runtime)

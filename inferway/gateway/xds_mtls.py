@@ -12,19 +12,37 @@ With ``--xds-mtls-dir DIR`` the files are those ``inferway certs init --dir DIR`
 ``server.pem``/``server-key.pem`` for the xDS server, ``ca.pem`` as the CA both sides trust,
 and for Envoy ``<node-id>.pem``/``<node-id>-key.pem`` (``inferway certs issue <node-id>``)
 when present, else ``client.pem``/``client-key.pem``.
+
+Rotation needs no restart: ``XdsServerTlsReloader`` re-reads the server's files when they
+change (checked before each new connection's handshake), and the supervised Envoy reads its
+client certificate and the CA through file-based SDS, which watches the files. A rotation
+that leaves a certificate and a key that do not belong together is refused, and the last good
+pair keeps serving.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from inferway.gateway.certs import bundle_paths, check_private_key_permissions
 from inferway.xds.auth import XdsClientTlsFiles, XdsTls, check_node_identity, peer_identities
 
-__all__ = ["XdsMtlsError", "XdsMtlsFiles", "load_xds_mtls", "resolve_xds_mtls_files"]
+__all__ = [
+    "XdsMtlsError",
+    "XdsMtlsFiles",
+    "XdsServerTlsReloader",
+    "load_xds_mtls",
+    "load_xds_server_tls",
+    "resolve_xds_mtls_files",
+]
+
+_log = logging.getLogger(__name__)
 
 
 class XdsMtlsError(Exception):
@@ -114,10 +132,7 @@ def load_xds_mtls(
 ) -> tuple[XdsTls, XdsClientTlsFiles | None]:
     """Read and check everything: the server's credentials, and (``with_envoy``) the files
     the supervised Envoy's bootstrap names. Raises XdsMtlsError naming the file at fault."""
-    server_certificate = _read_certificate(files.server_certificate, "xDS server certificate")
-    server_key = _read_private_key(files.server_key, "xDS server private key")
-    client_ca = _read_certificate(files.client_ca, "xDS client CA")
-    server_tls = XdsTls(server_certificate, server_key, client_ca)
+    server_tls = load_xds_server_tls(files)
     if not with_envoy:
         return server_tls, None
     if files.envoy_certificate is None or files.envoy_key is None:
@@ -126,7 +141,8 @@ def load_xds_mtls(
             "--xds-envoy-cert and --xds-envoy-key (or --xds-mtls-dir), or run with --no-envoy"
         )
     envoy_certificate = _read_certificate(files.envoy_certificate, "Envoy's xDS client certificate")
-    _read_private_key(files.envoy_key, "Envoy's xDS client private key")
+    envoy_key = _read_private_key(files.envoy_key, "Envoy's xDS client private key")
+    _check_pair(envoy_certificate, envoy_key, files.envoy_certificate, files.envoy_key)
     server_ca = files.server_ca or files.client_ca
     _read_certificate(server_ca, "CA of the xDS server certificate")
     identities = peer_identities({"x509_pem_cert": [envoy_certificate]})
@@ -144,6 +160,74 @@ def load_xds_mtls(
         server_name=files.server_name,
     )
     return server_tls, client_files
+
+
+def load_xds_server_tls(files: XdsMtlsFiles) -> XdsTls:
+    """The xDS server's certificate, its key (which must belong to it) and the client CA."""
+    certificate = _read_certificate(files.server_certificate, "xDS server certificate")
+    key = _read_private_key(files.server_key, "xDS server private key")
+    _check_pair(certificate, key, files.server_certificate, files.server_key)
+    client_ca = _read_certificate(files.client_ca, "xDS client CA")
+    return XdsTls(certificate, key, client_ca)
+
+
+class XdsServerTlsReloader:
+    """Hands the xDS server fresh credentials after its files change on disk.
+
+    Called by gRPC before each new connection's handshake, so it only compares file stamps
+    (inode, size, mtime) unless something changed. A changed set that does not load (a
+    half-finished rotation, a key that is not the certificate's) is logged once and skipped:
+    the last good credentials keep serving, and the next change is tried again."""
+
+    def __init__(self, files: XdsMtlsFiles) -> None:
+        self._files = files
+        self._paths = (files.server_certificate, files.server_key, files.client_ca)
+        self._loaded = _stamp(self._paths)
+        self._refused: tuple[tuple[int, int, int] | None, ...] | None = None
+
+    def __call__(self) -> XdsTls | None:
+        stamp = _stamp(self._paths)
+        if stamp == self._loaded or stamp == self._refused:
+            return None
+        try:
+            fresh = load_xds_server_tls(self._files)
+        except XdsMtlsError as error:
+            self._refused = stamp
+            _log.warning("xDS TLS files changed but cannot be used (%s); keeping the last", error)
+            return None
+        self._loaded = stamp
+        _log.info("xDS TLS: reloaded %s", self._files.server_certificate)
+        return fresh
+
+
+def _stamp(paths: tuple[Path, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    stamps: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            stamps.append(None)
+        else:
+            stamps.append((info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(stamps)
+
+
+def _check_pair(certificate: bytes, key: bytes, certificate_path: Path, key_path: Path) -> None:
+    """TLS fails late and vaguely on a key that is not the certificate's: say it here."""
+    try:
+        private_key = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as error:
+        raise XdsMtlsError(
+            f"xDS mutual TLS: cannot load the private key {key_path}: {error}"
+        ) from None
+    public = x509.load_pem_x509_certificates(certificate)[0].public_key()
+    der = serialization.Encoding.DER
+    info = serialization.PublicFormat.SubjectPublicKeyInfo
+    if private_key.public_key().public_bytes(der, info) != public.public_bytes(der, info):
+        raise XdsMtlsError(
+            f"xDS mutual TLS: the private key {key_path} does not belong to the certificate "
+            f"{certificate_path}"
+        )
 
 
 def _read(path: Path, what: str) -> bytes:

@@ -78,12 +78,33 @@ class XdsClientTlsFiles:
     """When set: the SNI sent and the DNS SAN the server's certificate must carry."""
 
 
-def build_server_credentials(tls: XdsTls) -> grpc.ServerCredentials:
-    """Server TLS that requires (and verifies against ``client_ca``) a client certificate."""
-    return grpc.ssl_server_credentials(
-        [(tls.private_key, tls.certificate_chain)],
-        root_certificates=tls.client_ca,
-        require_client_auth=True,
+def build_server_credentials(
+    tls: XdsTls, reload: Callable[[], XdsTls | None] | None = None
+) -> grpc.ServerCredentials:
+    """Server TLS that requires (and verifies against ``client_ca``) a client certificate.
+
+    With ``reload``, gRPC asks it before every new connection's handshake: it returns fresh
+    material after a rotation (used from then on) or None to keep the current one. Streams
+    already open keep the session they negotiated."""
+    if reload is None:
+        return grpc.ssl_server_credentials(
+            [(tls.private_key, tls.certificate_chain)],
+            root_certificates=tls.client_ca,
+            require_client_auth=True,
+        )
+
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        fresh = reload()
+        return None if fresh is None else _certificate_configuration(fresh)
+
+    return grpc.dynamic_ssl_server_credentials(
+        _certificate_configuration(tls), fetch, require_client_authentication=True
+    )
+
+
+def _certificate_configuration(tls: XdsTls) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [(tls.private_key, tls.certificate_chain)], root_certificates=tls.client_ca
     )
 
 

@@ -6,6 +6,7 @@ Everything else arrives over ADS, so this is the only static config an Envoy sid
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,9 +14,22 @@ import yaml
 
 from inferway.xds.auth import XdsClientTlsFiles
 
-__all__ = ["XDS_CLUSTER_NAME", "build_bootstrap", "write_bootstrap"]
+__all__ = [
+    "XDS_CLUSTER_NAME",
+    "build_bootstrap",
+    "build_xds_client_secrets",
+    "write_bootstrap",
+    "write_xds_client_secrets",
+]
 
 XDS_CLUSTER_NAME = "inferway_xds"
+XDS_CLIENT_CERTIFICATE_SECRET = "inferway_xds_client_certificate"
+XDS_SERVER_CA_SECRET = "inferway_xds_server_ca"
+_SECRET_FILES = {
+    XDS_CLIENT_CERTIFICATE_SECRET: "xds-client-certificate.sds.json",
+    XDS_SERVER_CA_SECRET: "xds-server-ca.sds.json",
+}
+_SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
 _HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _UPSTREAM_TLS_CONTEXT = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -31,11 +45,17 @@ def build_bootstrap(
     admin_address: str = "127.0.0.1",
     ads: Literal["sotw", "delta"] = "sotw",
     xds_tls: XdsClientTlsFiles | None = None,
+    xds_tls_sds_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """A JSON/YAML-able bootstrap. ``node.cluster`` is set too: SDS over ADS needs both.
     ``admin_port`` 0 lets Envoy pick one (read it back with ``--admin-address-path``).
     ``ads="delta"`` makes Envoy speak incremental xDS (api_type DELTA_GRPC): a change to one
-    resource then sends only that resource."""
+    resource then sends only that resource.
+
+    With ``xds_tls``, Envoy connects with mutual TLS. Given ``xds_tls_sds_dir`` (where
+    ``write_xds_client_secrets`` put its files) it reads the certificate, key and CA through
+    file-based SDS, which watches them: a rotation takes effect at the next connection, with
+    no restart. Without it the files are named inline and read once, at start."""
     if not node_id:
         raise ValueError("build_bootstrap: node_id must be a non-empty string")
     if not 0 < xds_port < 65536:
@@ -97,26 +117,62 @@ def build_bootstrap(
     }
     if xds_tls is not None:
         bootstrap["static_resources"]["clusters"][0]["transport_socket"] = _xds_transport_socket(
-            xds_tls
+            xds_tls, None if xds_tls_sds_dir is None else Path(xds_tls_sds_dir)
         )
     return bootstrap
 
 
-def _xds_transport_socket(tls: XdsClientTlsFiles) -> dict[str, Any]:
+def build_xds_client_secrets(tls: XdsClientTlsFiles) -> dict[str, dict[str, Any]]:
+    """The file-based SDS resources, by secret name: Envoy's client certificate and key, and
+    the CA it trusts for the xDS server. One secret per file, as Envoy requires."""
+    return {
+        XDS_CLIENT_CERTIFICATE_SECRET: {
+            "tls_certificate": {
+                "certificate_chain": {"filename": tls.certificate},
+                "private_key": {"filename": tls.private_key},
+            }
+        },
+        XDS_SERVER_CA_SECRET: {"validation_context": {"trusted_ca": {"filename": tls.ca}}},
+    }
+
+
+def write_xds_client_secrets(directory: str | Path, tls: XdsClientTlsFiles) -> list[Path]:
+    """Write the SDS files a bootstrap built with ``xds_tls_sds_dir=directory`` reads."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, secret in build_xds_client_secrets(tls).items():
+        path = target / _SECRET_FILES[name]
+        resource = {"@type": _SECRET, "name": name, **secret}
+        path.write_text(json.dumps({"resources": [resource]}, indent=2))
+        written.append(path)
+    return written
+
+
+def _xds_transport_socket(tls: XdsClientTlsFiles, sds_dir: Path | None) -> dict[str, Any]:
     """mTLS to the control plane: present the node's certificate, trust only its CA."""
-    validation: dict[str, Any] = {"trusted_ca": {"filename": tls.ca}}
+    common: dict[str, Any] = {"alpn_protocols": ["h2"]}
+    validation: dict[str, Any] = {}
+    if sds_dir is None:
+        common["tls_certificates"] = [
+            {
+                "certificate_chain": {"filename": tls.certificate},
+                "private_key": {"filename": tls.private_key},
+            }
+        ]
+        validation["trusted_ca"] = {"filename": tls.ca}
+        common["validation_context"] = validation
+    else:
+        common["tls_certificate_sds_secret_configs"] = [
+            _file_sds(sds_dir, XDS_CLIENT_CERTIFICATE_SECRET)
+        ]
+        common["combined_validation_context"] = {
+            "default_validation_context": validation,
+            "validation_context_sds_secret_config": _file_sds(sds_dir, XDS_SERVER_CA_SECRET),
+        }
     context: dict[str, Any] = {
         "@type": f"type.googleapis.com/{_UPSTREAM_TLS_CONTEXT}",
-        "common_tls_context": {
-            "alpn_protocols": ["h2"],
-            "tls_certificates": [
-                {
-                    "certificate_chain": {"filename": tls.certificate},
-                    "private_key": {"filename": tls.private_key},
-                }
-            ],
-            "validation_context": validation,
-        },
+        "common_tls_context": common,
     }
     if tls.server_name:
         context["sni"] = tls.server_name
@@ -124,6 +180,14 @@ def _xds_transport_socket(tls: XdsClientTlsFiles) -> dict[str, Any]:
             {"san_type": "DNS", "matcher": {"exact": tls.server_name}}
         ]
     return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def _file_sds(directory: Path, name: str) -> dict[str, Any]:
+    path = (directory / _SECRET_FILES[name]).resolve()
+    return {
+        "name": name,
+        "sds_config": {"path_config_source": {"path": str(path)}, "resource_api_version": "V3"},
+    }
 
 
 def _discovery_type(host: str) -> str:

@@ -7,6 +7,7 @@ grpc.aio runs every RPC as its own task, so a slow Envoy only slows its own stre
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -27,6 +28,10 @@ __all__ = ["XdsServer", "start_xds_server"]
 _log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_CONNECTION_AGE_S = 30 * 60.0
+"""Envoys reconnect this often (gRPC GOAWAY, then the open stream ends after a grace of one
+tenth of it): a rotated certificate or CA takes effect everywhere within this, and a fleet
+spreads again over control-plane replicas. Envoy keeps its config across the reconnect."""
 
 
 class _AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
@@ -95,6 +100,8 @@ async def start_xds_server(
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     tls: XdsTls | None = None,
+    tls_reload: Callable[[], XdsTls | None] | None = None,
+    max_connection_age_s: float | None = DEFAULT_MAX_CONNECTION_AGE_S,
 ) -> XdsServer:
     """Serve ADS (state-of-the-world and delta) for ``cache`` on ``host:port`` (0: any port).
 
@@ -103,17 +110,25 @@ async def start_xds_server(
 
     With ``tls``, Envoys must connect with a client certificate the CA signed, and a stream's
     ``node.id`` must be that certificate's identity (see ``inferway.xds.auth``).
+    ``tls_reload`` is asked for rotated credentials before each new connection's handshake;
+    ``max_connection_age_s`` (None: never) makes every Envoy reconnect that often, so the
+    rotation reaches connections that were open before it.
     """
     refusals = PeerRefusals()
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.so_reuseport", 0),  # a second server on a taken port must fail, not share it
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    options: list[tuple[str, int]] = [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),  # a second server on a taken port must fail, not share it
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ]
+    if max_connection_age_s is not None:
+        age_ms = max(1, round(max_connection_age_s * 1000))
+        options += [
+            ("grpc.max_connection_age_ms", age_ms),
+            ("grpc.max_connection_age_grace_ms", max(1, age_ms // 10)),
         ]
-    )
+    server = grpc.aio.server(options=options)
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
         _AggregatedDiscoveryService(cache, tls, refusals), server
     )
@@ -122,7 +137,7 @@ async def start_xds_server(
         if tls is None:
             bound = server.add_insecure_port(address)
         else:
-            bound = server.add_secure_port(address, build_server_credentials(tls))
+            bound = server.add_secure_port(address, build_server_credentials(tls, tls_reload))
     except RuntimeError as error:
         raise OSError(f"xDS server cannot listen on {address}: {error}") from error
     if bound == 0:

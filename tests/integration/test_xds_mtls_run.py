@@ -6,6 +6,7 @@ start with a message naming the file, before anything listens."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.xds import type_urls
 from tests.envoy_process import free_port
+from tests.helpers import poll_until
 from tests.integration.tls_support import start_answering_backend
 
 pytestmark = pytest.mark.integration
@@ -76,7 +78,10 @@ async def test_envoy_gets_config_over_xds_mtls_and_serves_traffic(tmp_path: Path
         assert gateway.supervisor is not None
         socket = gateway.supervisor.bootstrap["static_resources"]["clusters"][0]["transport_socket"]
         tls = socket["typed_config"]["common_tls_context"]
-        assert tls["tls_certificates"][0]["certificate_chain"]["filename"] == str(
+        (secret_config,) = tls["tls_certificate_sds_secret_configs"]
+        sds_file = Path(secret_config["sds_config"]["path_config_source"]["path"])
+        (secret,) = json.loads(sds_file.read_text())["resources"]
+        assert secret["tls_certificate"]["certificate_chain"]["filename"] == str(
             (certs / f"{NODE}.pem").resolve()
         )
         version = gateway.control_plane.version
@@ -136,3 +141,62 @@ def test_run_refuses_a_missing_mtls_dir_and_incomplete_options(tmp_path: Path) -
     )
     assert result.exit_code == 2
     assert "--xds-tls-key, --xds-client-ca" in result.output
+
+
+async def _xds_connections(admin_port: int) -> int:
+    async with httpx.AsyncClient(timeout=5) as client:
+        stats = await client.get(
+            f"http://127.0.0.1:{admin_port}/stats",
+            params={"filter": r"^cluster\.inferway_xds\.upstream_cx_total$"},
+        )
+    return int(stats.text.split(":")[1])
+
+
+async def test_rotated_xds_certificates_apply_without_a_restart(tmp_path: Path) -> None:
+    """Everything is replaced under a running gateway: a new CA, and the server's and the
+    node's certificates it signs. Neither side restarts. Once the server's connection age has
+    made Envoy reconnect, a policy edit is ACKed: that needs Envoy to present its new
+    certificate and trust the new CA (file-based SDS), and the server to serve its new
+    certificate and trust the new CA (reloaded before the handshake). Either side still on
+    the old files would fail every handshake."""
+    certs = tmp_path / "certs"
+    mint(certs)
+    backend, backend_port = await start_answering_backend()
+    listener_port = free_port()
+    policy = write_policy(tmp_path, listener_port, backend_port)
+    gateway = await start_gateway(options(policy, certs, xds_max_connection_age_s=1.0))
+    try:
+        assert gateway.supervisor is not None
+        admin_port = gateway.options.envoy_admin_port
+        version = gateway.control_plane.version
+        assert version is not None
+        assert await gateway.cache.wait_for_acks(version, node_ids=[NODE], timeout=20)
+
+        old_ca = (certs / "ca.pem").read_bytes()
+        result = runner.invoke(certs_app, ["init", "--dir", str(certs), "--force"])
+        assert result.exit_code == 0, result.output
+        result = runner.invoke(certs_app, ["issue", NODE, "--dir", str(certs), "--force"])
+        assert result.exit_code == 0, result.output
+        assert (certs / "ca.pem").read_bytes() != old_ca
+        rotated_at = await _xds_connections(admin_port)
+
+        async def reconnected() -> bool:
+            return await _xds_connections(admin_port) > rotated_at
+
+        await poll_until(reconnected, timeout=15, what="Envoy's next xDS connection")
+        policy.write_text(policy.read_text().replace("routes: [{name: all,", "routes: [{name: r2,"))
+
+        def edited() -> str | None:
+            current = gateway.control_plane.version
+            return current if current != version else None
+
+        edited_version = await poll_until(edited, timeout=10, what="the policy edit applied")
+        acked = await gateway.cache.wait_for_acks(edited_version, node_ids=[NODE], timeout=20)
+        assert acked, gateway.supervisor.stderr_tail()[-15:]
+        async with httpx.AsyncClient(timeout=5) as client:
+            answer = await client.get(f"http://127.0.0.1:{listener_port}/v2/anything")
+        assert answer.status_code == 200
+        assert gateway.xds.refusals.recent() == []
+    finally:
+        await gateway.stop()
+        await backend.cleanup()
