@@ -1,7 +1,7 @@
 """ModelInferRequest/Response <-> numpy: typed ``contents`` and ``raw_input_contents``.
 
-Validation is the JSON codec's (same messages for the same mistakes); this module only knows
-where the protocol buffers keep the bytes.
+Validation is ``input_validation``'s, shared with the JSON codec (same messages for the
+same mistakes); this module only knows where the protocol buffers keep the bytes.
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from inferway.backends.codec import (
+from inferway.backends.binary_codec import decode_raw_tensor, encode_raw_tensor
+from inferway.backends.inference_request import DecodedRequest, RequestedOutput
+from inferway.backends.input_validation import (
     DATATYPES,
-    DecodedRequest,
     InferInputError,
-    RequestedOutput,
     datatype_of,
-    decode_raw_tensor,
-    encode_raw_tensor,
     validate_input,
     validate_request_inputs,
 )

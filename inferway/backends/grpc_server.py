@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from opentelemetry.trace import INVALID_SPAN, INVALID_SPAN_CONTEXT
 
-from inferway.backends import codec, orca, tracing
+from inferway.backends import orca, tracing
 from inferway.backends.batching.errors import DeadlineExceededError
 from inferway.backends.grpc_codec import decode_grpc_request, encode_grpc_response
 from inferway.backends.http_server import (
@@ -29,9 +29,10 @@ from inferway.backends.http_server import (
     SERVER_VERSION,
     UNKNOWN_MODEL,
 )
+from inferway.backends.inference_request import select_outputs
 from inferway.backends.metrics import BackendMetrics
 from inferway.backends.protocol import pb2, pb2_grpc
-from inferway.backends.repository import ModelNotFoundError
+from inferway.backends.served_model import ModelNotFoundError
 from inferway.backends.serving import (
     DEFAULT_MAX_BODY_BYTES,
     Failure,
@@ -137,7 +138,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
             span.set_attribute("inferway.request_id", decoded.id)
         output_names = [s.name for s in model.outputs]
         if decoded.outputs is not None:
-            codec.select_outputs({n: None for n in output_names}, decoded.outputs, output_names)
+            select_outputs({n: None for n in output_names}, decoded.outputs, output_names)
         timeouts = [t for t in (resolve_timeout_param(decoded.parameters),) if t is not None]
         remaining = context.time_remaining()
         if remaining is not None:
@@ -146,7 +147,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
 
     @staticmethod
     def _respond(model: Any, decoded: Any, output_names: list[str], results: Any) -> Any:
-        chosen = codec.select_outputs(results, decoded.outputs, output_names)
+        chosen = select_outputs(results, decoded.outputs, output_names)
         return encode_grpc_response(
             model_name=model.name,
             model_version=str(model.version),

@@ -14,7 +14,15 @@ from typing import Any
 
 from aiohttp import web
 
-from inferway.backends import codec, orca, tracing
+from inferway.backends import orca, tracing
+from inferway.backends.binary_codec import split_binary_body
+from inferway.backends.inference_request import select_outputs
+from inferway.backends.input_validation import InferInputError
+from inferway.backends.json_codec import (
+    decode_json_request,
+    encode_json_response,
+    parse_json_header,
+)
 from inferway.backends.metrics import CONTENT_TYPE, BackendMetrics
 from inferway.backends.serving import (
     DEFAULT_MAX_BODY_BYTES,
@@ -159,7 +167,7 @@ def _header_timeout(request: web.Request) -> float | None:
     try:
         ms = float(raw)
     except ValueError:
-        raise codec.InferInputError(
+        raise InferInputError(
             f"header {ENVOY_TIMEOUT_HEADER} must be a number of milliseconds, got {raw!r}"
         ) from None
     return ms / 1000 if ms > 0 else None
@@ -176,21 +184,21 @@ async def _infer_once(request: web.Request, span: Any, served: dict[str, str]) -
     # The model's own limit (config.yaml max_input_bytes) wins over the server default.
     limit = int(getattr(model.config, "max_input_bytes", None) or state.max_body_bytes)
     body = await _read_body(request, limit, model.name)
-    head, binary = codec.split_binary_body(body, request.headers.get(BINARY_HEADER))
-    decoded = codec.decode_json_request(codec.parse_json_header(head), binary, model.inputs)
+    head, binary = split_binary_body(body, request.headers.get(BINARY_HEADER))
+    decoded = decode_json_request(parse_json_header(head), binary, model.inputs)
     if decoded.id:
         span.set_attribute("inferway.request_id", decoded.id)
     output_names = [s.name for s in model.outputs]
     if decoded.outputs is not None:
-        codec.select_outputs({n: None for n in output_names}, decoded.outputs, output_names)
+        select_outputs({n: None for n in output_names}, decoded.outputs, output_names)
     timeouts = [
         t for t in (resolve_timeout_param(decoded.parameters), _header_timeout(request)) if t
     ]
     results = await run_inference(
         model.executor, decoded.inputs, timeout_s=min(timeouts) if timeouts else None
     )
-    chosen = codec.select_outputs(results, decoded.outputs, output_names)
-    payload, head_len = codec.encode_json_response(
+    chosen = select_outputs(results, decoded.outputs, output_names)
+    payload, head_len = encode_json_response(
         model_name=model.name,
         model_version=version,
         request_id=decoded.id,

@@ -14,24 +14,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-import numpy as np
-
-from inferway.backends.batching.config import BatchingConfig
-from inferway.backends.model_config import (
-    ModelConfig,
-    load_model_config,
-    resolve_model_config_path,
+from inferway.backends.model_config import ModelConfig, load_model_config
+from inferway.backends.model_loading import (
+    ExecutorFactory,
+    RunnerFactory,
+    build_warmup_inputs,
+    default_executor_factory,
+    default_runner_factory,
+    load_runners,
 )
-from inferway.backends.runners.base import Runner, TensorSpec
-from inferway.backends.runners.dtypes import numpy_dtype
-
-if TYPE_CHECKING:
-    from inferway.backends.batching import BatchExecutor
+from inferway.backends.repository_scan import (
+    MODEL_FILE,
+    Fingerprint,
+    VersionKey,
+    scan_repository,
+)
+from inferway.backends.served_model import ModelNotFoundError, RepositoryEvent, ServedModel
 
 __all__ = [
     "MODEL_FILE",
@@ -44,86 +46,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MODEL_FILE = "model.onnx"
-
-ExecutorFactory = Callable[[Sequence[Runner], BatchingConfig, str], Any]
-RunnerFactory = Callable[[Path, ModelConfig], Runner]
-_Key = tuple[str, str]
-_Fingerprint = tuple[Any, ...]
-
-
-class ModelNotFoundError(LookupError):
-    """No such model or version is being served; the message lists what is."""
-
-    def __init__(self, message: str) -> None:
-        self.message = message
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        return self.message
-
-
-@dataclass
-class ServedModel:
-    """One ready model version. ``executor`` is where requests go."""
-
-    name: str
-    version: str
-    config: ModelConfig
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    executor: BatchExecutor
-    load_seconds: float
-    platform: str
-    provider: str
-    path: Path
-    runners: tuple[Runner, ...] = field(repr=False, default=())
-    fingerprint: _Fingerprint = field(repr=False, default=())
-
-
-@dataclass(frozen=True)
-class RepositoryEvent:
-    """What changed: ``loaded`` / ``reloaded`` (swapped in), ``unloaded`` (drained and gone),
-    ``refused`` (failed to load; ``message`` says why)."""
-
-    kind: Literal["loaded", "reloaded", "unloaded", "refused"]
-    name: str
-    version: str
-    message: str = ""
-    load_seconds: float | None = None
-
-
-def build_warmup_inputs(specs: Sequence[TensorSpec], rows: int) -> dict[str, np.ndarray]:
-    """Zero inputs with ``rows`` in a dynamic batch dim (other dynamic dims become 1)."""
-    feed = {}
-    for spec in specs:
-        shape = tuple((rows if i == 0 else 1) if d < 0 else d for i, d in enumerate(spec.shape))
-        dtype = numpy_dtype(spec.datatype)
-        if dtype == np.dtype(object):
-            feed[spec.name] = np.full(shape, b"", dtype=object)
-        else:
-            feed[spec.name] = np.zeros(shape, dtype=dtype)
-    return feed
-
-
-def _default_executor_factory(runners: Sequence[Runner], config: BatchingConfig, name: str) -> Any:
-    from inferway.backends.batching import BatchExecutor
-
-    return BatchExecutor(runners, config, name=name)
-
-
-def _default_runner_factory(path: Path, config: ModelConfig) -> Runner:
-    from inferway.backends.runners.select import build_runner
-
-    return build_runner(path, config)
-
-
-def _stat_key(path: Path | None) -> tuple[Any, ...]:
-    if path is None:
-        return ()
-    st = path.stat()
-    return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class ModelRepository:
@@ -144,12 +66,12 @@ class ModelRepository:
         self.errors: dict[str, str] = {}
         """Refused files (``model.onnx`` or ``config.yaml`` path) -> why; cleared on success."""
         self.ready = False
-        self._executor_factory = executor_factory or _default_executor_factory
-        self._runner_factory = runner_factory or _default_runner_factory
+        self._executor_factory = executor_factory or default_executor_factory
+        self._runner_factory = runner_factory or default_runner_factory
         self._debounce_ms = watch_debounce_ms
         self._resync_s = resync_s
         self._models: dict[str, dict[str, ServedModel]] = {}
-        self._refused: dict[_Key, tuple[_Fingerprint, str]] = {}
+        self._refused: dict[VersionKey, tuple[Fingerprint, str]] = {}
         self._lock = asyncio.Lock()
         self._watch_task: asyncio.Task[None] | None = None
         self._stop_watch: asyncio.Event | None = None
@@ -247,35 +169,11 @@ class ModelRepository:
 
     # -- reconciliation -----------------------------------------------------------------
 
-    def _scan(self) -> dict[_Key, tuple[Path, Path | None, _Fingerprint]]:
-        """What the directory holds now: (name, version) -> (model path, config path, stat)."""
-        found: dict[_Key, tuple[Path, Path | None, _Fingerprint]] = {}
-        for model_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
-            if model_dir.name.startswith("."):
-                continue
-            for vdir in sorted(p for p in model_dir.iterdir() if p.is_dir()):
-                if (
-                    not vdir.name.isdigit()
-                    or int(vdir.name) < 1
-                    or vdir.name != str(int(vdir.name))
-                ):
-                    continue
-                model = vdir / MODEL_FILE
-                try:
-                    if not model.is_file():
-                        continue
-                    cfg = resolve_model_config_path(model_dir, vdir)
-                    fp = (_stat_key(model), _stat_key(cfg))
-                except OSError:  # vanished while scanning: the next poll sees the truth
-                    continue
-                found[(model_dir.name, vdir.name)] = (model, cfg, fp)
-        return found
-
     async def poll_once(self) -> list[RepositoryEvent]:
         """Bring the served set in line with the directory once; returns what changed."""
         async with self._lock:
             events: list[RepositoryEvent] = []
-            found = self._scan()
+            found = scan_repository(self.root)
             current = {(s.name, s.version): s for s in self.models()}
             for key in sorted(set(current) - set(found)):
                 events.append(await self._unload(current[key]))
@@ -294,10 +192,10 @@ class ModelRepository:
 
     async def _load(
         self,
-        key: _Key,
+        key: VersionKey,
         model: Path,
         cfg: Path | None,
-        fp: _Fingerprint,
+        fp: Fingerprint,
         old: ServedModel | None,
     ) -> RepositoryEvent:
         name, version = key
@@ -306,7 +204,7 @@ class ModelRepository:
         try:
             config = load_model_config(cfg) if cfg is not None else ModelConfig()
             culprit = model
-            runners = await asyncio.to_thread(self._build_and_warm, model, config)
+            runners = await asyncio.to_thread(load_runners, model, config, self._runner_factory)
             try:
                 executor = self._executor_factory(runners, config.batching, f"{name}:{version}")
                 await executor.start()
@@ -354,26 +252,14 @@ class ModelRepository:
             RepositoryEvent("reloaded" if old else "loaded", name, version, load_seconds=seconds)
         )
 
-    def _build_and_warm(self, model: Path, config: ModelConfig) -> list[Runner]:
-        """Create ``instances`` runners and run a batch of 1 and of max rows through each, so
-        the first real request pays no lazy initialisation (and a broken model fails here)."""
-        runners: list[Runner] = []
-        try:
-            for _ in range(config.instances):
-                runner = self._runner_factory(model, config)
-                runners.append(runner)
-                max_rows = config.batching.max_batch_size
-                for rows in sorted({1, max_rows}):
-                    runner.run(build_warmup_inputs(runner.inputs, rows))
-        except BaseException:
-            for r in runners:
-                with contextlib.suppress(Exception):
-                    r.close()
-            raise
-        return runners
-
     def _refuse(
-        self, key: _Key, fp: _Fingerprint, where: str, message: str, *, serving: ServedModel | None
+        self,
+        key: VersionKey,
+        fp: Fingerprint,
+        where: str,
+        message: str,
+        *,
+        serving: ServedModel | None,
     ) -> RepositoryEvent:
         self._clear_refusal(key)
         self._refused[key] = (fp, where)
@@ -382,7 +268,7 @@ class ModelRepository:
         log.error("model %s version %s refused: %s%s", key[0], key[1], message, still)
         return self._emit(RepositoryEvent("refused", key[0], key[1], message=message))
 
-    def _clear_refusal(self, key: _Key) -> None:
+    def _clear_refusal(self, key: VersionKey) -> None:
         refused = self._refused.pop(key, None)
         if refused is not None and not any(w == refused[1] for _, w in self._refused.values()):
             self.errors.pop(refused[1], None)

@@ -19,8 +19,8 @@ from inferway.backends.batching.errors import (
     InvalidRequestError,
     QueueFullError,
 )
-from inferway.backends.codec import InferInputError
-from inferway.backends.repository import ModelNotFoundError
+from inferway.backends.input_validation import InferInputError
+from inferway.backends.served_model import ModelNotFoundError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
