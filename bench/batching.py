@@ -27,49 +27,34 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import shutil
-import statistics
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from _common import environment, print_table, write_results
-from batching_report import evaluate_targets, is_sustained, print_report, summarize_point
-from loadgen import PROTOCOLS, LoadSpec, LoadWorker
-from rate_search import RateSearch
-from servers import (
-    ServerProcess,
-    WorkersServer,
-    backend_server_main,
-    plain_server_main,
-    scrape_batches,
+from batching_direct import measure_direct
+from batching_measure import run_protocol
+from batching_models import (
+    CLOSED_CLIENTS,
+    MODES,
+    PLAIN,
+    SLO_S,
+    TINY_SIZES,
+    WORKERS_MODE,
+    batching_settings,
+    build_bench_repository,
+    check_answers,
 )
+from batching_report import evaluate_targets, print_report
+from loadgen import PROTOCOLS, LoadWorker
+from servers import ServerProcess, WorkersServer, backend_server_main, plain_server_main
 
-from inferway.backends.demo_models import HEAVY_SIZES, build_mlp, mlp_reference
+from inferway.backends.demo_models import HEAVY_SIZES
 
 __all__ = ["MODES", "build_bench_repository", "main", "measure_direct"]
 
-MODES = ("off", "fixed", "adaptive")
-WORKERS_MODE = "adaptive-w{n}"
-"""``--workers N``: adaptive served by ``inferway serve --workers N`` (N processes, one port)."""
-
-
-def served_name(model: str, mode: str) -> str:
-    """The repository model a mode is measured on (the workers mode serves adaptive's)."""
-    return f"{model}-adaptive" if mode.startswith("adaptive-w") else f"{model}-{mode}"
-
-
-PLAIN = "plain-aiohttp"
-"""The issue's yardstick: tiny behind a bare aiohttp handler, ORT inline (tiny, HTTP JSON)."""
-TINY_SIZES = (256, 1024, 1024, 10)
-SLO_S = {"heavy": 0.100, "tiny": 0.020}
-"""p99 latency a rate must meet to count as sustained (tiny also reports 50 ms)."""
-CLOSED_CLIENTS = {"heavy": 128, "tiny": 16}
-"""heavy: enough clients that a max-size batch (64) can form while another one computes."""
 HEAVY_FRACTIONS = (0.1, 0.25, 0.5, 0.7, 0.85, 1.0)
 HEAVY_FRACTIONS_QUICK = (0.25, 0.6, 0.9)
 TINY_RATES = (100, 300, 600, 1000, 1500, 2000, 3000)
@@ -77,281 +62,6 @@ TINY_RATES_QUICK = (300, 1000, 2000)
 BATCH_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SEARCH_PROBES = 6
 SEARCH_PROBES_QUICK = 3
-
-
-def batching_settings(model: str, mode: str) -> dict[str, Any]:
-    """The ``config.yaml`` of one benchmark model: CPU provider, one instance."""
-    slo = SLO_S[model]
-    if mode == "off":
-        batching: dict[str, Any] = {"mode": "off", "max_batch_size": 1}
-    elif mode == "fixed":
-        batching = {
-            "mode": "fixed",
-            "max_batch_size": 32 if model == "heavy" else 64,
-            "max_queue_delay_s": 0.010 if model == "heavy" else 0.002,
-        }
-    else:
-        batching = {
-            "mode": "adaptive",
-            "max_batch_size": 64 if model == "heavy" else 128,
-            "max_queue_delay_s": 0.040 if model == "heavy" else 0.005,
-            "latency_slo_s": slo / 2,
-        }
-    batching["max_queue_size"] = 2048
-    return {"batching": batching, "provider": "cpu"}
-
-
-def build_bench_repository(root: Path, sizes: dict[str, tuple[int, ...]]) -> dict[str, Path]:
-    """One model per (model, mode) named ``<model>-<mode>``; returns model -> onnx file."""
-    built = {}
-    for model, widths in sizes.items():
-        onnx_path = build_mlp(root / ".src" / f"{model}.onnx", widths)
-        built[model] = onnx_path
-        for mode in MODES:
-            vdir = root / f"{model}-{mode}" / "1"
-            vdir.mkdir(parents=True)
-            try:
-                os.link(onnx_path, vdir / "model.onnx")
-            except OSError:
-                shutil.copyfile(onnx_path, vdir / "model.onnx")
-            settings = batching_settings(model, mode)
-            (vdir.parent / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
-    return built
-
-
-# -- (a): ONNX Runtime alone --------------------------------------------------------------------
-
-
-def measure_direct(path: Path, width: int, seconds: float, sweep: tuple[int, ...]) -> dict:
-    """Batch-size sweep of the same runner the server uses, in this process: one session with
-    the default threads, then (at the three best batch sizes) two single-threaded sessions
-    running side by side, which on 2 cores can beat one 2-threaded session. (a) is the best
-    of both, so the server is measured against the most ONNX Runtime can do here."""
-    from inferway.backends.runners.onnx import CPU, OnnxRunner
-
-    runner = OnnxRunner(path, providers=[CPU])
-    rows = []
-    for batch in sweep:
-        feed = {"x": np.random.default_rng(batch).random((batch, width), dtype=np.float32)}
-        runner.run(feed)
-        times: list[float] = []
-        began = time.perf_counter()
-        while time.perf_counter() - began < seconds or len(times) < 3:
-            t0 = time.perf_counter()
-            runner.run(feed)
-            times.append(time.perf_counter() - t0)
-        median = statistics.median(times)
-        rows.append({"batch": batch, "ms": round(median * 1000, 3), "rows_s": batch / median})
-    runner.close()
-    pairs = []
-    for batch in sorted(r["batch"] for r in sorted(rows, key=lambda r: -r["rows_s"])[:3]):
-        pairs.append({"batch": batch, "rows_s": _two_sessions(path, width, batch, seconds)})
-    best = max(rows, key=lambda r: r["rows_s"])
-    best_pair = max(pairs, key=lambda r: r["rows_s"])
-    config = "1 session x 2 threads"
-    if best_pair["rows_s"] > best["rows_s"]:
-        best, config = best_pair, "2 sessions x 1 thread"
-    return {
-        "sweep": rows,
-        "two_sessions": pairs,
-        "batch1_rows_s": rows[0]["rows_s"],
-        "best_batch": best["batch"],
-        "best_rows_s": best["rows_s"],
-        "best_config": config,
-        "ratio": best["rows_s"] / rows[0]["rows_s"],
-    }
-
-
-def _two_sessions(path: Path, width: int, batch: int, seconds: float) -> float:
-    """Rows/s of two single-threaded sessions running ``batch``-row batches concurrently."""
-    import threading
-
-    from inferway.backends.runners.onnx import CPU, OnnxRunner
-
-    runners = [OnnxRunner(path, providers=[CPU], intra_op_threads=1) for _ in range(2)]
-    feed = {"x": np.random.default_rng(batch).random((batch, width), dtype=np.float32)}
-    for r in runners:
-        r.run(feed)
-    done = [0, 0]
-    stop_at = time.perf_counter() + max(seconds * 2, 1.0)
-
-    def work(i: int) -> None:
-        while time.perf_counter() < stop_at:
-            runners[i].run(feed)
-            done[i] += 1
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    began = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - began
-    for r in runners:
-        r.close()
-    return sum(done) * batch / elapsed
-
-
-def check_answers(port: int, model: str, sizes: tuple[int, ...]) -> None:
-    """One JSON request per served model, compared with the numpy oracle."""
-    from loadgen import _row
-
-    row = _row(sizes[0], 0)
-    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, sizes[0]]}]}
-    body["inputs"][0]["data"] = row.reshape(-1).tolist()
-    import json
-
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v2/models/{model}/infer",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        answer = json.loads(resp.read())
-    got = np.asarray(answer["outputs"][0]["data"], dtype=np.float32).reshape(1, -1)
-    want = mlp_reference(row, sizes)
-    if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
-        raise RuntimeError(f"{model}: the server's answer differs from the numpy reference")
-
-
-# -- one model / protocol / mode ----------------------------------------------------------------
-
-
-def run_point(
-    worker: LoadWorker, server: ServerProcess, spec: LoadSpec, served: str
-) -> dict[str, Any]:
-    rows0, batches0 = scrape_batches(server.http_port, served) if server.metrics else (1, 1)
-    cpu0, wall0 = server.cpu_seconds(), time.perf_counter()
-    raw = worker.run(spec)
-    cpu1, wall1 = server.cpu_seconds(), time.perf_counter()
-    rows1, batches1 = scrape_batches(server.http_port, served) if server.metrics else (2, 2)
-    point = summarize_point(spec, raw)
-    point["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-9), 1)
-    point["mean_batch"] = round((rows1 - rows0) / max(batches1 - batches0, 1), 2)
-    return point
-
-
-def _merge(raws: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "sent": sum(r["sent"] for r in raws),
-        "latencies_s": [x for r in raws for x in r["latencies_s"]],
-        "errors": [x for r in raws for x in r["errors"]],
-        "elapsed_s": sum(r["elapsed_s"] for r in raws),
-        "send_lag_p99_ms": max(r["send_lag_p99_ms"] for r in raws),
-        "client_cpu_s": sum(r["client_cpu_s"] for r in raws),
-    }
-
-
-def run_protocol(
-    worker: LoadWorker,
-    servers: dict[str, ServerProcess],
-    *,
-    model: str,
-    width: int,
-    protocol: str,
-    modes: list[str],
-    rates: list[float],
-    duration: float,
-    warmup: float,
-    rounds: int,
-    search_probes: int = 0,
-) -> list[dict[str, Any]]:
-    """Every mode of one model over one protocol, side by side: the modes take turns at each
-    step (1-in-flight rounds, closed loop, each open-loop rate, each search probe), so a
-    machine whose load drifts during the run shifts all of them alike. ``search_probes`` > 0:
-    after the grid, up to that many open-loop probes per mode locate the highest rate it
-    sustains within the SLO (``rate_search.RateSearch``, seeded with the grid's outcomes)."""
-
-    def spec(mode: str, **kw: Any) -> LoadSpec:
-        server = servers[mode]
-        return LoadSpec(
-            protocol=protocol,
-            host="127.0.0.1",
-            http_port=server.http_port,
-            grpc_port=server.grpc_port,
-            model=served_name(model, mode),
-            width=width,
-            **kw,
-        )
-
-    one_raw: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    per_round = max(0.3, duration / rounds)
-    for _ in range(rounds):
-        for mode in modes:
-            s = spec(mode, kind="closed", concurrency=1, duration_s=per_round, warmup_s=0.1)
-            one_raw[mode].append(worker.run(s))
-    runs = {}
-    for mode in modes:
-        first = spec(mode, kind="closed", concurrency=1, duration_s=per_round)
-        one = summarize_point(first, _merge(one_raw[mode]))
-        closed = run_point(
-            worker,
-            servers[mode],
-            spec(
-                mode,
-                kind="closed",
-                concurrency=CLOSED_CLIENTS[model],
-                duration_s=duration,
-                warmup_s=warmup,
-            ),
-            served_name(model, mode),
-        )
-        runs[mode] = {
-            "model": model,
-            "protocol": protocol,
-            "mode": mode,
-            "one_in_flight": one,
-            "closed": closed,
-            "open": [],
-        }
-    for i, rate in enumerate(rates):
-        for mode in modes:
-            run = runs[mode]
-            if rate > 1.3 * run["closed"]["achieved_rps"]:
-                # Far past what the closed loop served: the queue would only fill to the timeout.
-                skipped = {"kind": "open", "offered_rps": rate, "skipped": "above closed max"}
-                run["open"].append(skipped)
-                continue
-            s = spec(mode, kind="open", rate=rate, duration_s=duration, warmup_s=warmup, seed=i)
-            run["open"].append(run_point(worker, servers[mode], s, served_name(model, mode)))
-    for mode in modes:
-        run = runs[mode]
-        if all(p.get("skipped") for p in run["open"]):
-            # Every rate overloads this config: measure it once at 70% of its closed-loop max.
-            rate = max(1.0, round(0.7 * run["closed"]["achieved_rps"], 1))
-            s = spec(mode, kind="open", rate=rate, duration_s=duration, warmup_s=warmup)
-            run["open"].append(run_point(worker, servers[mode], s, served_name(model, mode)))
-    if search_probes > 0:
-        slo_ms = SLO_S[model] * 1000
-        searches = {}
-        for mode in modes:
-            run = runs[mode]
-            search = RateSearch(run["closed"]["achieved_rps"], max_probes=search_probes)
-            for p in run["open"]:
-                if p.get("kind") == "open" and not p.get("skipped"):
-                    search.seed(p["offered_rps"], is_sustained(p, slo_ms))
-            searches[mode] = search
-            run["search"] = {"slo_ms": slo_ms, "probes": []}
-        # Probe by probe, the modes take turns, as on the grid.
-        for step in itertools.count():
-            pending = {m: r for m in modes if (r := searches[m].next_rate()) is not None}
-            if not pending:
-                break
-            for mode, rate in pending.items():
-                s = spec(
-                    mode,
-                    kind="open",
-                    rate=rate,
-                    duration_s=duration,
-                    warmup_s=warmup,
-                    seed=100 + step,
-                )
-                point = run_point(worker, servers[mode], s, f"{model}-{mode}")
-                searches[mode].record(rate, is_sustained(point, slo_ms))
-                runs[mode]["search"]["probes"].append(point)
-        for mode in modes:
-            runs[mode]["search"].update(searches[mode].as_dict())
-    return [runs[m] for m in modes]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
