@@ -146,7 +146,7 @@ def run_protocol(
                     warmup_s=warmup,
                     seed=100 + step,
                 )
-                point = run_point(worker, servers[mode], s, f"{model}-{mode}")
+                point = run_point(worker, servers[mode], s, served_name(model, mode))
                 searches[mode].record(rate, is_sustained(point, slo_ms))
                 runs[mode]["search"]["probes"].append(point)
         for mode in modes:
