@@ -6,29 +6,32 @@ loop; the next batch is launched before the finished batch's futures are resolve
 event loop never leaves an instance idle). One dispatcher task per model covers the rest: the
 time the scheduler named, cancels, and draining on stop. Each model instance owns one worker
 thread, so a runner's ``run`` is never called concurrently.
+
+This module holds the per-request and per-batch path; start, stop and the dispatcher task are
+in ``lifecycle.py``, spans, batch records and load stats in ``reporting.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..runners.base import Runner
-from ..tracing import is_tracing
 from .config import BatchingConfig
-from .errors import DeadlineExceededError, ExecutorClosedError, InvalidRequestError
+from .errors import DeadlineExceededError, ExecutorClosedError
+from .inputs import Inputs, Outputs, describe_inputs
+from .lifecycle import ExecutorLifecycle
 from .records import BatchRecord, Dispatch, Idle, Pending, WaitUntil
+from .reporting import BatchReporting
 from .scheduler import Scheduler
 from .window_stats import WindowStats
 
@@ -36,42 +39,12 @@ __all__ = ["BatchExecutor"]
 
 log = logging.getLogger(__name__)
 
-Inputs = Mapping[str, np.ndarray]
-Outputs = dict[str, np.ndarray]
-_ROOT_CONTEXT = otel_context.Context()  # batch spans are roots, linked to their requests
 INLINE_BELOW_S = 0.0002
 """A batch the cost model expects to finish faster than this runs on the event loop thread:
 handing it to a worker thread and back costs about as much as computing it."""
 
 
-def describe_inputs(inputs: Inputs) -> tuple[int, int, tuple[tuple[str, str, tuple], ...]]:
-    """(rows, nbytes, shape_key) of one request; rows is the shared first dimension."""
-    if not inputs:
-        raise InvalidRequestError("request has no inputs")
-    rows = -1
-    nbytes = 0
-    parts = []
-    for name, arr in inputs.items():
-        if not isinstance(arr, np.ndarray) or arr.ndim == 0:
-            raise InvalidRequestError(
-                f"input {name!r}: expected a numpy array with a batch dimension first"
-            )
-        n = arr.shape[0]
-        if rows < 0:
-            rows = n
-        elif n != rows:
-            raise InvalidRequestError(
-                f"input {name!r}: batch dimension {n} differs from the other inputs' {rows}"
-            )
-        nbytes += arr.nbytes
-        parts.append((name, arr.dtype.str, arr.shape[1:]))
-    if rows < 1:
-        raise InvalidRequestError("request has an empty batch dimension (0 rows)")
-    parts.sort()
-    return rows, nbytes, tuple(parts)
-
-
-class BatchExecutor:
+class BatchExecutor(ExecutorLifecycle, BatchReporting):
     """Batches ``infer`` calls of one model version over its runner instances.
 
     ``deadline`` values are absolute times on ``clock`` (``time.monotonic`` by default);
@@ -136,46 +109,6 @@ class BatchExecutor:
     @property
     def in_flight_batches(self) -> int:
         return self._in_flight
-
-    @property
-    def closed(self) -> bool:
-        return self._closing
-
-    async def start(self) -> None:
-        self._start_now()
-
-    def _start_now(self) -> None:
-        if self._task is not None:
-            return
-        if self._closing:
-            raise ExecutorClosedError(f"model {self.name!r}: executor was stopped")
-        self._loop = asyncio.get_running_loop()
-        self._stats.restart(self.clock())
-        self._task = self._loop.create_task(self._dispatch_loop(), name=f"batch-{self.name}")
-
-    async def stop(self, drain: bool = True) -> None:
-        """Refuse new requests; finish queued ones (``drain``) or fail them with
-        ExecutorClosedError; wait for running batches; close the runners."""
-        if not self._closing:
-            self._closing = True
-            self._drain = drain
-        elif not drain:
-            self._drain = False
-        self._wake()
-        if self._task is not None:
-            # a crashed dispatcher was logged already; resources are released regardless
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._task)
-        if self._closed:
-            return
-        self._closed = True
-        for pool in self._pools:
-            pool.shutdown(wait=False)
-        for runner in self._runners:
-            try:
-                runner.close()
-            except Exception:
-                log.exception("model %r: closing a runner failed", self.name)
 
     async def infer(
         self, inputs: Inputs, *, deadline: float | None = None, timeout: float | None = None
@@ -242,34 +175,7 @@ class BatchExecutor:
         if self._sched.cancel(request_id) is not None:
             self._wake()
 
-    def utilization(self) -> float:
-        """Busy fraction of all instances over the recent stats window, in [0, 1]."""
-        return self._stats.utilization(self.clock())
-
-    def rps(self) -> float:
-        """Requests computed per second over the recent stats window."""
-        return self._stats.rps(self.clock())
-
     # -- internals ------------------------------------------------------------------------
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def _sleep(self, delay: float | None) -> None:
-        assert self._loop is not None
-        waiter = self._loop.create_future()
-        self._waiter = waiter
-        handle = None
-        if delay is not None:
-            handle = self._loop.call_later(max(delay, 0.0), _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            if handle is not None:
-                handle.cancel()
 
     def _fail(self, req: Pending, exc: BaseException) -> None:
         fut = req.payload[1]
@@ -307,26 +213,6 @@ class BatchExecutor:
                 self._wake()
             return action
 
-    async def _dispatch_loop(self) -> None:
-        try:
-            while True:
-                action = self._pump()
-                if action is None:
-                    return
-                if type(action) is WaitUntil:
-                    self._sleep_until = action.at
-                    await self._sleep(action.at - self.clock())
-                else:
-                    self._sleep_until = None
-                    await self._sleep(None)
-        except BaseException as exc:
-            self._closing = True
-            for req in self._sched.clear():
-                self._fail(req, ExecutorClosedError(f"model {self.name!r}: dispatcher failed"))
-            if not isinstance(exc, asyncio.CancelledError):
-                log.exception("model %r: batch dispatcher failed", self.name)
-            raise
-
     def _launch(self, batch: Dispatch, now: float) -> None:
         assert self._loop is not None
         instance = self._idle.pop()
@@ -339,23 +225,6 @@ class BatchExecutor:
                 return
         span = self._start_span(instance, batch, now)
         self._pools[instance].submit(self._work, instance, batch, now, span)
-
-    def _start_span(self, instance: int, batch: Dispatch, started: float) -> trace.Span:
-        if not is_tracing(self._tracer):
-            return trace.INVALID_SPAN  # no SDK: skip building links and attributes
-        reqs = batch.requests
-        links = [trace.Link(ctx) for ctx in (r.payload[2] for r in reqs) if ctx.is_valid]
-        return self._tracer.start_span(
-            self._span_name,
-            context=_ROOT_CONTEXT,
-            links=links,
-            attributes={
-                "batch.size": batch.rows,
-                "batch.requests": len(reqs),
-                "batch.queue_wait_max_s": started - reqs[0].arrival,
-                "batch.instance": instance,
-            },
-        )
 
     def _settle(
         self,
@@ -454,33 +323,3 @@ class BatchExecutor:
                 results.append({n: a[offset:end] for n, a in outputs.items()})
                 offset = end
         return results, clock() - t0
-
-    def _report(
-        self,
-        instance: int,
-        batch: Dispatch,
-        started: float,
-        compute_s: float,
-        error: BaseException | None,
-    ) -> None:
-        if self._on_batch is None:
-            return
-        record = BatchRecord(
-            name=self.name,
-            size_rows=batch.rows,
-            requests=len(batch.requests),
-            queue_wait_s=[started - r.arrival for r in batch.requests],
-            compute_s=compute_s,
-            started_at=started,
-            instance=instance,
-            error=None if error is None else f"{type(error).__name__}: {error}",
-        )
-        try:
-            self._on_batch(record)
-        except Exception:
-            log.exception("model %r: on_batch callback failed", self.name)
-
-
-def _resolve(fut: asyncio.Future[Any]) -> None:
-    if not fut.done():
-        fut.set_result(None)
