@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from _common import environment, print_table, write_results
 from batching_direct import measure_direct
-from batching_measure import run_protocol
+from batching_measure import MIN_OPEN_SAMPLES, run_protocol
 from batching_models import (
     CLOSED_CLIENTS,
     MODES,
@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         warmup=warmup,
                         rounds=3 if quick else 5,
                         search_probes=search_probes,
+                        min_open_samples=0 if quick else MIN_OPEN_SAMPLES,
                     )
                     runs += done
                     for run in done:

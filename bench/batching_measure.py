@@ -14,7 +14,18 @@ from loadgen import LoadSpec, LoadWorker
 from rate_search import RateSearch
 from servers import ServerProcess, scrape_batches
 
-__all__ = ["run_point", "run_protocol"]
+__all__ = ["MIN_OPEN_SAMPLES", "grid_duration", "run_point", "run_protocol"]
+
+
+MIN_OPEN_SAMPLES = 800
+"""A grid point's p99 is compared between modes: at low rates the point runs long enough for
+this many requests (at 100 req/s x 3 s, p99 would be the third-slowest of 300)."""
+MAX_GRID_POINT_S = 8.0
+
+
+def grid_duration(rate: float, duration: float, min_samples: int = MIN_OPEN_SAMPLES) -> float:
+    """Seconds an open-loop grid point runs: ``duration``, longer at low rates."""
+    return max(duration, min(MAX_GRID_POINT_S, min_samples / max(rate, 1e-9)))
 
 
 def run_point(
@@ -55,6 +66,7 @@ def run_protocol(
     warmup: float,
     rounds: int,
     search_probes: int = 0,
+    min_open_samples: int = MIN_OPEN_SAMPLES,
 ) -> list[dict[str, Any]]:
     """Every mode of one model over one protocol, side by side: the modes take turns at each
     step (1-in-flight rounds, closed loop, each open-loop rate, each search probe), so a
@@ -112,7 +124,14 @@ def run_protocol(
                 skipped = {"kind": "open", "offered_rps": rate, "skipped": "above closed max"}
                 run["open"].append(skipped)
                 continue
-            s = spec(mode, kind="open", rate=rate, duration_s=duration, warmup_s=warmup, seed=i)
+            s = spec(
+                mode,
+                kind="open",
+                rate=rate,
+                duration_s=grid_duration(rate, duration, min_open_samples),
+                warmup_s=warmup,
+                seed=i,
+            )
             run["open"].append(run_point(worker, servers[mode], s, served_name(model, mode)))
     for mode in modes:
         run = runs[mode]
