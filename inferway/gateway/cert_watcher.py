@@ -27,7 +27,7 @@ import watchfiles
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from inferway.gateway.certs import check_private_key_permissions
+from inferway.gateway.certs import check_private_key_permissions, key_matches_certificate
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.policies.resolve import RuntimeState, TlsMaterial
@@ -133,7 +133,7 @@ def _load_one(files: SecretFiles, problems: list[str]) -> TlsMaterial | None:
             except (ValueError, TypeError):  # never echo the content
                 problems.append(f"private key {files.private_key} is not an unencrypted PEM key")
             else:
-                if chain is not None and certs and not _same_key(certs[0], private):
+                if chain is not None and certs and not key_matches_certificate(certs[0], private):
                     problems.append(
                         f"private key {files.private_key} does not match certificate "
                         f"{files.certificate}"
@@ -148,14 +148,6 @@ def _load_one(files: SecretFiles, problems: list[str]) -> TlsMaterial | None:
     if len(problems) > before:
         return None
     return TlsMaterial(certificate_chain=chain, private_key=key, trusted_ca=ca)
-
-
-def _same_key(cert: x509.Certificate, private: object) -> bool:
-    public = getattr(private, "public_key", None)
-    if public is None:
-        return False
-    fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return cert.public_key().public_bytes(*fmt) == public().public_bytes(*fmt)
 
 
 def load_tls_secrets(

@@ -32,6 +32,7 @@ __all__ = [
     "build_certificate",
     "bundle_paths",
     "check_private_key_permissions",
+    "key_matches_certificate",
     "load_bundle",
     "spiffe_id_for",
     "write_bundle",
@@ -260,6 +261,15 @@ def load_bundle(directory: str | Path, name: str) -> CertBundle:
     """Read back what ``write_bundle`` wrote (e.g. the CA, to issue more certificates)."""
     paths = bundle_paths(Path(directory), name)
     return CertBundle(paths.certificate.read_bytes(), paths.private_key.read_bytes())
+
+
+def key_matches_certificate(certificate: x509.Certificate, private_key: object) -> bool:
+    """Whether ``private_key`` (a loaded cryptography key) is the key of ``certificate``."""
+    public = getattr(private_key, "public_key", None)
+    if public is None:
+        return False
+    fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return bool(certificate.public_key().public_bytes(*fmt) == public().public_bytes(*fmt))
 
 
 def check_private_key_permissions(path: Path) -> str | None:

@@ -128,6 +128,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     Raises PolicyError / PolicyRefusedError when the policy file cannot be applied, and
     XdsMtlsError when the xDS mutual-TLS files cannot be used.
     """
+    # Stamped before the first read, so a rotation racing the start is still picked up.
+    reload = XdsServerTlsReloader(options.xds_mtls) if options.xds_mtls is not None else None
     xds_server_tls, xds_client_tls = (
         load_xds_mtls(options.xds_mtls, node_id=options.node_id, with_envoy=options.with_envoy)
         if options.xds_mtls is not None
@@ -164,7 +166,6 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
 
     stack = contextlib.AsyncExitStack()
     try:
-        reload = XdsServerTlsReloader(options.xds_mtls) if options.xds_mtls is not None else None
         xds = await start_xds_server(
             cache,
             options.host,

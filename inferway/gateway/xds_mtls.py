@@ -30,7 +30,11 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from inferway.gateway.certs import bundle_paths, check_private_key_permissions
+from inferway.gateway.certs import (
+    bundle_paths,
+    check_private_key_permissions,
+    key_matches_certificate,
+)
 from inferway.xds.auth import XdsClientTlsFiles, XdsTls, check_node_identity, peer_identities
 
 __all__ = [
@@ -220,10 +224,7 @@ def _check_pair(certificate: bytes, key: bytes, certificate_path: Path, key_path
         raise XdsMtlsError(
             f"xDS mutual TLS: cannot load the private key {key_path}: {error}"
         ) from None
-    public = x509.load_pem_x509_certificates(certificate)[0].public_key()
-    der = serialization.Encoding.DER
-    info = serialization.PublicFormat.SubjectPublicKeyInfo
-    if private_key.public_key().public_bytes(der, info) != public.public_bytes(der, info):
+    if not key_matches_certificate(x509.load_pem_x509_certificates(certificate)[0], private_key):
         raise XdsMtlsError(
             f"xDS mutual TLS: the private key {key_path} does not belong to the certificate "
             f"{certificate_path}"
