@@ -12,8 +12,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from inferway.backends.app import start_backend
 from inferway.backends.demo_models import build_add
+from tests.backend_helpers import http_session, running_backend
 
 pytestmark = pytest.mark.integration
 
@@ -34,17 +34,14 @@ async def backend(tmp_path: Path):
     (tmp_path / "small" / "config.yaml").write_text("max_input_bytes: 512\n")
     build_add(tmp_path / "slow" / "1" / "model.onnx")
     (tmp_path / "slow" / "config.yaml").write_text(json.dumps(SLOW))
-    handle = await start_backend(tmp_path, watch=False)
-    try:
+    async with running_backend(tmp_path) as handle:
         yield handle
-    finally:
-        await handle.stop()
 
 
 @pytest.fixture
 async def http(backend):
-    async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{backend.http_port}") as s:
-        yield s
+    async with http_session(backend) as session:
+        yield session
 
 
 def _good(rows: int = 1, **extra: object) -> dict:

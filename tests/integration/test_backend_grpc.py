@@ -15,11 +15,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from inferway.backends.app import build_repository, serve_repository, start_backend
+from inferway.backends.app import build_repository, serve_repository
 from inferway.backends.demo_models import build_add, mlp_reference, write_demo_repository
 from inferway.backends.orca import parse_orca_header
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.observability.otel import setup_tracing
+from tests.backend_helpers import grpc_stub, running_backend
 
 pytestmark = pytest.mark.integration
 
@@ -45,17 +46,14 @@ def _write_repo(root: Path) -> Path:
 
 @pytest.fixture
 async def backend(tmp_path: Path):
-    handle = await start_backend(_write_repo(tmp_path), watch=False)
-    try:
+    async with running_backend(_write_repo(tmp_path)) as handle:
         yield handle
-    finally:
-        await handle.stop()
 
 
 @pytest.fixture
 async def stub(backend):
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{backend.grpc_port}") as channel:
-        yield pb2_grpc.GRPCInferenceServiceStub(channel)
+    async with grpc_stub(backend) as stub:
+        yield stub
 
 
 def _mlp_request(x: np.ndarray, *, raw: bool, model: str = "mlp") -> pb2.ModelInferRequest:

@@ -11,10 +11,10 @@ import grpc
 import numpy as np
 import pytest
 
-from inferway.backends.app import start_backend
 from inferway.backends.demo_models import mlp_reference, write_demo_repository
 from inferway.backends.orca import parse_orca_header
-from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.backends.protocol import pb2
+from tests.backend_helpers import grpc_stub, running_backend
 
 pytestmark = pytest.mark.integration
 
@@ -25,17 +25,14 @@ WINDOW = {"batching": {"mode": "fixed", "max_batch_size": 64, "max_queue_delay_s
 @pytest.fixture
 async def backend(tmp_path: Path):
     write_demo_repository(tmp_path, "mlp", sizes=SIZES, config=WINDOW)
-    handle = await start_backend(tmp_path, watch=False)
-    try:
+    async with running_backend(tmp_path) as handle:
         yield handle
-    finally:
-        await handle.stop()
 
 
 @pytest.fixture
 async def stub(backend):
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{backend.grpc_port}") as channel:
-        yield pb2_grpc.GRPCInferenceServiceStub(channel)
+    async with grpc_stub(backend) as stub:
+        yield stub
 
 
 def _request(x: np.ndarray, rid: str, model: str = "mlp") -> pb2.ModelInferRequest:

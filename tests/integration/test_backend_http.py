@@ -17,10 +17,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferway.backends.app import build_repository, serve_repository, start_backend
+from inferway.backends.app import build_repository, serve_repository
 from inferway.backends.demo_models import build_add, mlp_reference, write_demo_repository
 from inferway.backends.orca import parse_orca_header
 from inferway.observability.otel import setup_tracing
+from tests.backend_helpers import http_session, running_backend
 
 pytestmark = pytest.mark.integration
 
@@ -37,17 +38,14 @@ def _write_repo(root: Path) -> Path:
 
 @pytest.fixture
 async def backend(tmp_path: Path):
-    handle = await start_backend(_write_repo(tmp_path), watch=False)
-    try:
+    async with running_backend(_write_repo(tmp_path)) as handle:
         yield handle
-    finally:
-        await handle.stop()
 
 
 @pytest.fixture
 async def http(backend):
-    async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{backend.http_port}") as s:
-        yield s
+    async with http_session(backend) as session:
+        yield session
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from inferway.backends.app import start_backend
 from inferway.backends.demo_models import write_demo_repository
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from loadgen import PROTOCOLS, LoadSpec, run_spec
+
+from tests.backend_helpers import running_backend
 
 pytestmark = pytest.mark.integration
 
@@ -20,11 +21,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 async def backend(tmp_path: Path):
     write_demo_repository(tmp_path, "mlp", sizes=(8, 16, 4))
-    handle = await start_backend(tmp_path, watch=False)
-    try:
+    async with running_backend(tmp_path) as handle:
         yield handle
-    finally:
-        await handle.stop()
 
 
 def _spec(backend, protocol: str, model: str = "mlp", **kw) -> LoadSpec:
