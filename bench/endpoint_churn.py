@@ -26,12 +26,13 @@ from typing import Any
 from _common import build_bench_policy, environment, print_table, summarize, write_results
 
 from inferway.policies.model import Endpoint, Policy
+from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import build_snapshot
 from inferway.xds.stats import XdsStats
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate
 
 __all__ = ["main", "run_churn"]
 
@@ -179,7 +180,7 @@ async def run_churn(
     cache = SnapshotCache()
     stats = XdsStats()
     cache.add_hook(stats)
-    initial = build_snapshot(translate_policy(policy))
+    initial = build_snapshot(translate(resolve_policy(policy)))
     cache.set_snapshot(initial)
     server = await start_xds_server(cache, max_message_bytes=256 * 1024 * 1024)
     names = {
@@ -208,7 +209,7 @@ async def run_churn(
         for step in range(1, changes + 1):
             stats.reset()
             t0 = time.perf_counter()
-            snapshot = build_snapshot(translate_policy(moved(policy, step)))
+            snapshot = build_snapshot(translate(resolve_policy(moved(policy, step))))
             t1 = time.perf_counter()
             cache.set_snapshot(snapshot)
             if not await cache.wait_for_acks(snapshot.version, node_ids=node_ids, timeout=timeout):

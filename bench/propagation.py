@@ -33,12 +33,13 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher, ReloadResult
 from inferway.policies import load_policy_text
+from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import build_snapshot
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate
 
 __all__ = ["main", "run_propagation"]
 
@@ -67,7 +68,7 @@ def render_policy(listener_port: int, backend_port: int, canary_weight: float) -
 
 def route_version_of(text: str) -> str:
     """The RDS version Envoy will report for this policy (pure: same path the gateway takes)."""
-    snapshot = build_snapshot(translate_policy(load_policy_text(text, "<bench>")))
+    snapshot = build_snapshot(translate(resolve_policy(load_policy_text(text, "<bench>"))))
     return snapshot.versions[type_urls.ROUTE]
 
 
@@ -168,7 +169,7 @@ async def run_propagation(edits: int, debounce_ms: int, poll_interval_s: float) 
             text = render_policy(listener_port, backend_port, weight)
             expected = route_version_of(text)
             snapshot_version = build_snapshot(
-                translate_policy(load_policy_text(text, "<bench>"))
+                translate(resolve_policy(load_policy_text(text, "<bench>")))
             ).version
             t0 = time.perf_counter()
             write_atomically(policy_path, text)

@@ -32,11 +32,12 @@ from _common import (
     write_results,
 )
 
+from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import Snapshot, build_snapshot
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate
 
 __all__ = ["main", "run_fanout"]
 
@@ -48,7 +49,9 @@ CLIENT_PROCESSES = 2
 
 
 def build_change_snapshot(canary_weight: float) -> Snapshot:
-    return build_snapshot(translate_policy(build_bench_policy(canary_weight=canary_weight)))
+    return build_snapshot(
+        translate(resolve_policy(build_bench_policy(canary_weight=canary_weight)))
+    )
 
 
 # -- the simulated Envoys (run in client processes) ---------------------------------------------

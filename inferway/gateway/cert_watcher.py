@@ -30,8 +30,8 @@ from cryptography.hazmat.primitives import serialization
 from inferway.gateway.certs import check_private_key_permissions, key_matches_certificate
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
-from inferway.policies.resolve import RuntimeState, TlsMaterial
-from inferway.xds.translate.tls import listener_secret_names, service_secret_names
+from inferway.resolve.secrets import listener_secret_names, service_secret_names
+from inferway.state import State, TlsMaterial
 
 __all__ = [
     "CertificateSource",
@@ -192,7 +192,7 @@ class CertificateSource:
         self._watching = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def resolve_state(self, policy: Policy, state: RuntimeState) -> RuntimeState:
+    def resolve_state(self, policy: Policy, state: State) -> State:
         """Control-plane state source: ``state`` with the policy's secrets freshly loaded."""
         files = secret_files(policy, self.base_dir)
         secrets = load_tls_secrets(policy, self.base_dir, source=self.source)

@@ -33,6 +33,7 @@ from inferway.gateway.runtime import (
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import Policy, PolicyError, load_policy
+from inferway.state import State
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
 
 if TYPE_CHECKING:
@@ -79,32 +80,32 @@ EndpointsFileOption = Annotated[
 ]
 
 
-def _load_or_exit(path: Path, endpoints_file: Path | None = None) -> Policy:
-    """The policy with its endpoints file (``--endpoints-file``, else the policy's own
-    ``endpoints_file``) merged in, as ``run`` would serve it; every located problem of
+def _load_or_exit(path: Path, endpoints_file: Path | None = None) -> tuple[Policy, State]:
+    """The policy and the State holding its endpoints file (``--endpoints-file``, else the
+    policy's own ``endpoints_file``), as ``run`` would serve them; every located problem of
     either file is printed and exits 1."""
     from inferway.policies.endpoints import endpoints_file_path, load_endpoints
-    from inferway.policies.resolve import RuntimeState, resolve_policy
 
     try:
         policy = load_policy(path, external_endpoints=endpoints_file is not None)
         source = endpoints_file or endpoints_file_path(policy, path)
-        if source is not None:
-            endpoints = load_endpoints(source, services=[s.name for s in policy.services])
-            policy = resolve_policy(policy, RuntimeState(endpoints=endpoints)).policy
-        return policy
+        if source is None:
+            return policy, State()
+        endpoints = load_endpoints(source, services=[s.name for s in policy.services])
+        return policy, State(endpoints=endpoints)
     except PolicyError as error:
         print_issues(make_console(stderr=True), error.issues)
         raise typer.Exit(1) from None
 
 
-def _translate_or_exit(path: Path, policy: Policy) -> Resources:
-    """The policy's Envoy resources; a translation error (a bug, or a case the checks miss)
-    is one ``file: message`` line and exit 1, not a traceback."""
-    from inferway.xds.translate import translate_policy
+def _translate_or_exit(path: Path, policy: Policy, state: State) -> Resources:
+    """The policy's Envoy resources; a resolve or translation error (a bug, or a case the
+    checks miss) is one ``file: message`` line and exit 1, not a traceback."""
+    from inferway.resolve import resolve_policy
+    from inferway.xds.translate import translate
 
     try:
-        return translate_policy(policy)
+        return translate(resolve_policy(policy, state))
     except (ValueError, TypeError) as error:
         make_console(stderr=True).print(
             Text(f"{path}: cannot translate to Envoy configuration: {error}", style="red")
@@ -118,8 +119,8 @@ def validate(file: PolicyFile, endpoints_file: EndpointsFileOption = None) -> No
     every located problem."""
     from inferway.xds.snapshot import build_snapshot
 
-    policy = _load_or_exit(file, endpoints_file)
-    snapshot = build_snapshot(_translate_or_exit(file, policy))
+    policy, state = _load_or_exit(file, endpoints_file)
+    snapshot = build_snapshot(_translate_or_exit(file, policy, state))
     problems = snapshot.consistent()
     err = make_console(stderr=True)
     if problems:
@@ -150,7 +151,7 @@ def render(
     with the endpoints of its endpoints file."""
     from inferway.xds.resources import resources_to_yaml
 
-    text = resources_to_yaml(_translate_or_exit(file, _load_or_exit(file, endpoints_file)))
+    text = resources_to_yaml(_translate_or_exit(file, *_load_or_exit(file, endpoints_file)))
     if output == "-":
         sys.stdout.write(text)
     else:

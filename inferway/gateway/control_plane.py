@@ -17,11 +17,12 @@ from opentelemetry import trace
 
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
-from inferway.policies.resolve import Resolved, RuntimeState, resolve_policy
+from inferway.resolve import IR, resolve_policy
+from inferway.state import State
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
-from inferway.xds.translate import translate_resolved
+from inferway.xds.translate import translate
 
 __all__ = ["AppliedPolicy", "ControlPlane", "PolicyRefusedError", "Refusal"]
 
@@ -70,25 +71,25 @@ class ControlPlane:
         *,
         group: str = "default",
         clock: Callable[[], float] = time.time,
-        translate: Callable[[Resolved], Resources] = translate_resolved,
-        state: RuntimeState | None = None,
+        translate: Callable[[IR], Resources] = translate,
+        state: State | None = None,
     ) -> None:
         self.cache = cache
         self.group = group
         self._clock = clock
         self._translate = translate
-        self._state = state or RuntimeState()
+        self._state = state or State()
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
         self._observers: list[Any] = []
-        self._state_sources: list[Callable[[Policy, RuntimeState], RuntimeState]] = []
+        self._state_sources: list[Callable[[Policy, State], State]] = []
 
     def add_observer(self, observer: Any) -> None:
         """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
         ``on_refused(Refusal)`` (metrics attach here, not inside the apply logic)."""
         self._observers.append(observer)
 
-    def add_state_source(self, source: Callable[[Policy, RuntimeState], RuntimeState]) -> None:
+    def add_state_source(self, source: Callable[[Policy, State], State]) -> None:
         """Attach a runtime source that must see each policy before it is applied (e.g. the
         certificate files it names): ``source(policy, state)`` returns the state to apply with,
         or raises PolicyError, which refuses the edit."""
@@ -105,7 +106,7 @@ class ControlPlane:
                 log.exception("control plane observer %r.%s failed", observer, method)
 
     @property
-    def state(self) -> RuntimeState:
+    def state(self) -> State:
         """The runtime sources (endpoints file, certificates) the live snapshot was built with."""
         return self._state
 
@@ -145,7 +146,7 @@ class ControlPlane:
         records the refusal) when it cannot become a consistent snapshot."""
         return self._apply(policy, self._state, source)
 
-    def update_state(self, state: RuntimeState, source: str) -> str | None:
+    def update_state(self, state: State, source: str) -> str | None:
         """Swap in new runtime sources and re-push the live policy with them. Refused like a
         bad edit (PolicyRefusedError; the previous state and snapshot stay) when the result
         cannot become a consistent snapshot. Before any policy is live it is only stored."""
@@ -154,7 +155,7 @@ class ControlPlane:
             return None
         return self._apply(self._current.policy, state, source)
 
-    def _apply(self, policy: Policy, state: RuntimeState, source: str) -> str:
+    def _apply(self, policy: Policy, state: State, source: str) -> str:
         """Traced: an "apply policy" span with "translate" and "push snapshot" children."""
         with _tracer.start_as_current_span(
             "apply policy", attributes={"inferway.policy.source": source}
@@ -163,7 +164,7 @@ class ControlPlane:
             span.set_attribute("inferway.snapshot.version", version)
             return version
 
-    def _apply_untraced(self, policy: Policy, state: RuntimeState, source: str) -> str:
+    def _apply_untraced(self, policy: Policy, state: State, source: str) -> str:
         try:
             with _tracer.start_as_current_span("translate"):
                 for state_source in self._state_sources:

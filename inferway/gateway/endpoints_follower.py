@@ -21,7 +21,7 @@ from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.policies import Policy
 from inferway.policies.endpoints import endpoints_file_path
-from inferway.policies.resolve import RuntimeState
+from inferway.state import State
 
 __all__ = ["EndpointsFollower"]
 
@@ -61,7 +61,7 @@ class EndpointsFollower:
             await self.watcher.stop()
             self.watcher = None
 
-    def resolve_state(self, policy: Policy, state: RuntimeState) -> RuntimeState:
+    def resolve_state(self, policy: Policy, state: State) -> State:
         """State source: the endpoints of the file ``policy`` names (raises PolicyError)."""
         path = endpoints_file_path(policy, self._policy_path)
         self._pending = None

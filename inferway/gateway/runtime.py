@@ -35,7 +35,7 @@ from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
 from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.errors import PolicyError, PolicyIssue
-from inferway.policies.resolve import RuntimeState
+from inferway.state import State
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
@@ -145,13 +145,13 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     external_endpoints = options.endpoints_file is not None
     policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
     endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
-    state = RuntimeState()
+    state = State()
     endpoints_text = ""
     if endpoints_path is not None:
         endpoints_text, endpoints = load_initial_endpoints(
             endpoints_path, [service.name for service in policy.services]
         )
-        state = RuntimeState(endpoints=endpoints)
+        state = State(endpoints=endpoints)
     cache = SnapshotCache()
     plane = ControlPlane(cache, state=state)
     metrics = ControlPlaneMetrics.attach(plane)

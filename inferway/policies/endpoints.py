@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 ServiceEndpoints = Mapping[str, tuple[Endpoint, ...]]
-"""Service name -> its endpoints: what ``RuntimeState.endpoints`` holds."""
+"""Service name -> its endpoints: what ``inferway.state.State.endpoints`` holds."""
 
 
 class EndpointsFile(BaseModel):

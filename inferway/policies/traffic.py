@@ -40,7 +40,6 @@ __all__ = [
     "RetryBudget",
     "RetryHostSelection",
     "SuccessRate",
-    "resolve_health_check",
 ]
 
 DEFAULT_HEALTH_PATH = "/v2/health/ready"
@@ -293,11 +292,3 @@ class RateLimit(_Model):
     @property
     def bucket_size(self) -> int:
         return self.burst or self.tokens_per_fill
-
-
-def resolve_health_check(protocol: str, configured: HealthCheck | None) -> HealthCheck | None:
-    """The health check a service gets: the configured one, else the readiness probe for
-    HTTP/1 services, else none; ``enabled: false`` gives none."""
-    if configured is None:
-        return HealthCheck() if protocol == "http1" else None
-    return configured if configured.enabled else None

@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from inferway.policies import Policy, load_policy
+from inferway.resolve import resolve_policy
 from inferway.xds.envoy_binary import find_envoy
 from inferway.xds.resources import resources_to_yaml
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate
 from inferway.xds.translate.validation import build_envoy_validation_bootstrap
 
 GOLDEN = Path(__file__).parent
@@ -59,7 +60,7 @@ def test_no_stale_golden_dirs() -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_translation_matches_golden(case: str) -> None:
     case_dir = GOLDEN / case
-    rendered = resources_to_yaml(translate_policy(_load_policy(case_dir / "policy.yaml")))
+    rendered = resources_to_yaml(translate(resolve_policy(_load_policy(case_dir / "policy.yaml"))))
     expected_path = case_dir / "expected.yaml"
     if UPDATE:
         expected_path.write_text(rendered)
@@ -73,7 +74,7 @@ def test_translation_matches_golden(case: str) -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("case", CASES)
 def test_golden_output_passes_envoy_validate(case: str, tmp_path: Path) -> None:
-    resources = translate_policy(_load_policy(GOLDEN / case / "policy.yaml"))
+    resources = translate(resolve_policy(_load_policy(GOLDEN / case / "policy.yaml")))
     config = tmp_path / "bootstrap.yaml"
     config.write_text(yaml.safe_dump(build_envoy_validation_bootstrap(resources)))
     result = subprocess.run(

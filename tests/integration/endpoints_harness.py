@@ -22,7 +22,7 @@ from aiohttp import web
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.policies import load_policy_text
-from inferway.policies.resolve import RuntimeState
+from inferway.state import State
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer, start_xds_server
@@ -129,7 +129,7 @@ class EndpointsHarness:
         self.endpoints_path.write_text(text)
         policy = load_policy_text(self.policy_path.read_text(), str(self.policy_path))
         _, loaded = load_initial_endpoints(self.endpoints_path, list(SERVICES))
-        self.control_plane = ControlPlane(self.cache, state=RuntimeState(endpoints=loaded))
+        self.control_plane = ControlPlane(self.cache, state=State(endpoints=loaded))
         self.control_plane.apply_policy(policy, str(self.policy_path))
         self.watcher = EndpointsWatcher(self.endpoints_path, self.control_plane, debounce_ms=10)
         self.watcher.mark_loaded(text)

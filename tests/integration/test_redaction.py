@@ -21,12 +21,13 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from inferway.gateway.control_plane import ControlPlane
 from inferway.observability.redaction import REDACTED, RedactingFilter, redact_text
 from inferway.policies import PolicyError, load_policy_text
+from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import start_xds_server
-from inferway.xds.translate import translate_policy
-from inferway.xds.translate.redaction import header_reads, redacted_headers
+from inferway.xds.translate import translate
+from inferway.xds.translate.redaction import header_reads
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.security_helpers import poll_until, start_echo_backend
 
@@ -51,7 +52,7 @@ observability:
 
 
 def managers(policy_yaml: str) -> Iterator[hcm_pb2.HttpConnectionManager]:
-    resources = translate_policy(load_policy_text(policy_yaml, "p.yaml"))
+    resources = translate(resolve_policy(load_policy_text(policy_yaml, "p.yaml")))
     for listener in resources.of_type(type_urls.LISTENER).values():
         for chain in listener.filter_chains:  # type: ignore[attr-defined]
             for network_filter in chain.filters:
@@ -62,7 +63,7 @@ def managers(policy_yaml: str) -> Iterator[hcm_pb2.HttpConnectionManager]:
 
 def test_translated_log_format_and_trace_tags_read_no_redacted_header(tmp_path: Path) -> None:
     text = policy_text(10000, 8000, tmp_path / "access.log")
-    redacted = redacted_headers(load_policy_text(text, "p.yaml"))
+    redacted = resolve_policy(load_policy_text(text, "p.yaml")).redacted_headers
     assert {"authorization", "cookie", "x-api-key", "x-tenant-token"} <= set(redacted)
     checked = 0
     for manager in managers(text):

@@ -16,7 +16,7 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.policies import PolicyError, load_policy_text
 from inferway.policies.endpoints import endpoints_file_path, load_endpoints_text
-from inferway.policies.resolve import RuntimeState
+from inferway.state import State
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 
@@ -145,7 +145,7 @@ def started_plane(tmp_path: Path) -> tuple[ControlPlane, SnapshotCache, Path]:
     policy = load_policy_text(POLICY, str(tmp_path / "policy.yaml"))
     cache = SnapshotCache()
     _, endpoints = load_initial_endpoints(path, [s.name for s in policy.services])
-    plane = ControlPlane(cache, state=RuntimeState(endpoints=endpoints))
+    plane = ControlPlane(cache, state=State(endpoints=endpoints))
     plane.apply_policy(policy, "policy.yaml")
     return plane, cache, path
 

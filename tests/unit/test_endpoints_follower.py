@@ -15,7 +15,7 @@ from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import load_initial_endpoints
 from inferway.policies import load_policy_text
-from inferway.policies.resolve import RuntimeState
+from inferway.state import State
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 
@@ -66,7 +66,7 @@ async def test_an_edit_moves_the_endpoints_and_the_watcher_to_the_new_file(tmp_p
     policy = load_policy_text(policy_text("a.yaml"), str(policy_path))
     text, endpoints = load_initial_endpoints(a, ["llama"])
     cache = SnapshotCache()
-    plane = ControlPlane(cache, state=RuntimeState(endpoints=endpoints))
+    plane = ControlPlane(cache, state=State(endpoints=endpoints))
     follower = EndpointsFollower(plane, policy_path, a, debounce_ms=5)
     plane.add_state_source(follower.resolve_state)
     plane.add_observer(follower)

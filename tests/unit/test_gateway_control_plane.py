@@ -8,11 +8,12 @@ from envoy.config.cluster.v3 import cluster_pb2
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Endpoint, Policy
-from inferway.policies.resolve import Resolved, RuntimeState, TlsMaterial, resolve_policy
+from inferway.resolve import IR, resolve_policy
+from inferway.state import State, TlsMaterial
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import Resources
-from inferway.xds.translate import translate_resolved
+from inferway.xds.translate import translate
 
 
 def make_policy(canary_weight: float) -> Policy:
@@ -72,7 +73,7 @@ def test_an_inconsistent_snapshot_is_refused_and_the_good_one_kept() -> None:
     good = ControlPlane(cache, clock=Clock())
     kept = good.apply_policy(make_policy(10), "p.yaml")
 
-    def dangling(_resolved: Resolved) -> Resources:
+    def dangling(_ir: IR) -> Resources:
         cluster = cluster_pb2.Cluster(name="orphan", type=cluster_pb2.Cluster.EDS)
         return Resources.build({type_urls.CLUSTER: [("orphan", cluster)]})
 
@@ -87,7 +88,7 @@ def test_an_inconsistent_snapshot_is_refused_and_the_good_one_kept() -> None:
 def test_a_translation_failure_is_recorded_as_a_refusal() -> None:
     cache = SnapshotCache()
 
-    def broken(_resolved: Resolved) -> Resources:
+    def broken(_ir: IR) -> Resources:
         raise ValueError("cannot translate this")
 
     plane = ControlPlane(cache, clock=Clock(), translate=broken)
@@ -116,15 +117,15 @@ def test_runtime_endpoints_replace_inline_ones_and_repush_the_live_policy() -> N
     cache = SnapshotCache()
     plane = ControlPlane(cache, clock=Clock())
     before = plane.apply_policy(make_policy(10), "p.yaml")
-    moved = RuntimeState(endpoints={"v2": (Endpoint(host="127.0.0.1", port=9999),)})
+    moved = State(endpoints={"v2": (Endpoint(host="127.0.0.1", port=9999),)})
     after = plane.update_state(moved, "endpoints.yaml")
     assert after is not None and after != before
     assert cache.get_snapshot().version == after
     assert plane.state is moved
     # A later policy edit keeps using the runtime endpoints.
     again = plane.apply_policy(make_policy(20), "p.yaml")
-    resolved = resolve_policy(make_policy(20), moved)
-    (service,) = [s for s in resolved.policy.services if s.name == "v2"]
+    ir = resolve_policy(make_policy(20), moved)
+    (service,) = [s for s in ir.services if s.name == "v2"]
     assert [(e.host, e.port) for e in service.endpoints] == [("127.0.0.1", 9999)]
     assert again == cache.get_snapshot().version
 
@@ -132,17 +133,43 @@ def test_runtime_endpoints_replace_inline_ones_and_repush_the_live_policy() -> N
 def test_a_refused_state_update_keeps_the_previous_state_and_snapshot() -> None:
     cache = SnapshotCache()
 
-    def strict(resolved: Resolved) -> Resources:
-        if resolved.secrets:
-            raise ValueError("no secrets expected")
-        return translate_resolved(resolved)
+    def strict(ir: IR) -> Resources:
+        if any(len(s.endpoints) > 1 for s in ir.services):
+            raise ValueError("one endpoint per service expected")
+        return translate(ir)
 
     plane = ControlPlane(cache, clock=Clock(), translate=strict)
     kept = plane.apply_policy(make_policy(10), "p.yaml")
+    extra = (Endpoint(host="127.0.0.1", port=8001), Endpoint(host="127.0.0.1", port=8009))
     with pytest.raises(PolicyRefusedError):
-        plane.update_state(RuntimeState(secrets={"s": TlsMaterial(private_key=b"k")}), "certs")
+        plane.update_state(State(endpoints={"v1": extra}), "endpoints.yaml")
     assert cache.get_snapshot().version == kept
-    assert plane.state.secrets == {}
+    assert plane.state.endpoints == {}
+
+
+def test_a_weight_override_naming_no_backend_of_its_route_is_refused() -> None:
+    cache = SnapshotCache()
+    plane = ControlPlane(cache, clock=Clock())
+    kept = plane.apply_policy(make_policy(10), "p.yaml")
+    with pytest.raises(PolicyRefusedError) as refused:
+        plane.update_state(State(weights={"model": {"v3": 50}}), "rollout")
+    assert "route 'model': v3 is not a backend of the route" in str(refused.value)
+    assert cache.get_snapshot().version == kept
+    assert plane.state.weights == {}
+
+
+def test_a_weight_override_moves_traffic_without_a_policy_edit() -> None:
+    cache = SnapshotCache()
+    plane = ControlPlane(cache, clock=Clock())
+    plane.apply_policy(make_policy(10), "p.yaml")
+    plane.update_state(State(weights={"model": {"v1": 50, "v2": 50}}), "rollout")
+    route = cache.get_snapshot().resources.of_type(type_urls.ROUTE)["public"]
+    clusters = route.virtual_hosts[0].routes[0].route.weighted_clusters.clusters  # type: ignore[attr-defined]
+    assert [(c.name, c.weight.value) for c in clusters] == [("v1", 500), ("v2", 500)]
+    plane.update_state(State(), "rollout")  # undoing the override is a State change
+    route = cache.get_snapshot().resources.of_type(type_urls.ROUTE)["public"]
+    clusters = route.virtual_hosts[0].routes[0].route.weighted_clusters.clusters  # type: ignore[attr-defined]
+    assert [(c.name, c.weight.value) for c in clusters] == [("v1", 900), ("v2", 100)]
 
 
 def test_tls_material_never_shows_its_private_key() -> None:

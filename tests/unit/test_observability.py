@@ -22,6 +22,8 @@ from inferway.observability.trace_tree import build_trace_tree, find_trace_id, r
 from inferway.policies.checks import check_policy
 from inferway.policies.model import Policy
 from inferway.policies.observability import AccessLog, Tracing
+from inferway.resolve import resolve_policy
+from inferway.resolve.ir.observability import AccessLogIR, LogFieldIR
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.translate import names
 from inferway.xds.translate.access_log import ACCESS_LOG_FIELDS, build_access_log
@@ -94,7 +96,8 @@ def test_check_refuses_an_extra_field_logging_a_redacted_header() -> None:
 
 def test_tracing_translates_to_an_opentelemetry_tracer_and_an_http2_collector() -> None:
     policy = _policy(tracing={"collector": "127.0.0.1:4317", "sampling_percent": 12.5})
-    manager = build_http_connection_manager(policy.listeners[0], observability=policy.observability)
+    ir = resolve_policy(policy)
+    manager = build_http_connection_manager(ir.listeners[0], observability=ir.observability)
     assert manager.tracing.random_sampling.value == 12.5
     assert manager.always_set_request_id_in_response
     config = opentelemetry_pb2.OpenTelemetryConfig()
@@ -103,7 +106,7 @@ def test_tracing_translates_to_an_opentelemetry_tracer_and_an_http2_collector() 
     assert config.service_name == "inferway-gateway"
     assert [t.request_header.name for t in manager.tracing.custom_tags] == ["x-request-id"]
 
-    cluster = build_collector_cluster(policy.observability.tracing)  # type: ignore[union-attr]
+    cluster = build_collector_cluster(ir.observability.tracing)  # type: ignore[arg-type]
     options = hpo_pb2.HttpProtocolOptions()
     cluster.typed_extension_protocol_options[names.HTTP_PROTOCOL_OPTIONS].Unpack(options)
     assert options.explicit_http_config.HasField("http2_protocol_options")
@@ -115,14 +118,16 @@ def test_tracing_translates_to_an_opentelemetry_tracer_and_an_http2_collector() 
 
 
 def test_a_collector_hostname_resolves_ipv4_first_like_service_clusters() -> None:
-    policy = _policy(tracing={"collector": "otel.example:4317"})
-    cluster = build_collector_cluster(policy.observability.tracing)  # type: ignore[union-attr]
+    ir = resolve_policy(_policy(tracing={"collector": "otel.example:4317"}))
+    cluster = build_collector_cluster(ir.observability.tracing)  # type: ignore[arg-type]
     assert cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
     assert cluster.dns_lookup_family == cluster_pb2.Cluster.DnsLookupFamily.V4_PREFERRED
 
 
 def test_access_log_translates_to_json_lines_with_request_and_trace_ids() -> None:
-    log = build_access_log(AccessLog(path="/var/log/a.log", extra_fields={"ua": "%REQ(UA)%"}))
+    log = build_access_log(
+        AccessLogIR(path="/var/log/a.log", extra_fields=(LogFieldIR("ua", "%REQ(UA)%"),))
+    )
     config = file_pb2.FileAccessLog()
     log.typed_config.Unpack(config)
     fields = {k: v.string_value for k, v in config.log_format.json_format.fields.items()}
@@ -133,7 +138,8 @@ def test_access_log_translates_to_json_lines_with_request_and_trace_ids() -> Non
 
 
 def test_no_observability_leaves_the_manager_untouched() -> None:
-    manager = build_http_connection_manager(_policy().listeners[0], observability=None)
+    ir = resolve_policy(_policy())
+    manager = build_http_connection_manager(ir.listeners[0], observability=ir.observability)
     assert not manager.HasField("tracing") and not manager.access_log
 
 

@@ -11,8 +11,10 @@ from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from inferway.policies import PolicyError, dump_policy, load_policy_text
 from inferway.policies.access import Access, AccessRule
 from inferway.policies.checks_access import listener_requires_client_certificate
+from inferway.resolve import resolve_policy
+from inferway.resolve.routes import resolve_access
 from inferway.xds.resources import resources_to_yaml
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate
 from inferway.xds.translate.rbac import (
     DENIED_BY_RULE_POLICY,
     NOT_ALLOWED_POLICY,
@@ -98,7 +100,7 @@ def test_translation_deny_rules_and_not_allowed_policies() -> None:
         allow=[AccessRule(identities=["spiffe://td/a", "spiffe://td/ns/*", "spiffe://*/sa/m"])],
         deny=[AccessRule(source_ips=["192.168.0.0/16"], headers=[{"name": "x-a", "exact": "1"}])],
     )
-    per_route = build_rbac_per_route(access)
+    per_route = build_rbac_per_route(resolve_access(access))  # type: ignore[arg-type]
     rules = per_route.rbac.rules
     assert rules.action == rbac_config_pb2.RBAC.Action.DENY
     assert set(rules.policies) == {DENIED_BY_RULE_POLICY, NOT_ALLOWED_POLICY}
@@ -112,12 +114,13 @@ def test_translation_deny_rules_and_not_allowed_policies() -> None:
 
 
 def test_deny_only_access_has_no_not_allowed_policy() -> None:
-    rules = build_rbac_per_route(Access(deny=[AccessRule(source_ips=["::1/128"])])).rbac.rules
+    access = resolve_access(Access(deny=[AccessRule(source_ips=["::1/128"])]))
+    rules = build_rbac_per_route(access).rbac.rules  # type: ignore[arg-type]
     assert set(rules.policies) == {DENIED_BY_RULE_POLICY}
 
 
 def test_unrestricted_policy_gets_no_rbac_filter() -> None:
-    resources = translate_policy(load_policy_text(with_access("{}"), "p.yaml"))
+    resources = translate(resolve_policy(load_policy_text(with_access("{}"), "p.yaml")))
     rendered = resources_to_yaml(resources)
     assert "envoy.filters.http.router" in rendered
     assert RBAC_FILTER not in rendered
@@ -128,7 +131,7 @@ def test_restricted_route_gets_per_route_config() -> None:
     policy = load_policy_text(with_access("deny: [{source_ips: [127.0.0.1/32]}]"), "p.yaml")
     from inferway.xds.translate.route import build_route
 
-    route = build_route(policy.routes[0])
+    route = build_route(resolve_policy(policy).listeners[0].routes[0])
     per_route = rbac_pb2.RBACPerRoute()
     assert route.typed_per_filter_config[RBAC_FILTER].Unpack(per_route)
     assert per_route.rbac.rules.policies[DENIED_BY_RULE_POLICY].principals

@@ -18,11 +18,12 @@ from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
 from inferway.gateway.certs import build_ca, build_certificate, write_bundle
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
 from inferway.policies import PolicyError, load_policy_text
-from inferway.policies.resolve import Resolved, TlsMaterial
+from inferway.resolve import resolve_policy
+from inferway.state import State, TlsMaterial
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import resources_to_yaml
-from inferway.xds.translate import translate_resolved
+from inferway.xds.translate import translate
 from inferway.xds.translate.listener import build_http_connection_manager
 from inferway.xds.translate.rate_limit import RATE_LIMITED_BODY
 from inferway.xds.translate.rbac import FORBIDDEN_BODY
@@ -88,7 +89,7 @@ def test_listener_and_cluster_refer_to_sds_secrets_and_identity_is_rbac() -> Non
         "service/model/ca": TlsMaterial(trusted_ca=b"A"),
         "listener/gone/cert": TlsMaterial(certificate_chain=b"C", private_key=b"K"),
     }
-    resources = translate_resolved(Resolved(policy, material))
+    resources = translate(resolve_policy(policy, State(secrets=material)))
     # Unreferenced material is not sent.
     assert sorted(resources.of_type(type_urls.SECRET)) == [
         "listener/secure/ca",
@@ -216,7 +217,7 @@ routes:
 
 def test_identity_access_and_rate_limit_each_keep_their_local_reply_body() -> None:
     policy = load_policy_text(IDENTITY_ACCESS_RATE_LIMIT)
-    manager = build_http_connection_manager(policy.listeners[0], routes=policy.routes)
+    manager = build_http_connection_manager(resolve_policy(policy).listeners[0])
     mappers = manager.local_reply_config.mappers
     bodies = [m.body_format_override.text_format_source.inline_string for m in mappers]
     assert len(bodies) == 3

@@ -11,8 +11,8 @@ from inferway.policies.traffic import (
     DEFAULT_HEALTH_PATH,
     HealthCheck,
     RateLimit,
-    resolve_health_check,
 )
+from inferway.resolve.traffic import resolve_health_check
 
 
 def _policy(service: dict[str, Any] | None = None, route: dict[str, Any] | None = None) -> Policy:
@@ -32,10 +32,12 @@ def _messages(policy: Policy) -> list[str]:
 def test_http1_services_get_the_readiness_probe_and_http2_services_none_by_default() -> None:
     check = resolve_health_check("http1", None)
     assert check is not None and check.path == DEFAULT_HEALTH_PATH == "/v2/health/ready"
+    assert (check.interval, check.timeout, check.no_traffic_interval) == (2.0, 1.0, 2.0)
     assert resolve_health_check("http2", None) is None
     assert resolve_health_check("http1", HealthCheck(enabled=False)) is None
-    grpc = HealthCheck(type="grpc")
-    assert resolve_health_check("http2", grpc) is grpc
+    grpc = resolve_health_check("http2", HealthCheck(type="grpc", interval=0.5))
+    assert grpc is not None and grpc.type == "grpc"
+    assert (grpc.timeout, grpc.no_traffic_interval) == (0.5, 0.5)  # shorter interval wins
 
 
 def test_rate_limit_needs_exactly_one_way_to_give_the_rate() -> None:

@@ -15,9 +15,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
 
 from inferway.policies.model import Policy
+from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources, content_hash, resources_to_yaml
-from inferway.xds.translate import translate_policy
+from inferway.xds.translate import translate
 from inferway.xds.translate.validation import build_envoy_validation_bootstrap
 
 CANARY = """
@@ -48,14 +49,17 @@ def _routes(resources: Resources, name: str = "ingress") -> list[Any]:
 
 
 def test_canary_weights_become_permille() -> None:
-    route = _routes(translate_policy(_policy(CANARY)))[0]
+    route = _routes(translate(resolve_policy(_policy(CANARY))))[0]
     weights = {c.name: c.weight.value for c in route.route.weighted_clusters.clusters}
     assert weights == {"v1": 999, "v2": 1}
     assert not route.route.weighted_clusters.HasField("total_weight")
 
 
 def test_translation_is_byte_identical_for_the_same_policy() -> None:
-    first, second = translate_policy(_policy(CANARY)), translate_policy(_policy(CANARY))
+    first, second = (
+        translate(resolve_policy(_policy(CANARY))),
+        translate(resolve_policy(_policy(CANARY))),
+    )
     assert resources_to_yaml(first) == resources_to_yaml(second)
     for type_url in first.type_urls():
         a, b = first.of_type(type_url), second.of_type(type_url)
@@ -67,10 +71,10 @@ def test_translation_is_byte_identical_for_the_same_policy() -> None:
 
 
 def test_a_different_policy_gives_different_output() -> None:
-    canary = translate_policy(_policy(CANARY))
+    canary = translate(resolve_policy(_policy(CANARY)))
     data = yaml.safe_load(CANARY)
     data["routes"][0]["backends"][1]["weight"] = 5
-    shifted = translate_policy(Policy.model_validate(data))
+    shifted = translate(resolve_policy(Policy.model_validate(data)))
     assert resources_to_yaml(canary) != resources_to_yaml(shifted)
     routes_a = canary.of_type(type_urls.ROUTE).values()
     routes_b = shifted.of_type(type_urls.ROUTE).values()
@@ -84,20 +88,20 @@ def test_a_different_policy_gives_different_output() -> None:
 def test_endpoint_order_in_policy_does_not_change_output() -> None:
     data = yaml.safe_load(CANARY)
     data["services"][0]["endpoints"].reverse()
-    assert resources_to_yaml(translate_policy(Policy.model_validate(data))) == resources_to_yaml(
-        translate_policy(_policy(CANARY))
-    )
+    assert resources_to_yaml(
+        translate(resolve_policy(Policy.model_validate(data)))
+    ) == resources_to_yaml(translate(resolve_policy(_policy(CANARY))))
 
 
 def test_single_backend_is_a_plain_cluster() -> None:
     policy = _policy(CANARY, routes=[{"name": "r", "backends": [{"service": "v2"}]}])
-    action = _routes(translate_policy(policy))[0].route
+    action = _routes(translate(resolve_policy(policy)))[0].route
     assert action.cluster == "v2"
     assert not action.HasField("weighted_clusters")
 
 
 def test_resource_names_follow_the_contract() -> None:
-    resources = translate_policy(_policy(CANARY))
+    resources = translate(resolve_policy(_policy(CANARY)))
     assert list(resources.of_type(type_urls.LISTENER)) == ["ingress"]
     assert list(resources.of_type(type_urls.ROUTE)) == ["ingress"]
     assert list(resources.of_type(type_urls.CLUSTER)) == ["v1", "v2"]
@@ -129,7 +133,7 @@ def test_status_codes_are_retried_through_retriable_status_codes_never_bare() ->
             }
         ],
     )
-    retry = _routes(translate_policy(policy))[0].route.retry_policy
+    retry = _routes(translate(resolve_policy(policy)))[0].route.retry_policy
     assert retry.retry_on == "reset,retriable-status-codes"
     assert "503" not in retry.retry_on
     assert list(retry.retriable_status_codes) == [502, 503]
@@ -157,7 +161,7 @@ def test_header_matchers_cover_present_invert_and_regex() -> None:
             }
         ],
     )
-    match = _routes(translate_policy(policy))[0].match
+    match = _routes(translate(resolve_policy(policy)))[0].match
     assert match.safe_regex.regex == "^/v2/.*$"
     a, b, c = match.headers
     assert a.present_match and a.invert_match
@@ -175,7 +179,7 @@ def test_routes_are_served_only_on_their_listeners_in_policy_order() -> None:
             {"name": "only-a", "listeners": ["a"], "backends": [{"service": "v1"}]},
         ],
     )
-    resources = translate_policy(policy)
+    resources = translate(resolve_policy(policy))
     assert [r.name for r in _routes(resources, "a")] == ["both", "only-a"]
     assert [r.name for r in _routes(resources, "b")] == ["only-b", "both"]
 
@@ -196,7 +200,7 @@ def test_zones_give_locality_weights_and_locality_weighted_lb() -> None:
             {"name": "v2"},
         ],
     )
-    resources = translate_policy(policy)
+    resources = translate(resolve_policy(policy))
     assignment = resources.of_type(type_urls.ENDPOINT)["v1"]
     summary = [
         (g.priority, g.locality.zone, g.load_balancing_weight.value, len(g.lb_endpoints))
@@ -216,7 +220,7 @@ def test_zones_give_locality_weights_and_locality_weighted_lb() -> None:
 )
 def test_upstream_protocol_is_explicit(protocol: str, field: str) -> None:
     policy = _policy(CANARY, services=[{"name": "v1", "protocol": protocol}, {"name": "v2"}])
-    cluster = translate_policy(policy).of_type(type_urls.CLUSTER)["v1"]
+    cluster = translate(resolve_policy(policy)).of_type(type_urls.CLUSTER)["v1"]
     assert isinstance(cluster, cluster_pb2.Cluster)
     assert cluster.type == cluster_pb2.Cluster.DiscoveryType.EDS
     options = hpo_pb2.HttpProtocolOptions()
@@ -230,7 +234,7 @@ def test_validation_bootstrap_inlines_routes_and_endpoints() -> None:
         CANARY,
         services=[{"name": "v1", "endpoints": ["model.internal:80"]}, {"name": "v2"}],
     )
-    bootstrap = build_envoy_validation_bootstrap(translate_policy(policy))
+    bootstrap = build_envoy_validation_bootstrap(translate(resolve_policy(policy)))
     assert bootstrap["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
     clusters = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}
     assert clusters["v1"]["type"] == "STRICT_DNS"
@@ -245,7 +249,7 @@ def test_validation_bootstrap_inlines_routes_and_endpoints() -> None:
 
 
 def test_validation_bootstrap_names_a_missing_route_configuration() -> None:
-    resources = translate_policy(_policy(CANARY))
+    resources = translate(resolve_policy(_policy(CANARY)))
     without_routes = Resources.build(
         {
             t: list(resources.of_type(t).items())
@@ -261,7 +265,7 @@ def test_hostname_endpoints_make_a_dns_cluster_without_eds() -> None:
     policy = _policy(
         CANARY, services=[{"name": "v1", "endpoints": ["localhost:8000"]}, {"name": "v2"}]
     )
-    resources = translate_policy(policy)
+    resources = translate(resolve_policy(policy))
     cluster = resources.of_type(type_urls.CLUSTER)["v1"]
     assert isinstance(cluster, cluster_pb2.Cluster)
     assert cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS

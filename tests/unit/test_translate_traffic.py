@@ -11,8 +11,9 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from inferway.backends.orca import ORCA_HEADER as BACKEND_ORCA_HEADER
 from inferway.policies import Policy
+from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
-from inferway.xds.translate import names, translate_policy
+from inferway.xds.translate import names, translate
 from inferway.xds.translate.load_balancing import (
     CSWRR_POLICY,
     ORCA_HEADER,
@@ -30,7 +31,7 @@ def _translate(service: dict[str, Any], route: dict[str, Any] | None = None) -> 
             "routes": [{"name": "all", "backends": [{"service": "m"}], **(route or {})}],
         }
     )
-    return translate_policy(policy)
+    return translate(resolve_policy(policy))
 
 
 def _manager(resources: Any) -> hcm_pb2.HttpConnectionManager:

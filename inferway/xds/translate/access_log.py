@@ -16,7 +16,7 @@ from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.formatter.req_without_query.v3 import req_without_query_pb2
 from google.protobuf import struct_pb2
 
-from inferway.policies.observability import AccessLog
+from inferway.resolve.ir.observability import AccessLogIR
 from inferway.xds.translate._protos import pack
 
 __all__ = [
@@ -52,10 +52,10 @@ ACCESS_LOG_FIELDS: dict[str, str] = {
 """The JSON keys of every line and the Envoy command operators that fill them."""
 
 
-def build_access_log_format(access_log: AccessLog) -> sfs_pb2.SubstitutionFormatString:
+def build_access_log_format(access_log: AccessLogIR) -> sfs_pb2.SubstitutionFormatString:
     """The JSON line format: :data:`ACCESS_LOG_FIELDS` plus the policy's extra fields
     (which may not replace the standard ones)."""
-    fields = {**access_log.extra_fields, **ACCESS_LOG_FIELDS}
+    fields = {**{f.name: f.format for f in access_log.extra_fields}, **ACCESS_LOG_FIELDS}
     body = struct_pb2.Struct()
     for key in sorted(fields):
         body.fields[key].string_value = fields[key]
@@ -70,7 +70,7 @@ def build_access_log_format(access_log: AccessLog) -> sfs_pb2.SubstitutionFormat
     )
 
 
-def build_access_log(access_log: AccessLog) -> accesslog_pb2.AccessLog:
+def build_access_log(access_log: AccessLogIR) -> accesslog_pb2.AccessLog:
     """An HCM access logger writing JSON lines to stdout, stderr or a file."""
     log_format = build_access_log_format(access_log)
     if access_log.path == "stdout":

@@ -10,7 +10,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import protocol_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
 
-from inferway.policies.model import Service
+from inferway.resolve.ir.service import ServiceIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, duration, pack
 from inferway.xds.translate.circuit_breakers import build_circuit_breakers
@@ -19,21 +19,15 @@ from inferway.xds.translate.endpoint import (
     build_cluster_load_assignment,
     uses_hostnames,
 )
-from inferway.xds.translate.health_check import build_health_checks
+from inferway.xds.translate.health_check import build_health_check
 from inferway.xds.translate.load_balancing import apply_load_balancing
 from inferway.xds.translate.outlier_detection import build_outlier_detection
 from inferway.xds.translate.tls import build_service_transport_socket
 
-__all__ = ["build_cluster", "build_http_protocol_options", "uses_localities"]
+__all__ = ["build_cluster", "build_http_protocol_options"]
 
 
-def uses_localities(service: Service) -> bool:
-    """Zones turn on locality-weighted balancing: traffic first splits across zones by
-    their summed endpoint weights, then round-robins inside a zone."""
-    return any(e.zone is not None for e in service.endpoints)
-
-
-def build_http_protocol_options(service: Service) -> hpo_pb2.HttpProtocolOptions:
+def build_http_protocol_options(service: ServiceIR) -> hpo_pb2.HttpProtocolOptions:
     """Upstream protocol is explicit either way, so the rendered config says what is spoken."""
     if service.protocol == "http2":
         explicit = hpo_pb2.HttpProtocolOptions.ExplicitHttpConfig(
@@ -46,9 +40,9 @@ def build_http_protocol_options(service: Service) -> hpo_pb2.HttpProtocolOptions
     return hpo_pb2.HttpProtocolOptions(explicit_http_config=explicit)
 
 
-def build_cluster(service: Service) -> cluster_pb2.Cluster:
+def build_cluster(service: ServiceIR) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
-        name=names.cluster_name(service),
+        name=service.name,
         connect_timeout=duration(service.connect_timeout),
         # A replica removed from the endpoints leaves rotation at once, even while it still
         # passes health checks (Envoy's default keeps it until a check fails).
@@ -63,18 +57,18 @@ def build_cluster(service: Service) -> cluster_pb2.Cluster:
         cluster.eds_cluster_config.CopyFrom(
             cluster_pb2.Cluster.EdsClusterConfig(
                 eds_config=ads_config_source(),
-                service_name=names.cluster_name(service),
+                service_name=service.name,
             )
         )
     cluster.typed_extension_protocol_options[names.HTTP_PROTOCOL_OPTIONS].CopyFrom(
         pack(build_http_protocol_options(service))
     )
-    apply_load_balancing(cluster, service)  # policy, panic threshold, zone weighting
-    cluster.health_checks.extend(build_health_checks(service))
-    outlier_detection = build_outlier_detection(service)
-    if outlier_detection is not None:
-        cluster.outlier_detection.CopyFrom(outlier_detection)
-    cluster.circuit_breakers.CopyFrom(build_circuit_breakers(service))
+    apply_load_balancing(cluster, service.load_balancing)  # policy, panic, zone weighting
+    if service.health_check is not None:
+        cluster.health_checks.append(build_health_check(service.health_check, service.protocol))
+    if service.outlier_detection is not None:
+        cluster.outlier_detection.CopyFrom(build_outlier_detection(service.outlier_detection))
+    cluster.circuit_breakers.CopyFrom(build_circuit_breakers(service.circuit_breakers))
     transport_socket = build_service_transport_socket(service)
     if transport_socket is not None:
         cluster.transport_socket.CopyFrom(transport_socket)

@@ -1,28 +1,21 @@
 """Cluster load assignments: a service's replicas grouped by (priority, zone).
 
-Weights are explicit at both levels: per endpoint (the policy weight) and per locality
-(the sum of its endpoints' weights), so locality-weighted balancing sends each zone the
-share its replicas add up to. grpcio's xDS client also requires locality weights
-(ENVOY_NOTES)."""
+Weights are explicit at both levels: per endpoint and per locality (resolved: the zone's
+configured weight, else the sum of its endpoints' weights), so locality-weighted balancing
+sends each zone its share. grpcio's xDS client also requires locality weights (ENVOY_NOTES)."""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
-from itertools import groupby
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
-from inferway.policies.model import Endpoint, Service
-from inferway.xds.translate import names
+from inferway.resolve.ir.service import EndpointIR, LocalityIR, ServiceIR
 from inferway.xds.translate._protos import uint32_value
-from inferway.xds.translate.load_balancing import (
-    build_assignment_policy,
-    resolve_locality_weight,
-)
+from inferway.xds.translate.load_balancing import build_assignment_policy
 
 __all__ = [
     "HOSTNAME_DNS_LOOKUP_FAMILY",
@@ -46,54 +39,35 @@ def is_ip_address(host: str) -> bool:
     return True
 
 
-def uses_hostnames(service: Service) -> bool:
+def uses_hostnames(service: ServiceIR) -> bool:
     """EDS carries IP addresses only (Envoy NACKs "malformed IP address: localhost"), so a
     service with a hostname endpoint needs a DNS cluster with its endpoints inlined."""
     return not all(is_ip_address(e.host) for e in service.endpoints)
 
 
-def build_cluster_load_assignment(service: Service) -> endpoint_pb2.ClusterLoadAssignment:
-    """Localities sorted by (priority, zone), endpoints by (host, port): reordering replicas
-    in the policy does not change the content hash. No endpoints -> an empty assignment
-    (Envoy then answers 503 "no healthy upstream" instead of waiting for EDS)."""
-
-    def locality_key(e: Endpoint) -> tuple[int, str]:
-        return e.priority, e.zone or ""
-
-    ordered = sorted(service.endpoints, key=lambda e: (*locality_key(e), e.host, e.port))
-    groups = [(p, z, list(g)) for (p, z), g in groupby(ordered, key=locality_key)]
+def build_cluster_load_assignment(service: ServiceIR) -> endpoint_pb2.ClusterLoadAssignment:
+    """The IR's localities in its order (resolve sorts them, so reordering replicas does
+    not change the content hash). No endpoints -> an empty assignment (Envoy then answers
+    503 "no healthy upstream" instead of waiting for EDS)."""
     return endpoint_pb2.ClusterLoadAssignment(
-        cluster_name=names.cluster_name(service),
-        endpoints=[
-            build_locality_endpoints(
-                priority,
-                zone,
-                group,
-                weight=resolve_locality_weight(service, zone, [e.weight for e in group]),
-            )
-            for priority, zone, group in groups
-        ],
-        policy=build_assignment_policy(service),  # overprovisioning factor, explicit
+        cluster_name=service.name,
+        endpoints=[build_locality_endpoints(locality) for locality in service.localities],
+        policy=build_assignment_policy(service.load_balancing),
     )
 
 
-def build_locality_endpoints(
-    priority: int, zone: str, endpoints: Sequence[Endpoint], *, weight: int | None = None
-) -> ec_pb2.LocalityLbEndpoints:
-    """``weight``: the zone's weight (load_balancing.zones); default the endpoints' sum."""
+def build_locality_endpoints(locality: LocalityIR) -> ec_pb2.LocalityLbEndpoints:
     group = ec_pb2.LocalityLbEndpoints(
-        priority=priority,
-        lb_endpoints=[build_lb_endpoint(e) for e in endpoints],
-        load_balancing_weight=uint32_value(
-            weight if weight is not None else sum(e.weight for e in endpoints)
-        ),
+        priority=locality.priority,
+        lb_endpoints=[build_lb_endpoint(e) for e in locality.endpoints],
+        load_balancing_weight=uint32_value(locality.weight),
     )
-    if zone:
-        group.locality.CopyFrom(base_pb2.Locality(zone=zone))
+    if locality.zone:
+        group.locality.CopyFrom(base_pb2.Locality(zone=locality.zone))
     return group
 
 
-def build_lb_endpoint(endpoint: Endpoint) -> ec_pb2.LbEndpoint:
+def build_lb_endpoint(endpoint: EndpointIR) -> ec_pb2.LbEndpoint:
     return ec_pb2.LbEndpoint(
         endpoint=ec_pb2.Endpoint(
             address=address_pb2.Address(

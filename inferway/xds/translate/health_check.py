@@ -1,32 +1,25 @@
 """Active health checks: Envoy probes every replica and takes failing ones out of rotation.
 
-Intervals are always explicit: Envoy's ``no_traffic_interval`` defaults to 60 s, so a
-service that has had no traffic yet would notice a dead replica only once a minute
-(ENVOY_NOTES)."""
+Intervals are always explicit (resolve fills them in): Envoy's ``no_traffic_interval``
+defaults to 60 s, so a service that has had no traffic yet would notice a dead replica only
+once a minute (ENVOY_NOTES)."""
 
 from __future__ import annotations
 
 from envoy.config.core.v3 import health_check_pb2
 from envoy.type.v3 import http_pb2
 
-from inferway.policies.model import Service
-from inferway.policies.traffic import HealthCheck, resolve_health_check
+from inferway.resolve.ir.traffic import HealthCheckIR
 from inferway.xds.translate._protos import duration, uint32_value
 
-__all__ = ["build_health_check", "build_health_checks"]
+__all__ = ["build_health_check"]
 
 
-def build_health_checks(service: Service) -> list[health_check_pb2.HealthCheck]:
-    """The service's health check (default: the readiness probe for HTTP/1 services)."""
-    check = resolve_health_check(service.protocol, service.health_check)
-    return [] if check is None else [build_health_check(check, service.protocol)]
-
-
-def build_health_check(check: HealthCheck, protocol: str) -> health_check_pb2.HealthCheck:
+def build_health_check(check: HealthCheckIR, protocol: str) -> health_check_pb2.HealthCheck:
     proto = health_check_pb2.HealthCheck(
-        timeout=duration(check.probe_timeout),
+        timeout=duration(check.timeout),
         interval=duration(check.interval),
-        no_traffic_interval=duration(check.idle_interval),
+        no_traffic_interval=duration(check.no_traffic_interval),
         unhealthy_threshold=uint32_value(check.unhealthy_threshold),
         healthy_threshold=uint32_value(check.healthy_threshold),
     )

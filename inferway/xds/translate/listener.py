@@ -3,8 +3,6 @@ routes by RDS over the ADS stream, so a route change never drains a listener."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from envoy.config.core.v3 import address_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.config.route.v3 import route_pb2
@@ -13,15 +11,14 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
-from inferway.policies.model import Listener, Route
-from inferway.policies.observability import Observability
+from inferway.resolve.ir.listener import ListenerIR
+from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.rate_limit import apply_rate_limit
 from inferway.xds.translate.rbac import apply_access_control
-from inferway.xds.translate.route import routes_for_listener
 from inferway.xds.translate.tls import apply_identity_check, build_listener_transport_socket
 
 __all__ = ["build_http_connection_manager", "build_listener", "build_router_filter"]
@@ -33,14 +30,14 @@ def build_router_filter() -> hcm_pb2.HttpFilter:
 
 
 def build_http_connection_manager(
-    listener: Listener,
+    listener: ListenerIR,
     *,
     route_config: route_pb2.RouteConfiguration | None = None,
-    routes: Sequence[Route] = (),
-    observability: Observability | None = None,
+    observability: ObservabilityIR | None = None,
 ) -> hcm_pb2.HttpConnectionManager:
     """HCM for ``listener``: RDS over ADS, or ``route_config`` inlined when given (the
-    static bootstrap used for ``envoy --mode validate``).
+    static bootstrap used for ``envoy --mode validate``). ``observability`` is the IR's
+    (tracing, access logs); None leaves both off.
 
     ``use_remote_address`` stays false: as a sidecar, Envoy must not rewrite
     X-Forwarded-For as if it were the edge. Request ids are generated so traces and logs
@@ -54,15 +51,16 @@ def build_http_connection_manager(
         generate_request_id=bool_value(True),
         normalize_path=bool_value(True),
     )
-    apply_access_control(manager, routes_for_listener(routes, listener))
-    apply_rate_limit(manager, routes_for_listener(routes, listener))
+    apply_access_control(manager, listener.routes)
+    apply_rate_limit(manager, listener.routes)
     apply_identity_check(manager, listener)
-    apply_observability(manager, observability)
+    if observability is not None:
+        apply_observability(manager, observability)
     if route_config is None:
         manager.rds.CopyFrom(
             hcm_pb2.Rds(
                 config_source=ads_config_source(),
-                route_config_name=names.route_config_name(listener),
+                route_config_name=listener.name,
             )
         )
     else:
@@ -71,14 +69,13 @@ def build_http_connection_manager(
 
 
 def build_listener(
-    listener: Listener,
+    listener: ListenerIR,
     *,
     route_config: route_pb2.RouteConfiguration | None = None,
-    routes: Sequence[Route] = (),
-    observability: Observability | None = None,
+    observability: ObservabilityIR | None = None,
 ) -> listener_pb2.Listener:
     return listener_pb2.Listener(
-        name=names.listener_name(listener),
+        name=listener.name,
         stat_prefix=listener.name,
         address=address_pb2.Address(
             socket_address=address_pb2.SocketAddress(
@@ -96,7 +93,6 @@ def build_listener(
                             build_http_connection_manager(
                                 listener,
                                 route_config=route_config,
-                                routes=routes,
                                 observability=observability,
                             )
                         ),

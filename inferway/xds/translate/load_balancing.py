@@ -9,8 +9,6 @@ wrapped in ``wrr_locality``, which weights the zones itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -23,8 +21,8 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf.message import Message
 from google.protobuf.wrappers_pb2 import BoolValue, FloatValue
 
-from inferway.policies.model import Route, Service
-from inferway.policies.traffic import HashOn, LoadAwareSettings, LoadBalancing
+from inferway.resolve.ir.route import HashPolicyIR
+from inferway.resolve.ir.traffic import LoadAwareIR, LoadBalancingIR
 from inferway.xds.translate._protos import duration, pack, uint32_value
 
 __all__ = [
@@ -35,10 +33,6 @@ __all__ = [
     "build_assignment_policy",
     "build_client_side_wrr",
     "build_hash_policy",
-    "build_route_hash_policies",
-    "resolve_load_balancing",
-    "resolve_locality_weight",
-    "uses_zones",
 ]
 
 ORCA_HEADER = "endpoint-load-metrics"
@@ -55,57 +49,35 @@ _LEGACY = {
     "ring_hash": cluster_pb2.Cluster.LbPolicy.RING_HASH,
     "maglev": cluster_pb2.Cluster.LbPolicy.MAGLEV,
 }
-_HASHING = frozenset({"ring_hash", "maglev"})
 
 
-def resolve_load_balancing(service: Service) -> LoadBalancing:
-    return service.load_balancing or LoadBalancing()
-
-
-def uses_zones(service: Service) -> bool:
-    """Zones turn on locality-weighted balancing: traffic first splits across a tier's
-    zones by weight, then across the zone's endpoints."""
-    return any(e.zone is not None for e in service.endpoints)
-
-
-def resolve_locality_weight(service: Service, zone: str, endpoint_weights: Sequence[int]) -> int:
-    """The configured weight of ``zone``, else the sum of its endpoints' weights (a zone
-    the policy's ``zones`` map does not name also falls back to the sum: endpoints can
-    come from a runtime source the policy file never saw)."""
-    zones = resolve_load_balancing(service).zones or {}
-    return zones.get(zone, sum(endpoint_weights))
-
-
-def build_assignment_policy(service: Service) -> endpoint_pb2.ClusterLoadAssignment.Policy:
-    """Envoy's default overprovisioning factor (140) is written out so the config says when
-    a tier starts spilling to the next (ENVOY_NOTES)."""
+def build_assignment_policy(lb: LoadBalancingIR) -> endpoint_pb2.ClusterLoadAssignment.Policy:
+    """The overprovisioning factor is always written out (Envoy's default, 140, included)
+    so the config says when a tier starts spilling to the next (ENVOY_NOTES)."""
     return endpoint_pb2.ClusterLoadAssignment.Policy(
-        overprovisioning_factor=uint32_value(
-            resolve_load_balancing(service).overprovisioning_factor
-        )
+        overprovisioning_factor=uint32_value(lb.overprovisioning_factor)
     )
 
 
-def apply_load_balancing(cluster: cluster_pb2.Cluster, service: Service) -> None:
+def apply_load_balancing(cluster: cluster_pb2.Cluster, lb: LoadBalancingIR) -> None:
     """Set the endpoint-picking policy and the explicit panic threshold on ``cluster``."""
-    lb = resolve_load_balancing(service)
     cluster.common_lb_config.healthy_panic_threshold.CopyFrom(
         percent_pb2.Percent(value=lb.panic_threshold)
     )
-    if lb.policy == "load_aware":
+    if lb.load_aware is not None:
         cluster.ClearField("lb_policy")
         cluster.load_balancing_policy.CopyFrom(
-            _load_aware_policy(lb.load_aware, zoned=uses_zones(service))
+            _load_aware_policy(lb.load_aware, zoned=lb.locality_weighted)
         )
         return
     cluster.lb_policy = _LEGACY[lb.policy]
-    if lb.policy == "least_request":
+    if lb.choice_count is not None:
         cluster.least_request_lb_config.choice_count.CopyFrom(uint32_value(lb.choice_count))
-    if uses_zones(service):
+    if lb.locality_weighted:
         cluster.common_lb_config.locality_weighted_lb_config.SetInParent()
 
 
-def build_client_side_wrr(settings: LoadAwareSettings) -> cswrr_pb2.ClientSideWeightedRoundRobin:
+def build_client_side_wrr(settings: LoadAwareIR) -> cswrr_pb2.ClientSideWeightedRoundRobin:
     """Weights from per-response ORCA headers (no out-of-band reporting stream)."""
     return cswrr_pb2.ClientSideWeightedRoundRobin(
         enable_oob_load_report=BoolValue(value=False),
@@ -116,9 +88,7 @@ def build_client_side_wrr(settings: LoadAwareSettings) -> cswrr_pb2.ClientSideWe
     )
 
 
-def _load_aware_policy(
-    settings: LoadAwareSettings, *, zoned: bool
-) -> cluster_pb2.LoadBalancingPolicy:
+def _load_aware_policy(settings: LoadAwareIR, *, zoned: bool) -> cluster_pb2.LoadBalancingPolicy:
     picker = _policy(CSWRR_POLICY, build_client_side_wrr(settings))
     if zoned:
         picker = _policy(
@@ -139,7 +109,7 @@ def _policy(name: str, config: Message) -> cluster_pb2.LoadBalancingPolicy.Polic
     )
 
 
-def build_hash_policy(hash_on: HashOn) -> rc_pb2.RouteAction.HashPolicy:
+def build_hash_policy(hash_on: HashPolicyIR) -> rc_pb2.RouteAction.HashPolicy:
     if hash_on.header is not None:
         return rc_pb2.RouteAction.HashPolicy(
             header=rc_pb2.RouteAction.HashPolicy.Header(header_name=hash_on.header)
@@ -154,19 +124,3 @@ def build_hash_policy(hash_on: HashOn) -> rc_pb2.RouteAction.HashPolicy:
     return rc_pb2.RouteAction.HashPolicy(
         connection_properties=rc_pb2.RouteAction.HashPolicy.ConnectionProperties(source_ip=True)
     )
-
-
-def build_route_hash_policies(
-    route: Route, services: Mapping[str, Service]
-) -> list[rc_pb2.RouteAction.HashPolicy]:
-    """Hash policies for the route's hashing backends, one per distinct ``hash_on`` in
-    backend order. Envoy hashes on the route, the cluster's ring or table picks the host."""
-    seen: list[HashOn] = []
-    for backend in route.backends:
-        service = services.get(backend.service)
-        if service is None or service.load_balancing is None:
-            continue
-        lb = service.load_balancing
-        if lb.policy in _HASHING and lb.hash_on is not None and lb.hash_on not in seen:
-            seen.append(lb.hash_on)
-    return [build_hash_policy(h) for h in seen]

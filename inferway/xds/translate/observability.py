@@ -1,4 +1,4 @@
-"""The policy's observability section applied to Envoy: tracing and access logs on every HTTP
+"""The IR's observability settings applied to Envoy: tracing and access logs on every HTTP
 connection manager, plus the collector cluster tracing needs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
-from inferway.policies.observability import Observability
+from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate._protos import bool_value
 from inferway.xds.translate.access_log import build_access_log
 from inferway.xds.translate.tracing import build_collector_cluster, build_tracing
@@ -17,25 +17,21 @@ __all__ = ["apply_observability", "build_observability_clusters"]
 
 
 def apply_observability(
-    manager: hcm_pb2.HttpConnectionManager, observability: Observability | None
+    manager: hcm_pb2.HttpConnectionManager, observability: ObservabilityIR
 ) -> None:
     """Add tracing and the access logger to ``manager``; with either on, the request id is
     also returned to the client (x-request-id), so a caller can quote it."""
-    if observability is None:
-        return
-    traced = observability.tracing is not None
-    logged = observability.access_log is not None and observability.access_log.enabled
-    if traced:
-        manager.tracing.CopyFrom(build_tracing(observability.tracing))  # type: ignore[arg-type]
-    if logged:
-        manager.access_log.append(build_access_log(observability.access_log))  # type: ignore[arg-type]
-    if traced or logged:
+    if observability.tracing is not None:
+        manager.tracing.CopyFrom(build_tracing(observability.tracing))
+    if observability.access_log is not None:
+        manager.access_log.append(build_access_log(observability.access_log))
+    if observability.tracing is not None or observability.access_log is not None:
         manager.always_set_request_id_in_response = True
         manager.generate_request_id.CopyFrom(bool_value(True))
 
 
-def build_observability_clusters(observability: Observability | None) -> list[cluster_pb2.Cluster]:
+def build_observability_clusters(observability: ObservabilityIR) -> list[cluster_pb2.Cluster]:
     """Clusters the observability settings need (the OTLP collector when tracing is on)."""
-    if observability is None or observability.tracing is None:
+    if observability.tracing is None:
         return []
     return [build_collector_cluster(observability.tracing)]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from envoy.config.cluster.v3 import outlier_detection_pb2
 
-from inferway.policies.model import Service
-from inferway.policies.traffic import OutlierDetection
+from inferway.resolve.ir.traffic import OutlierDetectionIR
 from inferway.xds.translate._protos import bool_value, duration, uint32_value
 
 __all__ = ["build_outlier_detection"]
@@ -20,16 +19,12 @@ _ENFORCED = 100
 _OFF = 0
 
 
-def build_outlier_detection(service: Service) -> outlier_detection_pb2.OutlierDetection | None:
-    """None when the service turns outlier detection off."""
-    config = service.outlier_detection or OutlierDetection()
-    if not config.enabled:
-        return None
+def build_outlier_detection(config: OutlierDetectionIR) -> outlier_detection_pb2.OutlierDetection:
     proto = outlier_detection_pb2.OutlierDetection(
         interval=duration(config.interval),
         base_ejection_time=duration(config.base_ejection_time),
         max_ejection_time=duration(config.max_ejection_time),
-        max_ejection_percent=uint32_value(round(config.max_ejection_percent)),
+        max_ejection_percent=uint32_value(config.max_ejection_percent),
         successful_active_health_check_uneject_host=bool_value(config.uneject_on_health_check),
         enforcing_consecutive_5xx=uint32_value(_OFF),
         enforcing_consecutive_gateway_failure=uint32_value(_OFF),
@@ -51,7 +46,7 @@ def build_outlier_detection(service: Service) -> outlier_detection_pb2.OutlierDe
     if config.failure_percentage is not None:
         failure = config.failure_percentage
         proto.enforcing_failure_percentage.CopyFrom(uint32_value(_ENFORCED))
-        proto.failure_percentage_threshold.CopyFrom(uint32_value(round(failure.threshold)))
+        proto.failure_percentage_threshold.CopyFrom(uint32_value(failure.threshold))
         proto.failure_percentage_minimum_hosts.CopyFrom(uint32_value(failure.minimum_hosts))
         proto.failure_percentage_request_volume.CopyFrom(uint32_value(failure.request_volume))
     return proto

@@ -20,8 +20,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.type.v3 import percent_pb2, token_bucket_pb2
 
-from inferway.policies.model import Route
-from inferway.policies.traffic import RateLimit
+from inferway.resolve.ir.route import RateLimitIR, RouteIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack, uint32_value
 
@@ -46,7 +45,7 @@ _TOO_MANY_REQUESTS = 429
 _STATUS_RUNTIME_KEY = "inferway.rate_limited.status"
 
 
-def apply_rate_limit(manager: hcm_pb2.HttpConnectionManager, routes: Sequence[Route]) -> None:
+def apply_rate_limit(manager: hcm_pb2.HttpConnectionManager, routes: Sequence[RouteIR]) -> None:
     """Insert the filter just before the router and the 429 body mapper, when any of
     ``routes`` (those served on the manager's listener) has a rate limit."""
     if not any(r.rate_limit is not None for r in routes):
@@ -65,7 +64,7 @@ def apply_rate_limit(manager: hcm_pb2.HttpConnectionManager, routes: Sequence[Ro
     manager.local_reply_config.mappers.append(build_rate_limited_mapper())
 
 
-def add_route_rate_limit(route_proto: rc_pb2.Route, route: Route) -> None:
+def add_route_rate_limit(route_proto: rc_pb2.Route, route: RouteIR) -> None:
     """Attach the route's bucket (nothing when the route has no rate limit)."""
     if route.rate_limit is not None:
         route_proto.typed_per_filter_config[LOCAL_RATE_LIMIT_FILTER].CopyFrom(
@@ -73,7 +72,7 @@ def add_route_rate_limit(route_proto: rc_pb2.Route, route: Route) -> None:
         )
 
 
-def build_local_rate_limit(route_name: str, limit: RateLimit) -> lrl_pb2.LocalRateLimit:
+def build_local_rate_limit(route_name: str, limit: RateLimitIR) -> lrl_pb2.LocalRateLimit:
     everyone = base_pb2.RuntimeFractionalPercent(
         default_value=percent_pb2.FractionalPercent(
             numerator=100, denominator=percent_pb2.FractionalPercent.DenominatorType.HUNDRED
@@ -85,7 +84,7 @@ def build_local_rate_limit(route_name: str, limit: RateLimit) -> lrl_pb2.LocalRa
         token_bucket=token_bucket_pb2.TokenBucket(
             max_tokens=limit.bucket_size,
             tokens_per_fill=uint32_value(limit.tokens_per_fill),
-            fill_interval=duration(limit.refill_seconds),
+            fill_interval=duration(limit.fill_interval),
         ),
         filter_enabled=everyone,
         filter_enforced=everyone,

@@ -30,8 +30,8 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.type.matcher.v3 import string_pb2
 from google.protobuf.wrappers_pb2 import UInt32Value
 
-from inferway.policies.access import Access, AccessHeader, AccessRule
-from inferway.policies.model import Route
+from inferway.resolve.ir.access import AccessHeaderIR, AccessIR, AccessRuleIR
+from inferway.resolve.ir.route import RouteIR
 from inferway.xds.translate._protos import pack
 from inferway.xds.translate.tls import build_identity_matcher
 
@@ -59,8 +59,9 @@ _FORBIDDEN = 403
 _STATUS_RUNTIME_KEY = "inferway.access_denied.status"
 
 
-def restricted_routes(routes: Sequence[Route]) -> list[Route]:
-    return [r for r in routes if r.access is not None and r.access.restricts]
+def restricted_routes(routes: Sequence[RouteIR]) -> list[RouteIR]:
+    """Routes with access rules (the IR has no access for an unrestricted route)."""
+    return [r for r in routes if r.access is not None]
 
 
 def build_rbac_filter() -> hcm_pb2.HttpFilter:
@@ -68,7 +69,7 @@ def build_rbac_filter() -> hcm_pb2.HttpFilter:
     return hcm_pb2.HttpFilter(name=RBAC_FILTER, typed_config=pack(rbac_pb2.RBAC()))
 
 
-def build_rbac_per_route(access: Access) -> rbac_pb2.RBACPerRoute:
+def build_rbac_per_route(access: AccessIR) -> rbac_pb2.RBACPerRoute:
     policies: dict[str, rbac_config_pb2.Policy] = {}
     if access.deny:
         policies[DENIED_BY_RULE_POLICY] = _policy([build_rule_principal(r) for r in access.deny])
@@ -79,7 +80,7 @@ def build_rbac_per_route(access: Access) -> rbac_pb2.RBACPerRoute:
     return rbac_pb2.RBACPerRoute(rbac=rbac_pb2.RBAC(rules=rules))
 
 
-def build_rule_principal(rule: AccessRule) -> rbac_config_pb2.Principal:
+def build_rule_principal(rule: AccessRuleIR) -> rbac_config_pb2.Principal:
     """Every field given must match (and_ids); within a field any entry may (or_ids)."""
     parts: list[rbac_config_pb2.Principal] = []
     if rule.identities:
@@ -110,7 +111,7 @@ def build_access_denied_mapper() -> hcm_pb2.ResponseMapper:
     )
 
 
-def apply_access_control(manager: hcm_pb2.HttpConnectionManager, routes: Sequence[Route]) -> None:
+def apply_access_control(manager: hcm_pb2.HttpConnectionManager, routes: Sequence[RouteIR]) -> None:
     """Put the RBAC filter first in ``manager`` and the 403 body mapper in its local replies,
     when any of ``routes`` (those served on its listener) restricts access."""
     if not restricted_routes(routes):
@@ -119,9 +120,9 @@ def apply_access_control(manager: hcm_pb2.HttpConnectionManager, routes: Sequenc
     manager.local_reply_config.mappers.append(build_access_denied_mapper())
 
 
-def add_route_access(route_proto: rc_pb2.Route, route: Route) -> None:
+def add_route_access(route_proto: rc_pb2.Route, route: RouteIR) -> None:
     """Attach the route's RBACPerRoute (nothing when the route is unrestricted)."""
-    if route.access is not None and route.access.restricts:
+    if route.access is not None:
         route_proto.typed_per_filter_config[RBAC_FILTER].CopyFrom(
             pack(build_rbac_per_route(route.access))
         )
@@ -165,13 +166,13 @@ def _source_ip(cidr: str) -> rbac_config_pb2.Principal:
     )
 
 
-def _header(header: AccessHeader) -> rbac_config_pb2.Principal:
+def _header(header: AccessHeaderIR) -> rbac_config_pb2.Principal:
     matcher = rc_pb2.HeaderMatcher(name=header.name)
-    if header.present is not None:
+    if header.present:
         matcher.present_match = True
     elif header.exact is not None:
         matcher.string_match.CopyFrom(string_pb2.StringMatcher(exact=header.exact))
     else:
-        assert header.prefix is not None  # AccessHeader guarantees exactly one
+        assert header.prefix is not None  # AccessHeaderIR holds exactly one
         matcher.string_match.CopyFrom(string_pb2.StringMatcher(prefix=header.prefix))
     return rbac_config_pb2.Principal(header=matcher)

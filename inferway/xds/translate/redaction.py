@@ -1,29 +1,18 @@
-"""Which request headers Envoy must never write to access logs or trace tags.
-
-The set is the credential headers inferway always protects (Authorization, cookies, API keys)
-plus the policy's ``redact_headers``. The translator's access-log format and tracing custom
-tags are checked against it (``header_reads`` finds every header a format string reads), and
-the policy check refuses an access-log field that would read one.
+"""Which request headers a format string reads, so the access-log format and tracing custom
+tags can be checked against the IR's ``redacted_headers`` (the credential headers inferway
+always protects plus the policy's ``redact_headers``); the policy check refuses an
+access-log field that would read one.
 """
 
 from __future__ import annotations
 
 import re
 
-from inferway.policies.access import ALWAYS_REDACTED_HEADERS
-from inferway.policies.model import Policy
-
-__all__ = ["header_reads", "redacted_headers"]
+__all__ = ["header_reads"]
 
 _HEADER_OPERATOR = re.compile(
     r"%(?:REQ|RESP|TRAILER|REQ_WITHOUT_QUERY|RESPONSE_TRAILER)\(([^)]*)\)", re.IGNORECASE
 )
-
-
-def redacted_headers(policy: Policy | None = None) -> list[str]:
-    """Lowercase, sorted: the always-redacted credential headers plus ``redact_headers``."""
-    extra = [] if policy is None else list(policy.redact_headers)
-    return sorted({*ALWAYS_REDACTED_HEADERS, *(name.lower() for name in extra)})
 
 
 def header_reads(format_string: str) -> list[str]:

@@ -14,7 +14,7 @@ handshake failure.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
@@ -28,8 +28,10 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tl
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf.wrappers_pb2 import BoolValue, UInt32Value
 
-from inferway.policies.model import Listener, Policy, Service
-from inferway.policies.resolve import TlsMaterial
+from inferway.resolve.ir import SecretIR
+from inferway.resolve.ir.listener import ListenerIR
+from inferway.resolve.ir.service import ServiceIR
+from inferway.state.model import TlsMaterial
 from inferway.xds.translate._protos import ads_config_source, pack
 
 __all__ = [
@@ -46,9 +48,6 @@ __all__ = [
     "build_secrets",
     "build_service_transport_socket",
     "build_upstream_tls_context",
-    "listener_secret_names",
-    "referenced_secret_names",
-    "service_secret_names",
 ]
 
 TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
@@ -71,104 +70,70 @@ _VERSIONS = {
 _FORBIDDEN = 403
 
 
-def listener_secret_names(listener: Listener) -> dict[str, str]:
-    """Role ("cert", "ca") -> SDS secret name for a TLS listener; empty when plain."""
-    tls = listener.tls
-    if tls is None or tls.mode == "none":
-        return {}
-    names = {"cert": f"listener/{listener.name}/cert"}
-    if tls.mode == "mutual":
-        names["ca"] = f"listener/{listener.name}/ca"
-    return names
-
-
-def service_secret_names(service: Service) -> dict[str, str]:
-    """Role ("cert", "ca") -> SDS secret name for a service reached over TLS."""
-    tls = service.tls
-    if tls is None or tls.mode == "none":
-        return {}
-    names = {"ca": f"service/{service.name}/ca"}
-    if tls.mode == "mutual":
-        names["cert"] = f"service/{service.name}/cert"
-    return names
-
-
-def referenced_secret_names(policy: Policy) -> set[str]:
-    """Every SDS secret name the policy's listeners and services refer to."""
-    names: set[str] = set()
-    for listener in policy.listeners:
-        names.update(listener_secret_names(listener).values())
-    for service in policy.services:
-        names.update(service_secret_names(service).values())
-    return names
-
-
 def _sds(name: str) -> secret_pb2.SdsSecretConfig:
     return secret_pb2.SdsSecretConfig(name=name, sds_config=ads_config_source())
 
 
-def build_downstream_tls_context(listener: Listener) -> tls_pb2.DownstreamTlsContext | None:
+def build_downstream_tls_context(listener: ListenerIR) -> tls_pb2.DownstreamTlsContext | None:
     """None for a plain listener. TLS 1.3 is the maximum; ``min_version`` the minimum."""
-    names = listener_secret_names(listener)
-    if not names:
+    tls = listener.tls
+    if tls is None:
         return None
-    assert listener.tls is not None
     common = tls_pb2.CommonTlsContext(
         tls_params=common_pb2.TlsParameters(
-            tls_minimum_protocol_version=_VERSIONS[listener.tls.min_version],
+            tls_minimum_protocol_version=_VERSIONS[tls.min_version],
             tls_maximum_protocol_version=common_pb2.TlsParameters.TlsProtocol.TLSv1_3,
         ),
-        tls_certificate_sds_secret_configs=[_sds(names["cert"])],
+        tls_certificate_sds_secret_configs=[_sds(tls.certificate_secret)],
         alpn_protocols=["h2", "http/1.1"],
     )
-    if "ca" in names:
-        common.validation_context_sds_secret_config.CopyFrom(_sds(names["ca"]))
+    if tls.client_ca_secret is not None:
+        common.validation_context_sds_secret_config.CopyFrom(_sds(tls.client_ca_secret))
     context = tls_pb2.DownstreamTlsContext(common_tls_context=common)  # copies ``common``
-    if "ca" in names:
+    if tls.client_ca_secret is not None:
         context.require_client_certificate.CopyFrom(BoolValue(value=True))
     return context
 
 
-def build_upstream_tls_context(service: Service) -> tls_pb2.UpstreamTlsContext | None:
+def build_upstream_tls_context(service: ServiceIR) -> tls_pb2.UpstreamTlsContext | None:
     """None for a plain service. With ``sni`` the replica's certificate must carry it as a
-    DNS SAN; without, any certificate chaining to ``ca`` is accepted."""
-    names = service_secret_names(service)
-    if not names:
+    DNS SAN; without, any certificate chaining to the CA is accepted."""
+    tls = service.tls
+    if tls is None:
         return None
-    assert service.tls is not None
     common = tls_pb2.CommonTlsContext()
     if service.protocol == "http2":
         common.alpn_protocols.append("h2")
-    if "cert" in names:
-        common.tls_certificate_sds_secret_configs.append(_sds(names["cert"]))
+    if tls.certificate_secret is not None:
+        common.tls_certificate_sds_secret_configs.append(_sds(tls.certificate_secret))
     default = common_pb2.CertificateValidationContext()
-    if service.tls.sni:
+    if tls.sni:
         default.match_typed_subject_alt_names.append(
             common_pb2.SubjectAltNameMatcher(
                 san_type=common_pb2.SubjectAltNameMatcher.SanType.DNS,
-                matcher=string_pb2.StringMatcher(exact=service.tls.sni),
+                matcher=string_pb2.StringMatcher(exact=tls.sni),
             )
         )
     common.combined_validation_context.CopyFrom(
         tls_pb2.CommonTlsContext.CombinedCertificateValidationContext(
             default_validation_context=default,
-            validation_context_sds_secret_config=_sds(names["ca"]),
+            validation_context_sds_secret_config=_sds(tls.ca_secret),
         )
     )
     context = tls_pb2.UpstreamTlsContext(common_tls_context=common)
-    if service.tls.sni:
-        context.sni = service.tls.sni
+    if tls.sni:
+        context.sni = tls.sni
     return context
 
 
-def build_listener_transport_socket(listener: Listener) -> base_pb2.TransportSocket | None:
+def build_listener_transport_socket(listener: ListenerIR) -> base_pb2.TransportSocket | None:
     context = build_downstream_tls_context(listener)
     if context is None:
         return None
     return base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=pack(context))
 
 
-def build_service_transport_socket(service: Service) -> base_pb2.TransportSocket | None:
+def build_service_transport_socket(service: ServiceIR) -> base_pb2.TransportSocket | None:
     context = build_upstream_tls_context(service)
     if context is None:
         return None
@@ -190,11 +155,11 @@ def build_identity_matcher(pattern: str) -> string_pb2.StringMatcher:
     )
 
 
-def build_identity_filter(listener: Listener) -> hcm_pb2.HttpFilter | None:
+def build_identity_filter(listener: ListenerIR) -> hcm_pb2.HttpFilter | None:
     """RBAC on the peer certificate's principal (URI SAN, else DNS SAN): DENY when it is none
     of the allowed identities, so the refusal names :data:`IDENTITY_POLICY` in its details."""
     tls = listener.tls
-    if tls is None or tls.mode != "mutual" or not tls.allowed_identities:
+    if tls is None or not tls.allowed_identities:
         return None
     allowed = rbac_config_pb2.Principal(
         or_ids=rbac_config_pb2.Principal.Set(
@@ -221,7 +186,7 @@ def build_identity_filter(listener: Listener) -> hcm_pb2.HttpFilter | None:
     return hcm_pb2.HttpFilter(name=IDENTITY_FILTER, typed_config=pack(config))
 
 
-def build_identity_denied_mapper(listener: Listener) -> hcm_pb2.ResponseMapper:
+def build_identity_denied_mapper(listener: ListenerIR) -> hcm_pb2.ResponseMapper:
     """The identity check's 403s (and only those: matched by their response code details,
     since route access rules answer 403 too) get a JSON body naming the refused identity."""
     status = accesslog_pb2.StatusCodeFilter(
@@ -258,7 +223,7 @@ def build_identity_denied_mapper(listener: Listener) -> hcm_pb2.ResponseMapper:
     )
 
 
-def apply_identity_check(manager: hcm_pb2.HttpConnectionManager, listener: Listener) -> None:
+def apply_identity_check(manager: hcm_pb2.HttpConnectionManager, listener: ListenerIR) -> None:
     """First filter of the chain (before route RBAC, rate limits, the router), and first
     local-reply mapper: Envoy uses the first mapper that matches, and this one matches only
     the identity check's own 403s, so route access 403s and rate-limit 429s keep theirs."""
@@ -290,5 +255,5 @@ def build_secret(name: str, material: TlsMaterial) -> secret_pb2.Secret:
     return secret
 
 
-def build_secrets(secrets: Mapping[str, TlsMaterial]) -> list[tuple[str, secret_pb2.Secret]]:
-    return [(name, build_secret(name, secrets[name])) for name in sorted(secrets)]
+def build_secrets(secrets: Sequence[SecretIR]) -> list[tuple[str, secret_pb2.Secret]]:
+    return [(s.name, build_secret(s.name, s.material)) for s in secrets]

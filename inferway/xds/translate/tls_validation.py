@@ -2,7 +2,7 @@
 
 A static bootstrap has no SDS server: a secret reference without ``sds_config`` is looked up
 in ``static_resources.secrets`` instead. Secrets present among the resources are inlined as
-they are; a referenced name with no material (``translate_policy`` of a policy alone, as the
+they are; a referenced name with no material (an IR resolved without certificate files, as the
 golden tests do) gets throwaway development material, so Envoy still checks the whole TLS
 configuration. Validation checks the config, not the certificate files.
 """
@@ -16,7 +16,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
 from google.protobuf.message import Message
 
-from inferway.policies.resolve import TlsMaterial
+from inferway.state.model import TlsMaterial
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.translate.tls import TLS_TRANSPORT_SOCKET, build_secret

@@ -25,7 +25,7 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_
 from envoy.type.tracing.v3 import custom_tag_pb2
 from envoy.type.v3 import percent_pb2
 
-from inferway.policies.observability import Tracing
+from inferway.resolve.ir.observability import TracingIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack
 from inferway.xds.translate.endpoint import HOSTNAME_DNS_LOOKUP_FAMILY, is_ip_address
@@ -63,7 +63,7 @@ def build_layered_runtime(runtime: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_tracing(tracing: Tracing) -> hcm_pb2.HttpConnectionManager.Tracing:
+def build_tracing(tracing: TracingIR) -> hcm_pb2.HttpConnectionManager.Tracing:
     """HCM tracing: OpenTelemetry over gRPC to the collector cluster, ``sampling_percent`` of
     new requests sampled, the request id as a span tag."""
     config = opentelemetry_pb2.OpenTelemetryConfig(
@@ -75,7 +75,7 @@ def build_tracing(tracing: Tracing) -> hcm_pb2.HttpConnectionManager.Tracing:
     )
     return hcm_pb2.HttpConnectionManager.Tracing(
         provider=http_tracer_pb2.Tracing.Http(name=OPENTELEMETRY_TRACER, typed_config=pack(config)),
-        random_sampling=percent_pb2.Percent(value=round(tracing.sampling_percent, 2)),
+        random_sampling=percent_pb2.Percent(value=tracing.sampling_percent),
         custom_tags=[
             custom_tag_pb2.CustomTag(
                 tag=REQUEST_ID_TAG,
@@ -85,10 +85,10 @@ def build_tracing(tracing: Tracing) -> hcm_pb2.HttpConnectionManager.Tracing:
     )
 
 
-def build_collector_cluster(tracing: Tracing) -> cluster_pb2.Cluster:
+def build_collector_cluster(tracing: TracingIR) -> cluster_pb2.Cluster:
     """The OTLP/gRPC collector as an HTTP/2 cluster with its one endpoint inlined (STATIC for
     an IP address, STRICT_DNS for a hostname, resolved IPv4 first like service clusters)."""
-    host, port = tracing.collector_host_port
+    host, port = tracing.collector_host, tracing.collector_port
     cluster = cluster_pb2.Cluster(
         name=COLLECTOR_CLUSTER,
         type=(
@@ -96,7 +96,7 @@ def build_collector_cluster(tracing: Tracing) -> cluster_pb2.Cluster:
             if is_ip_address(host)
             else cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
         ),
-        connect_timeout=duration(1.0),
+        connect_timeout=duration(tracing.collector_connect_timeout),
         load_assignment=endpoint_pb2.ClusterLoadAssignment(
             cluster_name=COLLECTOR_CLUSTER,
             endpoints=[

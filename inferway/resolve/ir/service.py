@@ -1,0 +1,60 @@
+"""IR of a service (one Envoy cluster): its endpoints after every source is merged, grouped
+into localities with their weights, and its traffic settings with defaults applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from inferway.resolve.ir.traffic import (
+    CircuitBreakersIR,
+    HealthCheckIR,
+    LoadBalancingIR,
+    OutlierDetectionIR,
+)
+
+__all__ = ["EndpointIR", "LocalityIR", "ServiceIR", "UpstreamTlsIR"]
+
+
+@dataclass(frozen=True)
+class EndpointIR:
+    host: str
+    port: int
+    weight: int
+
+
+@dataclass(frozen=True)
+class LocalityIR:
+    """The endpoints of one (priority, zone); ``zone`` is empty for endpoints without one."""
+
+    priority: int
+    zone: str
+    weight: int
+    endpoints: tuple[EndpointIR, ...]
+
+
+@dataclass(frozen=True)
+class UpstreamTlsIR:
+    """TLS from Envoy to the replicas; ``certificate_secret`` set means mutual TLS."""
+
+    ca_secret: str
+    certificate_secret: str | None
+    sni: str | None
+
+
+@dataclass(frozen=True)
+class ServiceIR:
+    name: str
+    protocol: Literal["http1", "http2"]
+    connect_timeout: float
+    localities: tuple[LocalityIR, ...]
+    """Sorted by (priority, zone), endpoints by (host, port)."""
+    load_balancing: LoadBalancingIR
+    health_check: HealthCheckIR | None
+    outlier_detection: OutlierDetectionIR | None
+    circuit_breakers: CircuitBreakersIR
+    tls: UpstreamTlsIR | None
+
+    @property
+    def endpoints(self) -> tuple[EndpointIR, ...]:
+        return tuple(e for locality in self.localities for e in locality.endpoints)

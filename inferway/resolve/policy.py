@@ -1,0 +1,81 @@
+"""``resolve_policy``: the one place the policy meets runtime State and defaults are applied.
+
+The policy is what the user wrote; State is what arrives while it runs (endpoints, TLS
+material, weight overrides, replicas). The result, the IR, is everything the translator
+needs and nothing it has to decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from inferway.policies.access import ALWAYS_REDACTED_HEADERS
+from inferway.policies.model import Listener, Policy, Route, Service
+from inferway.resolve.endpoints import resolve_endpoints, resolve_localities
+from inferway.resolve.ir import IR
+from inferway.resolve.ir.listener import ListenerIR
+from inferway.resolve.ir.route import RouteIR
+from inferway.resolve.ir.service import ServiceIR
+from inferway.resolve.observability import resolve_observability
+from inferway.resolve.routes import resolve_route
+from inferway.resolve.secrets import resolve_downstream_tls, resolve_secrets, resolve_upstream_tls
+from inferway.resolve.traffic import (
+    resolve_circuit_breakers,
+    resolve_health_check,
+    resolve_load_balancing,
+    resolve_outlier_detection,
+)
+from inferway.state.model import State
+
+__all__ = ["resolve_listener", "resolve_policy", "resolve_service", "routes_for_listener"]
+
+
+def resolve_policy(policy: Policy, state: State | None = None) -> IR:
+    """Raises ResolveError when State contradicts the policy (a bad weight override)."""
+    state = state or State()
+    services = {s.name: s for s in policy.services}
+    routes = tuple(resolve_route(r, services, state.weights.get(r.name)) for r in policy.routes)
+    by_name = dict(zip((r.name for r in policy.routes), routes, strict=True))
+    return IR(
+        listeners=tuple(
+            resolve_listener(ln, [by_name[r.name] for r in routes_for_listener(policy.routes, ln)])
+            for ln in policy.listeners
+        ),
+        services=tuple(resolve_service(s, state) for s in policy.services),
+        observability=resolve_observability(policy.observability),
+        secrets=resolve_secrets(policy, state),
+        redacted_headers=tuple(
+            sorted({*ALWAYS_REDACTED_HEADERS, *(h.lower() for h in policy.redact_headers)})
+        ),
+    )
+
+
+def routes_for_listener(routes: Sequence[Route], listener: Listener) -> list[Route]:
+    """The routes served on ``listener``, in policy order (no ``listeners`` = every one)."""
+    return [r for r in routes if r.listeners is None or listener.name in r.listeners]
+
+
+def resolve_listener(listener: Listener, routes: list[RouteIR]) -> ListenerIR:
+    return ListenerIR(
+        name=listener.name,
+        address=listener.address,
+        port=listener.port,
+        tls=resolve_downstream_tls(listener),
+        routes=tuple(routes),
+    )
+
+
+def resolve_service(service: Service, state: State) -> ServiceIR:
+    endpoints = resolve_endpoints(service, state)
+    zones = service.load_balancing.zones if service.load_balancing else None
+    return ServiceIR(
+        name=service.name,
+        protocol=service.protocol,
+        connect_timeout=service.connect_timeout,
+        localities=resolve_localities(endpoints, zones),
+        load_balancing=resolve_load_balancing(service, endpoints),
+        health_check=resolve_health_check(service.protocol, service.health_check),
+        outlier_detection=resolve_outlier_detection(service.outlier_detection),
+        circuit_breakers=resolve_circuit_breakers(service.circuit_breakers),
+        tls=resolve_upstream_tls(service),
+    )

@@ -1,0 +1,146 @@
+"""A route in the IR: its match, backends (weight overrides applied), retries, access rules,
+rate limit, and the hash policies its backends' load balancing needs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from inferway.policies.access import Access, AccessRule
+from inferway.policies.model import HeaderMatch, PathMatch, Retries, Route, Service
+from inferway.policies.traffic import HashOn, RateLimit
+from inferway.resolve.ir.access import AccessHeaderIR, AccessIR, AccessRuleIR
+from inferway.resolve.ir.route import (
+    CookieIR,
+    HashPolicyIR,
+    HeaderMatchIR,
+    PathMatchIR,
+    RateLimitIR,
+    RetryIR,
+    RouteIR,
+    RouteMatchIR,
+)
+from inferway.resolve.weights import resolve_backends
+
+__all__ = [
+    "resolve_access",
+    "resolve_hash_policies",
+    "resolve_path_match",
+    "resolve_retries",
+    "resolve_route",
+]
+
+_HASHING = frozenset({"ring_hash", "maglev"})
+
+
+def resolve_route(
+    route: Route,
+    services: Mapping[str, Service],
+    weights: Mapping[str, float] | None = None,
+) -> RouteIR:
+    """``weights``: this route's override from State (service -> weight), if any."""
+    return RouteIR(
+        name=route.name,
+        match=RouteMatchIR(
+            path=resolve_path_match(route.match.path),
+            headers=tuple(_header_match(h) for h in route.match.headers),
+        ),
+        backends=resolve_backends(route, weights),
+        timeout=route.timeout,
+        retries=None if route.retries is None else resolve_retries(route.retries),
+        access=resolve_access(route.access),
+        rate_limit=None if route.rate_limit is None else _rate_limit(route.rate_limit),
+        hash_policies=resolve_hash_policies(route, services),
+    )
+
+
+def resolve_path_match(path: PathMatch) -> PathMatchIR:
+    if path.prefix is not None:
+        return PathMatchIR(kind="prefix", value=path.prefix)
+    if path.exact is not None:
+        return PathMatchIR(kind="exact", value=path.exact)
+    assert path.regex is not None  # PathMatch guarantees exactly one
+    return PathMatchIR(kind="regex", value=path.regex)
+
+
+def _header_match(header: HeaderMatch) -> HeaderMatchIR:
+    return HeaderMatchIR(
+        name=header.name,
+        invert=header.invert,
+        exact=header.exact,
+        prefix=header.prefix,
+        regex=header.regex,
+        present=header.present,
+    )
+
+
+def resolve_retries(retries: Retries) -> RetryIR:
+    """Status codes are retried only through the ``retriable-status-codes`` token (a bare
+    ``503`` in retry_on is silently ignored by Envoy, ENVOY_NOTES), so giving codes adds it."""
+    conditions = list(dict.fromkeys(retries.on))
+    if retries.retriable_status_codes and "retriable-status-codes" not in conditions:
+        conditions.append("retriable-status-codes")
+    selection = retries.host_selection
+    return RetryIR(
+        retry_on=tuple(conditions),
+        num_retries=retries.attempts,
+        retriable_status_codes=tuple(sorted(set(retries.retriable_status_codes))),
+        avoid_previous_hosts=selection.avoid_previous,
+        host_selection_max_attempts=selection.max_attempts,
+        next_priority_after=selection.next_priority_after,
+        per_try_timeout=retries.per_try_timeout,
+    )
+
+
+def resolve_access(access: Access | None) -> AccessIR | None:
+    """None for no rules at all (``access: {}`` lets everything through)."""
+    if access is None or not access.restricts:
+        return None
+    return AccessIR(
+        allow=tuple(_rule(r) for r in access.allow), deny=tuple(_rule(r) for r in access.deny)
+    )
+
+
+def _rule(rule: AccessRule) -> AccessRuleIR:
+    return AccessRuleIR(
+        identities=tuple(rule.identities or ()),
+        source_ips=tuple(rule.source_ips or ()),
+        headers=tuple(
+            AccessHeaderIR(name=h.name, exact=h.exact, prefix=h.prefix, present=bool(h.present))
+            for h in rule.headers or ()
+        ),
+    )
+
+
+def _rate_limit(limit: RateLimit) -> RateLimitIR:
+    """A bucket of one refill unless ``burst`` says otherwise; ``requests_per_second``
+    refills every second."""
+    return RateLimitIR(
+        bucket_size=limit.bucket_size,
+        tokens_per_fill=limit.tokens_per_fill,
+        fill_interval=limit.refill_seconds,
+    )
+
+
+def resolve_hash_policies(
+    route: Route, services: Mapping[str, Service]
+) -> tuple[HashPolicyIR, ...]:
+    """One per distinct ``hash_on`` of the route's ring_hash / maglev backends, in backend
+    order: Envoy hashes on the route, the cluster's ring or table picks the host."""
+    seen: list[HashOn] = []
+    for backend in route.backends:
+        service = services.get(backend.service)
+        if service is None or service.load_balancing is None:
+            continue
+        lb = service.load_balancing
+        if lb.policy in _HASHING and lb.hash_on is not None and lb.hash_on not in seen:
+            seen.append(lb.hash_on)
+    return tuple(_hash_policy(h) for h in seen)
+
+
+def _hash_policy(hash_on: HashOn) -> HashPolicyIR:
+    if hash_on.header is not None:
+        return HashPolicyIR(header=hash_on.header)
+    if hash_on.cookie is not None:
+        cookie = hash_on.cookie
+        return HashPolicyIR(cookie=CookieIR(name=cookie.name, ttl=cookie.ttl, path=cookie.path))
+    return HashPolicyIR(source_ip=True)
