@@ -217,7 +217,8 @@ routes:
 
 def test_identity_access_and_rate_limit_each_keep_their_local_reply_body() -> None:
     policy = load_policy_text(IDENTITY_ACCESS_RATE_LIMIT)
-    manager = build_http_connection_manager(resolve_policy(policy).listeners[0])
+    ir = resolve_policy(policy)
+    manager = build_http_connection_manager(ir.listeners[0], observability=ir.observability)
     mappers = manager.local_reply_config.mappers
     bodies = [m.body_format_override.text_format_source.inline_string for m in mappers]
     assert len(bodies) == 3

@@ -32,12 +32,12 @@ def build_router_filter() -> hcm_pb2.HttpFilter:
 def build_http_connection_manager(
     listener: ListenerIR,
     *,
+    observability: ObservabilityIR,
     route_config: route_pb2.RouteConfiguration | None = None,
-    observability: ObservabilityIR | None = None,
 ) -> hcm_pb2.HttpConnectionManager:
     """HCM for ``listener``: RDS over ADS, or ``route_config`` inlined when given (the
     static bootstrap used for ``envoy --mode validate``). ``observability`` is the IR's
-    (tracing, access logs); None leaves both off.
+    (tracing, access logs; the same for every listener).
 
     ``use_remote_address`` stays false: as a sidecar, Envoy must not rewrite
     X-Forwarded-For as if it were the edge. Request ids are generated so traces and logs
@@ -54,8 +54,7 @@ def build_http_connection_manager(
     apply_access_control(manager, listener.routes)
     apply_rate_limit(manager, listener.routes)
     apply_identity_check(manager, listener)
-    if observability is not None:
-        apply_observability(manager, observability)
+    apply_observability(manager, observability)
     if route_config is None:
         manager.rds.CopyFrom(
             hcm_pb2.Rds(
@@ -71,8 +70,8 @@ def build_http_connection_manager(
 def build_listener(
     listener: ListenerIR,
     *,
+    observability: ObservabilityIR,
     route_config: route_pb2.RouteConfiguration | None = None,
-    observability: ObservabilityIR | None = None,
 ) -> listener_pb2.Listener:
     return listener_pb2.Listener(
         name=listener.name,
