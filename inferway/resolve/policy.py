@@ -7,8 +7,6 @@ needs and nothing it has to decide.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from inferway.policies.access import ALWAYS_REDACTED_HEADERS
 from inferway.policies.model import Listener, Policy, Route, Service
 from inferway.resolve.endpoints import resolve_endpoints, resolve_localities
@@ -27,18 +25,17 @@ from inferway.resolve.traffic import (
 )
 from inferway.state.model import State
 
-__all__ = ["resolve_listener", "resolve_policy", "resolve_service", "routes_for_listener"]
+__all__ = ["resolve_listener", "resolve_policy", "resolve_service"]
 
 
 def resolve_policy(policy: Policy, state: State | None = None) -> IR:
     """Raises ResolveError when State contradicts the policy (a bad weight override)."""
     state = state or State()
     services = {s.name: s for s in policy.services}
-    routes = tuple(resolve_route(r, services, state.weights.get(r.name)) for r in policy.routes)
-    by_name = dict(zip((r.name for r in policy.routes), routes, strict=True))
+    routes = [(r, resolve_route(r, services, state.weights.get(r.name))) for r in policy.routes]
     return IR(
         listeners=tuple(
-            resolve_listener(ln, [by_name[r.name] for r in routes_for_listener(policy.routes, ln)])
+            resolve_listener(ln, [ir for route, ir in routes if _served_on(route, ln)])
             for ln in policy.listeners
         ),
         services=tuple(resolve_service(s, state) for s in policy.services),
@@ -50,12 +47,13 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
     )
 
 
-def routes_for_listener(routes: Sequence[Route], listener: Listener) -> list[Route]:
-    """The routes served on ``listener``, in policy order (no ``listeners`` = every one)."""
-    return [r for r in routes if r.listeners is None or listener.name in r.listeners]
+def _served_on(route: Route, listener: Listener) -> bool:
+    """A route without ``listeners`` is served on every listener."""
+    return route.listeners is None or listener.name in route.listeners
 
 
 def resolve_listener(listener: Listener, routes: list[RouteIR]) -> ListenerIR:
+    """``routes``: the resolved routes served on ``listener``, in policy order."""
     return ListenerIR(
         name=listener.name,
         address=listener.address,
