@@ -342,3 +342,43 @@ def test_every_backend_variable_sets_a_serve_option(
     options = parse_cli(backend["args"])
     for name, value in env.items():
         assert str(options[by_variable[name]]) == value, name
+
+
+# -- the backend's init script ------------------------------------------------------------------
+
+SCRIPT = KUBERNETES / "base" / "write_model_defaults.py"
+
+
+def run_script(store: Path, repository: Path, **variables: str) -> subprocess.CompletedProcess[str]:
+    env = {"INFERWAY_MODEL_STORE": str(store), "INFERWAY_MODEL_REPOSITORY": str(repository)}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT)],
+        env={**env, **variables, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_init_script_keeps_a_model_s_own_config_and_names_a_bad_variable(
+    tmp_path: Path,
+) -> None:
+    store, repository = tmp_path / "store", tmp_path / "models"
+    (store / "own" / "1").mkdir(parents=True)
+    (store / "own" / "config.yaml").write_text("batching: {mode: off}\n")
+    (store / "plain" / "1").mkdir(parents=True)
+    done = run_script(store, repository, INFERWAY_MAX_BATCH_SIZE="8", INFERWAY_PROVIDER="cpu")
+    assert done.returncode == 0, done.stderr
+    assert (repository / "own" / "config.yaml").is_symlink()
+    assert (repository / "own" / "config.yaml").read_text() == "batching: {mode: off}\n"
+    assert yaml.safe_load((repository / "plain" / "config.yaml").read_text()) == {
+        "batching": {"max_batch_size": 8},
+        "provider": "cpu",
+    }
+    assert (repository / "plain" / "1").resolve() == store / "plain" / "1"
+    done = run_script(store, tmp_path / "again", INFERWAY_MAX_BATCH_SIZE="lots")
+    assert done.returncode != 0
+    assert "INFERWAY_MAX_BATCH_SIZE='lots': expected int" in done.stderr
+    done = run_script(tmp_path / "missing", tmp_path / "again")
+    assert done.returncode != 0 and "not a directory" in done.stderr
