@@ -3,7 +3,7 @@ with BuildKit's own parser (the ``dockerfile`` package wraps it), its stages and
 the ones the docs promise, what it copies exists and is not excluded from the build context,
 its shell steps parse, and it agrees with pyproject and the Kubernetes manifests (entry point,
 user, ports). The HEALTHCHECK command itself runs against a real backend in
-tests/integration/test_kubernetes_backend_pod.py."""
+tests/integration/test_kubernetes_pods.py."""
 
 from __future__ import annotations
 
