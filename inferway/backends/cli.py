@@ -70,13 +70,22 @@ def serve(
             "-m",
             help="The same folder, given as an option (Triton's spelling).",
             show_default=False,
+            envvar="INFERWAY_MODEL_REPOSITORY",
         ),
     ] = None,
-    http_port: Annotated[int, typer.Option(help="HTTP port (KServe v2 REST, /metrics).")] = 8000,
+    http_port: Annotated[
+        int,
+        typer.Option(help="HTTP port (KServe v2 REST, /metrics).", envvar="INFERWAY_HTTP_PORT"),
+    ] = 8000,
     grpc_port: Annotated[
-        int, typer.Option(help="gRPC port (inference.GRPCInferenceService).")
+        int,
+        typer.Option(
+            help="gRPC port (inference.GRPCInferenceService).", envvar="INFERWAY_GRPC_PORT"
+        ),
     ] = 8001,
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to bind.", envvar="INFERWAY_HOST")
+    ] = "127.0.0.1",
     otlp_endpoint: Annotated[
         str | None,
         typer.Option(
@@ -85,7 +94,9 @@ def serve(
             envvar="OTEL_EXPORTER_OTLP_ENDPOINT",
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="debug, info, warning or error.", envvar="INFERWAY_LOG_LEVEL")
+    ] = "info",
     tls_cert: Annotated[
         Path | None, typer.Option(help="Serve HTTP and gRPC over TLS with this PEM certificate.")
     ] = None,
@@ -103,6 +114,7 @@ def serve(
             max=64,
             help="Worker processes sharing the ports (SO_REUSEPORT); each loads every model. "
             "One process serves at most one core of protocol work.",
+            envvar="INFERWAY_WORKERS",
         ),
     ] = 1,
 ) -> None:

@@ -32,6 +32,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "inferway-dashboard.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
 SCRAPE = DEPLOY / "prometheus" / "prometheus.yaml"
+ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
 
 POLICY = """\
 listeners:
@@ -161,8 +162,12 @@ def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
         "inferway_backend_gpu_memory_used_bytes",
     ):
         assert required in used, required
-    assert any("0.005" in rule["expr"] for rule in rules), "error-rate threshold 0.5%"
-    assert any("> 0.9" in rule["expr"] for rule in rules), "GPU memory threshold 90%"
+    by_name = {rule["alert"]: rule["expr"] for rule in rules}
+    # the deployment guide's thresholds
+    assert ") > 200\n" in by_name["InferwayRouteHighP99Latency"], "p99 over 200 ms"
+    assert ") > 0.005\n" in by_name["InferwayRouteHighErrorRate"], "failure rate over 0.5%"
+    assert "> 0.9" in by_name["InferwayBackendGpuMemoryHigh"], "GPU memory over 90%"
+    assert "0.7 * avg by" in by_name["InferwayBackendReplicaLowThroughput"], "30% under mean"
 
 
 def test_every_metric_in_the_alert_rules_is_exported(exported: set[str]) -> None:
@@ -173,13 +178,48 @@ def test_every_metric_in_the_alert_rules_is_exported(exported: set[str]) -> None
         assert not unknown, f"alert {rule['alert']} uses metrics nothing exports: {unknown}"
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool not installed (Debian package prometheus; .ci/run installs it)",
+)
 def test_promtool_accepts_the_rules_and_the_scrape_config() -> None:
     for args in (["check", "rules", str(ALERTS)], ["check", "config", str(SCRAPE)]):
         done = subprocess.run(
             ["promtool", *args], capture_output=True, text=True, timeout=30, check=False
         )
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def alert_tests() -> list[dict[str, Any]]:
+    document = yaml.safe_load(ALERT_TESTS.read_text())
+    assert document["rule_files"] == [ALERTS.name]
+    return [case for test in document["tests"] for case in test["alert_rule_test"]]
+
+
+def test_every_alert_has_a_promtool_case_where_it_fires_and_one_where_it_stays_quiet() -> None:
+    firing = {case["alertname"] for case in alert_tests() if case.get("exp_alerts")}
+    quiet = {case["alertname"] for case in alert_tests() if not case.get("exp_alerts")}
+    names = {rule["alert"] for rule in alert_rules()}
+    assert names - firing == set(), "alerts no promtool case fires"
+    assert names - quiet == set(), "alerts no promtool case keeps quiet"
+    assert (firing | quiet) - names == set(), "promtool cases for alerts that do not exist"
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool not installed (Debian package prometheus; .ci/run installs it)",
+)
+def test_promtool_rule_tests_pass() -> None:
+    done = subprocess.run(
+        ["promtool", "test", "rules", ALERT_TESTS.name],
+        cwd=ALERT_TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout, done.stdout
 
 
 def test_scrape_example_reads_the_gateway_envoy_and_backend_endpoints() -> None:
