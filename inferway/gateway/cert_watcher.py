@@ -27,7 +27,7 @@ import watchfiles
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from inferway.gateway.certs import check_private_key_permissions, key_matches_certificate
+from inferway.pki.keys import check_private_key_permissions, key_matches_certificate
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.policies.resolve import RuntimeState, TlsMaterial
@@ -36,7 +36,6 @@ from inferway.xds.translate.tls import listener_secret_names, service_secret_nam
 __all__ = [
     "CertificateSource",
     "SecretFiles",
-    "check_private_key_permissions",
     "load_tls_secrets",
     "secret_files",
 ]

@@ -1,1 +1,4 @@
-"""Certificates and keys: minting, PEM loading and key checks, shared by gateway, xds and backends."""
+"""Certificates and keys: minting, bundle files and key checks.
+
+Shared by gateway, xds and backends, so it imports none of them (the lowest layer).
+"""

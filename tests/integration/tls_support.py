@@ -16,15 +16,9 @@ from aiohttp import web
 from cryptography import x509
 
 from inferway.gateway.cert_watcher import CertificateSource
-from inferway.gateway.certs import (
-    BundlePaths,
-    build_ca,
-    build_certificate,
-    bundle_paths,
-    spiffe_id_for,
-    write_bundle,
-)
 from inferway.gateway.control_plane import ControlPlane
+from inferway.pki.bundle_files import BundlePaths, bundle_paths, write_bundle
+from inferway.pki.mint import build_ca, build_certificate, spiffe_id_for
 from inferway.policies import load_policy
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache

@@ -15,8 +15,9 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
-from inferway.gateway.certs import build_ca, build_certificate, write_bundle
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
+from inferway.pki.bundle_files import write_bundle
+from inferway.pki.mint import build_ca, build_certificate
 from inferway.policies import PolicyError, load_policy_text
 from inferway.policies.resolve import Resolved, TlsMaterial
 from inferway.xds import type_urls
