@@ -362,7 +362,7 @@ def demo(
     ] = False,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
-    from inferway.gateway.demo import run_demo
+    from inferway.devtools.demo import run_demo
 
     configure_logging("warning")
     raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
