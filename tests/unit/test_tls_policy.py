@@ -15,7 +15,8 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
-from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
+from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.watcher import PolicyWatcher
 from inferway.pki.bundle_files import write_bundle
 from inferway.pki.mint import build_ca, build_certificate
 from inferway.policies import PolicyError, load_policy_text
@@ -177,16 +178,18 @@ def test_missing_and_mismatched_files_are_refused(certs: Path) -> None:
     assert "cannot read CA bundle" in messages and "ca.pem" in messages
 
 
-def test_control_plane_refuses_a_policy_whose_files_are_missing(certs: Path) -> None:
+def test_an_edit_whose_files_are_missing_is_refused(certs: Path) -> None:
     plane = ControlPlane(SnapshotCache())
     source = CertificateSource(certs, source="policy.yaml")
-    plane.add_state_source(source.resolve_state)
-    plane.apply_policy(load_policy_text(MUTUAL), "policy.yaml")
+    watcher = PolicyWatcher(certs / "policy.yaml", plane, sources=[source.resolve_state])
+    applied = watcher.reload()
+    assert applied is not None and applied.version is not None
     assert "listener/secure/cert" in plane.state.secrets
-    broken = load_policy_text(MUTUAL.replace("certs/server.pem", "certs/nope.pem"))
-    with pytest.raises(PolicyRefusedError) as error:
-        plane.apply_policy(broken, "policy.yaml")
-    assert "nope.pem" in "\n".join(error.value.refusal.lines())
+    (certs / "policy.yaml").write_text(MUTUAL.replace("certs/server.pem", "certs/nope.pem"))
+    refused = watcher.reload()
+    assert refused is not None and refused.refusal is not None
+    assert "nope.pem" in "\n".join(refused.refusal.lines())
+    assert plane.last_refused == refused.refusal
     assert plane.policy is not None and plane.policy.listeners[0].tls.certificate == (  # type: ignore[union-attr]
         "certs/server.pem"
     )
