@@ -30,12 +30,10 @@ from inferway.devtools.demo_trace import BACKEND_SERVICE, GATEWAY_SERVICE, show_
 from inferway.devtools.demo_traffic import build_infer_request, sample_traffic, split_ok
 from inferway.devtools.otlp_receiver import OtlpReceiver, start_otlp_receiver
 from inferway.gateway.console import make_console, short_version
+from inferway.gateway.control_plane import build_policy_snapshot
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.observability.otel import setup_tracing
 from inferway.policies import Policy, dump_policy
-from inferway.policies.resolve import resolve_policy
-from inferway.xds.snapshot import build_snapshot
-from inferway.xds.translate import translate_resolved
 from inferway.xds.translate.tracing import FAST_FLUSH_RUNTIME
 
 __all__ = [
@@ -180,9 +178,7 @@ async def run_demo(
                 listener_port, backends.ports, canary=50, collector=collector, tls=tls
             )
             state = gateway.control_plane.state  # certificates too, with --mtls
-            new_version = build_snapshot(
-                translate_resolved(resolve_policy(new_policy, state))
-            ).version
+            new_version = build_policy_snapshot(new_policy, state, str(policy_path)).version
             with console.status("editing policy.yaml: v2 weight 10 -> 50"):
                 written = time.perf_counter()
                 _write_atomically(policy_path, dump_policy(new_policy))

@@ -146,6 +146,8 @@ class Gateway:
     watcher: PolicyWatcher
     admin: AdminServer
     supervisor: EnvoySupervisor | None
+    certificates: CertificateSource
+    """Watches the certificate files the live policy names (``rotations`` counts pushes)."""
     _stack: contextlib.AsyncExitStack = field(repr=False)
     _endpoints: EndpointsWatcher | EndpointsFollower | None = field(default=None, repr=False)
 
@@ -307,6 +309,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         watcher,
         admin,
         supervisor,
+        certificates,
         stack,
         _endpoints=endpoints_source,
     )
