@@ -55,7 +55,7 @@ def setup_demo_mtls(
         f"[green]✓[/green] mutual TLS: development CA and certificates in {certs}; only "
         f"{spiffe_id_for('client')} may call the listener"
     )
-    tls = {
+    tls: dict[str, object] = {
         "mode": "mutual",
         "certificate": str(server_paths.certificate),
         "private_key": str(server_paths.private_key),

@@ -9,8 +9,8 @@ Two entry points, both on one :class:`CertificateSource`:
   with :func:`load_tls_secrets`, the same reads ``inferway validate`` does; ``follow`` then
   points the watch at them.)
 * ``start`` watches the directories holding those files; when one changes, the material is
-  re-read and pushed (``ControlPlane.update_state``). Envoy gets a new Secret and uses it for new
-  handshakes; established connections keep theirs; listeners are not drained.
+  re-read and pushed into the sink (``StateSink.update_state``). Envoy gets a new Secret and
+  uses it for new handshakes; established connections keep theirs; listeners are not drained.
 
 Private keys are never logged or shown in errors (only their paths), and a key that its group
 or others can read is refused with the chmod that fixes it. A certificate whose key does not

@@ -35,7 +35,6 @@ from inferway.gateway.runtime import (
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import PolicyError
-from inferway.policies.resolve import resolve_policy
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
 
 __all__ = ["app", "main"]
@@ -119,7 +118,7 @@ def validate(files: PolicyFiles, endpoints_file: EndpointsFileOption = None) -> 
 
 
 def _print_summary(file: Path, plan: GatewayPlan) -> None:
-    policy = resolve_policy(plan.policy, plan.state).policy  # with the endpoints file's hosts
+    policy = plan.policy
     summary = Text()
     summary.append("ok ", style="green")
     summary.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from inferway.gateway.control_plane import Refusal
 from inferway.policies.model import Policy
 from inferway.policies.resolve import RuntimeState
 
@@ -43,4 +44,4 @@ class StateSink(Protocol):
 
     def update_state(self, state: RuntimeState, source: str) -> str | None: ...
 
-    def refuse(self, error: BaseException, source: str | None = None) -> object: ...
+    def refuse(self, error: BaseException, source: str | None = None) -> Refusal: ...

@@ -47,6 +47,7 @@ class PolicyWatcher(WatchedFile):
             on_reload=on_reload,
             force_polling=force_polling,
         )
+        self.control_plane = control_plane
         self.external_endpoints = external_endpoints
         self.sources = tuple(sources)
 
