@@ -39,7 +39,8 @@ from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_x
 from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
 from inferway.policies.endpoints import endpoints_file_path
-from inferway.policies.errors import read_source_text
+from inferway.policies.errors import PolicyError, read_source_text
+from inferway.policies.located import place_issues
 from inferway.policies.model import Policy
 from inferway.policies.resolve import RuntimeState
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
@@ -131,7 +132,10 @@ def plan_gateway(options: GatewayOptions) -> GatewayPlan:
             endpoints_path, [service.name for service in policy.services]
         )
         state = RuntimeState(endpoints=endpoints)
-    secrets = load_tls_secrets(policy, path.parent, source=str(path))
+    try:
+        secrets = load_tls_secrets(policy, path.parent, source=str(path))
+    except PolicyError as error:  # located on the TLS settings naming the files
+        raise PolicyError(place_issues(text, str(path), error.issues)) from None
     state = RuntimeState(endpoints=state.endpoints, secrets=secrets)
     snapshot = build_policy_snapshot(policy, state, str(path))
     return GatewayPlan(str(path), text, policy, state, endpoints_path, endpoints_text, snapshot)

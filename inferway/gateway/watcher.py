@@ -14,7 +14,8 @@ from opentelemetry import trace
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.file_watch import ReloadResult, WatchedFile
 from inferway.gateway.sources import StateSource, read_sources
-from inferway.policies import load_policy_text
+from inferway.policies import PolicyError, load_policy_text
+from inferway.policies.located import place_issues
 
 __all__ = ["PolicyWatcher", "ReloadResult"]
 
@@ -58,5 +59,8 @@ class PolicyWatcher(WatchedFile):
             with _tracer.start_as_current_span("load policy"):
                 policy = load_policy_text(text, source, external_endpoints=self.external_endpoints)
             with _tracer.start_as_current_span("read sources"):
-                state = read_sources(self.sources, policy, self.control_plane.state)
+                try:
+                    state = read_sources(self.sources, policy, self.control_plane.state)
+                except PolicyError as error:  # placed on the fields naming the files
+                    raise PolicyError(place_issues(text, source, error.issues)) from None
             return self.control_plane.apply_policy(policy, source, state=state)

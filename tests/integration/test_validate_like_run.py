@@ -69,18 +69,29 @@ def test_validate_and_run_refuse_each_broken_case_alike(broken: Path, tmp_path: 
         assert line.replace(str(broken.relative_to(ROOT)), str(policy)) in validated
 
 
+def _tls_positions(text: str) -> list[str]:
+    """``line:column`` of each ``tls:`` key in the file, in order."""
+    return [
+        f"{number}:{len(line) - len(line.lstrip()) + 1}"
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() == "tls:"
+    ]
+
+
 def test_validate_and_run_refuse_missing_certificate_files_alike(tmp_path: Path) -> None:
     policy = tmp_path / "mtls.yaml"
     shutil.copyfile(MTLS, policy)  # without the certs/ directory it names
     validated, ran = _validate_and_run(policy)
     assert validated == ran
+    listener, service = _tls_positions(MTLS.read_text(encoding="utf-8"))
     ca = tmp_path / "certs" / "ca.pem"
     assert (
-        f"{policy}: listeners[0].tls: cannot read CA bundle {ca}: No such file or directory"
-        in validated
-    )
+        f"{policy}:{listener}: listeners[0].tls: cannot read CA bundle {ca}: "
+        "No such file or directory"
+    ) in validated
     assert any(
-        line.startswith(f"{policy}: services[0].tls: cannot read private key") for line in ran
+        line.startswith(f"{policy}:{service}: services[0].tls: cannot read private key")
+        for line in ran
     )
 
 
@@ -92,6 +103,9 @@ def test_validate_takes_several_files_and_reports_each(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", "-f", str(good), "-f", str(bad)])
     assert result.exit_code == 1
     assert result.stdout.startswith(f"ok {good}:"), result.stdout
-    assert f"{bad}: listeners[0].tls: cannot read certificate" in result.stderr
+    assert (
+        f"{bad}:{_tls_positions(MTLS.read_text())[0]}: listeners[0].tls: cannot read certificate"
+        in result.stderr
+    )
     both = runner.invoke(app, ["validate", "-f", str(good), "-f", str(good)])
     assert both.exit_code == 0 and both.stdout.count(f"ok {good}:") == 2

@@ -180,8 +180,9 @@ def test_missing_and_mismatched_files_are_refused(certs: Path) -> None:
 
 def test_an_edit_whose_files_are_missing_is_refused(certs: Path) -> None:
     plane = ControlPlane(SnapshotCache())
-    source = CertificateSource(certs, source="policy.yaml")
-    watcher = PolicyWatcher(certs / "policy.yaml", plane, sources=[source.resolve_state])
+    path = certs / "policy.yaml"
+    source = CertificateSource(certs, source=str(path))
+    watcher = PolicyWatcher(path, plane, sources=[source.resolve_state])
     applied = watcher.reload()
     assert applied is not None and applied.version is not None
     assert "listener/secure/cert" in plane.state.secrets
@@ -190,6 +191,14 @@ def test_an_edit_whose_files_are_missing_is_refused(certs: Path) -> None:
     assert refused is not None and refused.refusal is not None
     assert "nope.pem" in "\n".join(refused.refusal.lines())
     assert plane.last_refused == refused.refusal
+    # located on the TLS settings that name the file (line 6, column 5: "tls:")
+    (issue,) = [i for i in refused.refusal.issues if "nope.pem" in i.message]
+    assert (issue.file, issue.line, issue.column, issue.path) == (
+        str(path),
+        6,
+        5,
+        "listeners[0].tls",
+    )
     assert plane.policy is not None and plane.policy.listeners[0].tls.certificate == (  # type: ignore[union-attr]
         "certs/server.pem"
     )
