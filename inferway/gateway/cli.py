@@ -108,11 +108,12 @@ def validate(files: PolicyFiles, endpoints_file: EndpointsFileOption = None) -> 
     refused = False
     for file in files:
         try:
-            plan = _plan_or_exit(file, endpoints_file)
-        except typer.Exit:
+            plan = plan_gateway(GatewayOptions(policy_path=file, endpoints_file=endpoints_file))
+        except PolicyError as error:
+            print_issues(make_console(stderr=True), error.issues)
             refused = True
-            continue
-        _print_summary(file, plan)
+        else:
+            _print_summary(file, plan)
     if refused:
         raise typer.Exit(1)
 
