@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 CERTIFICATES_SOURCE = "certificate files"
 

@@ -28,7 +28,6 @@ __all__ = ["ReloadResult", "WatchedFile"]
 
 log = logging.getLogger(__name__)
 # watchfiles logs every batch of changes at INFO; the directory may hold busy files.
-logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
