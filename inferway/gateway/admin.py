@@ -23,8 +23,8 @@ from inferway.gateway.admin_security import (
     reload_handler,
 )
 from inferway.gateway.control_plane import ControlPlane, Refusal
+from inferway.gateway.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.gateway.supervisor import EnvoySupervisor
-from inferway.observability.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.policies import dump_policy
 from inferway.policies.redact import build_redacted_policy
 from inferway.xds import type_urls

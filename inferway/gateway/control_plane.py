@@ -1,8 +1,11 @@
 """The gateway's one piece of state: which policy is live, and which edit was last refused.
 
-Applying a policy is translate -> snapshot -> consistency check -> cache. Anything that fails
-on the way leaves the cache holding the last good snapshot: a bad edit never replaces a good
-policy, it is recorded as refused so ``inferway status`` can say why.
+Applying a policy is resolve -> translate -> snapshot -> consistency check -> cache, all pure:
+the runtime state (endpoints, certificates) arrives already read by its sources, so applying
+does no I/O. Anything that fails on the way leaves the cache holding the last good snapshot: a
+bad edit never replaces a good policy, it is recorded as refused so ``inferway status`` can
+say why. :func:`build_policy_snapshot` is the same pipeline without the cache, for
+``inferway validate`` and ``render``.
 """
 
 from __future__ import annotations
@@ -22,9 +25,15 @@ from inferway.state import State
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
-from inferway.xds.translate import translate
+from inferway.xds.translate import translate as translate_ir
 
-__all__ = ["AppliedPolicy", "ControlPlane", "PolicyRefusedError", "Refusal"]
+__all__ = [
+    "AppliedPolicy",
+    "ControlPlane",
+    "PolicyRefusedError",
+    "Refusal",
+    "build_policy_snapshot",
+]
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("inferway.gateway")
@@ -62,6 +71,30 @@ class PolicyRefusedError(Exception):
         super().__init__("\n".join(refusal.lines()))
 
 
+def build_policy_snapshot(
+    policy: Policy,
+    state: State,
+    source: str,
+    *,
+    translate: Callable[[IR], Resources] | None = None,
+) -> Snapshot:
+    """resolve -> translate -> a consistent snapshot, or PolicyError naming ``source``.
+
+    A translation error (a bug, or a case the checks miss) becomes one located issue, not a
+    traceback, for ``run`` and ``validate`` alike.
+    """
+    try:
+        translated = (translate or translate_ir)(resolve_policy(policy, state))
+        snapshot = build_snapshot(translated)
+    except (ValueError, TypeError) as error:
+        message = f"cannot translate to Envoy configuration: {error}"
+        raise PolicyError([PolicyIssue(source, None, None, "", message)]) from error
+    problems = snapshot.consistent()
+    if problems:
+        raise PolicyError([PolicyIssue(source, None, None, "", p) for p in problems])
+    return snapshot
+
+
 class ControlPlane:
     """Turns policies into cache snapshots for one node group, remembering good and refused."""
 
@@ -71,7 +104,7 @@ class ControlPlane:
         *,
         group: str = "default",
         clock: Callable[[], float] = time.time,
-        translate: Callable[[IR], Resources] = translate,
+        translate: Callable[[IR], Resources] = translate_ir,
         state: State | None = None,
     ) -> None:
         self.cache = cache
@@ -82,18 +115,11 @@ class ControlPlane:
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
         self._observers: list[Any] = []
-        self._state_sources: list[Callable[[Policy, State], State]] = []
 
     def add_observer(self, observer: Any) -> None:
         """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
         ``on_refused(Refusal)`` (metrics attach here, not inside the apply logic)."""
         self._observers.append(observer)
-
-    def add_state_source(self, source: Callable[[Policy, State], State]) -> None:
-        """Attach a runtime source that must see each policy before it is applied (e.g. the
-        certificate files it names): ``source(policy, state)`` returns the state to apply with,
-        or raises PolicyError, which refuses the edit."""
-        self._state_sources.append(source)
 
     def _notify(self, method: str, *args: Any) -> None:
         for observer in self._observers:
@@ -141,10 +167,14 @@ class ControlPlane:
             return False
         return self._current is None or self._last_refused.at >= self._current.applied_at
 
-    def apply_policy(self, policy: Policy, source: str) -> str:
-        """Make ``policy`` live; returns the snapshot version. Raises PolicyRefusedError (and
-        records the refusal) when it cannot become a consistent snapshot."""
-        return self._apply(policy, self._state, source)
+    def apply_policy(
+        self, policy: Policy, source: str, *, state: State | None = None
+    ) -> str:
+        """Make ``policy`` live with ``state`` (default: the live state); returns the snapshot
+        version. Raises PolicyRefusedError (and records the refusal) when it cannot become a
+        consistent snapshot. ``state`` comes from the sources that read what ``policy`` names
+        (see :mod:`inferway.gateway.sources`) before this is called."""
+        return self._apply(policy, self._state if state is None else state, source)
 
     def update_state(self, state: State, source: str) -> str | None:
         """Swap in new runtime sources and re-push the live policy with them. Refused like a
@@ -167,18 +197,10 @@ class ControlPlane:
     def _apply_untraced(self, policy: Policy, state: State, source: str) -> str:
         try:
             with _tracer.start_as_current_span("translate"):
-                for state_source in self._state_sources:
-                    state = state_source(policy, state)
-                snapshot = build_snapshot(self._translate(resolve_policy(policy, state)))
+                snapshot = build_policy_snapshot(policy, state, source, translate=self._translate)
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
-        problems = snapshot.consistent()
-        if problems:
-            refusal = self._record(
-                source, [PolicyIssue(source, None, None, "", p) for p in problems]
-            )
-            raise PolicyRefusedError(refusal)
         with _tracer.start_as_current_span("push snapshot") as push:
             changed = self.cache.set_snapshot(snapshot, self.group)
             push.set_attribute("inferway.snapshot.changed", changed)

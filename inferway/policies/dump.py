@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from inferway.policies.model import Endpoint, Policy, Retries, Route, Service, parse_duration
+from inferway.policies.model import Endpoint, Policy, Retries, Route, Service
+from inferway.policies.types import parse_duration
 
 __all__ = ["dump_policy"]
 

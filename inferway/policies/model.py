@@ -29,12 +29,7 @@ from inferway.policies.traffic import (
     RateLimit,
     RetryHostSelection,
 )
-from inferway.policies.types import (  # re-exported: older imports name model.py
-    NAME_PATTERN,  # noqa: F401
-    Duration,
-    Name,
-    parse_duration,  # noqa: F401
-)
+from inferway.policies.types import Duration, Name, split_host_port
 
 __all__ = [
     "Backend",
@@ -49,8 +44,6 @@ __all__ = [
     "RouteMatch",
     "Service",
 ]
-
-# Shared field types live in types.py (imported above) so feature schemas can use them.
 
 
 class _Model(BaseModel):
@@ -97,25 +90,6 @@ class Endpoint(_Model):
             data.setdefault("host", host)
             data.setdefault("port", port)
         return data
-
-
-def split_host_port(address: object) -> tuple[str, int]:
-    """``"10.0.0.1:80"`` / ``"[::1]:80"`` / ``"name:80"`` -> ``(host, port)``."""
-    if not isinstance(address, str):
-        raise ValueError(f"expected 'host:port', got {address!r}")
-    text = address.strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"expected 'host:port' such as 127.0.0.1:8000, got {address!r}")
-    if ":" in host and not text.startswith("["):
-        raise ValueError(
-            "expected 'host:port' with an IPv6 host in brackets, e.g. '[::1]:8000', "
-            f"got {address!r}"
-        )
-    return host, int(port)
 
 
 class Service(_Model):

@@ -16,6 +16,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
 from google.protobuf.message import Message
 
+from inferway.pki.mint import build_ca, build_certificate
 from inferway.state.model import TlsMaterial
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
@@ -76,8 +77,6 @@ def _detach_sds(socket: base_pb2.TransportSocket) -> list[str]:
 
 
 def _placeholder_material() -> dict[str, TlsMaterial]:
-    from inferway.gateway.certs import build_ca, build_certificate
-
     ca = build_ca("inferway validation CA", days=1)
     leaf = build_certificate(ca, dns_names=["localhost"], server=True, client=True, days=1)
     return {

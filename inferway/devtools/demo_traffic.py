@@ -17,7 +17,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from inferway.gateway.demo_backend import DEMO_FEATURES, DEMO_MODEL
+from inferway.devtools.demo_backend import DEMO_FEATURES, DEMO_MODEL
 from inferway.policies import Policy
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rich.tree import Tree
 
-from inferway.observability.otlp_receiver import ReceivedSpan
+from inferway.devtools.otlp_receiver import ReceivedSpan
 
 __all__ = [
     "REQUEST_ID_KEYS",

@@ -18,9 +18,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from inferway.gateway.demo_backend import DEMO_MODEL
-from inferway.gateway.demo_mtls import CurlTls
-from inferway.gateway.demo_traffic import build_infer_request, close_to_expected
+from inferway.devtools.demo_backend import DEMO_MODEL
+from inferway.devtools.demo_mtls import CurlTls
+from inferway.devtools.demo_traffic import build_infer_request, close_to_expected
 from inferway.gateway.runtime import Gateway
 from inferway.policies import Policy
 

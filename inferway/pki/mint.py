@@ -1,9 +1,9 @@
-"""A development certificate authority: mint a CA, server and client certificates.
+"""Mint a development certificate authority and the leaves it signs.
 
 Why: mutual TLS needs a CA, a server certificate and client certificates carrying workload
 identities (SPIFFE IDs in a URI SAN). The demo, the tests and first-time users need them in a
 second, without openssl recipes. This is not a production PKI: keys are ECDSA P-256 held in
-memory and written to disk only by ``write_bundle`` (private keys with mode 0600).
+memory and written to disk only by :func:`inferway.pki.bundle_files.write_bundle`.
 
 The ``build_*`` functions take the clock as ``now`` so tests can mint expired or
 not-yet-valid certificates deterministically.
@@ -12,12 +12,9 @@ not-yet-valid certificates deterministically.
 from __future__ import annotations
 
 import ipaddress
-import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -26,16 +23,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = [
     "DEFAULT_TRUST_DOMAIN",
-    "BundlePaths",
     "CertBundle",
     "build_ca",
     "build_certificate",
-    "bundle_paths",
-    "check_private_key_permissions",
-    "key_matches_certificate",
-    "load_bundle",
     "spiffe_id_for",
-    "write_bundle",
 ]
 
 DEFAULT_TRUST_DOMAIN = "inferway.local"
@@ -63,14 +54,6 @@ class CertBundle:
             f"CertBundle(subject={cert.subject.rfc4514_string()!r}, "
             f"serial={cert.serial_number:x}, key=<hidden>)"
         )
-
-
-@dataclass(frozen=True)
-class BundlePaths:
-    """Where ``write_bundle`` put a bundle."""
-
-    certificate: Path
-    private_key: Path
 
 
 def spiffe_id_for(
@@ -225,61 +208,3 @@ def build_certificate(
         .sign(ca_key, hashes.SHA256())
     )
     return CertBundle(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
-
-
-def bundle_paths(directory: Path, name: str) -> BundlePaths:
-    """``<dir>/<name>.pem`` and ``<dir>/<name>-key.pem``."""
-    return BundlePaths(directory / f"{name}.pem", directory / f"{name}-key.pem")
-
-
-def write_bundle(directory: str | Path, name: str, bundle: CertBundle) -> BundlePaths:
-    """Write ``<name>.pem`` (0644) and ``<name>-key.pem`` (0600) atomically into ``directory``.
-
-    Each file is written to a temporary name and renamed over the old one, so a watcher never
-    sees a half-written file and a rotation is one rename per file.
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = bundle_paths(directory, name)
-    _write_atomic(paths.private_key, bundle.key_pem, 0o600)
-    _write_atomic(paths.certificate, bundle.cert_pem, 0o644)
-    return paths
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)  # O_CREAT's mode is masked by umask and ignored for existing files
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def load_bundle(directory: str | Path, name: str) -> CertBundle:
-    """Read back what ``write_bundle`` wrote (e.g. the CA, to issue more certificates)."""
-    paths = bundle_paths(Path(directory), name)
-    return CertBundle(paths.certificate.read_bytes(), paths.private_key.read_bytes())
-
-
-def key_matches_certificate(certificate: x509.Certificate, private_key: object) -> bool:
-    """Whether ``private_key`` (a loaded cryptography key) is the key of ``certificate``."""
-    public = getattr(private_key, "public_key", None)
-    if public is None:
-        return False
-    fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return bool(certificate.public_key().public_bytes(*fmt) == public().public_bytes(*fmt))
-
-
-def check_private_key_permissions(path: Path) -> str | None:
-    """A message when ``path`` is readable by its group or others (POSIX only), else None."""
-    if os.name != "posix":
-        return None
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        return (
-            f"private key {path} is accessible by group/others (mode {mode:04o}); "
-            f"restrict it: chmod 600 {path}"
-        )
-    return None

@@ -15,10 +15,10 @@ import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from rich.console import Console
 
-from inferway.gateway.demo_backend import DEMO_MODEL
-from inferway.gateway.demo_traffic import build_infer_request
-from inferway.observability.otlp_receiver import OtlpReceiver, ReceivedSpan
-from inferway.observability.trace_tree import build_trace_tree, find_trace_id, render_trace_tree
+from inferway.devtools.demo_backend import DEMO_MODEL
+from inferway.devtools.demo_traffic import build_infer_request
+from inferway.devtools.otlp_receiver import OtlpReceiver, ReceivedSpan
+from inferway.devtools.trace_tree import build_trace_tree, find_trace_id, render_trace_tree
 
 __all__ = ["BACKEND_SERVICE", "GATEWAY_SERVICE", "show_trace"]
 

@@ -23,19 +23,17 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from rich.panel import Panel
 
+from inferway.devtools.demo_backend import DEMO_MODEL, start_demo_backends
+from inferway.devtools.demo_mtls import CurlTls, setup_demo_mtls
+from inferway.devtools.demo_output import build_keep_running_text, build_split_table, keep_running
+from inferway.devtools.demo_trace import BACKEND_SERVICE, GATEWAY_SERVICE, show_trace
+from inferway.devtools.demo_traffic import build_infer_request, sample_traffic, split_ok
+from inferway.devtools.otlp_receiver import OtlpReceiver, start_otlp_receiver
 from inferway.gateway.console import make_console, short_version
-from inferway.gateway.demo_backend import DEMO_MODEL, start_demo_backends
-from inferway.gateway.demo_mtls import CurlTls, setup_demo_mtls
-from inferway.gateway.demo_output import build_keep_running_text, build_split_table, keep_running
-from inferway.gateway.demo_trace import BACKEND_SERVICE, GATEWAY_SERVICE, show_trace
-from inferway.gateway.demo_traffic import build_infer_request, sample_traffic, split_ok
+from inferway.gateway.control_plane import build_policy_snapshot
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.observability.otel import setup_tracing
-from inferway.observability.otlp_receiver import OtlpReceiver, start_otlp_receiver
 from inferway.policies import Policy, dump_policy
-from inferway.resolve import resolve_policy
-from inferway.xds.snapshot import build_snapshot
-from inferway.xds.translate import translate
 from inferway.xds.translate.tracing import FAST_FLUSH_RUNTIME
 
 __all__ = [
@@ -180,7 +178,7 @@ async def run_demo(
                 listener_port, backends.ports, canary=50, collector=collector, tls=tls
             )
             state = gateway.control_plane.state  # certificates too, with --mtls
-            new_version = build_snapshot(translate(resolve_policy(new_policy, state))).version
+            new_version = build_policy_snapshot(new_policy, state, str(policy_path)).version
             with console.status("editing policy.yaml: v2 weight 10 -> 50"):
                 written = time.perf_counter()
                 _write_atomically(policy_path, dump_policy(new_policy))

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from inferway.pki.bundle_files import bundle_paths, write_bundle
+from inferway.pki.mint import build_ca, build_certificate, spiffe_id_for
+
 __all__ = ["CurlTls", "setup_demo_mtls"]
 
 
@@ -31,14 +34,6 @@ def setup_demo_mtls(
     return the listener's mutual-TLS settings, the httpx options of a client presenting the
     client certificate, and the same files for a curl."""
     import ssl
-
-    from inferway.gateway.certs import (
-        build_ca,
-        build_certificate,
-        bundle_paths,
-        spiffe_id_for,
-        write_bundle,
-    )
 
     certs = workdir / "certs"
     ca = build_ca("inferway demo CA", days=1)
@@ -60,7 +55,7 @@ def setup_demo_mtls(
         f"[green]✓[/green] mutual TLS: development CA and certificates in {certs}; only "
         f"{spiffe_id_for('client')} may call the listener"
     )
-    tls = {
+    tls: dict[str, object] = {
         "mode": "mutual",
         "certificate": str(server_paths.certificate),
         "private_key": str(server_paths.private_key),
