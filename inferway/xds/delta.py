@@ -20,7 +20,10 @@ delta sends only what the client does not have yet. Rules (xDS protocol, "Increm
   when it rebuilds a cluster and waits for the endpoints), except a version it rejected;
 - the first request for a type is always answered, even with nothing, so Envoy's
   initialisation (which waits for the first CDS and LDS answers) completes;
-- on a snapshot change, types go out in ``type_urls.PUSH_ORDER`` (CDS, EDS before LDS, RDS).
+- on a snapshot change, types go out in ``type_urls.PUSH_ORDER`` (CDS, EDS before LDS, RDS),
+  and removals make-before-break ("Eventual consistency considerations"): removed clusters,
+  endpoints and secrets go out only after the listeners and routes that used them changed;
+- a NACK names the snapshot the rejected response was built from, so the cache can refuse it.
 
 The type-level version the cache tracks for ``wait_for_acks`` is the snapshot's per-type
 version: an ACK of the newest response for a type means the client holds that snapshot's
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import Message
 
+from inferway.xds import type_urls
 from inferway.xds.resources import content_hash
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.sotw import EMPTY_VERSION, WILDCARD_TYPES, Ack, Nack, counter_nonces
@@ -56,14 +60,23 @@ class DeltaStep:
     stale: bool = False
 
 
+@dataclass(frozen=True)
+class _Sent:
+    """One outstanding response: the type version and snapshot it came from, names sent."""
+
+    version: str
+    snapshot: str
+    names: tuple[str, ...]
+
+
 @dataclass
 class _TypeState:
     wildcard: bool = False
     names: set[str] = field(default_factory=set)
     sent: dict[str, str] = field(default_factory=dict)  # what the client has (or was sent)
     rejected: dict[str, str] = field(default_factory=dict)  # name -> version it NACKed
-    pending: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    """Outstanding responses, oldest first: nonce -> (type version, names sent)."""
+    pending: dict[str, _Sent] = field(default_factory=dict)
+    """Outstanding responses, oldest first, by nonce."""
     last_nonce: str | None = None
     version: str | None = None  # the snapshot type version this stream last evaluated
     nacked: bool = False  # the newest answered response was rejected
@@ -128,13 +141,15 @@ class DeltaState:
         nonce = request.response_nonce
         if nonce:
             if nonce in state.pending:
-                version, names = self._settle(state, nonce)
+                settled = self._settle(state, nonce)
+                version, names = settled.version, settled.names
                 if request.HasField("error_detail"):
                     state.nacked = True
                     for name in names:
                         if name in state.sent:
                             state.rejected[name] = state.sent[name]
-                    nacks.append(Nack(type_url, version, nonce, request.error_detail.message))
+                    message = request.error_detail.message
+                    nacks.append(Nack(type_url, version, nonce, message, settled.snapshot, names))
                 else:
                     state.nacked = False
                     for name in names:  # accepted now: a newer version replaced a rejected one
@@ -151,28 +166,44 @@ class DeltaState:
         return DeltaStep([response] if response else [], acks, nacks, stale)
 
     def on_snapshot(self, snapshot: Snapshot | None) -> DeltaStep:
-        """Responses for every subscribed type with differences, CDS/EDS before LDS/RDS; an
-        ACK for each type that changed without concerning this client."""
+        """Responses for every subscribed type with differences, CDS/EDS before LDS/RDS and
+        removed clusters/endpoints/secrets last; an ACK for each type that changed without
+        concerning this client."""
         if snapshot is None:
             return DeltaStep()
         order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
         responses = []
         acks = []
+        before = {t: s.version for t, s in self._types.items()}
+        answered: set[str] = set()
         for type_url in order:
             state = self._types.get(type_url)
             if state is None:
                 continue
-            before = state.version
+            removals = type_url not in type_urls.REMOVE_LAST
+            response = self._respond(type_url, state, snapshot, removals=removals)
+            if response is not None:
+                responses.append(response)
+                answered.add(type_url)
+        for type_url in type_urls.REMOVE_LAST:
+            state = self._types.get(type_url)
+            if state is None:
+                continue
             response = self._respond(type_url, state, snapshot)
             if response is not None:
                 responses.append(response)
-            elif (
-                state.version != before
+                answered.add(type_url)
+        for type_url in order:
+            state = self._types.get(type_url)
+            if state is None or type_url in answered:
+                continue
+            if (
+                state.version != before.get(type_url)
                 and state.version is not None
                 and not state.pending
                 and not state.nacked
                 and not state.rejected
-                and before is not None
+                and before.get(type_url) is not None
             ):
                 acks.append(Ack(type_url, state.version))
         return DeltaStep(responses, acks)
@@ -180,10 +211,10 @@ class DeltaState:
     # -- internals ---------------------------------------------------------------------------
 
     @staticmethod
-    def _settle(state: _TypeState, nonce: str) -> tuple[str, tuple[str, ...]]:
+    def _settle(state: _TypeState, nonce: str) -> _Sent:
         """Drop ``nonce`` and every older outstanding nonce (the client answers in order);
-        the type version and names sent with ``nonce``."""
-        sent: tuple[str, tuple[str, ...]] = ("", ())
+        what was sent with ``nonce``."""
+        sent = _Sent("", "", ())
         for pending in list(state.pending):
             sent = state.pending.pop(pending)
             if pending == nonce:
@@ -210,8 +241,14 @@ class DeltaState:
                 state.rejected.pop(name, None)
 
     def _respond(
-        self, type_url: str, state: _TypeState, snapshot: Snapshot | None
+        self,
+        type_url: str,
+        state: _TypeState,
+        snapshot: Snapshot | None,
+        *,
+        removals: bool = True,
     ) -> discovery_pb2.DeltaDiscoveryResponse | None:
+        """``removals=False``: send changes only, leaving removed resources for later."""
         if snapshot is None:
             return None  # answered once a snapshot arrives (answer_next / resend stay set)
         state.version = snapshot.versions.get(type_url, EMPTY_VERSION)
@@ -225,7 +262,11 @@ class DeltaState:
                 continue  # rejected: never again, until it changes
             if state.sent.get(name) != version or name in state.resend:
                 changed.append(name)
-        removed = sorted(n for n in state.sent if n not in current or not state.wants(n))
+        removed = (
+            sorted(n for n in state.sent if n not in current or not state.wants(n))
+            if removals
+            else []
+        )
         state.resend.clear()
         if not changed and not removed and not state.answer_next:
             return None
@@ -243,7 +284,7 @@ class DeltaState:
         for name in removed:
             state.sent.pop(name, None)
             state.rejected.pop(name, None)
-        state.pending[response.nonce] = (state.version, tuple(changed))
+        state.pending[response.nonce] = _Sent(state.version, snapshot.version, tuple(changed))
         state.last_nonce = response.nonce
         state.answer_next = False
         return response

@@ -13,8 +13,12 @@ Rules (xDS protocol, "ACK/NACK and resource type instance version"; "When to sen
   a CDS update asks for its endpoints again and stays warming until it gets them);
 - LDS and CDS are wildcard when no names (or ``*``) are given; EDS, RDS and SDS send only the
   requested names;
-- on a snapshot change, types go out in ``type_urls.PUSH_ORDER`` (CDS, EDS before LDS, RDS):
-  make-before-break.
+- on a snapshot change, types go out in ``type_urls.PUSH_ORDER`` (CDS, EDS before LDS, RDS),
+  and removals go make-before-break ("Eventual consistency considerations"): a CDS response
+  that drops clusters the client holds first goes out with those clusters kept, then LDS and
+  RDS stop using them, and only then a CDS response without them (LDS and CDS are the only
+  types where SotW removes by omission);
+- a NACK names the snapshot the rejected response was built from, so the cache can refuse it.
 """
 
 from __future__ import annotations
@@ -44,10 +48,15 @@ class Ack:
 
 @dataclass(frozen=True)
 class Nack:
+    """``snapshot``: the snapshot version the rejected response was built from;
+    ``resource_names``: the resources it carried."""
+
     type_url: str
     version: str
     nonce: str
     message: str
+    snapshot: str = ""
+    resource_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,15 @@ class _TypeState:
     sent_names: frozenset[str] | None = _NEVER_SENT
     rejected_version: str | None = None
     answer_next: bool = False  # a fresh subscription is always answered
+    sent_snapshot: str = ""  # the snapshot version the last response was built from
+    sent: dict[str, Message] = field(default_factory=dict)  # the last response's resources
+    acked: dict[str, Message] = field(default_factory=dict)  # the last ACKed response's
+    nacked: bool = False  # the last response was rejected: the client holds ``acked``
+
+    def holding(self) -> dict[str, Message]:
+        """What the client may hold now: the last ACKed resources, and the last sent ones
+        unless it rejected them."""
+        return self.acked if self.nacked else {**self.acked, **self.sent}
 
 
 def counter_nonces(prefix: str = "") -> Callable[[], str]:
@@ -115,8 +133,19 @@ class SotwState:
                 state.answer_next = not request.HasField("error_detail")
             elif request.HasField("error_detail"):
                 state.rejected_version = sent
-                nacks.append(Nack(type_url, sent, nonce, request.error_detail.message))
+                state.nacked = True
+                nacks.append(
+                    Nack(
+                        type_url,
+                        sent,
+                        nonce,
+                        request.error_detail.message,
+                        state.sent_snapshot,
+                        tuple(sorted(state.sent)),
+                    )
+                )
             else:
+                state.acked, state.nacked = state.sent, False
                 acks.append(Ack(type_url, sent))
             state.answered_nonce = nonce
         else:
@@ -126,23 +155,40 @@ class SotwState:
         return Step([response] if response else [], acks, nacks)
 
     def on_snapshot(self, snapshot: Snapshot | None) -> Step:
-        """Responses for every subscribed type whose content changed, CDS/EDS before LDS/RDS."""
+        """Responses for every subscribed type whose content changed, CDS/EDS before LDS/RDS;
+        clusters the snapshot drops are dropped last (make-before-break)."""
         if snapshot is None:
             return Step()
         order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
         responses = []
+        cluster_state = self._types.get(type_urls.CLUSTER)
+        kept: dict[str, Message] = {}
+        if cluster_state is not None and cluster_state.names is None:
+            current = snapshot.resources_of(type_urls.CLUSTER)
+            held = cluster_state.holding()
+            kept = {name: held[name] for name in held if name not in current}
         for type_url in order:
             state = self._types.get(type_url)
             if state is None:
                 continue
-            response = self._respond(type_url, state, snapshot)
+            keep = kept if type_url == type_urls.CLUSTER else {}
+            response = self._respond(type_url, state, snapshot, keep)
             if response is not None:
                 responses.append(response)
+        if kept and cluster_state is not None:
+            final = self._respond(type_urls.CLUSTER, cluster_state, snapshot)
+            if final is not None:
+                responses.append(final)
         return Step(responses)
 
     def _respond(
-        self, type_url: str, state: _TypeState, snapshot: Snapshot | None
+        self,
+        type_url: str,
+        state: _TypeState,
+        snapshot: Snapshot | None,
+        keep: dict[str, Message] | None = None,
     ) -> discovery_pb2.DiscoveryResponse | None:
+        """``keep``: resources the snapshot dropped that this response still carries."""
         if snapshot is None:
             return None  # answered once a snapshot arrives (answer_next stays set)
         names = state.names
@@ -150,15 +196,22 @@ class SotwState:
             state.answer_next = False  # nothing subscribed: nothing to say
             state.sent_names = names
             return None
-        version = snapshot.versions.get(type_url, EMPTY_VERSION)
+        selected = _select(snapshot, type_url, names)
+        if keep:
+            selected = dict(sorted({**keep, **selected}.items()))
+            version = content_hash(selected.values())
+        else:
+            version = snapshot.versions.get(type_url, EMPTY_VERSION)
         content_changed = version not in (state.sent_version, state.rejected_version)
         if not (state.answer_next or names != state.sent_names or content_changed):
             return None
-        response = build_response(type_url, version, _select(snapshot, type_url, names))
+        response = build_response(type_url, version, selected.values())
         response.nonce = self._nonces()
         state.last_nonce = response.nonce
         state.sent_version = version
         state.sent_names = names
+        state.sent_snapshot = snapshot.version
+        state.sent, state.nacked = selected, False
         state.answer_next = False
         if version != state.rejected_version:
             state.rejected_version = None
@@ -178,11 +231,11 @@ def build_response(
     )
 
 
-def _select(snapshot: Snapshot, type_url: str, names: frozenset[str] | None) -> list[Message]:
+def _select(snapshot: Snapshot, type_url: str, names: frozenset[str] | None) -> dict[str, Message]:
     named = snapshot.resources_of(type_url)
     if names is None:
-        return [named[n] for n in sorted(named)]
-    return [named[n] for n in sorted(names) if n in named]
+        return {n: named[n] for n in sorted(named)}
+    return {n: named[n] for n in sorted(names) if n in named}
 
 
 def _requested_names(type_url: str, names: Iterable[str]) -> frozenset[str] | None:

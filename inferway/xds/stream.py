@@ -160,12 +160,21 @@ async def _apply(
     for ack in step.acks:
         cache.record_ack(handle, ack.type_url, ack.version)
     for nack in step.nacks:
-        record = cache.record_nack(handle, nack.type_url, nack.version, nack.nonce, nack.message)
+        record = cache.record_nack(
+            handle,
+            nack.type_url,
+            nack.version,
+            nack.nonce,
+            nack.message,
+            snapshot=nack.snapshot,
+            resource_names=nack.resource_names,
+        )
         _log.warning(
-            "node %s rejected %s version %s: %s",
+            "node %s rejected %s version %s (snapshot %s): %s",
             record.node_id,
             record.type_url,
             record.version,
+            record.snapshot or "?",
             record.message,
         )
     for response in step.responses:

@@ -10,7 +10,7 @@ import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 
 from inferway.xds import type_urls
-from inferway.xds.cache import NackRecord
+from inferway.xds.records import NackRecord
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from tests.e2e.conftest import NODE_ID, Gateway, binomial_bounds, poll_until
