@@ -20,9 +20,11 @@ delta sends only what the client does not have yet. Rules (xDS protocol, "Increm
   when it rebuilds a cluster and waits for the endpoints), except a version it rejected;
 - the first request for a type is always answered, even with nothing, so Envoy's
   initialisation (which waits for the first CDS and LDS answers) completes;
-- on a snapshot change, types go out in ``type_urls.PUSH_ORDER`` (CDS, EDS before LDS, RDS),
-  and removals make-before-break ("Eventual consistency considerations"): removed clusters,
-  endpoints and secrets go out only after the listeners and routes that used them changed;
+- on a snapshot change, types go out make-before-break ("Eventual consistency
+  considerations"): CDS and EDS first; LDS and RDS changes wait until the CDS response is
+  answered (Envoy answers once new clusters are warm); removed clusters, endpoints and secrets
+  go out only once the listener and route changes are sent and answered. ``waiting`` and
+  ``release`` let the stream stop waiting on a client that does not answer;
 - a NACK names the snapshot the rejected response was built from, so the cache can refuse it.
 
 The type-level version the cache tracks for ``wait_for_acks`` is the snapshot's per-type
@@ -48,6 +50,7 @@ from inferway.xds.sotw import EMPTY_VERSION, WILDCARD_TYPES, Ack, Nack, counter_
 __all__ = ["DeltaState", "DeltaStep", "build_delta_response", "resource_versions"]
 
 _WILDCARD = "*"
+_CLUSTER_USERS = (type_urls.LISTENER, type_urls.ROUTE)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class DeltaState:
     def __init__(self, nonces: Callable[[], str] | None = None) -> None:
         self._nonces = nonces or counter_nonces()
         self._types: dict[str, _TypeState] = {}
+        self._snapshot: Snapshot | None = None  # the newest snapshot seen
+        self._force = False
 
     def subscribed(self) -> dict[str, frozenset[str] | None]:
         """type_url -> subscribed names (None = wildcard), for status pages and tests."""
@@ -162,8 +167,17 @@ class DeltaState:
                 stale = True
         self._subscribe(state, request)
         state.resend.difference_update(request.initial_resource_versions)
-        response = self._respond(type_url, state, snapshot)
-        return DeltaStep([response] if response else [], acks, nacks, stale)
+        responses: list[discovery_pb2.DeltaDiscoveryResponse] = []
+        if snapshot is not None:
+            self._snapshot = snapshot
+        if not self._gated(type_url, state):
+            removals = type_url not in type_urls.REMOVE_LAST or self._removals_allowed(snapshot)
+            response = self._respond(type_url, state, snapshot, removals=removals)
+            if response is not None:
+                responses.append(response)
+        if snapshot is not None and (acks or nacks):  # an answer may let a held stage go
+            responses += self._push(snapshot)
+        return DeltaStep(responses, acks, nacks, stale)
 
     def on_snapshot(self, snapshot: Snapshot | None) -> DeltaStep:
         """Responses for every subscribed type with differences, CDS/EDS before LDS/RDS and
@@ -171,34 +185,19 @@ class DeltaState:
         concerning this client."""
         if snapshot is None:
             return DeltaStep()
+        self._snapshot = snapshot
         order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
-        responses = []
         acks = []
         before = {t: s.version for t, s in self._types.items()}
-        answered: set[str] = set()
-        for type_url in order:
-            state = self._types.get(type_url)
-            if state is None:
-                continue
-            removals = type_url not in type_urls.REMOVE_LAST
-            response = self._respond(type_url, state, snapshot, removals=removals)
-            if response is not None:
-                responses.append(response)
-                answered.add(type_url)
-        for type_url in type_urls.REMOVE_LAST:
-            state = self._types.get(type_url)
-            if state is None:
-                continue
-            response = self._respond(type_url, state, snapshot)
-            if response is not None:
-                responses.append(response)
-                answered.add(type_url)
+        responses = self._push(snapshot)
+        answered = {r.type_url for r in responses}
         for type_url in order:
             state = self._types.get(type_url)
             if state is None or type_url in answered:
                 continue
             if (
-                state.version != before.get(type_url)
+                not self._differs(type_url, state, snapshot)
+                and state.version != before.get(type_url)
                 and state.version is not None
                 and not state.pending
                 and not state.nacked
@@ -207,6 +206,79 @@ class DeltaState:
             ):
                 acks.append(Ack(type_url, state.version))
         return DeltaStep(responses, acks)
+
+    @property
+    def waiting(self) -> bool:
+        """Some change is held until the client answers an earlier stage."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            return False
+        return any(self._differs(t, s, snapshot) for t, s in self._types.items())
+
+    def release(self) -> DeltaStep:
+        """Send what is held without waiting any longer (the client did not answer in time)."""
+        if self._snapshot is None:
+            return DeltaStep()
+        self._force = True
+        try:
+            return DeltaStep(self._push(self._snapshot))
+        finally:
+            self._force = False
+
+    # -- make-before-break staging -----------------------------------------------------------
+
+    def _push(self, snapshot: Snapshot) -> list[discovery_pb2.DeltaDiscoveryResponse]:
+        order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
+        responses = []
+        for type_url in order:
+            state = self._types.get(type_url)
+            if state is None or self._gated(type_url, state):
+                continue
+            removals = type_url not in type_urls.REMOVE_LAST or self._removals_allowed(snapshot)
+            response = self._respond(type_url, state, snapshot, removals=removals)
+            if response is not None:
+                responses.append(response)
+        return responses
+
+    def _gated(self, type_url: str, state: _TypeState) -> bool:
+        """Listener and route changes wait while a cluster update is unanswered (Envoy answers
+        once new clusters are warm), unless the client asked for something new."""
+        if type_url not in _CLUSTER_USERS or self._force:
+            return False
+        if state.answer_next or state.resend:
+            return False
+        cds = self._types.get(type_urls.CLUSTER)
+        return cds is not None and bool(cds.pending)
+
+    def _removals_allowed(self, snapshot: Snapshot | None) -> bool:
+        """Clusters, endpoints and secrets go only once listeners and routes stopped using them:
+        every listener and route change sent and answered."""
+        if snapshot is None or self._force:
+            return True
+        for type_url in _CLUSTER_USERS:
+            state = self._types.get(type_url)
+            if state is not None and (state.pending or self._differs(type_url, state, snapshot)):
+                return False
+        return True
+
+    @staticmethod
+    def _diff(type_url: str, state: _TypeState, snapshot: Snapshot) -> tuple[list[str], list[str]]:
+        """(names to send, names to remove) for this client, rejected versions excluded."""
+        current = resource_versions(snapshot, type_url)
+        candidates = current if state.wildcard else (n for n in state.names if n in current)
+        changed: list[str] = []
+        for name in sorted(candidates):
+            version = current[name]
+            if state.rejected.get(name) == version:
+                continue  # rejected: never again, until it changes
+            if state.sent.get(name) != version or name in state.resend:
+                changed.append(name)
+        removed = sorted(n for n in state.sent if n not in current or not state.wants(n))
+        return changed, removed
+
+    def _differs(self, type_url: str, state: _TypeState, snapshot: Snapshot) -> bool:
+        changed, removed = self._diff(type_url, state, snapshot)
+        return bool(changed or removed)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -254,19 +326,9 @@ class DeltaState:
         state.version = snapshot.versions.get(type_url, EMPTY_VERSION)
         current = resource_versions(snapshot, type_url)
         messages = snapshot.resources_of(type_url)
-        candidates = current if state.wildcard else (n for n in state.names if n in current)
-        changed: list[str] = []
-        for name in sorted(candidates):
-            version = current[name]
-            if state.rejected.get(name) == version:
-                continue  # rejected: never again, until it changes
-            if state.sent.get(name) != version or name in state.resend:
-                changed.append(name)
-        removed = (
-            sorted(n for n in state.sent if n not in current or not state.wants(n))
-            if removals
-            else []
-        )
+        changed, removed = self._diff(type_url, state, snapshot)
+        if not removals:
+            removed = []
         state.resend.clear()
         if not changed and not removed and not state.answer_next:
             return None

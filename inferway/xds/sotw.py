@@ -13,11 +13,13 @@ Rules (xDS protocol, "ACK/NACK and resource type instance version"; "When to sen
   a CDS update asks for its endpoints again and stays warming until it gets them);
 - LDS and CDS are wildcard when no names (or ``*``) are given; EDS, RDS and SDS send only the
   requested names;
-- on a snapshot change, types go out in ``type_urls.PUSH_ORDER`` (CDS, EDS before LDS, RDS),
-  and removals go make-before-break ("Eventual consistency considerations"): a CDS response
-  that drops clusters the client holds first goes out with those clusters kept, then LDS and
-  RDS stop using them, and only then a CDS response without them (LDS and CDS are the only
-  types where SotW removes by omission);
+- on a snapshot change, types go out make-before-break ("Eventual consistency
+  considerations"): CDS and EDS first; LDS and RDS changes wait until the CDS response is
+  answered (Envoy answers once new clusters are warm, so no route names a cluster Envoy lacks);
+  clusters the snapshot drops stay in CDS responses (a "kept" set, versioned by content) until
+  LDS and RDS are sent and answered, and only then goes a CDS response without them (LDS and
+  CDS are the only types where SotW removes by omission). ``waiting``/``release`` let the
+  stream stop waiting on a client that does not answer;
 - a NACK names the snapshot the rejected response was built from, so the cache can refuse it.
 """
 
@@ -37,6 +39,7 @@ from inferway.xds.snapshot import Snapshot
 __all__ = ["Ack", "Nack", "SotwState", "Step", "counter_nonces"]
 
 WILDCARD_TYPES = frozenset({type_urls.LISTENER, type_urls.CLUSTER})
+_CLUSTER_USERS = (type_urls.LISTENER, type_urls.ROUTE)
 EMPTY_VERSION = content_hash([])
 
 
@@ -110,6 +113,8 @@ class SotwState:
     def __init__(self, nonces: Callable[[], str] | None = None) -> None:
         self._nonces = nonces or counter_nonces()
         self._types: dict[str, _TypeState] = {}
+        self._snapshot: Snapshot | None = None  # the newest snapshot seen
+        self._force = False
 
     def subscribed(self) -> dict[str, frozenset[str] | None]:
         """type_url -> requested names (None = wildcard), for status pages and tests."""
@@ -151,35 +156,96 @@ class SotwState:
         else:
             state.answer_next = True
         state.names = _requested_names(type_url, request.resource_names)
-        response = self._respond(type_url, state, snapshot)
-        return Step([response] if response else [], acks, nacks)
-
-    def on_snapshot(self, snapshot: Snapshot | None) -> Step:
-        """Responses for every subscribed type whose content changed, CDS/EDS before LDS/RDS;
-        clusters the snapshot drops are dropped last (make-before-break)."""
-        if snapshot is None:
-            return Step()
-        order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
-        responses = []
-        cluster_state = self._types.get(type_urls.CLUSTER)
-        kept: dict[str, Message] = {}
-        if cluster_state is not None and cluster_state.names is None:
-            current = snapshot.resources_of(type_urls.CLUSTER)
-            held = cluster_state.holding()
-            kept = {name: held[name] for name in held if name not in current}
-        for type_url in order:
-            state = self._types.get(type_url)
-            if state is None:
-                continue
-            keep = kept if type_url == type_urls.CLUSTER else {}
+        responses: list[discovery_pb2.DiscoveryResponse] = []
+        if snapshot is not None:
+            self._snapshot = snapshot
+        if not self._gated(type_url, state):
+            keep = self._cds_keep(snapshot) if type_url == type_urls.CLUSTER else None
             response = self._respond(type_url, state, snapshot, keep)
             if response is not None:
                 responses.append(response)
-        if kept and cluster_state is not None:
-            final = self._respond(type_urls.CLUSTER, cluster_state, snapshot)
-            if final is not None:
-                responses.append(final)
-        return Step(responses)
+        if snapshot is not None and (acks or nacks):  # an answer may let a held stage go
+            responses += self._push(snapshot)
+        return Step(responses, acks, nacks)
+
+    def on_snapshot(self, snapshot: Snapshot | None) -> Step:
+        """Responses for every subscribed type whose content changed, CDS/EDS before LDS/RDS;
+        the rest follows as the client answers (make-before-break, see the module doc)."""
+        if snapshot is None:
+            return Step()
+        self._snapshot = snapshot
+        return Step(self._push(snapshot))
+
+    @property
+    def waiting(self) -> bool:
+        """Some change is held until the client answers an earlier stage."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            return False
+        cds = self._types.get(type_urls.CLUSTER)
+        if cds is not None and self._held(type_urls.CLUSTER, cds, snapshot):
+            return True
+        return any(self._held(t, s, snapshot) for t, s in self._users())
+
+    def release(self) -> Step:
+        """Send what is held without waiting any longer (the client did not answer in time)."""
+        if self._snapshot is None:
+            return Step()
+        self._force = True
+        try:
+            return Step(self._push(self._snapshot))
+        finally:
+            self._force = False
+
+    # -- make-before-break staging -----------------------------------------------------------
+
+    def _push(self, snapshot: Snapshot) -> list[discovery_pb2.DiscoveryResponse]:
+        order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
+        responses = []
+        for type_url in order:
+            state = self._types.get(type_url)
+            if state is None or self._gated(type_url, state):
+                continue
+            keep = self._cds_keep(snapshot) if type_url == type_urls.CLUSTER else None
+            response = self._respond(type_url, state, snapshot, keep)
+            if response is not None:
+                responses.append(response)
+        return responses
+
+    def _users(self) -> list[tuple[str, _TypeState]]:
+        return [(t, self._types[t]) for t in _CLUSTER_USERS if t in self._types]
+
+    def _gated(self, type_url: str, state: _TypeState) -> bool:
+        """Listeners and routes wait while a cluster update is unanswered (Envoy answers CDS
+        once new clusters are warm), unless the client asked for something new."""
+        if type_url not in _CLUSTER_USERS or self._force:
+            return False
+        if state.answer_next or state.names != state.sent_names:
+            return False
+        cds = self._types.get(type_urls.CLUSTER)
+        return cds is not None and _outstanding(cds)
+
+    def _cds_keep(self, snapshot: Snapshot | None) -> dict[str, Message]:
+        """Clusters the client holds that ``snapshot`` drops, while listeners or routes may
+        still use them: kept in CDS responses until those are sent and answered."""
+        cds = self._types.get(type_urls.CLUSTER)
+        if snapshot is None or cds is None or cds.names is not None or self._force:
+            return {}
+        current = snapshot.resources_of(type_urls.CLUSTER)
+        held = cds.holding()
+        kept = {name: held[name] for name in held if name not in current}
+        if not kept:
+            return {}
+        if any(_outstanding(s) or self._held(t, s, snapshot) for t, s in self._users()):
+            return kept
+        return {}
+
+    @staticmethod
+    def _held(type_url: str, state: _TypeState, snapshot: Snapshot) -> bool:
+        if state.names is not None and not state.names:
+            return False
+        version = snapshot.versions.get(type_url, EMPTY_VERSION)
+        return version not in (state.sent_version, state.rejected_version)
 
     def _respond(
         self,
@@ -229,6 +295,11 @@ def build_response(
     return discovery_pb2.DiscoveryResponse(
         version_info=version, type_url=type_url, resources=packed
     )
+
+
+def _outstanding(state: _TypeState) -> bool:
+    """A response of this type is not answered yet."""
+    return state.last_nonce is not None and state.answered_nonce != state.last_nonce
 
 
 def _select(snapshot: Snapshot, type_url: str, names: frozenset[str] | None) -> dict[str, Message]:

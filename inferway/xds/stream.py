@@ -44,6 +44,16 @@ class _ProtocolState(Protocol):
 
     def on_snapshot(self, snapshot: Snapshot | None) -> Any: ...
 
+    @property
+    def waiting(self) -> bool: ...
+
+    def release(self) -> Any: ...
+
+
+HOLD_TIMEOUT_S = 10.0
+"""How long a make-before-break stage waits for the client's answer before the rest goes out
+anyway (a client that never answers must not freeze its config)."""
+
 
 async def serve_sotw_stream(
     requests: AsyncIterable[discovery_pb2.DiscoveryRequest],
@@ -98,7 +108,19 @@ async def _serve(
         first_step = state.on_request(first, cache.get_snapshot(handle.group))
         await _apply(cache, handle, first_step, send, protocol)
         while True:
-            event = await events.get()
+            if state.waiting:
+                try:
+                    event = await asyncio.wait_for(events.get(), HOLD_TIMEOUT_S)
+                except TimeoutError:
+                    _log.warning(
+                        "node %s did not answer within %.0f s; sending the held changes",
+                        handle.node_id,
+                        HOLD_TIMEOUT_S,
+                    )
+                    await _apply(cache, handle, state.release(), send, protocol)
+                    continue
+            else:
+                event = await events.get()
             if event is _END:
                 break
             if isinstance(event, BaseException):

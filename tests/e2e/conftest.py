@@ -24,9 +24,12 @@ from aiohttp import web
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.watcher import PolicyWatcher
 from inferway.policies import load_policy
+from inferway.policies.resolve import Resolved
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.resources import Resources
 from inferway.xds.server import XdsServer, start_xds_server
+from inferway.xds.translate import translate_resolved
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import (  # re-exported for the tests importing them here
     poll_until,
@@ -117,9 +120,16 @@ async def backend_ports() -> AsyncIterator[dict[str, int]]:
 class ControlPlaneHarness:
     """The production control-plane wiring around one policy file, restartable in place."""
 
-    def __init__(self, policy_path: Path, listener_port: int) -> None:
+    def __init__(
+        self,
+        policy_path: Path,
+        listener_port: int,
+        *,
+        translate: Callable[[Resolved], Resources] = translate_resolved,
+    ) -> None:
         self.policy_path = policy_path
         self.listener_port = listener_port
+        self.translate = translate
         self.port = 0
         self.cache: SnapshotCache
         self.control_plane: ControlPlane
@@ -129,7 +139,7 @@ class ControlPlaneHarness:
     async def start(self, *, port: int = 0) -> None:
         """Cache + ControlPlane loaded from the file + watcher + ADS server on ``port``."""
         self.cache = SnapshotCache()
-        self.control_plane = ControlPlane(self.cache)
+        self.control_plane = ControlPlane(self.cache, translate=self.translate)
         text = self.policy_path.read_text()
         self.control_plane.apply_policy(load_policy(self.policy_path), str(self.policy_path))
         self.watcher = PolicyWatcher(self.policy_path, self.control_plane, debounce_ms=10)

@@ -111,11 +111,14 @@ def test_changes_go_out_clusters_and_endpoints_before_listeners_and_routes() -> 
     state, _ = subscribed_state(build_fleet(BASE))
     bigger = build_fleet({**BASE, "a": [9011], "d": [9004]}, listener_port=10001, prefix="/v2")
     responses = state.on_snapshot(bigger).responses
-    assert [r.type_url for r in responses] == [CDS, EDS, LDS, RDS]
+    assert [r.type_url for r in responses] == [CDS, EDS]
     # d is a new cluster; its assignment is sent once Envoy subscribes to it
-    assert [names(r) for r in responses] == [["d"], ["a"], ["edge"], ["edge"]]
+    assert [names(r) for r in responses] == [["d"], ["a"]]
     step = state.on_request(request(EDS, ("d",)), bigger)
     assert [names(r) for r in step.responses] == [["d"]]
+    # listeners and routes go once Envoy answered the cluster update (its clusters are warm)
+    step = state.on_request(request(CDS, nonce=responses[0].nonce), bigger)
+    assert [(r.type_url, names(r)) for r in step.responses] == [(LDS, ["edge"]), (RDS, ["edge"])]
 
 
 def test_deleted_service_goes_out_as_removed_resources() -> None:

@@ -75,25 +75,50 @@ def delta_in_sync(snapshot: Snapshot) -> DeltaState:
     return state
 
 
+def sotw_drive(state: SotwState, snapshot: Snapshot) -> list[list[discovery_pb2.DiscoveryResponse]]:
+    """Push ``snapshot`` and answer every response as Envoy does (ACK, in order), returning
+    the responses stage by stage: each stage is what one event (the push, an ACK) sent."""
+    stages = [state.on_snapshot(snapshot).responses]
+    queue = list(stages[0])
+    while queue:
+        response = queue.pop(0)
+        names = () if response.type_url in (CDS, LDS) else state.subscribed()[response.type_url]
+        ack = discovery_pb2.DiscoveryRequest(
+            type_url=response.type_url,
+            resource_names=sorted(names or ()),
+            response_nonce=response.nonce,
+        )
+        sent = state.on_request(ack, snapshot).responses
+        if sent:
+            stages.append(sent)
+            queue += sent
+    assert not state.waiting
+    return stages
+
+
+def flat(stages: list[list[discovery_pb2.DiscoveryResponse]]) -> list[str]:
+    return [r.type_url for stage in stages for r in stage]
+
+
 def test_sotw_removal_goes_out_after_the_route_stops_using_the_cluster() -> None:
     old = build_fleet(TWO, route_cluster="b")
     new = build_fleet(ONE, route_cluster="a")
-    responses = sotw_in_sync(old).on_snapshot(new).responses
-    order = [r.type_url for r in responses]
-    assert order.count(CDS) == 1 and order[-1] == CDS and order.index(RDS) < len(order) - 1
-    assert route_target(responses[order.index(RDS)]) == "a"
-    assert cluster_names(responses[-1]) == ["a"]
+    stages = sotw_drive(sotw_in_sync(old), new)
+    assert flat(stages) == [EDS, RDS, CDS], flat(stages)
+    assert [len(stage) for stage in stages] == [2, 1]  # CDS only after the RDS answer
+    assert route_target(stages[0][1]) == "a"
+    assert cluster_names(stages[1][0]) == ["a"]
 
 
 def test_sotw_a_swap_adds_first_keeps_the_old_cluster_then_removes_it() -> None:
     old = build_fleet(TWO, route_cluster="b")
     new = build_fleet({"a": [9001], "c": [9003]}, route_cluster="c")
-    responses = sotw_in_sync(old).on_snapshot(new).responses
-    order = [r.type_url for r in responses]
-    assert order.count(CDS) == 2 and order[0] == CDS and order[-1] == CDS, order
-    first_cds, last_cds = responses[0], responses[-1]
+    stages = sotw_drive(sotw_in_sync(old), new)
+    assert flat(stages) == [CDS, EDS, RDS, CDS], flat(stages)
+    assert [[r.type_url for r in stage] for stage in stages] == [[CDS, EDS], [RDS], [CDS]]
+    first_cds, rds, last_cds = stages[0][0], stages[1][0], stages[2][0]
     assert cluster_names(first_cds) == ["a", "b", "c"]  # "b" kept while the route uses it
-    assert route_target(responses[order.index(RDS)]) == "c"
+    assert route_target(rds) == "c"
     assert cluster_names(last_cds) == ["a", "c"]
     assert last_cds.version_info == new.versions[CDS]
     assert first_cds.version_info not in (old.versions[CDS], new.versions[CDS])
@@ -102,36 +127,62 @@ def test_sotw_a_swap_adds_first_keeps_the_old_cluster_then_removes_it() -> None:
 def test_sotw_addition_sends_the_cluster_before_the_route_that_uses_it() -> None:
     old = build_fleet(ONE, route_cluster="a")
     new = build_fleet(TWO, route_cluster="b")
-    responses = sotw_in_sync(old).on_snapshot(new).responses
-    order = [r.type_url for r in responses]
-    assert order.count(CDS) == 1 and order.index(CDS) < order.index(RDS), order
-    assert cluster_names(responses[0]) == ["a", "b"]
+    state = sotw_in_sync(old)
+    stages = sotw_drive(state, new)
+    assert [[r.type_url for r in stage] for stage in stages] == [[CDS, EDS], [RDS]]
+    assert cluster_names(stages[0][0]) == ["a", "b"]
+
+
+def test_sotw_a_client_that_does_not_answer_gets_the_held_stage_on_release() -> None:
+    old = build_fleet(ONE, route_cluster="a")
+    new = build_fleet(TWO, route_cluster="b")
+    state = sotw_in_sync(old)
+    assert [r.type_url for r in state.on_snapshot(new).responses] == [CDS, EDS]
+    assert state.waiting
+    assert [r.type_url for r in state.release().responses] == [RDS]
+    assert not state.waiting
 
 
 def test_sotw_after_a_rejected_removal_the_kept_cluster_is_what_the_client_holds() -> None:
     old = build_fleet(TWO, route_cluster="b")
-    new = build_fleet(ONE, route_cluster="a")
     state = sotw_in_sync(old)
     new = build_fleet({"a": [9001], "c": [9003]}, route_cluster="c")
-    responses = state.on_snapshot(new).responses
-    last_cds = responses[-1]
-    nack = discovery_pb2.DiscoveryRequest(type_url=CDS, response_nonce=last_cds.nonce)
+    union = state.on_snapshot(new).responses[0]
+    nack = discovery_pb2.DiscoveryRequest(type_url=CDS, response_nonce=union.nonce)
     nack.error_detail.message = "no"
     step = state.on_request(nack, new)
     assert [n.snapshot for n in step.nacks] == [new.version]
-    assert step.nacks[0].resource_names == ("a", "c")
-    # back to the old snapshot: the client holds "b" (it rejected the removal) and never held
-    # "c": one CDS with exactly the old clusters, nothing kept from the rejected one
-    back = state.on_snapshot(old).responses
-    assert [cluster_names(r) for r in back if r.type_url == CDS] == [["a", "b"]]
+    assert step.nacks[0].resource_names == ("a", "b", "c")
+    # back to the old snapshot: the client holds what it ACKed before, "c" is not kept
+    back = sotw_drive(state, old)
+    assert [cluster_names(r) for stage in back for r in stage if r.type_url == CDS] == [["a", "b"]]
+
+
+def delta_drive(
+    state: DeltaState, snapshot: Snapshot
+) -> list[list[discovery_pb2.DeltaDiscoveryResponse]]:
+    """``sotw_drive`` for delta: push, then ACK every response in order."""
+    stages = [state.on_snapshot(snapshot).responses]
+    queue = list(stages[0])
+    while queue:
+        response = queue.pop(0)
+        ack = discovery_pb2.DeltaDiscoveryRequest(
+            type_url=response.type_url, response_nonce=response.nonce
+        )
+        sent = state.on_request(ack, snapshot).responses
+        if sent:
+            stages.append(sent)
+            queue += sent
+    assert not state.waiting
+    return stages
 
 
 def test_delta_removal_goes_routes_first_then_clusters_and_endpoints() -> None:
     old = build_fleet(TWO, route_cluster="b")
     new = build_fleet(ONE, route_cluster="a")
-    responses = delta_in_sync(old).on_snapshot(new).responses
-    assert [r.type_url for r in responses] == [RDS, CDS, EDS]
-    rds, cds, eds = responses
+    stages = delta_drive(delta_in_sync(old), new)
+    assert [[r.type_url for r in stage] for stage in stages] == [[RDS], [CDS, EDS]]
+    (rds,), (cds, eds) = stages
     assert list(cds.removed_resources) == ["b"] and list(eds.removed_resources) == ["b"]
     assert [r.name for r in rds.resources] == ["edge"]
 
@@ -139,10 +190,30 @@ def test_delta_removal_goes_routes_first_then_clusters_and_endpoints() -> None:
 def test_delta_addition_goes_clusters_first_then_routes() -> None:
     old = build_fleet(ONE, route_cluster="a")
     new = build_fleet(TWO, route_cluster="b")
-    responses = delta_in_sync(old).on_snapshot(new).responses
-    assert [r.type_url for r in responses] == [CDS, RDS]
-    assert [r.name for r in responses[0].resources] == ["b"]
-    assert not responses[0].removed_resources
+    stages = delta_drive(delta_in_sync(old), new)
+    assert [[r.type_url for r in stage] for stage in stages] == [[CDS], [RDS]]
+    assert [r.name for r in stages[0][0].resources] == ["b"]
+    assert not stages[0][0].removed_resources
+
+
+def test_delta_a_swap_adds_routes_then_removes() -> None:
+    old = build_fleet(TWO, route_cluster="b")
+    new = build_fleet({"a": [9001], "c": [9003]}, route_cluster="c")
+    stages = delta_drive(delta_in_sync(old), new)
+    assert [[r.type_url for r in stage] for stage in stages] == [[CDS], [RDS], [CDS, EDS]]
+    assert [r.name for r in stages[0][0].resources] == ["c"]
+    assert not stages[0][0].removed_resources
+    assert list(stages[2][0].removed_resources) == ["b"]
+
+
+def test_delta_a_client_that_does_not_answer_gets_the_held_stage_on_release() -> None:
+    old = build_fleet(ONE, route_cluster="a")
+    new = build_fleet(TWO, route_cluster="b")
+    state = delta_in_sync(old)
+    assert [r.type_url for r in state.on_snapshot(new).responses] == [CDS]
+    assert state.waiting
+    assert [r.type_url for r in state.release().responses] == [RDS]
+    assert not state.waiting
 
 
 def test_delta_nack_names_the_snapshot_and_resources() -> None:

@@ -114,7 +114,7 @@ async def subscribe_all(stream: MemoryStream, order=(RDS, LDS, EDS, CDS)) -> Non
         stream.request(type_url, names[type_url])
 
 
-async def test_snapshot_changes_go_out_clusters_and_endpoints_before_listeners_and_routes(
+async def test_listener_and_route_changes_go_out_once_the_cluster_change_is_answered(
     cache, streams
 ):
     cache.set_snapshot(sample())
@@ -129,7 +129,13 @@ async def test_snapshot_changes_go_out_clusters_and_endpoints_before_listeners_a
         )
     )
     assert cache.set_snapshot(changed)
-    responses = [await stream.next() for _ in range(4)]
+    first = [await stream.next() for _ in range(2)]
+    assert [r.type_url for r in first] == [CDS, EDS]
+    assert await stream.settle() == []  # listeners and routes wait for the CDS answer
+    stream.ack(first[1], ("backend",))
+    assert await stream.settle() == []  # an EDS answer is not enough
+    stream.ack(first[0])
+    responses = first + [await stream.next() for _ in range(2)]
     assert [r.type_url for r in responses] == [CDS, EDS, LDS, RDS]
     assert [r.version_info for r in responses] == [
         changed.versions[t] for t in (CDS, EDS, LDS, RDS)
