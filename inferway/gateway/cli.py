@@ -112,25 +112,67 @@ def _translate_or_exit(path: Path, policy: Policy) -> Resources:
         raise typer.Exit(1) from None
 
 
+EnvoyOption = Annotated[
+    bool,
+    typer.Option(
+        "--envoy",
+        help="Also run the generated configuration through the real Envoy binary "
+        "(`envoy --mode validate`); its complaints are mapped back to the policy's lines.",
+    ),
+]
+
+
+def _envoy_validate_or_exit(path: Path, policy: Policy, resources: Resources) -> None:
+    """``validate --envoy``: Envoy's verdict; a refusal is printed against the policy lines it
+    is about (exit 1), a missing Envoy binary is exit 2."""
+    from inferway.policies.checks_envoy import locate_envoy_message
+    from inferway.policies.errors import PolicyIssue, read_source_text
+    from inferway.policies.located import locate_issue, parse_located
+    from inferway.xds.envoy_validate import validate_with_envoy
+
+    err = make_console(stderr=True)
+    try:
+        verdict = validate_with_envoy(resources)
+    except FileNotFoundError as error:
+        err.print(Text(f"--envoy: {error}", style="red"))
+        raise typer.Exit(2) from None
+    if verdict.ok:
+        return
+    message = f"Envoy refuses this: {verdict.message}"
+    document, _ = parse_located(read_source_text(path), str(path))
+    locs = locate_envoy_message(policy, verdict.message)
+    issues = [locate_issue(document, str(path), loc, message) for loc in locs] or [
+        PolicyIssue(str(path), None, None, "", message)
+    ]
+    print_issues(err, issues)
+    raise typer.Exit(1)
+
+
 @app.command()
-def validate(file: PolicyFile, endpoints_file: EndpointsFileOption = None) -> None:
+def validate(
+    file: PolicyFile, endpoints_file: EndpointsFileOption = None, envoy: EnvoyOption = False
+) -> None:
     """Check a policy (schema, references, Envoy consistency) and its endpoints file; print
-    every located problem."""
+    every located problem. Exit 0 ok, 1 invalid, 2 usage (or no Envoy binary for --envoy)."""
     from inferway.xds.snapshot import build_snapshot
 
     policy = _load_or_exit(file, endpoints_file)
-    snapshot = build_snapshot(_translate_or_exit(file, policy))
+    resources = _translate_or_exit(file, policy)
+    snapshot = build_snapshot(resources)
     problems = snapshot.consistent()
     err = make_console(stderr=True)
     if problems:
         for problem in problems:
             err.print(f"{escape(str(file))}: [red]{escape(problem)}[/red]")
         raise typer.Exit(1)
+    if envoy:
+        _envoy_validate_or_exit(file, policy, resources)
     summary = Text()
     summary.append("ok ", style="green")
     summary.append(
         f"{file}: {len(policy.listeners)} listener(s), {len(policy.services)} service(s), "
         f"{len(policy.routes)} route(s); snapshot {short_version(snapshot.version)}"
+        + ("; envoy --mode validate: ok" if envoy else "")
     )
     make_console().print(summary)
     for route in policy.routes:

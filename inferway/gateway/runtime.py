@@ -33,6 +33,7 @@ from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_x
 from inferway.observability.control_plane_metrics import ControlPlaneMetrics
 from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
+from inferway.policies.checks_bind import listener_bind_issues
 from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.resolve import RuntimeState
@@ -144,6 +145,10 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         raise PolicyError([issue]) from None
     external_endpoints = options.endpoints_file is not None
     policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
+    if options.with_envoy:  # before Envoy starts: a taken port is a located error, not a NACK
+        unbindable = listener_bind_issues(policy, text, str(path))
+        if unbindable:
+            raise PolicyError(unbindable)
     endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
     state = RuntimeState()
     endpoints_text = ""
