@@ -117,6 +117,7 @@ class DeltaState:
         self._types: dict[str, _TypeState] = {}
         self._snapshot: Snapshot | None = None  # the newest snapshot seen
         self._force = False
+        self._holding = False  # the last push held a stage back
 
     def subscribed(self) -> dict[str, frozenset[str] | None]:
         """type_url -> subscribed names (None = wildcard), for status pages and tests."""
@@ -175,7 +176,8 @@ class DeltaState:
             response = self._respond(type_url, state, snapshot, removals=removals)
             if response is not None:
                 responses.append(response)
-        if snapshot is not None and (acks or nacks):  # an answer may let a held stage go
+        if snapshot is not None and acks and not nacks:  # an ACK may let a held stage go
+            # (after a NACK the held stage waits: the cache may go back to the last good one)
             responses += self._push(snapshot)
         return DeltaStep(responses, acks, nacks, stale)
 
@@ -210,10 +212,7 @@ class DeltaState:
     @property
     def waiting(self) -> bool:
         """Some change is held until the client answers an earlier stage."""
-        snapshot = self._snapshot
-        if snapshot is None:
-            return False
-        return any(self._differs(t, s, snapshot) for t, s in self._types.items())
+        return self._holding
 
     def release(self) -> DeltaStep:
         """Send what is held without waiting any longer (the client did not answer in time)."""
@@ -230,14 +229,21 @@ class DeltaState:
     def _push(self, snapshot: Snapshot) -> list[discovery_pb2.DeltaDiscoveryResponse]:
         order = snapshot.type_urls() + sorted(t for t in self._types if t not in snapshot.versions)
         responses = []
+        holding = False
         for type_url in order:
             state = self._types.get(type_url)
-            if state is None or self._gated(type_url, state):
+            if state is None:
+                continue
+            if self._gated(type_url, state):
+                holding = holding or self._differs(type_url, state, snapshot)
                 continue
             removals = type_url not in type_urls.REMOVE_LAST or self._removals_allowed(snapshot)
             response = self._respond(type_url, state, snapshot, removals=removals)
             if response is not None:
                 responses.append(response)
+            if not removals:
+                holding = holding or bool(self._diff(type_url, state, snapshot)[1])
+        self._holding = holding
         return responses
 
     def _gated(self, type_url: str, state: _TypeState) -> bool:

@@ -164,7 +164,8 @@ class SotwState:
             response = self._respond(type_url, state, snapshot, keep)
             if response is not None:
                 responses.append(response)
-        if snapshot is not None and (acks or nacks):  # an answer may let a held stage go
+        if snapshot is not None and acks and not nacks:  # an ACK may let a held stage go
+            # (after a NACK the held stage waits: the cache may go back to the last good one)
             responses += self._push(snapshot)
         return Step(responses, acks, nacks)
 

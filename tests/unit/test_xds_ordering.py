@@ -225,3 +225,22 @@ def test_delta_nack_names_the_snapshot_and_resources() -> None:
     nack.error_detail.message = "no"
     (record,) = state.on_request(nack, new).nacks
     assert (record.snapshot, record.resource_names) == (new.version, ("b",))
+
+
+def test_after_a_cluster_nack_the_held_routes_wait_for_the_cache_to_decide() -> None:
+    old = build_fleet(ONE, route_cluster="a")
+    new = build_fleet(TWO, route_cluster="b")
+    sotw = sotw_in_sync(old)
+    cds = sotw.on_snapshot(new).responses[0]
+    nack = discovery_pb2.DiscoveryRequest(type_url=CDS, response_nonce=cds.nonce)
+    nack.error_detail.message = "bad cluster b"
+    step = sotw.on_request(nack, new)
+    assert step.nacks and step.responses == []  # no route to the rejected cluster goes out
+    delta = delta_in_sync(old)
+    cds = delta.on_snapshot(new).responses[0]
+    dnack = discovery_pb2.DeltaDiscoveryRequest(type_url=CDS, response_nonce=cds.nonce)
+    dnack.error_detail.message = "bad cluster b"
+    step = delta.on_request(dnack, new)
+    assert step.nacks and step.responses == []
+    # the cache goes back to the old snapshot: nothing left to send for routes
+    assert [r.type_url for r in delta.on_snapshot(old).responses] == [CDS]
