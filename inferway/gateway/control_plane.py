@@ -244,6 +244,18 @@ class ControlPlane:
         if rejection.group != self.group or rejected is None:
             return  # not a snapshot this control plane pushed (or long replaced)
         source = rejected[0].source
+        if self._current is not None and self._current.version != rejection.version:
+            # superseded before the NACK came: the live snapshot is another one (the rejection
+            # stays in the cache's records and logs, the live policy is not degraded by it)
+            log.warning(
+                "snapshot %s from %s, already replaced by %s, was rejected by Envoy %s: %s",
+                rejection.version,
+                source,
+                self._current.version,
+                rejection.nack.node_id,
+                rejection.message,
+            )
+            return
         restored = self._applied.get(rejection.restored or "")
         if restored is not None:
             self._current, self._state = restored

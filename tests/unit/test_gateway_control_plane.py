@@ -211,3 +211,18 @@ def test_a_rejection_of_a_snapshot_the_plane_did_not_push_is_not_its_refusal() -
     handle = cache.open_stream(base_pb2.Node(id="envoy-1", cluster="inferway"))
     cache.record_nack(handle, type_urls.CLUSTER, "v", "n1", "no", snapshot="someone-else")
     assert plane.version == good and plane.last_refused is None and plane.degraded is None
+
+
+def test_a_rejection_of_an_already_replaced_snapshot_does_not_degrade_the_live_one() -> None:
+    from envoy.config.core.v3 import base_pb2
+
+    cache = SnapshotCache()
+    plane = ControlPlane(cache, clock=Clock())
+    plane.apply_policy(make_policy(10), "policy.yaml")
+    handle = cache.open_stream(base_pb2.Node(id="envoy-1", cluster="inferway"))
+    _ack_all(cache, handle, cache.get_snapshot())
+    replaced = plane.apply_policy(make_policy(50), "policy.yaml")
+    live = plane.apply_policy(make_policy(60), "policy.yaml")
+    cache.record_nack(handle, type_urls.ROUTE, "v", "n1", "late", snapshot=replaced)
+    assert cache.is_rejected(replaced) and plane.version == live
+    assert plane.degraded is None and plane.last_refused is None
