@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
@@ -34,8 +34,12 @@ from inferway.gateway.runtime import (
     start_gateway,
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
-from inferway.policies import PolicyError
+from inferway.policies import Policy, PolicyError
+from inferway.policies.errors import PolicyIssue
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
+
+if TYPE_CHECKING:
+    from inferway.xds.resources import Resources
 
 __all__ = ["app", "main"]
 
@@ -101,10 +105,47 @@ PolicyFiles = Annotated[
 ]
 
 
+EnvoyOption = Annotated[
+    bool,
+    typer.Option(
+        "--envoy",
+        help="Also run the generated configuration through the real Envoy binary "
+        "(`envoy --mode validate`); its complaints are mapped back to the policy's lines.",
+    ),
+]
+
+
+def _envoy_issues(path: Path, policy: Policy, resources: Resources) -> list[PolicyIssue]:
+    """``validate --envoy``: Envoy's verdict as issues located on the policy lines it is about
+    (none: Envoy accepts it); a missing Envoy binary is exit 2."""
+    from inferway.policies.checks_envoy import locate_envoy_message
+    from inferway.policies.errors import read_source_text
+    from inferway.policies.located import locate_issue, parse_located
+    from inferway.xds.envoy_validate import validate_with_envoy
+
+    try:
+        verdict = validate_with_envoy(resources)
+    except FileNotFoundError as error:
+        make_console(stderr=True).print(Text(f"--envoy: {error}", style="red"))
+        raise typer.Exit(2) from None
+    if verdict.ok:
+        return []
+    message = f"Envoy refuses this: {verdict.message}"
+    document, _ = parse_located(read_source_text(path), str(path))
+    locs = locate_envoy_message(policy, verdict.message)
+    return [locate_issue(document, str(path), loc, message) for loc in locs] or [
+        PolicyIssue(str(path), None, None, "", message)
+    ]
+
+
 @app.command()
-def validate(files: PolicyFiles, endpoints_file: EndpointsFileOption = None) -> None:
+def validate(
+    files: PolicyFiles, endpoints_file: EndpointsFileOption = None, envoy: EnvoyOption = False
+) -> None:
     """Check policies as ``run`` would load them (schema, references, endpoints file,
-    certificate files, Envoy consistency); print every located problem of every file."""
+    certificate files, Envoy consistency; with --envoy also the real Envoy's own check); print
+    every located problem of every file. Exit 0 ok, 1 invalid, 2 usage (or no Envoy binary for
+    --envoy)."""
     refused = False
     for file in files:
         try:
@@ -112,19 +153,26 @@ def validate(files: PolicyFiles, endpoints_file: EndpointsFileOption = None) -> 
         except PolicyError as error:
             print_issues(make_console(stderr=True), error.issues)
             refused = True
-        else:
-            _print_summary(file, plan)
+            continue
+        if envoy:
+            issues = _envoy_issues(file, plan.policy, plan.snapshot.resources)
+            if issues:
+                print_issues(make_console(stderr=True), issues)
+                refused = True
+                continue
+        _print_summary(file, plan, envoy=envoy)
     if refused:
         raise typer.Exit(1)
 
 
-def _print_summary(file: Path, plan: GatewayPlan) -> None:
+def _print_summary(file: Path, plan: GatewayPlan, *, envoy: bool) -> None:
     policy = plan.policy
     summary = Text()
     summary.append("ok ", style="green")
     summary.append(
         f"{file}: {len(policy.listeners)} listener(s), {len(policy.services)} service(s), "
         f"{len(policy.routes)} route(s); snapshot {short_version(plan.snapshot.version)}"
+        + ("; envoy --mode validate: ok" if envoy else "")
     )
     make_console().print(summary)
     for route in policy.routes:

@@ -4,7 +4,10 @@ Applying a policy is resolve -> translate -> snapshot -> consistency check -> ca
 the runtime state (endpoints, certificates) arrives already read by its sources, so applying
 does no I/O. Anything that fails on the way leaves the cache holding the last good snapshot: a
 bad edit never replaces a good policy, it is recorded as refused so ``inferway status`` can
-say why. :func:`build_policy_snapshot` is the same pipeline without the cache, for
+say why. That includes a snapshot an Envoy rejects after the push (a NACK): the cache goes back
+to the last ACKed snapshot and the control plane to the policy and runtime state it was built
+from, so the next edit and the next state change start from the last good policy, not from the
+rejected one. :func:`build_policy_snapshot` is the same pipeline without the cache, for
 ``inferway validate`` and ``render``.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +26,15 @@ from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
 from inferway.state import State
+from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from inferway.xds.translate import translate as translate_ir
 
 __all__ = [
+    "DEGRADED_REJECTED",
     "AppliedPolicy",
     "ControlPlane",
     "PolicyRefusedError",
@@ -37,6 +44,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("inferway.gateway")
+
+DEGRADED_REJECTED = "degraded: last edit rejected by Envoy"
+_KEPT_APPLIED = 8  # applied policies remembered, so a rejected one can go back to a good one
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class Refusal:
     at: float
     file: str
     issues: tuple[PolicyIssue, ...]
+    rejected_by_envoy: Rejection | None = None
+    """Set when the edit was pushed and an Envoy NACKed it (Envoy's error, resource names)."""
 
     def lines(self) -> list[str]:
         return [str(issue) for issue in self.issues]
@@ -114,7 +126,10 @@ class ControlPlane:
         self._state = state or State()
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
+        self._last_rejected: Refusal | None = None
+        self._applied: OrderedDict[str, tuple[AppliedPolicy, State]] = OrderedDict()
         self._observers: list[Any] = []
+        cache.add_hook(_RejectionHook(self))
 
     def add_observer(self, observer: Any) -> None:
         """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
@@ -161,15 +176,24 @@ class ControlPlane:
         return self._last_refused
 
     @property
+    def degraded(self) -> str | None:
+        """``DEGRADED_REJECTED`` plus Envoy's reason while the newest pushed edit is one an
+        Envoy rejected (the last good policy serves); None once a later edit applies."""
+        rejected = self._last_rejected
+        if rejected is None:
+            return None
+        if self._current is not None and self._current.applied_at > rejected.at:
+            return None
+        return f"{DEGRADED_REJECTED}: {'; '.join(rejected.lines())}"
+
+    @property
     def refusal_pending(self) -> bool:
         """True when the newest edit was refused (the live policy is older than it)."""
         if self._last_refused is None:
             return False
         return self._current is None or self._last_refused.at >= self._current.applied_at
 
-    def apply_policy(
-        self, policy: Policy, source: str, *, state: State | None = None
-    ) -> str:
+    def apply_policy(self, policy: Policy, source: str, *, state: State | None = None) -> str:
         """Make ``policy`` live with ``state`` (default: the live state); returns the snapshot
         version. Raises PolicyRefusedError (and records the refusal) when it cannot become a
         consistent snapshot. ``state`` comes from the sources that read what ``policy`` names
@@ -201,13 +225,23 @@ class ControlPlane:
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
+        rejection = self.cache.rejection_of(snapshot.version)
+        if rejection is not None:  # pushing it again would only be rejected again
+            refusal = self._record(source, [_rejection_issue(source, rejection)], rejection)
+            raise PolicyRefusedError(refusal)
         with _tracer.start_as_current_span("push snapshot") as push:
             changed = self.cache.set_snapshot(snapshot, self.group)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
         self._current = AppliedPolicy(policy, snapshot, source, self._clock())
+        self._applied[snapshot.version] = (self._current, state)
+        self._applied.move_to_end(snapshot.version)
+        good = self.cache.good_snapshot(self.group)
+        for version in list(self._applied)[: max(0, len(self._applied) - _KEPT_APPLIED)]:
+            if good is None or version != good.version:  # the last good one is never dropped
+                del self._applied[version]
         log.info(
-            "policy from %s applied as snapshot %s%s",
+            "policy from %s pushed as snapshot %s%s",
             source,
             snapshot.version,
             "" if changed else " (unchanged)",
@@ -225,12 +259,69 @@ class ControlPlane:
             issues = [PolicyIssue(file, None, None, "", f"{type(error).__name__}: {error}")]
         return self._record(file, issues)
 
-    def _record(self, file: str, issues: list[PolicyIssue]) -> Refusal:
-        refusal = Refusal(self._clock(), file, tuple(issues))
+    def on_envoy_rejected(self, rejection: Rejection) -> None:
+        """An Envoy NACKed a snapshot this control plane pushed: refuse that edit and go back
+        to the policy and state of the snapshot the cache serves instead."""
+        rejected = self._applied.get(rejection.version)
+        if rejection.group != self.group or rejected is None:
+            return  # not a snapshot this control plane pushed (or long replaced)
+        source = rejected[0].source
+        if self._current is not None and self._current.version != rejection.version:
+            # superseded before the NACK came: the live snapshot is another one (the rejection
+            # stays in the cache's records and logs, the live policy is not degraded by it)
+            log.warning(
+                "snapshot %s from %s, already replaced by %s, was rejected by Envoy %s: %s",
+                rejection.version,
+                source,
+                self._current.version,
+                rejection.nack.node_id,
+                rejection.message,
+            )
+            return
+        restored = self._applied.get(rejection.restored or "")
+        if restored is not None:
+            self._current, self._state = restored
+        elif self._current is not None and self._current.version == rejection.version:
+            self._current = None  # nothing good to go back to: nothing is live
+        self._record(source, [_rejection_issue(source, rejection)], rejection)
+
+    def _record(
+        self, file: str, issues: list[PolicyIssue], rejection: Rejection | None = None
+    ) -> Refusal:
+        refusal = Refusal(self._clock(), file, tuple(issues), rejection)
         self._last_refused = refusal
+        if rejection is not None:
+            self._last_rejected = refusal
         kept = f"; keeping snapshot {self.version}" if self._current else ""
         log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
         for line in refusal.lines():
             log.warning("  %s", line)
         self._notify("on_refused", refusal)
         return refusal
+
+
+def _rejection_issue(file: str, rejection: Rejection) -> PolicyIssue:
+    nack = rejection.nack
+    kind = type_urls.SHORT_NAMES.get(nack.type_url, nack.type_url)
+    names = f" {', '.join(nack.resource_names)}" if nack.resource_names else ""
+    restored = (
+        f"; serving the last good snapshot {rejection.restored}"
+        if rejection.restored
+        else "; no good snapshot to go back to"
+    )
+    message = (
+        f"Envoy {nack.node_id} rejected {kind}{names} of snapshot {rejection.version}: "
+        f"{nack.message}{restored}"
+    )
+    return PolicyIssue(file, None, None, "", message)
+
+
+class _RejectionHook:
+    """The cache hook that tells the control plane about rejected snapshots (a separate object
+    so the cache sees only ``on_reject``)."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self._plane = plane
+
+    def on_reject(self, rejection: Rejection) -> None:
+        self._plane.on_envoy_rejected(rejection)

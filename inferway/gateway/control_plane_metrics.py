@@ -24,7 +24,7 @@ from inferway.xds.cache import node_in_sync
 
 if TYPE_CHECKING:
     from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, Refusal
-    from inferway.xds.cache import NackRecord, NodeStatus
+    from inferway.xds.records import NackRecord, NodeStatus
 
 __all__ = ["CONTENT_TYPE", "ControlPlaneMetrics", "type_label"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,15 +38,19 @@ from inferway.gateway.watcher import PolicyWatcher
 from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_xds_mtls
 from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
+from inferway.policies.checks_bind import listener_bind_issues
 from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.errors import PolicyError, read_source_text
 from inferway.policies.located import place_issues
 from inferway.policies.model import Policy
+from inferway.resolve import IR
 from inferway.state import State
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.resources import Resources
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.snapshot import Snapshot
+from inferway.xds.translate import translate as translate_ir
 from inferway.xds.translate.tracing import build_layered_runtime
 
 __all__ = [
@@ -97,6 +101,9 @@ class GatewayOptions:
     """Mutual TLS between Envoy and the xDS server (``--xds-mtls-dir`` and friends)."""
     xds_max_connection_age_s: float | None = DEFAULT_MAX_CONNECTION_AGE_S
     """Envoys reconnect this often, so rotated xDS certificates reach every connection."""
+    translate: Callable[[IR], Resources] | None = None
+    """The translator pushes go through (None: the real one). Tests inject one that produces a
+    config Envoy rejects, to exercise the NACK path with a real Envoy."""
 
 
 @dataclass(frozen=True)
@@ -192,9 +199,13 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     plan = plan_gateway(options)
     path = options.policy_path
     external_endpoints = options.endpoints_file is not None
+    if options.with_envoy:  # before Envoy starts: a taken port is a located error, not a NACK
+        unbindable = listener_bind_issues(plan.policy, plan.policy_text, plan.source)
+        if unbindable:
+            raise PolicyError(unbindable)
     endpoints_path, endpoints_text = plan.endpoints_path, plan.endpoints_text
     cache = SnapshotCache()
-    plane = ControlPlane(cache)
+    plane = ControlPlane(cache, translate=options.translate or translate_ir)
     metrics = ControlPlaneMetrics.attach(plane)
     plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start
     certificates = CertificateSource(path.parent, source=str(path))

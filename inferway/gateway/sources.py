@@ -22,9 +22,7 @@ StateSource = Callable[[Policy, State], State]
 """``source(policy, state) -> state``: the state with this source's part read for ``policy``."""
 
 
-def read_sources(
-    sources: Iterable[StateSource], policy: Policy, state: State
-) -> State:
+def read_sources(sources: Iterable[StateSource], policy: Policy, state: State) -> State:
     """Run each source in turn; the first PolicyError stops and refuses the policy."""
     for source in sources:
         state = source(policy, state)

@@ -52,6 +52,9 @@ def render_status(status: dict[str, Any], console: Console, *, now: float | None
 def _policy_panel(status: dict[str, Any], now: float) -> Panel:
     policy = status.get("policy")
     lines = Text()
+    health = status.get("health") or {}
+    if health.get("ok") is False:
+        lines.append(f"{health.get('reason') or health.get('status')}\n", style="bold red")
     if policy is None:
         lines.append("no policy applied yet", style="yellow")
     else:

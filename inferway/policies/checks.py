@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from inferway.policies.checks_access import check_access
 from inferway.policies.checks_observability import check_observability
+from inferway.policies.checks_ranges import check_ranges
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
@@ -248,6 +249,7 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     _shadowed_routes,
     check_access,
     check_observability,
+    check_ranges,
     check_tls,
     check_traffic,
 ]

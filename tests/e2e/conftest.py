@@ -25,8 +25,11 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.runtime import Gateway as RunningGateway
 from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.gateway.watcher import PolicyWatcher
+from inferway.resolve import IR
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.resources import Resources
+from inferway.xds.translate import translate
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import (  # re-exported for the tests importing them here
     poll_until,
@@ -117,9 +120,16 @@ async def backend_ports() -> AsyncIterator[dict[str, int]]:
 class ControlPlaneHarness:
     """The production control-plane wiring around one policy file, restartable in place."""
 
-    def __init__(self, policy_path: Path, listener_port: int) -> None:
+    def __init__(
+        self,
+        policy_path: Path,
+        listener_port: int,
+        *,
+        translate: Callable[[IR], Resources] = translate,
+    ) -> None:
         self.policy_path = policy_path
         self.listener_port = listener_port
+        self.translate = translate
         self.port = 0
         self.gateway: RunningGateway | None = None
 
@@ -127,7 +137,11 @@ class ControlPlaneHarness:
         """The gateway for the file (control plane, policy watcher, ADS server on ``port``)."""
         self.gateway = await start_gateway(
             GatewayOptions(
-                policy_path=self.policy_path, xds_port=port, admin_port=0, with_envoy=False
+                policy_path=self.policy_path,
+                xds_port=port,
+                admin_port=0,
+                with_envoy=False,
+                translate=self.translate,
             )
         )
         self.port = self.gateway.xds.port

@@ -168,12 +168,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-KNOWN_CYCLES = [["inferway.xds.cache", "inferway.xds.hooks"]]
-"""Being removed on the ``xdssafe`` branch (issue 10); delete this entry when that merges."""
-
-
 def test_no_import_cycles_among_modules() -> None:
-    assert _cycles(_graph()) == KNOWN_CYCLES
+    assert _cycles(_graph()) == []
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
