@@ -20,6 +20,7 @@ from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
 from inferway.state import State
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from inferway.xds.translate import translate
@@ -63,7 +64,9 @@ class PolicyRefusedError(Exception):
 
 
 class ControlPlane:
-    """Turns policies into cache snapshots for one node group, remembering good and refused."""
+    """Turns policies into cache snapshots, remembering good and refused: ``group`` (Envoy's)
+    gets ``translate``'s resources; every proxyless gRPC group (``inferway.xds.node_groups``)
+    gets its own scoped snapshot of the same IR, rebuilt with each apply."""
 
     def __init__(
         self,
@@ -83,6 +86,8 @@ class ControlPlane:
         self._last_refused: Refusal | None = None
         self._observers: list[Any] = []
         self._state_sources: list[Callable[[Policy, State], State]] = []
+        self._ir: IR | None = None
+        cache.set_group_builder(self._build_group)
 
     def add_observer(self, observer: Any) -> None:
         """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
@@ -169,11 +174,17 @@ class ControlPlane:
             with _tracer.start_as_current_span("translate"):
                 for state_source in self._state_sources:
                     state = state_source(policy, state)
-                snapshot = build_snapshot(self._translate(resolve_policy(policy, state)))
+                ir = resolve_policy(policy, state)
+                snapshot = build_snapshot(self._translate(ir))
+                scoped = self._scoped_snapshots(ir)
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
-        problems = snapshot.consistent()
+        problems = snapshot.consistent() + [
+            f"snapshot for node group {group!r}: {problem}"
+            for group, other in scoped.items()
+            for problem in other.consistent()
+        ]
         if problems:
             refusal = self._record(
                 source, [PolicyIssue(source, None, None, "", p) for p in problems]
@@ -181,8 +192,11 @@ class ControlPlane:
             raise PolicyRefusedError(refusal)
         with _tracer.start_as_current_span("push snapshot") as push:
             changed = self.cache.set_snapshot(snapshot, self.group)
+            for group, other in scoped.items():
+                self.cache.set_snapshot(other, group)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
+        self._ir = ir
         self._current = AppliedPolicy(policy, snapshot, source, self._clock())
         log.info(
             "policy from %s applied as snapshot %s%s",
@@ -192,6 +206,18 @@ class ControlPlane:
         )
         self._notify("on_applied", self._current, changed)
         return snapshot.version
+
+    def _scoped_snapshots(self, ir: IR) -> dict[str, Snapshot]:
+        """A snapshot for every gRPC group the cache knows, and the all-targets one when the
+        policy has targets (a group whose targets are gone gets an empty snapshot)."""
+        groups = set(self.cache.groups()) | ({GRPC_GROUP} if ir.grpc_targets else set())
+        groups.discard(self.group)
+        built = {group: build_group_snapshot(ir, group) for group in sorted(groups)}
+        return {group: snapshot for group, snapshot in built.items() if snapshot is not None}
+
+    def _build_group(self, group: str) -> Snapshot | None:
+        """The cache's builder for a group seen for the first time (a node just connected)."""
+        return None if self._ir is None else build_group_snapshot(self._ir, group)
 
     def refuse(self, error: BaseException, source: str | None = None) -> Refusal:
         """Record ``error`` as the last refused edit; the live policy stays as it is."""

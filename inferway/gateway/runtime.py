@@ -38,6 +38,7 @@ from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.state import State
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.node_groups import node_group
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.translate.tracing import build_layered_runtime
 
@@ -152,7 +153,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             endpoints_path, [service.name for service in policy.services]
         )
         state = State(endpoints=endpoints)
-    cache = SnapshotCache()
+    cache = SnapshotCache(node_group=node_group)  # Envoys and proxyless gRPC clients
     plane = ControlPlane(cache, state=state)
     metrics = ControlPlaneMetrics.attach(plane)
     plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start

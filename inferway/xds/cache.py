@@ -126,6 +126,7 @@ class SnapshotCache:
         self._hooks: list[Any] = []
         self._stream_ids = itertools.count(1)
         self._changed: asyncio.Event | None = None
+        self._group_builder: Callable[[str], Snapshot | None] | None = None
 
     # -- snapshots ---------------------------------------------------------------------------
 
@@ -144,6 +145,15 @@ class SnapshotCache:
     def get_snapshot(self, group: str = DEFAULT_GROUP) -> Snapshot | None:
         return self._snapshots.get(group)
 
+    def groups(self) -> list[str]:
+        """Every group that holds a snapshot, sorted."""
+        return sorted(self._snapshots)
+
+    def set_group_builder(self, builder: Callable[[str], Snapshot | None]) -> None:
+        """``builder(group)`` makes the first snapshot of a group no snapshot was set for,
+        when a node of it connects (a scope seen for the first time); None: none yet."""
+        self._group_builder = builder
+
     def watch(self, group: str, stream_id: int, notify: Callable[[], None]) -> None:
         """Call ``notify()`` (synchronously, must not block) whenever ``group`` changes."""
         self._watchers.setdefault(group, {})[stream_id] = notify
@@ -158,6 +168,10 @@ class SnapshotCache:
 
     def open_stream(self, node: base_pb2.Node) -> StreamHandle:
         group = self._node_group(node)
+        if group not in self._snapshots and self._group_builder is not None:
+            first = self._group_builder(group)
+            if first is not None:
+                self.set_snapshot(first, group)
         handle = StreamHandle(next(self._stream_ids), node.id, node.cluster, group)
         state = self._nodes.get(node.id)
         if state is None or not state.streams:
