@@ -146,8 +146,9 @@ class SnapshotCache:
         return self._snapshots.get(group)
 
     def groups(self) -> list[str]:
-        """Every group that holds a snapshot, sorted."""
-        return sorted(self._snapshots)
+        """Every group that holds a snapshot or has a connected node, sorted."""
+        connected = {state.group for state in self._nodes.values() if state.streams}
+        return sorted(set(self._snapshots) | connected)
 
     def set_group_builder(self, builder: Callable[[str], Snapshot | None]) -> None:
         """``builder(group)`` makes the first snapshot of a group no snapshot was set for,
@@ -238,9 +239,11 @@ class SnapshotCache:
     async def wait_for_acks(
         self, version: str, *, node_ids: Iterable[str] | None = None, timeout: float
     ) -> bool:
-        """True once every node in ``node_ids`` (default: every connected node, at least one)
-        has acked each type of snapshot ``version``: CDS and LDS always, other types when the
-        snapshot holds resources of them. False when ``timeout`` seconds pass first."""
+        """True once every node in ``node_ids`` (default: every connected node of the groups
+        whose snapshot is ``version``, at least one; other groups, e.g. proxyless gRPC
+        clients, hold other snapshots) has acked each type of snapshot ``version``: CDS and
+        LDS always, other types when the snapshot holds resources of them. False when
+        ``timeout`` seconds pass first."""
         wanted = None if node_ids is None else sorted(set(node_ids))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -260,7 +263,11 @@ class SnapshotCache:
 
     def _all_acked(self, version: str, node_ids: list[str] | None) -> bool:
         if node_ids is None:
-            nodes = [n for n in self._nodes.values() if n.streams]
+            nodes = [
+                n
+                for n in self._nodes.values()
+                if n.streams and getattr(self._snapshots.get(n.group), "version", None) == version
+            ]
         else:
             nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
             if len(nodes) != len(node_ids):
