@@ -5,6 +5,7 @@ is killed. No Envoy in the path; the client is detected as proxyless from its no
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import signal
@@ -29,6 +30,7 @@ from tests.helpers import poll_until, write_atomically
 pytestmark = pytest.mark.integration
 
 CLIENT_NODE = "proxyless-client"
+EXAMPLE_CLIENT = Path(__file__).resolve().parents[2] / "examples" / "proxyless_grpc_client.py"
 
 
 def _policy(a: int, b: int, *, v1: float, v2: float, listener_port: int) -> str:
@@ -180,5 +182,18 @@ async def test_grpc_client_follows_a_weight_edit_and_fails_over_to_the_next_prio
                 await poll_until(failed_over, timeout=20, what="failover to replica B")
                 assert await _versions(stub, 50) == Counter({"2": 50})
                 assert gateway.cache.nacks() == []
+
+            # the documented example client, as a user runs it, against the same gateway
+            example = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(EXAMPLE_CLIENT),
+                *("--xds", f"127.0.0.1:{gateway.xds.port}", "--target", "models"),
+                *("--calls", "5"),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            output, _ = await asyncio.wait_for(example.communicate(), timeout=60)
+            assert example.returncode == 0, output.decode()
+            assert output.decode().splitlines()[-1] == "version 2: 5", output.decode()
         finally:
             await gateway.stop()
