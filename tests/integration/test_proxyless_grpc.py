@@ -23,7 +23,8 @@ import pytest
 from inferway.backends.demo_models import build_add
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.gateway.runtime import GatewayOptions, start_gateway
-from inferway.xds.node_groups import GRPC_GROUP
+from inferway.xds import type_urls
+from inferway.xds.node_groups import ENVOY_GROUP, GRPC_GROUP
 from tests.envoy_process import free_port
 from tests.helpers import poll_until, write_atomically
 
@@ -195,5 +196,66 @@ async def test_grpc_client_follows_a_weight_edit_and_fails_over_to_the_next_prio
             output, _ = await asyncio.wait_for(example.communicate(), timeout=60)
             assert example.returncode == 0, output.decode()
             assert output.decode().splitlines()[-1] == "version 2: 5", output.decode()
+        finally:
+            await gateway.stop()
+
+
+async def test_envoy_and_a_proxyless_client_of_one_gateway_each_get_their_own_snapshot(
+    tmp_path: Path,
+) -> None:
+    build_add(tmp_path / "a" / "add" / "1" / "model.onnx")
+    with _serve(tmp_path / "a") as (_, port_a):
+        policy_path = tmp_path / "policy.yaml"
+        listener_port = free_port()
+        unused = free_port()  # v2 (weight 0) and v1's backup tier: nothing listens
+        write_atomically(
+            policy_path, _policy(port_a, unused, v1=100, v2=0, listener_port=listener_port)
+        )
+        (tmp_path / "work").mkdir()
+        options = GatewayOptions(
+            policy_path=policy_path,
+            xds_port=free_port(),
+            admin_port=free_port(),
+            envoy_admin_port=free_port(),
+            workdir=tmp_path / "work",
+        )
+        gateway = await start_gateway(options)
+        try:
+            assert gateway.supervisor is not None
+            assert await gateway.supervisor.wait_ready(30), gateway.supervisor.stderr_tail()
+            version = gateway.control_plane.version
+            assert version is not None
+            node_id = options.node_id
+            assert await gateway.cache.wait_for_acks(version, node_ids=[node_id], timeout=20)
+
+            # Envoy: its socket listener, as without targets, carries gRPC to the replica too
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{listener_port}") as channel:
+                stub = pb2_grpc.GRPCInferenceServiceStub(channel)
+                assert await _versions(stub, 5) == Counter({"1": 5})
+
+            # a proxyless client (the documented example) alongside it
+            example = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(EXAMPLE_CLIENT),
+                *("--xds", f"127.0.0.1:{gateway.xds.port}", "--target", "models"),
+                *("--calls", "5", "--node-id", CLIENT_NODE),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            output, _ = await asyncio.wait_for(example.communicate(), timeout=60)
+            assert example.returncode == 0, output.decode()
+            assert output.decode().splitlines()[-1] == "version 1: 5", output.decode()
+
+            nodes = {n.node_id: n for n in gateway.cache.node_status()}
+            envoy, client = nodes[node_id], nodes[CLIENT_NODE]
+            assert (envoy.group, client.group) == (ENVOY_GROUP, GRPC_GROUP)
+            envoy_snapshot = gateway.cache.get_snapshot(ENVOY_GROUP)
+            grpc_snapshot = gateway.cache.get_snapshot(GRPC_GROUP)
+            assert envoy_snapshot is not None and grpc_snapshot is not None
+            assert list(envoy_snapshot.resources_of(type_urls.LISTENER)) == ["main"]
+            assert list(grpc_snapshot.resources_of(type_urls.LISTENER)) == ["models"]
+            assert client.acked[type_urls.LISTENER] == grpc_snapshot.versions[type_urls.LISTENER]
+            assert envoy.acked[type_urls.LISTENER] == envoy_snapshot.versions[type_urls.LISTENER]
+            assert gateway.cache.nacks() == []
         finally:
             await gateway.stop()
