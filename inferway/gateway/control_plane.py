@@ -28,6 +28,7 @@ from inferway.resolve import IR, resolve_policy
 from inferway.state import State
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
 from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
@@ -40,6 +41,7 @@ __all__ = [
     "PolicyRefusedError",
     "Refusal",
     "build_policy_snapshot",
+    "resolve_and_snapshot",
 ]
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,31 @@ class PolicyRefusedError(Exception):
         super().__init__("\n".join(refusal.lines()))
 
 
+def resolve_and_snapshot(
+    policy: Policy,
+    state: State,
+    source: str,
+    *,
+    translate: Callable[[IR], Resources] | None = None,
+) -> tuple[IR, Snapshot]:
+    """resolve -> translate -> a consistent snapshot (with the IR it came from), or
+    PolicyError naming ``source``.
+
+    A translation error (a bug, or a case the checks miss) becomes one located issue, not a
+    traceback, for ``run`` and ``validate`` alike.
+    """
+    try:
+        ir = resolve_policy(policy, state)
+        snapshot = build_snapshot((translate or translate_ir)(ir))
+    except (ValueError, TypeError) as error:
+        message = f"cannot translate to Envoy configuration: {error}"
+        raise PolicyError([PolicyIssue(source, None, None, "", message)]) from error
+    problems = snapshot.consistent()
+    if problems:
+        raise PolicyError([PolicyIssue(source, None, None, "", p) for p in problems])
+    return ir, snapshot
+
+
 def build_policy_snapshot(
     policy: Policy,
     state: State,
@@ -90,25 +117,14 @@ def build_policy_snapshot(
     *,
     translate: Callable[[IR], Resources] | None = None,
 ) -> Snapshot:
-    """resolve -> translate -> a consistent snapshot, or PolicyError naming ``source``.
-
-    A translation error (a bug, or a case the checks miss) becomes one located issue, not a
-    traceback, for ``run`` and ``validate`` alike.
-    """
-    try:
-        translated = (translate or translate_ir)(resolve_policy(policy, state))
-        snapshot = build_snapshot(translated)
-    except (ValueError, TypeError) as error:
-        message = f"cannot translate to Envoy configuration: {error}"
-        raise PolicyError([PolicyIssue(source, None, None, "", message)]) from error
-    problems = snapshot.consistent()
-    if problems:
-        raise PolicyError([PolicyIssue(source, None, None, "", p) for p in problems])
-    return snapshot
+    """The Envoy snapshot of :func:`resolve_and_snapshot`, for ``validate``/``render``."""
+    return resolve_and_snapshot(policy, state, source, translate=translate)[1]
 
 
 class ControlPlane:
-    """Turns policies into cache snapshots for one node group, remembering good and refused."""
+    """Turns policies into cache snapshots, remembering good and refused: ``group`` (Envoy's)
+    gets ``translate``'s resources; every proxyless gRPC group (``inferway.xds.node_groups``)
+    gets its own scoped snapshot of the same IR, rebuilt with each apply."""
 
     def __init__(
         self,
@@ -130,6 +146,8 @@ class ControlPlane:
         self._applied: OrderedDict[str, tuple[AppliedPolicy, State]] = OrderedDict()
         self._observers: list[Any] = []
         cache.add_hook(_RejectionHook(self))
+        self._ir: IR | None = None
+        cache.set_group_builder(self._build_group)
 
     def add_observer(self, observer: Any) -> None:
         """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
@@ -221,18 +239,34 @@ class ControlPlane:
     def _apply_untraced(self, policy: Policy, state: State, source: str) -> str:
         try:
             with _tracer.start_as_current_span("translate"):
-                snapshot = build_policy_snapshot(policy, state, source, translate=self._translate)
+                ir, snapshot = resolve_and_snapshot(
+                    policy, state, source, translate=self._translate
+                )
+                scoped = self._scoped_snapshots(ir)
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
+        problems = [
+            f"snapshot for node group {group!r}: {problem}"
+            for group, other in scoped.items()
+            for problem in other.consistent()
+        ]
+        if problems:
+            refusal = self._record(
+                source, [PolicyIssue(source, None, None, "", p) for p in problems]
+            )
+            raise PolicyRefusedError(refusal)
         rejection = self.cache.rejection_of(snapshot.version)
         if rejection is not None:  # pushing it again would only be rejected again
             refusal = self._record(source, [_rejection_issue(source, rejection)], rejection)
             raise PolicyRefusedError(refusal)
         with _tracer.start_as_current_span("push snapshot") as push:
             changed = self.cache.set_snapshot(snapshot, self.group)
+            for group, other in scoped.items():
+                self.cache.set_snapshot(other, group)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
+        self._ir = ir
         self._current = AppliedPolicy(policy, snapshot, source, self._clock())
         self._applied[snapshot.version] = (self._current, state)
         self._applied.move_to_end(snapshot.version)
@@ -248,6 +282,18 @@ class ControlPlane:
         )
         self._notify("on_applied", self._current, changed)
         return snapshot.version
+
+    def _scoped_snapshots(self, ir: IR) -> dict[str, Snapshot]:
+        """A snapshot for every gRPC group the cache knows, and the all-targets one when the
+        policy has targets (a group whose targets are gone gets an empty snapshot)."""
+        groups = set(self.cache.groups()) | ({GRPC_GROUP} if ir.grpc_targets else set())
+        groups.discard(self.group)
+        built = {group: build_group_snapshot(ir, group) for group in sorted(groups)}
+        return {group: snapshot for group, snapshot in built.items() if snapshot is not None}
+
+    def _build_group(self, group: str) -> Snapshot | None:
+        """The cache's builder for a group seen for the first time (a node just connected)."""
+        return None if self._ir is None else build_group_snapshot(self._ir, group)
 
     def refuse(self, error: BaseException, source: str | None = None) -> Refusal:
         """Record ``error`` as the last refused edit; the live policy stays as it is."""
@@ -281,6 +327,8 @@ class ControlPlane:
         restored = self._applied.get(rejection.restored or "")
         if restored is not None:
             self._current, self._state = restored
+            # gRPC clients that connect from now on get the last good policy's targets too
+            self._ir = resolve_policy(self._current.policy, self._state)
         elif self._current is not None and self._current.version == rejection.version:
             self._current = None  # nothing good to go back to: nothing is live
         self._record(source, [_rejection_issue(source, rejection)], rejection)

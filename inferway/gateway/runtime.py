@@ -47,6 +47,7 @@ from inferway.resolve import IR
 from inferway.state import State
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.node_groups import node_group
 from inferway.xds.resources import Resources
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.snapshot import Snapshot
@@ -204,7 +205,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         if unbindable:
             raise PolicyError(unbindable)
     endpoints_path, endpoints_text = plan.endpoints_path, plan.endpoints_text
-    cache = SnapshotCache()
+    cache = SnapshotCache(node_group=node_group)  # Envoys and proxyless gRPC clients
     plane = ControlPlane(cache, translate=options.translate or translate_ir)
     metrics = ControlPlaneMetrics.attach(plane)
     plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start

@@ -13,6 +13,7 @@ import ipaddress
 from collections.abc import Callable, Iterable, Iterator
 
 from inferway.policies.checks_access import check_access
+from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
 from inferway.policies.checks_tls import check_tls
@@ -252,4 +253,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_ranges,
     check_tls,
     check_traffic,
+    check_grpc_targets,
 ]

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from inferway.policies.access import Access, RedactHeaders
+from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
 from inferway.policies.tls import ListenerTls, ServiceTls
 from inferway.policies.traffic import (
@@ -218,3 +219,5 @@ class Policy(_Model):
     endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)
     redact_headers: RedactHeaders
     observability: Observability | None = None
+    grpc_targets: list[GrpcTarget] = Field(default_factory=list)
+    """Names proxyless gRPC clients dial as ``xds:///<name>`` (grpc_targets.py)."""

@@ -109,6 +109,7 @@ class SnapshotCache:
         self._hooks: list[Any] = []
         self._stream_ids = itertools.count(1)
         self._changed: asyncio.Event | None = None
+        self._group_builder: Callable[[str], Snapshot | None] | None = None
 
     # -- snapshots ---------------------------------------------------------------------------
 
@@ -148,6 +149,16 @@ class SnapshotCache:
             notify()
         self._signal()
 
+    def groups(self) -> list[str]:
+        """Every group that holds a snapshot or has a connected node, sorted."""
+        connected = {state.group for state in self._nodes.values() if state.streams}
+        return sorted(set(self._history.groups()) | connected)
+
+    def set_group_builder(self, builder: Callable[[str], Snapshot | None]) -> None:
+        """``builder(group)`` makes the first snapshot of a group no snapshot was set for,
+        when a node of it connects (a scope seen for the first time); None: none yet."""
+        self._group_builder = builder
+
     def watch(self, group: str, stream_id: int, notify: Callable[[], None]) -> None:
         """Call ``notify()`` (synchronously, must not block) whenever ``group`` changes."""
         self._watchers.setdefault(group, {})[stream_id] = notify
@@ -162,6 +173,10 @@ class SnapshotCache:
 
     def open_stream(self, node: base_pb2.Node) -> StreamHandle:
         group = self._node_group(node)
+        if self._history.served(group) is None and self._group_builder is not None:
+            first = self._group_builder(group)
+            if first is not None:
+                self.set_snapshot(first, group)
         handle = StreamHandle(next(self._stream_ids), node.id, node.cluster, group)
         state = self._nodes.get(node.id)
         if state is None or not state.streams:
@@ -259,10 +274,11 @@ class SnapshotCache:
     async def wait_for_acks(
         self, version: str, *, node_ids: Iterable[str] | None = None, timeout: float
     ) -> bool:
-        """True once every node in ``node_ids`` (default: every connected node, at least one)
-        has acked each type of snapshot ``version``: CDS and LDS always, other types when the
-        snapshot holds resources of them. False when ``timeout`` seconds pass first, or as
-        soon as an Envoy rejects that snapshot."""
+        """True once every node in ``node_ids`` (default: every connected node of the groups
+        whose snapshot is ``version``, at least one; other groups, e.g. proxyless gRPC
+        clients, hold other snapshots) has acked each type of snapshot ``version``: CDS and
+        LDS always, other types when the snapshot holds resources of them. False when
+        ``timeout`` seconds pass first, or as soon as an Envoy rejects that snapshot."""
         wanted = None if node_ids is None else sorted(set(node_ids))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -284,7 +300,11 @@ class SnapshotCache:
 
     def _all_acked(self, version: str, node_ids: list[str] | None) -> bool:
         if node_ids is None:
-            nodes = [n for n in self._nodes.values() if n.streams]
+            nodes = [
+                n
+                for n in self._nodes.values()
+                if n.streams and getattr(self._history.served(n.group), "version", None) == version
+            ]
         else:
             nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
             if len(nodes) != len(node_ids):

@@ -32,6 +32,10 @@ class SnapshotHistory:
         self._rejected: OrderedDict[str, str] = OrderedDict()  # version -> Envoy's message
         self._max_rejected = max_rejected
 
+    def groups(self) -> list[str]:
+        """The groups a snapshot was served to, sorted."""
+        return sorted(self._groups)
+
     def served(self, group: str) -> Snapshot | None:
         state = self._groups.get(group)
         return None if state is None else state.served
