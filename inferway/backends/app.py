@@ -19,12 +19,12 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
-from inferway.backends.grpc_server import start_grpc_server
-from inferway.backends.http_server import build_http_app
-from inferway.backends.metrics import BackendMetrics
-from inferway.backends.repository import ModelRepository
+from inferway.backends.models.repository import ModelRepository
+from inferway.backends.protocol.grpc_server import start_grpc_server
+from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
-from inferway.backends.serving import DEFAULT_MAX_BODY_BYTES
+from inferway.backends.serving.failures import DEFAULT_MAX_BODY_BYTES
+from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
 __all__ = [

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from inferway.backends.demo_models import mlp_reference, write_demo_repository
+from inferway.devtools.demo_models import mlp_reference, write_demo_repository
 from inferway.gateway.cli import app
 from tests.envoy_process import free_port
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferway.backends.model_config import (
+from inferway.backends.models.config import (
     ModelConfig,
     ModelConfigError,
     load_model_config,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from ..tracing import is_tracing
+from ..telemetry.tracing import is_tracing
 from .records import BatchRecord, Dispatch
 from .window_stats import WindowStats
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from inferway.backends.input_validation import InferInputError
+from inferway.backends.serving.input_validation import InferInputError
 
 __all__ = ["DecodedRequest", "RequestedOutput", "select_outputs"]
 

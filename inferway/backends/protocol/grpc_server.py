@@ -20,20 +20,17 @@ from typing import Any
 import grpc
 from opentelemetry.trace import INVALID_SPAN, INVALID_SPAN_CONTEXT
 
-from inferway.backends import orca, tracing
 from inferway.backends.batching.errors import DeadlineExceededError
-from inferway.backends.grpc_codec import decode_grpc_request, encode_grpc_response
-from inferway.backends.http_server import (
+from inferway.backends.models.served_model import ModelNotFoundError
+from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.backends.protocol.grpc_codec import decode_grpc_request, encode_grpc_response
+from inferway.backends.protocol.http_server import (
     EXTENSIONS,
     SERVER_NAME,
     SERVER_VERSION,
     UNKNOWN_MODEL,
 )
-from inferway.backends.inference_request import select_outputs
-from inferway.backends.metrics import BackendMetrics
-from inferway.backends.protocol import pb2, pb2_grpc
-from inferway.backends.served_model import ModelNotFoundError
-from inferway.backends.serving import (
+from inferway.backends.serving.failures import (
     DEFAULT_MAX_BODY_BYTES,
     Failure,
     NotReadyError,
@@ -42,6 +39,9 @@ from inferway.backends.serving import (
     resolve_timeout_param,
     run_inference,
 )
+from inferway.backends.serving.request import select_outputs
+from inferway.backends.telemetry import orca, tracing
+from inferway.backends.telemetry.metrics import BackendMetrics
 
 __all__ = ["RETRY_PUSHBACK_KEY", "STREAM_PROTOCOL", "InferenceServicer", "start_grpc_server"]
 

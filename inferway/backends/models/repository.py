@@ -18,32 +18,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inferway.backends.model_config import ModelConfig, load_model_config
-from inferway.backends.model_loading import (
+from inferway.backends.models.config import ModelConfig, load_model_config
+from inferway.backends.models.loading import (
     ExecutorFactory,
     RunnerFactory,
-    build_warmup_inputs,
     default_executor_factory,
     default_runner_factory,
     load_runners,
 )
-from inferway.backends.repository_scan import (
-    MODEL_FILE,
+from inferway.backends.models.scan import (
     Fingerprint,
     VersionKey,
     scan_repository,
 )
-from inferway.backends.served_model import ModelNotFoundError, RepositoryEvent, ServedModel
+from inferway.backends.models.served_model import ModelNotFoundError, RepositoryEvent, ServedModel
 
-__all__ = [
-    "MODEL_FILE",
-    "ModelNotFoundError",
-    "ModelRepository",
-    "RepositoryEvent",
-    "ServedModel",
-    "build_warmup_inputs",
-    "describe",
-]
+__all__ = ["ModelRepository", "describe"]
 
 log = logging.getLogger(__name__)
 

@@ -14,17 +14,13 @@ from typing import Any
 
 from aiohttp import web
 
-from inferway.backends import orca, tracing
-from inferway.backends.binary_codec import split_binary_body
-from inferway.backends.inference_request import select_outputs
-from inferway.backends.input_validation import InferInputError
-from inferway.backends.json_codec import (
+from inferway.backends.protocol.binary_codec import split_binary_body
+from inferway.backends.protocol.json_codec import (
     decode_json_request,
     encode_json_response,
     parse_json_header,
 )
-from inferway.backends.metrics import CONTENT_TYPE, BackendMetrics
-from inferway.backends.serving import (
+from inferway.backends.serving.failures import (
     DEFAULT_MAX_BODY_BYTES,
     Failure,
     NotReadyError,
@@ -33,6 +29,10 @@ from inferway.backends.serving import (
     resolve_timeout_param,
     run_inference,
 )
+from inferway.backends.serving.input_validation import InferInputError
+from inferway.backends.serving.request import select_outputs
+from inferway.backends.telemetry import orca, tracing
+from inferway.backends.telemetry.metrics import CONTENT_TYPE, BackendMetrics
 
 __all__ = [
     "BINARY_HEADER",

@@ -19,8 +19,8 @@ from inferway.backends.batching.errors import (
     InvalidRequestError,
     QueueFullError,
 )
-from inferway.backends.input_validation import InferInputError
-from inferway.backends.served_model import ModelNotFoundError
+from inferway.backends.models.served_model import ModelNotFoundError
+from inferway.backends.serving.input_validation import InferInputError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
