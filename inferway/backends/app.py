@@ -23,7 +23,8 @@ from inferway.backends.models.repository import ModelRepository
 from inferway.backends.protocol.grpc_server import start_grpc_server
 from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
-from inferway.backends.serving.failures import DEFAULT_MAX_BODY_BYTES
+from inferway.backends.serving.core import ServingCore
+from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
@@ -108,7 +109,7 @@ async def serve_repository(
     host: str = "127.0.0.1",
     http_port: int = 0,
     grpc_port: int = 0,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    settings: ServingSettings | None = None,
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
     tls: BackendTls | None = None,
@@ -117,13 +118,10 @@ async def serve_repository(
     """Start the HTTP and gRPC servers over ``repository`` (started or not); with ``tls``
     both serve TLS and, when it says so, require client certificates. ``reuse_port`` lets
     several worker processes bind the same ports (SO_REUSEPORT: the kernel spreads the
-    connections); without it a port already in use is an error, for gRPC too."""
-    app = build_http_app(
-        repository,
-        metrics=metrics,
-        max_body_bytes=max_body_bytes,
-        tracer_provider=tracer_provider,
-    )
+    connections); without it a port already in use is an error, for gRPC too. ``settings``
+    (body limit, default timeout) apply to both servers alike."""
+    core = ServingCore(repository, metrics, settings=settings, tracer_provider=tracer_provider)
+    app = build_http_app(core)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
     await runner.setup()
     try:
@@ -134,12 +132,9 @@ async def serve_repository(
         await site.start()
         bound_http = _bound_port(runner, http_port)
         server, bound_grpc = await start_grpc_server(
-            repository,
-            metrics=metrics,
+            core,
             host=host,
             port=grpc_port,
-            max_message_bytes=max_body_bytes,
-            tracer_provider=tracer_provider,
             credentials=build_grpc_server_credentials(tls) if tls is not None else None,
             reuse_port=reuse_port,
         )
@@ -171,7 +166,7 @@ async def start_backend(
     http_port: int = 0,
     grpc_port: int = 0,
     watch: bool = True,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    settings: ServingSettings | None = None,
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
     tls: BackendTls | None = None,
@@ -198,7 +193,7 @@ async def start_backend(
             host=host,
             http_port=http_port,
             grpc_port=grpc_port,
-            max_body_bytes=max_body_bytes,
+            settings=settings,
             grace=grace,
             tracer_provider=tracer_provider,
             tls=tls,

@@ -7,10 +7,8 @@ Every response, errors included, carries the ORCA load header; every failure is 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -20,49 +18,27 @@ from inferway.backends.protocol.json_codec import (
     encode_json_response,
     parse_json_header,
 )
-from inferway.backends.serving.failures import (
-    DEFAULT_MAX_BODY_BYTES,
-    Failure,
-    NotReadyError,
-    PayloadTooLargeError,
-    classify_error,
-    resolve_timeout_param,
-    run_inference,
-)
+from inferway.backends.protocol.server_info import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from inferway.backends.serving.core import Chosen, ServingCore, Transport
+from inferway.backends.serving.failures import Failure, PayloadTooLargeError, classify_error
 from inferway.backends.serving.input_validation import InferInputError
-from inferway.backends.serving.request import select_outputs
+from inferway.backends.serving.request import DecodedRequest
 from inferway.backends.telemetry import orca, tracing
-from inferway.backends.telemetry.metrics import CONTENT_TYPE, BackendMetrics
+from inferway.backends.telemetry.metrics import CONTENT_TYPE
 
-__all__ = [
-    "BINARY_HEADER",
-    "ENVOY_TIMEOUT_HEADER",
-    "SERVER_NAME",
-    "SERVER_VERSION",
-    "build_http_app",
-]
+if TYPE_CHECKING:
+    from inferway.backends.models.served_model import ServedModel
+
+__all__ = ["BINARY_HEADER", "ENVOY_TIMEOUT_HEADER", "HTTP", "build_http_app"]
 
 log = logging.getLogger("inferway.backends.http")
 
-SERVER_NAME = "inferway"
-SERVER_VERSION = "0.1.0"
-EXTENSIONS = ("binary_tensor_data", "model_repository_metadata")
 BINARY_HEADER = "Inference-Header-Content-Length"
-UNKNOWN_MODEL = "_unknown"
 ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
 """Envoy tells the upstream how long the route waits; the backend treats it as a deadline."""
+HTTP = Transport(protocol="http", wire="http")
 
-
-@dataclass
-class _State:
-    repository: Any
-    metrics: BackendMetrics
-    max_body_bytes: int
-    orca: orca.LoadReporter
-    tracer: Any = None
-
-
-_STATE = web.AppKey("inferway_state", _State)
+_CORE = web.AppKey("inferway_core", ServingCore)
 
 
 def _error(failure: Failure) -> web.Response:
@@ -86,10 +62,9 @@ async def _guard(
         )
     except Exception as exc:
         resp = _error(classify_error(exc))
-    try:
-        resp.headers[orca.ORCA_HEADER] = request.app[_STATE].orca.header()
-    except Exception:
-        log.exception("could not compute the ORCA load report")
+    report = request.app[_CORE].load_report()
+    if report is not None:
+        resp.headers[orca.ORCA_HEADER] = report
     request_id = request.headers.get(tracing.REQUEST_ID_HEADER)
     if request_id:
         resp.headers[tracing.REQUEST_ID_HEADER] = request_id
@@ -107,13 +82,12 @@ async def _live(request: web.Request) -> web.Response:
 
 
 async def _ready(request: web.Request) -> web.Response:
-    ready = bool(request.app[_STATE].repository.ready)
+    ready = request.app[_CORE].ready
     return web.json_response({"ready": ready}, status=200 if ready else 503)
 
 
-def _model(request: web.Request) -> Any:
-    state = request.app[_STATE]
-    return state.repository.get(request.match_info["model"], request.match_info.get("version"))
+def _model(request: web.Request) -> ServedModel:
+    return request.app[_CORE].model(request.match_info["model"], request.match_info.get("version"))
 
 
 def _tensor_meta(spec: Any) -> dict[str, Any]:
@@ -122,9 +96,7 @@ def _tensor_meta(spec: Any) -> dict[str, Any]:
 
 async def _model_metadata(request: web.Request) -> web.Response:
     model = _model(request)
-    versions = sorted(
-        {str(m.version) for m in request.app[_STATE].repository.models() if m.name == model.name}
-    )
+    versions = request.app[_CORE].versions(model.name)
     return web.json_response(
         {
             "name": model.name,
@@ -142,128 +114,87 @@ async def _model_ready(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[_STATE].metrics.render()
+    body = request.app[_CORE].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
-async def _read_body(request: web.Request, limit: int, model: str) -> bytes:
-    size = request.content_length
-    if size is not None and size > limit:
-        raise PayloadTooLargeError(size, limit, model)
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.content.iter_chunked(1 << 20):
-        total += len(chunk)
-        if total > limit:
-            raise PayloadTooLargeError(None, limit, model)
-        chunks.append(chunk)
-    return b"".join(chunks)
+class _HttpCall:
+    """One POST .../infer as the serving core sees it (see InferCall)."""
 
+    __slots__ = ("body", "model_name", "model_version", "request")
+    needs_read = True
 
-def _header_timeout(request: web.Request) -> float | None:
-    raw = request.headers.get(ENVOY_TIMEOUT_HEADER)
-    if raw is None:
-        return None
-    try:
-        ms = float(raw)
-    except ValueError:
-        raise InferInputError(
-            f"header {ENVOY_TIMEOUT_HEADER} must be a number of milliseconds, got {raw!r}"
-        ) from None
-    return ms / 1000 if ms > 0 else None
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.model_name: str = request.match_info["model"]
+        self.model_version: str | None = request.match_info.get("version")
+        self.body = b""
 
+    def body_size(self) -> int | None:
+        return self.request.content_length
 
-async def _infer_once(request: web.Request, span: Any, served: dict[str, str]) -> web.Response:
-    """Decode, run and encode one request; notes the served version in ``served``."""
-    state = request.app[_STATE]
-    if not state.repository.ready:
-        raise NotReadyError("the server is still loading its models")
-    model = _model(request)
-    served["model"] = model.name
-    version = served["version"] = str(model.version)
-    # The model's own limit (config.yaml max_input_bytes) wins over the server default.
-    limit = int(getattr(model.config, "max_input_bytes", None) or state.max_body_bytes)
-    body = await _read_body(request, limit, model.name)
-    head, binary = split_binary_body(body, request.headers.get(BINARY_HEADER))
-    decoded = decode_json_request(parse_json_header(head), binary, model.inputs)
-    if decoded.id:
-        span.set_attribute("inferway.request_id", decoded.id)
-    output_names = [s.name for s in model.outputs]
-    if decoded.outputs is not None:
-        select_outputs({n: None for n in output_names}, decoded.outputs, output_names)
-    timeouts = [
-        t for t in (resolve_timeout_param(decoded.parameters), _header_timeout(request)) if t
-    ]
-    results = await run_inference(
-        model.executor, decoded.inputs, timeout_s=min(timeouts) if timeouts else None
-    )
-    chosen = select_outputs(results, decoded.outputs, output_names)
-    payload, head_len = encode_json_response(
-        model_name=model.name,
-        model_version=version,
-        request_id=decoded.id,
-        outputs=chosen,
-        binary_default=decoded.binary_output,
-    )
-    if head_len is None:
-        return web.Response(body=payload, content_type="application/json")
-    resp = web.Response(body=payload, content_type="application/octet-stream")
-    resp.headers[BINARY_HEADER] = str(head_len)
-    return resp
+    async def read_body(self, limit: int, model: str) -> None:
+        chunks: list[bytes] = []
+        total = 0
+        async for chunk in self.request.content.iter_chunked(1 << 20):
+            total += len(chunk)
+            if total > limit:
+                raise PayloadTooLargeError(None, limit, model)
+            chunks.append(chunk)
+        self.body = b"".join(chunks)
+
+    def decode(self, model: ServedModel) -> DecodedRequest:
+        head, binary = split_binary_body(self.body, self.request.headers.get(BINARY_HEADER))
+        return decode_json_request(parse_json_header(head), binary, model.inputs)
+
+    def transport_timeout_s(self) -> float | None:
+        raw = self.request.headers.get(ENVOY_TIMEOUT_HEADER)
+        if raw is None:
+            return None
+        try:
+            ms = float(raw)
+        except ValueError:
+            raise InferInputError(
+                f"header {ENVOY_TIMEOUT_HEADER} must be a number of milliseconds, got {raw!r}"
+            ) from None
+        return ms / 1000 if ms > 0 else None
+
+    def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> web.Response:
+        payload, head_len = encode_json_response(
+            model_name=model.name,
+            model_version=str(model.version),
+            request_id=decoded.id,
+            outputs=outputs,
+            binary_default=decoded.binary_output,
+        )
+        if head_len is None:
+            return web.Response(body=payload, content_type="application/json")
+        resp = web.Response(body=payload, content_type="application/octet-stream")
+        resp.headers[BINARY_HEADER] = str(head_len)
+        return resp
 
 
 async def _infer(request: web.Request) -> web.Response:
-    state = request.app[_STATE]
-    started = time.perf_counter()
-    name = request.match_info["model"]
-    # Metric labels name only served models: client-chosen names must not grow the series.
-    served = {"model": UNKNOWN_MODEL, "version": ""}
-    tracer = state.tracer
-    parent = tracing.extract_context(request.headers) if tracing.is_tracing(tracer) else None
-    with tracing.request_span(
-        name,
-        protocol="http",
+    core = request.app[_CORE]
+    parent = tracing.extract_context(request.headers) if tracing.is_tracing(core.tracer) else None
+    response, failure = await core.infer(
+        _HttpCall(request),
+        HTTP,
         parent=parent,
         request_id=request.headers.get(tracing.REQUEST_ID_HEADER),
-        tracer=tracer,
-    ) as span:
-        error: str | None = None
-        try:
-            resp = await _infer_once(request, span, served)
-        except Exception as exc:
-            failure = classify_error(exc)
-            resp = _error(failure)
-            error = failure.message
-        tracing.set_span_outcome(
-            span, code=resp.status, version=served["version"], error=error, fault=resp.status >= 500
-        )
-    state.metrics.observe_request(
-        model=served["model"],
-        version=served["version"],
-        protocol="http",
-        code=resp.status,
-        seconds=time.perf_counter() - started,
     )
-    return resp
+    if failure is not None:
+        return _error(failure)
+    assert response is not None
+    return response
 
 
-def build_http_app(
-    repository: Any,
-    *,
-    metrics: BackendMetrics,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    tracer_provider: Any = None,
-) -> web.Application:
-    """The aiohttp application serving ``repository`` (a ModelRepository). Request spans go
-    to ``tracer_provider`` (the global one when None); x-request-id is echoed back."""
-    app = web.Application(middlewares=[_guard], client_max_size=max_body_bytes)
-    app[_STATE] = _State(
-        repository=repository,
-        metrics=metrics,
-        max_body_bytes=max_body_bytes,
-        orca=orca.LoadReporter(repository.models),
-        tracer=tracing.backend_tracer(tracer_provider),
-    )
+def build_http_app(core: ServingCore) -> web.Application:
+    """The aiohttp application in front of ``core``: OIP routes, health, metadata and
+    /metrics. x-request-id is echoed back; every answer carries the ORCA load report."""
+    # Inference bodies are streamed under the core's limit; client_max_size bounds the rest.
+    app = web.Application(middlewares=[_guard], client_max_size=core.settings.max_body_bytes)
+    app[_CORE] = core
     base = "/v2/models/{model}"
     app.router.add_get("/v2", _server_metadata)
     app.router.add_get("/v2/health/live", _live)

@@ -1,17 +1,12 @@
-"""What the HTTP and gRPC servers share: running one request on a model under a deadline, and
-turning every failure into one protocol answer (HTTP status, gRPC code, message)."""
+"""Every way a request can fail, mapped once to the answer both protocols give (HTTP status,
+gRPC code, message, retry hint), so the HTTP and gRPC front ends cannot drift apart."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
-import numpy as np
 
 from inferway.backends.batching.errors import (
     DeadlineExceededError,
@@ -22,19 +17,9 @@ from inferway.backends.batching.errors import (
 from inferway.backends.models.served_model import ModelNotFoundError
 from inferway.backends.serving.input_validation import InferInputError
 
-__all__ = [
-    "DEFAULT_MAX_BODY_BYTES",
-    "Failure",
-    "NotReadyError",
-    "PayloadTooLargeError",
-    "classify_error",
-    "resolve_timeout_param",
-    "run_inference",
-]
+__all__ = ["Failure", "NotReadyError", "PayloadTooLargeError", "classify_error"]
 
 log = logging.getLogger("inferway.backends")
-
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class NotReadyError(Exception):
@@ -59,6 +44,10 @@ class Failure:
     message: str
     retry_after_s: float | None = None
 
+    def code(self, wire: str) -> int | str:
+        """The status the metrics and spans of ``wire`` ("http" or "grpc") name."""
+        return self.http_status if wire == "http" else self.grpc_code.name
+
 
 def classify_error(exc: BaseException) -> Failure:
     """Map an exception to its protocol answer; anything unexpected is a logged 500."""
@@ -77,38 +66,3 @@ def classify_error(exc: BaseException) -> Failure:
         return Failure(503, grpc.StatusCode.UNAVAILABLE, msg)
     log.error("inference request failed unexpectedly", exc_info=exc)
     return Failure(500, grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {msg}")
-
-
-def resolve_timeout_param(parameters: Mapping[str, Any]) -> float | None:
-    """The request's ``timeout`` parameter (microseconds, as Triton clients send it) in
-    seconds; 0 or absent means no deadline."""
-    value = parameters.get("timeout")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InferInputError(
-            f"parameter 'timeout' must be a number of microseconds >= 0, got {value!r}"
-        )
-    return value / 1e6 if value > 0 else None
-
-
-async def run_inference(
-    executor: Any, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None
-) -> dict[str, np.ndarray]:
-    """``executor.infer`` under a deadline: the executor drops the request if the deadline
-    passes while queued, and the wait is bounded here too, so a deadline always yields an
-    answer in time."""
-    if timeout_s is None:
-        return await executor.infer(inputs)
-    if timeout_s <= 0:
-        raise DeadlineExceededError("the deadline had passed before the request was queued")
-    deadline = time.monotonic() + timeout_s
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await executor.infer(inputs, deadline=deadline)
-    except TimeoutError as exc:
-        if isinstance(exc, DeadlineExceededError):
-            raise
-        raise DeadlineExceededError(
-            f"no result within the request's {timeout_s * 1000:.1f} ms deadline"
-        ) from None
