@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 __all__ = [
     "IDLE",
@@ -33,7 +32,8 @@ class Pending:
 
     ``rows`` is its size along the batch axis; ``shape_key`` identifies what it may be batched
     with (dtype and non-batch dims of every input); ``deadline`` is on the scheduler's clock.
-    ``payload`` is opaque to the scheduler (the executor keeps inputs and the future there).
+    The executor queues a subclass that also carries the inputs and the caller's future
+    (``QueuedRequest``); the scheduler reads only these fields.
     """
 
     id: Hashable
@@ -42,7 +42,6 @@ class Pending:
     shape_key: Hashable
     arrival: float
     deadline: float | None = None
-    payload: Any = None
     state: RequestState = RequestState.QUEUED
     seq: int = field(default=0, repr=False)
 
