@@ -8,7 +8,6 @@ calls back the executor's ``pump`` (launch what can run, return what to wait for
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -53,10 +52,14 @@ class Dispatcher:
             waiter.set_result(None)
 
     async def join(self) -> None:
-        """Wait for the task to end (a crash was logged already)."""
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._task)
+        """Wait for the task to end, however it ended (a crash was logged already); being
+        cancelled while waiting leaves the task running."""
+        task = self._task
+        if task is None:
+            return
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: asyncio must not warn that nobody looked
 
     async def _sleep(self, delay: float | None) -> None:
         assert self._loop is not None
