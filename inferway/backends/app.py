@@ -24,7 +24,7 @@ from inferway.backends.protocol.grpc_server import start_grpc_server
 from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
 from inferway.backends.serving.core import ServingCore
-from inferway.backends.serving.settings import ServingSettings
+from inferway.backends.serving.settings import DEFAULT_BACKLOG, ServingSettings
 from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
@@ -114,6 +114,7 @@ async def serve_repository(
     tracer_provider: TracerProvider | None = None,
     tls: BackendTls | None = None,
     reuse_port: bool = False,
+    backlog: int = DEFAULT_BACKLOG,
 ) -> BackendHandle:
     """Start the HTTP and gRPC servers over ``repository`` (started or not); with ``tls``
     both serve TLS and, when it says so, require client certificates. ``reuse_port`` lets
@@ -122,12 +123,19 @@ async def serve_repository(
     (body limit, default timeout) apply to both servers alike."""
     core = ServingCore(repository, metrics, settings=settings, tracer_provider=tracer_provider)
     app = build_http_app(core)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
+    # handler_cancellation: a client that hangs up cancels its handler, so a request still
+    # queued is dropped (never computed) and counted as cancelled.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace, handler_cancellation=True)
     await runner.setup()
     try:
         ssl_context = build_ssl_context(tls) if tls is not None else None
         site = web.TCPSite(
-            runner, host, http_port, ssl_context=ssl_context, reuse_port=reuse_port or None
+            runner,
+            host,
+            http_port,
+            ssl_context=ssl_context,
+            backlog=backlog,
+            reuse_port=reuse_port or None,
         )
         await site.start()
         bound_http = _bound_port(runner, http_port)
@@ -173,6 +181,7 @@ async def start_backend(
     reuse_port: bool = False,
     load_first: bool = False,
     metrics_dir: str | None = None,
+    backlog: int = DEFAULT_BACKLOG,
 ) -> BackendHandle:
     """Serve every model under ``repository_root``; returns once all are loaded and warm
     (the servers already answer liveness, and readiness 503, while they load). Request and
@@ -198,6 +207,7 @@ async def start_backend(
             tracer_provider=tracer_provider,
             tls=tls,
             reuse_port=reuse_port,
+            backlog=backlog,
         )
     except BaseException:
         if load_first:

@@ -39,7 +39,7 @@ class BatchingConfig(BaseModel):
         if value is True:
             raise ValueError(
                 "YAML read an unquoted on/yes/true as a boolean; give a mode: off, fixed or "
-                "adaptive (quote it, e.g. mode: \"adaptive\")"
+                'adaptive (quote it, e.g. mode: "adaptive")'
             )
         return value
 

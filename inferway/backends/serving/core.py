@@ -23,6 +23,7 @@ from opentelemetry.trace import INVALID_SPAN, INVALID_SPAN_CONTEXT, Span, Tracer
 from inferway.backends.batching.errors import DeadlineExceededError
 from inferway.backends.serving.deadline import resolve_timeout_param, run_inference
 from inferway.backends.serving.failures import (
+    CLIENT_GONE,
     Failure,
     NotReadyError,
     PayloadTooLargeError,
@@ -115,6 +116,7 @@ class ServingCore:
 
     @property
     def ready(self) -> bool:
+        """Health: loaded, and every model in the repository serving (see ModelRepository)."""
         return bool(self.repository.ready)
 
     def model(self, name: str, version: str | None) -> ServedModel:
@@ -166,17 +168,12 @@ class ServingCore:
                 )
                 chosen = select_outputs(results, job.decoded.outputs, job.output_names)
                 response = call.encode(model, job.decoded, chosen)
+            except asyncio.CancelledError:  # the caller went away (or the server is stopping)
+                self._outcome(span, model, transport, started, CLIENT_GONE)
+                raise
             except Exception as exc:
                 failure = classify_error(exc)
-            code = transport.code(failure)
-            tracing.set_span_outcome(
-                span,
-                code=code,
-                version=str(model.version) if model is not None else "",
-                error=failure.message if failure is not None else None,
-                fault=failure is not None and failure.http_status >= 500,
-            )
-        self._count(model, transport.protocol, code, started)
+            self._outcome(span, model, transport, started, failure)
         return response, failure
 
     def submit(
@@ -208,7 +205,8 @@ class ServingCore:
         served = model
 
         def done(fut: asyncio.Future[dict[str, np.ndarray]]) -> None:
-            if fut.cancelled():
+            if fut.cancelled():  # the stream broke: nobody is left to answer
+                self._count(served, transport.protocol, transport.code(CLIENT_GONE), started)
                 return
             response: ResponseT | None = None
             failure: Failure | None = None
@@ -224,7 +222,7 @@ class ServingCore:
         return fut
 
     def _lookup(self, call: InferCall[ResponseT]) -> ServedModel:
-        if not self.repository.ready:
+        if not self.repository.loaded:  # not ``ready``: one unservable model spares the rest
             raise NotReadyError("the server is still loading its models")
         return self.repository.get(call.model_name, call.model_version or None)
 
@@ -248,6 +246,25 @@ class ServingCore:
             resolve_timeout_param(decoded.parameters), call.transport_timeout_s()
         )
         return _Prepared(decoded, output_names, timeout_s)
+
+    def _outcome(
+        self,
+        span: Span,
+        model: ServedModel | None,
+        transport: Transport,
+        started: float,
+        failure: Failure | None,
+    ) -> None:
+        """Record the answer on the request span and count it."""
+        code = transport.code(failure)
+        tracing.set_span_outcome(
+            span,
+            code=code,
+            version=str(model.version) if model is not None else "",
+            error=failure.message if failure is not None else None,
+            fault=failure is not None and failure.http_status >= 500,
+        )
+        self._count(model, transport.protocol, code, started)
 
     def _count(
         self, model: ServedModel | None, protocol: str, code: int | str, started: float

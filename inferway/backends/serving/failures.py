@@ -17,7 +17,7 @@ from inferway.backends.batching.errors import (
 from inferway.backends.models.served_model import ModelNotFoundError
 from inferway.backends.serving.input_validation import InferInputError
 
-__all__ = ["Failure", "NotReadyError", "PayloadTooLargeError", "classify_error"]
+__all__ = ["CLIENT_GONE", "Failure", "NotReadyError", "PayloadTooLargeError", "classify_error"]
 
 log = logging.getLogger("inferway.backends")
 
@@ -47,6 +47,11 @@ class Failure:
     def code(self, wire: str) -> int | str:
         """The status the metrics and spans of ``wire`` ("http" or "grpc") name."""
         return self.http_status if wire == "http" else self.grpc_code.name
+
+
+CLIENT_GONE = Failure(499, grpc.StatusCode.CANCELLED, "the client went away before its answer")
+"""A request whose caller hung up or cancelled: nobody reads the answer, but it is counted
+(HTTP 499 as nginx logs it, gRPC CANCELLED) and, if still queued, never computed."""
 
 
 def classify_error(exc: BaseException) -> Failure:

@@ -5,16 +5,28 @@ through the serving core, so one setting refuses the same request on both wires.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from inferway.backends.models.config import ModelConfig
+if TYPE_CHECKING:  # standard library only at run time: the CLI imports this before serving
+    from inferway.backends.models.config import ModelConfig
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "GRPC_FRAMING_HEADROOM_BYTES", "ServingSettings"]
+__all__ = [
+    "DEFAULT_BACKLOG",
+    "DEFAULT_MAX_BODY_BYTES",
+    "GRPC_FRAMING_HEADROOM_BYTES",
+    "ServingSettings",
+]
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 GRPC_FRAMING_HEADROOM_BYTES = 1024 * 1024
 """gRPC itself refuses a message above its receive limit before any handler sees it (with a
 message of its own, and uncounted). The core must see a request just over the serving limit to
 answer it as HTTP does, so the transport's limit sits this much above the serving limit."""
+DEFAULT_BACKLOG = 4096
+"""The HTTP listen backlog. aiohttp's 128 overflows when a burst of clients opens new
+connections at once: the kernel drops their SYNs and each retries a second later, a stall,
+where the queue limit should have answered 429 at once. (The kernel caps it at
+net.core.somaxconn, 4096 on current kernels.)"""
 
 
 @dataclass(frozen=True, slots=True)
