@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from opentelemetry import trace
@@ -33,7 +33,7 @@ from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
 from .queued import QueuedRequest
-from .records import BatchRecord, Dispatch, Idle, Pending, WaitUntil
+from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
 from .scheduler import Scheduler
 from .window_stats import WindowStats
@@ -72,7 +72,9 @@ class BatchExecutor:
         self.config = config
         self.clock = clock
         self._runners = list(runners)
-        self._sched = Scheduler(config, instances=len(self._runners), name=name)
+        self._sched: Scheduler[QueuedRequest] = Scheduler(
+            config, instances=len(self._runners), name=name
+        )
         self._reporter = BatchReporter(name, on_batch=on_batch, tracer_provider=tracer_provider)
         self._dispatcher = Dispatcher(
             name, pump=self._pump, clock=clock, on_crash=self._on_dispatcher_crash
@@ -94,7 +96,7 @@ class BatchExecutor:
     # -- public surface -------------------------------------------------------------------
 
     @property
-    def scheduler(self) -> Scheduler:
+    def scheduler(self) -> Scheduler[QueuedRequest]:
         return self._sched
 
     @property
@@ -237,8 +239,8 @@ class BatchExecutor:
             self._fail(req, ExecutorClosedError(f"model {self.name!r}: dispatcher failed"))
 
     @staticmethod
-    def _fail(req: Pending, exc: BaseException) -> None:
-        fut = cast(QueuedRequest, req).future
+    def _fail(req: QueuedRequest, exc: BaseException) -> None:
+        fut = req.future
         if not fut.done():
             fut.set_exception(exc)
 
@@ -273,7 +275,7 @@ class BatchExecutor:
                     self._dispatcher.wake()
             return action
 
-    def _launch(self, batch: Dispatch, now: float) -> None:
+    def _launch(self, batch: Dispatch[QueuedRequest], now: float) -> None:
         assert self._loop is not None
         instance = self._idle.pop()
         self._in_flight += 1
@@ -283,13 +285,13 @@ class BatchExecutor:
             if predicted is not None and predicted < self._inline_below_s:
                 self._run_inline(instance, batch, now)
                 return
-        span = self._reporter.start_span(instance, _queued(batch), batch.rows, now)
+        span = self._reporter.start_span(instance, batch.requests, batch.rows, now)
         self._pools[instance].submit(self._work, instance, batch, now, span)
 
     def _settle(
         self,
         instance: int,
-        batch: Dispatch,
+        batch: Dispatch[QueuedRequest],
         started: float,
         span: trace.Span,
         results: list[Outputs] | None,
@@ -318,19 +320,19 @@ class BatchExecutor:
                         self._fail(req, error)
                 else:
                     assert results is not None
-                    for req, res in zip(_queued(batch), results, strict=True):
+                    for req, res in zip(batch.requests, results, strict=True):
                         fut = req.future
                         if not fut.done():
                             fut.set_result(res)
             finally:
                 span.end()
                 self._reporter.report(
-                    instance, _queued(batch), batch.rows, started, compute_s, error
+                    instance, batch.requests, batch.rows, started, compute_s, error
                 )
 
-    def _run_inline(self, instance: int, batch: Dispatch, started: float) -> None:
+    def _run_inline(self, instance: int, batch: Dispatch[QueuedRequest], started: float) -> None:
         """Compute a tiny batch right here, on the event loop thread."""
-        span = self._reporter.start_span(instance, _queued(batch), batch.rows, started)
+        span = self._reporter.start_span(instance, batch.requests, batch.rows, started)
         try:
             results, compute_s = self._execute(instance, batch)
         except BaseException as exc:
@@ -340,7 +342,9 @@ class BatchExecutor:
         else:  # the pump that launched this batch goes on with the next one
             self._settle(instance, batch, started, span, results, compute_s, None, pump=False)
 
-    def _work(self, instance: int, batch: Dispatch, started: float, span: trace.Span) -> None:
+    def _work(
+        self, instance: int, batch: Dispatch[QueuedRequest], started: float, span: trace.Span
+    ) -> None:
         """Worker-thread body: compute, then post the outcome to the loop in one hop."""
         try:
             results, compute_s = self._execute(instance, batch)
@@ -358,11 +362,13 @@ class BatchExecutor:
         except RuntimeError:  # the loop is closed: nobody is left to answer
             log.warning("model %r: batch finished after its event loop closed", self.name)
 
-    def _execute(self, instance: int, batch: Dispatch) -> tuple[list[Outputs], float]:
+    def _execute(
+        self, instance: int, batch: Dispatch[QueuedRequest]
+    ) -> tuple[list[Outputs], float]:
         """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
         clock = self.clock
         t0 = clock()
-        reqs = _queued(batch)
+        reqs = batch.requests
         if len(reqs) == 1:
             inputs: Inputs = reqs[0].inputs
         else:
@@ -385,8 +391,3 @@ class BatchExecutor:
                 results.append({n: a[offset:end] for n, a in outputs.items()})
                 offset = end
         return results, clock() - t0
-
-
-def _queued(batch: Dispatch) -> tuple[QueuedRequest, ...]:
-    """The batch's requests as what this executor queued (the scheduler hands back its own)."""
-    return cast("tuple[QueuedRequest, ...]", batch.requests)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Generic, TypeVar
 
 __all__ = [
     "IDLE",
@@ -46,11 +47,14 @@ class Pending:
     seq: int = field(default=0, repr=False)
 
 
+RequestT = TypeVar("RequestT", bound=Pending)
+
+
 @dataclass(frozen=True, slots=True)
-class Dispatch:
+class Dispatch(Generic[RequestT]):
     """Run these requests now, as one batch, in this order (they share one shape_key)."""
 
-    requests: tuple[Pending, ...]
+    requests: tuple[RequestT, ...]
     rows: int
     nbytes: int
 
