@@ -202,8 +202,9 @@ class BatchExecutor:
         fut: asyncio.Future[Outputs] = self._loop.create_future()
         if span_context is None:
             span_context = trace.get_current_span().get_span_context()
+        request_id = next(self._ids)
         req = QueuedRequest(
-            next(self._ids),
+            request_id,
             rows,
             nbytes,
             key,
@@ -215,7 +216,7 @@ class BatchExecutor:
         )
         self._sched.submit(req, now)
         self._pump()
-        return fut, req.id
+        return fut, request_id
 
     def _forget(self, request_id: int) -> None:
         """A caller gave up: drop its request if it is still queued."""
@@ -262,7 +263,7 @@ class BatchExecutor:
                 for req in sched.clear():
                     self._fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
             action = sched.next_action(now, len(self._idle), flush=self._closing)
-            if type(action) is Dispatch:
+            if isinstance(action, Dispatch):
                 self._launch(action, now)
                 continue
             if self._closing and not sched.queued and self._in_flight == 0:

@@ -29,7 +29,11 @@ from inferway.backends.serving.failures import (
     PayloadTooLargeError,
     classify_error,
 )
-from inferway.backends.serving.request import DecodedRequest, select_outputs
+from inferway.backends.serving.request import (
+    DecodedRequest,
+    check_requested_outputs,
+    select_outputs,
+)
 from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry import orca, tracing
 from inferway.backends.telemetry.metrics import BackendMetrics
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
     from inferway.backends.models.repository import ModelRepository
     from inferway.backends.models.served_model import ServedModel
 
-__all__ = ["UNKNOWN_MODEL", "InferCall", "ServingCore", "Transport"]
+__all__ = ["UNKNOWN_MODEL", "Chosen", "InferCall", "ServingCore", "Transport"]
 
 log = logging.getLogger("inferway.backends")
 
@@ -47,10 +51,12 @@ UNKNOWN_MODEL = "_unknown"
 series."""
 
 ResponseT = TypeVar("ResponseT")
+ResponseT_co = TypeVar("ResponseT_co", covariant=True)
 Chosen = list[tuple[str, np.ndarray, bool | None]]
+"""The outputs to send, in order: (name, rows, binary flag; None: the request's default)."""
 
 
-class InferCall(Protocol[ResponseT]):
+class InferCall(Protocol[ResponseT_co]):
     """One request as its front end holds it; the core asks it for what only the wire knows."""
 
     model_name: str
@@ -70,7 +76,7 @@ class InferCall(Protocol[ResponseT]):
     def transport_timeout_s(self) -> float | None:
         """The deadline the transport imposes, in seconds from now (None: none)."""
 
-    def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> ResponseT:
+    def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> ResponseT_co:
         """The wire's answer carrying ``outputs``."""
 
 
@@ -83,6 +89,7 @@ class Transport:
     wire: Literal["http", "grpc"]
 
     def code(self, failure: Failure | None) -> int | str:
+        """The status label of an outcome on this wire (200 / OK on success)."""
         if failure is None:
             return 200 if self.wire == "http" else "OK"
         return failure.code(self.wire)
@@ -241,7 +248,7 @@ class ServingCore:
             span.set_attribute("inferway.request_id", decoded.id)
         output_names = [s.name for s in model.outputs]
         if decoded.outputs is not None:  # unknown outputs are refused before computing
-            select_outputs(dict.fromkeys(output_names), decoded.outputs, output_names)
+            check_requested_outputs(decoded.outputs, output_names)
         timeout_s = self.settings.timeout_s(
             resolve_timeout_param(decoded.parameters), call.transport_timeout_s()
         )
