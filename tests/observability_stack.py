@@ -20,7 +20,7 @@ import httpx
 import yaml
 
 from inferway.backends.app import BackendHandle, start_backend
-from inferway.backends.demo_models import write_demo_repository
+from inferway.devtools.demo_models import write_demo_repository
 from inferway.devtools.otlp_receiver import OtlpReceiver, ReceivedSpan, start_otlp_receiver
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.observability.otel import setup_tracing

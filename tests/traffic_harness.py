@@ -25,7 +25,7 @@ import aiohttp
 import httpx
 from aiohttp import web
 
-from inferway.backends.orca import ORCA_HEADER, LoadReport, build_orca_header
+from inferway.backends.telemetry.orca import ORCA_HEADER, LoadReport, build_orca_header
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.xds.bootstrap import build_bootstrap

@@ -16,7 +16,7 @@ from pathlib import Path
 from opentelemetry.trace import TracerProvider
 
 from inferway.backends.app import BackendHandle, start_backend
-from inferway.backends.demo_models import write_demo_repository
+from inferway.devtools.demo_models import write_demo_repository
 
 __all__ = ["DEMO_FEATURES", "DEMO_MODEL", "DemoBackends", "start_demo_backends"]
 

@@ -18,7 +18,7 @@ import yaml
 from envoy.config.core.v3 import base_pb2
 
 from inferway.backends.batching.records import BatchRecord
-from inferway.backends.metrics import BackendMetrics
+from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.observability.gpu_memory import GpuMemory, GpuMemoryCollector

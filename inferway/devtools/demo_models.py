@@ -1,7 +1,7 @@
 """Deterministic demo models built with ``onnx.helper`` and numpy: no downloads, same bytes
 for the same arguments, so tests, benchmarks and the quickstart all serve identical models.
 
-``python -m inferway.backends.demo_models --out models/`` writes the demo repository.
+``python -m inferway.devtools.demo_models --out models/`` writes the demo repository.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def write_demo_repository(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m inferway.backends.demo_models",
+        prog="python -m inferway.devtools.demo_models",
         description="Write the deterministic demo model repository.",
     )
     parser.add_argument("--out", type=Path, default=Path("models"), help="repository root")

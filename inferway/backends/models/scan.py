@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inferway.backends.model_config import resolve_model_config_path
+from inferway.backends.models.config import resolve_model_config_path
 
 __all__ = ["MODEL_FILE", "Fingerprint", "ScanEntry", "VersionKey", "scan_repository"]
 

@@ -12,17 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from inferway.backends.binary_codec import decode_raw_tensor, encode_raw_tensor
-from inferway.backends.inference_request import DecodedRequest, RequestedOutput
-from inferway.backends.input_validation import (
+from inferway.backends.protocol import pb2
+from inferway.backends.protocol.binary_codec import decode_raw_tensor, encode_raw_tensor
+from inferway.backends.runners.base import TensorSpec
+from inferway.backends.serving.input_validation import (
     DATATYPES,
     InferInputError,
     datatype_of,
     validate_input,
     validate_request_inputs,
 )
-from inferway.backends.protocol import pb2
-from inferway.backends.runners.base import TensorSpec
+from inferway.backends.serving.request import DecodedRequest, RequestedOutput
 
 __all__ = ["decode_grpc_request", "encode_grpc_response", "parameter_value"]
 

@@ -18,32 +18,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inferway.backends.model_config import ModelConfig, load_model_config
-from inferway.backends.model_loading import (
+from inferway.backends.models.config import ModelConfig, load_model_config
+from inferway.backends.models.loading import (
     ExecutorFactory,
     RunnerFactory,
-    build_warmup_inputs,
     default_executor_factory,
     default_runner_factory,
     load_runners,
 )
-from inferway.backends.repository_scan import (
-    MODEL_FILE,
+from inferway.backends.models.scan import (
     Fingerprint,
     VersionKey,
     scan_repository,
 )
-from inferway.backends.served_model import ModelNotFoundError, RepositoryEvent, ServedModel
+from inferway.backends.models.served_model import ModelNotFoundError, RepositoryEvent, ServedModel
 
-__all__ = [
-    "MODEL_FILE",
-    "ModelNotFoundError",
-    "ModelRepository",
-    "RepositoryEvent",
-    "ServedModel",
-    "build_warmup_inputs",
-    "describe",
-]
+__all__ = ["ModelRepository", "describe"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +55,8 @@ class ModelRepository:
         self.on_change = on_change
         self.errors: dict[str, str] = {}
         """Refused files (``model.onnx`` or ``config.yaml`` path) -> why; cleared on success."""
-        self.ready = False
+        self.loaded = False
+        """True once the first scan has tried every version (and until ``stop``)."""
         self._executor_factory = executor_factory or default_executor_factory
         self._runner_factory = runner_factory or default_runner_factory
         self._debounce_ms = watch_debounce_ms
@@ -94,6 +85,17 @@ class ModelRepository:
             )
         return served
 
+    @property
+    def ready(self) -> bool:
+        """Loaded, and every model in the directory serves at least one version. A model whose
+        only versions were refused makes the server unready (its requests would all be 404);
+        a refused new version beside one still serving does not, since that one answers."""
+        return self.loaded and all(self._models.get(name) for name, _ in self._refused)
+
+    def unserved(self) -> list[str]:
+        """Models in the directory with no version serving (why the server is not ready)."""
+        return sorted({name for name, _ in self._refused if not self._models.get(name)})
+
     def models(self) -> list[ServedModel]:
         """Every served version, sorted by name then version."""
         return [
@@ -107,18 +109,18 @@ class ModelRepository:
     async def start(self, *, watch: bool = True) -> None:
         """Load and warm up everything under ``root``, then become ready; with ``watch``,
         keep following the directory. Versions that fail are refused (see ``errors``); the
-        repository is ready once every version has been tried."""
+        repository is loaded once every version has been tried (see ``ready``)."""
         if not self.root.is_dir():
             raise FileNotFoundError(f"model repository {self.root} is not a directory")
         if watch:
             # Watch first, then scan: a change made during the initial load is not missed.
             await self.start_watching()
         await self.poll_once()
-        self.ready = True
+        self.loaded = True
 
     async def stop(self) -> None:
         """Stop watching, drain every executor and close every runner."""
-        self.ready = False
+        self.loaded = False
         if self._watch_task is not None:
             assert self._stop_watch is not None
             self._stop_watch.set()

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from inferway.backends.model_config import ModelConfig
-from inferway.backends.repository_scan import Fingerprint
+from inferway.backends.models.config import ModelConfig
+from inferway.backends.models.scan import Fingerprint
 from inferway.backends.runners.base import Runner, TensorSpec
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from inferway.backends.binary_codec import decode_raw_tensor, encode_raw_tensor
-from inferway.backends.inference_request import DecodedRequest, RequestedOutput
-from inferway.backends.input_validation import (
+from inferway.backends.protocol.binary_codec import decode_raw_tensor, encode_raw_tensor
+from inferway.backends.runners.base import TensorSpec
+from inferway.backends.serving.input_validation import (
     DATATYPES,
     InferInputError,
     datatype_of,
@@ -24,7 +24,7 @@ from inferway.backends.input_validation import (
     validate_input,
     validate_request_inputs,
 )
-from inferway.backends.runners.base import TensorSpec
+from inferway.backends.serving.request import DecodedRequest, RequestedOutput
 
 try:  # ~10x faster than the standard library on tensors; optional
     import orjson as _orjson

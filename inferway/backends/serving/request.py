@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from inferway.backends.input_validation import InferInputError
+from inferway.backends.serving.input_validation import InferInputError
 
-__all__ = ["DecodedRequest", "RequestedOutput", "select_outputs"]
+__all__ = ["DecodedRequest", "RequestedOutput", "check_requested_outputs", "select_outputs"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,20 @@ def select_outputs(
     if requested is None:
         names = [n for n in output_names if n in results] or list(results)
         return [(n, results[n], None) for n in names]
-    chosen = []
+    check_requested_outputs(requested, output_names or list(results), have=results)
+    return [(out.name, results[out.name], out.binary) for out in requested]
+
+
+def check_requested_outputs(
+    requested: Sequence[RequestedOutput],
+    output_names: Sequence[str],
+    *,
+    have: Mapping[str, object] | None = None,
+) -> None:
+    """Refuse an output the model does not have (before computing, with ``have`` None: the
+    model's declared ``output_names``; after, the outputs it produced)."""
+    present = have if have is not None else output_names
     for out in requested:
-        if out.name not in results:
-            known = ", ".join(output_names or list(results))
+        if out.name not in present:
+            known = ", ".join(output_names)
             raise InferInputError(f"unknown output '{out.name}'; the model's outputs are: {known}")
-        chosen.append((out.name, results[out.name], out.binary))
-    return chosen

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from inferway.backends.input_validation import (
+from inferway.backends.serving.input_validation import (
     DATATYPES,
     InferInputError,
     datatype_of,

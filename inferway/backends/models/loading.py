@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from inferway.backends.batching.config import BatchingConfig
-from inferway.backends.model_config import ModelConfig
+from inferway.backends.models.config import ModelConfig
 from inferway.backends.runners.base import Runner, TensorSpec
 from inferway.backends.runners.dtypes import numpy_dtype
 
