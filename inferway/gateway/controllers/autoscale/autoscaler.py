@@ -105,7 +105,12 @@ class Autoscaler:
                     needed_replicas(cfg.metric, short, ready=ready, target=self._target) - 1e-9
                 )
         desired, clamps, panic = self._governor.apply(
-            now, recommended, current=current, ready=ready, panic_needed=panic_needed
+            now,
+            recommended,
+            current=current,
+            ready=ready,
+            panic_needed=panic_needed,
+            settled=rec.settled,
         )
         reason = f"{rec.reason} -> {recommended}"
         for c in clamps:

@@ -89,14 +89,16 @@ class ProportionalParams:
 @dataclass(frozen=True)
 class PIDParams:
     """A PID loop on ``metric / (ready * target) - 1``; ``smoothing`` is the EWMA weight of a
-    new output (1: none), ``integral_limit`` bounds the integral (anti-windup)."""
+    new output (1: none), ``integral_limit`` bounds the integral (anti-windup), errors within
+    ``deadband`` count as 0."""
 
     target: float
     kp: float = 0.8
-    ki: float = 0.02
+    ki: float = 0.01
     kd: float = 0.0
     smoothing: float = 0.5
-    integral_limit: float = 20.0
+    integral_limit: float = 10.0
+    deadband: float = 0.1
     window_s: float = 0.0
 
 
@@ -336,7 +338,7 @@ def _build_reactive(
     r: ConfigReader, data: Mapping[str, Any], metric: str, interval: float
 ) -> ProportionalParams | None:
     target = r.number(data, "target", None, positive=True)
-    if target is None:
+    if target is None and "target" not in data:
         r.fail("target", f"required: the {metric} per replica to hold")
     drain = r.number(data, "backlog_drain", None, positive=True)
     if drain is not None and metric != "request_rate":
@@ -378,7 +380,9 @@ def _build_params(
         return None
     if algorithm == "pid":
         part = r.mapping(
-            data.get("pid", {}), "pid", {"kp", "ki", "kd", "smoothing", "integral_limit"}
+            data.get("pid", {}),
+            "pid",
+            {"kp", "ki", "kd", "smoothing", "integral_limit", "deadband"},
         )
         d = PIDParams(target=reactive.target)
         return PIDParams(
@@ -392,6 +396,7 @@ def _build_params(
             integral_limit=r.number(
                 part, "integral_limit", d.integral_limit, name="pid.integral_limit", positive=True
             ),
+            deadband=r.number(part, "deadband", d.deadband, name="pid.deadband", maximum=1.0),
             window_s=reactive.window_s,
         )
     if algorithm == "predictive":

@@ -26,12 +26,17 @@ class Clamp:
 @dataclass(frozen=True)
 class Recommendation:
     """What an algorithm asks for before any clamp: fractional replicas (None: no data, hold),
-    the inputs it read, algorithm-specific detail (PID terms, forecast) and a short reason."""
+    the inputs it read, algorithm-specific detail (PID terms, forecast) and a short reason.
+
+    ``settled``: the algorithm vouches that no more than ``replicas`` are needed for its whole
+    horizon (an accurate forecast agrees with the present), so a scale-in skips the
+    down-stabilization window, which exists only because the future is otherwise unknown."""
 
     replicas: float | None
     inputs: dict[str, float | None]
     reason: str
     detail: dict[str, Any] = field(default_factory=dict)
+    settled: bool = False
 
 
 @dataclass(frozen=True)

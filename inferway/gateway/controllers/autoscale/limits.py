@@ -2,7 +2,8 @@
 
 Order, each recorded as a ``Clamp`` when it changes the count: panic (a floor, and no scale-in
 while it holds), stabilization (HPA's: scale in only to the highest recommendation of the last
-``stabilization_down_s``, scale out only to the lowest of ``stabilization_up_s``), max step,
+``stabilization_down_s`` unless the algorithm vouches for its recommendation, scale out only
+to the lowest of ``stabilization_up_s``), max step,
 cooldown per direction, then min/max. With the current count inside [min, max] the result is
 always inside it, moves at most one step, and never moves in a direction still cooling down.
 """
@@ -32,7 +33,14 @@ class Governor:
         return now < self._panic_until
 
     def apply(
-        self, now: float, recommended: int, *, current: int, ready: int, panic_needed: int | None
+        self,
+        now: float,
+        recommended: int,
+        *,
+        current: int,
+        ready: int,
+        panic_needed: int | None,
+        settled: bool = False,
     ) -> tuple[int, tuple[Clamp, ...], bool]:
         """``(desired, clamps, panic)``; records the action as taken when desired != current."""
         lim = self._limits
@@ -66,7 +74,7 @@ class Governor:
         elif value < current:
             if panic:
                 clamp("panic_hold", current, "no scale-in during panic")
-            elif lim.stabilization_down_s > 0:
+            elif lim.stabilization_down_s > 0 and not settled:
                 high = max(v for t, v in self._history if t >= now - lim.stabilization_down_s)
                 clamp(
                     "stabilization_down",

@@ -1,7 +1,8 @@
 """A PID loop on the load ratio, with anti-windup and a smoothed output.
 
-The error is ``metric / (ready * target) - 1`` (0 on target); the output scales the current
-count: ``current * (1 + kp*e + ki*integral + kd*de/dt)``, so kp = 1 alone is HPA's rule. The
+The error is ``metric / (ready * target) - 1`` (0 on target, and 0 within ``deadband`` so noise
+around the target moves nothing); the output scales the ready count:
+``ready * (1 + kp*e + ki*integral + kd*de/dt)``, so kp = 1 alone is HPA's rule. The
 integral stops (conditional integration, the usual anti-windup) while replicas are still
 starting (their capacity is on its way: integrating that dead time is what makes a loop
 overshoot) and while the output is pinned at min or max; it is also bounded by
@@ -42,6 +43,8 @@ class PIDRecommender:
             return Recommendation(None, inputs, f"no {self._metric} sample: hold")
         base = max(ready, 1)
         error = needed_replicas(self._metric, value, ready=ready, target=p.target) / base - 1.0
+        if abs(error) <= p.deadband:
+            error = 0.0
         dt = 0.0 if self._last_time is None else max(now - self._last_time, 0.0)
         derivative = 0.0 if self._last_error is None or dt == 0 else (error - self._last_error) / dt
         lim = self._limits
@@ -52,7 +55,7 @@ class PIDRecommender:
             bound = p.integral_limit
             self._integral = min(max(self._integral + error * dt, -bound), bound)
         u = p.kp * error + p.ki * self._integral + p.kd * derivative
-        raw = max(current, 1) * (1.0 + u)
+        raw = base * (1.0 + u)
         smoothed = (
             raw if self._output is None else self._output + p.smoothing * (raw - self._output)
         )

@@ -3,7 +3,9 @@
 The metric's mean per bucket feeds a Holt-Winters forecaster. A decision asks for the larger
 of the reactive (proportional) recommendation and the replicas the forecast peak of the next
 ``horizon_s`` needs, so capacity started now is ready when the load arrives, and the forecast
-can only add replicas, never take away what the present load needs. When the forecaster is
+can only add replicas, never take away what the present load needs. When an accurate forecast
+agrees that the present, lower need holds for the whole horizon, the scale-in is ``settled``
+and skips the down-stabilization window. When the forecaster is
 not initialised or its recent error exceeds ``max_error`` it falls back to reactive alone.
 """
 
@@ -121,9 +123,12 @@ class PredictiveRecommender:
                 f"needs {ahead:.2f}",
                 detail,
             )
+        settled = reactive.replicas is not None and reactive.replicas < current
         return Recommendation(
             reactive.replicas,
             inputs,
-            f"present load needs more than the forecast: {reactive.reason}",
+            f"forecast peak {peak:g} in the next {p.horizon_s:g} s needs {ahead:.2f}, no more "
+            f"than the present: {reactive.reason}",
             detail,
+            settled=settled,
         )
