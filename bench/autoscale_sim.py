@@ -1,22 +1,25 @@
 """Autoscaling, simulated: inferway's controllers against Kubernetes HPA, Knative KPA and the
 issue's threshold rule, on the same traces, the same replicas and the same arrivals.
 
-    .venv/bin/python bench/autoscale_sim.py            # 3-day diurnal, ~2 minutes
+    .venv/bin/python bench/autoscale_sim.py            # 3-day diurnal, about 1 minute
     .venv/bin/python bench/autoscale_sim.py --quick    # 2-day diurnal
 
-The service model (bench/autoscale_model.py) is the heavy model's measured cost per replica
-with a stated start-up time; the baselines are in bench/autoscale_baselines.py. Every
-controller aims at the same per-replica load (60% of a replica's 776 req/s ceiling), starts
-with the replicas the first second's load needs at that target, and is bounded to [2, 16]
-replicas. Scored per trace: seconds whose p99 exceeds the SLO (or that shed requests),
-replica-seconds (start-up and drain included), scaling actions and direction reversals; on
-the ramps, how long before the load needed each replica the controller had it ready.
-inferway's configs are one set for all traces (no per-trace tuning).
+A discrete-event simulation at one-second resolution: the events are each second's Poisson
+arrivals (a fluid within the second), replicas started, ready and drained, and each
+controller's ticks. The service model (bench/autoscale_model.py) is the heavy model's
+measured cost per replica with a stated start-up time; the baselines are in
+bench/autoscale_baselines.py. Every controller aims at the same per-replica load (by default
+60% of a replica's 776 req/s ceiling), starts with the replicas the first second's load needs
+at that target, and is bounded to [2, 16] replicas. Scored per trace: seconds whose p99
+exceeds the SLO (or that shed requests), replica-seconds (start-up and drain included),
+scaling actions and direction reversals; on the ramps, how long before the load needed each
+replica the controller had it ready. inferway's configs are one set for all traces.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -34,6 +37,7 @@ from inferway.gateway.controllers.autoscale.rule import build_from_scaling_polic
 
 MIN_REPLICAS, MAX_REPLICAS = 2, 16
 TARGET_UTILIZATION = 0.6
+LATENCY_GUARD_S = 0.09  # 90% of the SLO: scale out without the tolerance band from there
 ISSUE_RULE = {
     "scaling_policy": {
         "metric_type": "queue_length",
@@ -58,7 +62,7 @@ def inferway_config(algorithm: str, target: float, startup_s: float) -> dict[str
         "sampling_interval": 1,
         "window": 5,
         "tolerance": 0.1,
-        "backlog_drain": 30,
+        "latency_guard": LATENCY_GUARD_S,
         "min_replicas": MIN_REPLICAS,
         "max_replicas": MAX_REPLICAS,
         "cooldown": 0,
@@ -66,7 +70,8 @@ def inferway_config(algorithm: str, target: float, startup_s: float) -> dict[str
         "panic": {"threshold": 2.0, "window": 3, "hold": 30},
     }
     if algorithm == "pid":
-        config["pid"] = {"kp": 0.8, "ki": 0.01, "kd": 0.0, "smoothing": 0.6}
+        del config["tolerance"], config["latency_guard"]
+        config["pid"] = {"kp": 0.8, "ki": 0.01, "kd": 0.0, "smoothing": 0.6, "deadband": 0.1}
     if algorithm == "predictive":
         config["predictive"] = {
             "horizon": startup_s + 60,
@@ -77,8 +82,7 @@ def inferway_config(algorithm: str, target: float, startup_s: float) -> dict[str
     return config
 
 
-def build_controllers(model: ReplicaModel) -> list[Controller]:
-    target = TARGET_UTILIZATION * model.max_rate
+def build_controllers(model: ReplicaModel, target: float) -> list[Controller]:
     controllers: list[Controller] = [
         HPA(target=target, min_replicas=MIN_REPLICAS, max_replicas=MAX_REPLICAS),
         KPA(target=target, min_replicas=MIN_REPLICAS, max_replicas=MAX_REPLICAS),
@@ -103,13 +107,12 @@ def _lead_times(trace: Trace, ready: list[int], target: float) -> list[float]:
     return leads
 
 
-def run(trace: Trace, controller: Controller, model: ReplicaModel) -> dict[str, Any]:
-    target = TARGET_UTILIZATION * model.max_rate
+def run(trace: Trace, controller: Controller, model: ReplicaModel, target: float) -> dict[str, Any]:
     first = min(max(math.ceil(trace.shape[0] / target), MIN_REPLICAS), MAX_REPLICAS)
     cluster = Cluster(model, first)
     violated, shed, ready_series = 0, 0.0, []
     base_rs = base_actions = base_reversals = 0.0
-    periods = {controller.period_s}
+    period = max(1, round(controller.period_s))
     for t, arrivals in enumerate(trace.arrivals):
         if t == trace.measure_from_s:
             base_rs, base_actions = cluster.replica_seconds, cluster.actions
@@ -120,7 +123,7 @@ def run(trace: Trace, controller: Controller, model: ReplicaModel) -> dict[str, 
             violated += stats.violated
             shed += stats.shed
         controller.observe(cluster.sample(float(t), arrivals, stats.p99_s))
-        if t > 0 and t % int(min(periods)) == 0:
+        if t > 0 and t % period == 0:
             desired = controller.decide(float(t), current=cluster.current, ready=cluster.ready)
             cluster.scale_to(float(t), desired)
     leads = _lead_times(trace, ready_series, target)
@@ -176,15 +179,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2-day diurnal trace")
     parser.add_argument("--startup", type=float, default=60.0, help="replica start-up, seconds")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument(
+        "--target-utilization",
+        type=float,
+        default=TARGET_UTILIZATION,
+        help="every controller's per-replica target, as a share of a replica's max rate",
+    )
+    parser.add_argument("--tag", default="", help="suffix of the JSON file name")
     args = parser.parse_args(argv)
     model = ReplicaModel(startup_s=args.startup)
+    target = args.target_utilization * model.max_rate
     traces = build_traces(quick=args.quick, seed=args.seed)
     results: dict[str, dict[str, dict[str, Any]]] = {}
     began = time.perf_counter()
     for trace in traces:
         results[trace.name] = {}
-        for controller in build_controllers(model):
-            results[trace.name][controller.name] = run(trace, controller, model)
+        for controller in build_controllers(model, target):
+            results[trace.name][controller.name] = run(trace, controller, model, target)
     elapsed = time.perf_counter() - began
     columns = [
         "trace",
@@ -212,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print_table(
         f"Autoscaling simulation (heavy model, start-up {args.startup:g} s, SLO p99 "
-        f"{model.slo_s * 1000:g} ms)",
+        f"{model.slo_s * 1000:g} ms, target {target:.0f} req/s per replica, seed {args.seed})",
         columns,
         rows,
     )
@@ -220,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     for v in verdicts:
         print(("MET   " if v["met"] else "MISSED"), {k: v[k] for k in v if k != "met"})
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / "autoscale_sim.json"
-    import json
+    out = RESULTS_DIR / f"autoscale_sim{'-' + args.tag if args.tag else ''}.json"
 
     out.write_text(
         json.dumps(
@@ -232,11 +242,11 @@ def main(argv: list[str] | None = None) -> int:
                     **model.__dict__,
                     "max_rate": model.max_rate,
                     "sustained_rate_at_slo": model.sustained_rate(),
-                    "target_per_replica": TARGET_UTILIZATION * model.max_rate,
+                    "target_per_replica": target,
                 },
                 "traces": {t.name: t.description for t in traces},
                 "inferway_configs": {
-                    a: inferway_config(a, TARGET_UTILIZATION * model.max_rate, model.startup_s)
+                    a: inferway_config(a, target, model.startup_s)
                     for a in ("proportional", "pid", "predictive")
                 },
                 "issue_rule": ISSUE_RULE,

@@ -88,6 +88,26 @@ def test_proportional_is_hpa_rule_with_tolerance():
     assert d.desired == 5 and d.raw == pytest.approx(4.6)
 
 
+def test_tolerance_can_differ_by_direction():
+    a = scaler(tolerance={"up": 0.0, "down": 0.2})
+    feed(a, 5, request_rate=410)
+    assert a.decide(5, current=4, ready=4).desired == 5  # no band above
+    feed(a, 10, request_rate=420)
+    assert a.decide(10, current=5, ready=5).desired == 5  # 4.2 is within 20% below 5
+
+
+def test_near_the_slo_the_latency_guard_drops_the_up_tolerance():
+    a = scaler(latency_guard=0.09)
+    feed(a, 5, request_rate=420, p99_latency=0.05)
+    assert a.decide(5, current=4, ready=4).desired == 4
+    feed(a, 10, request_rate=420, p99_latency=0.095)
+    d = a.decide(10, current=4, ready=4)
+    assert d.desired == 5
+    assert "p99 95 ms >= guard 90 ms" in d.reason
+    feed(a, 15, request_rate=380, p99_latency=0.095)  # the guard never speeds a scale-in
+    assert a.decide(15, current=4, ready=4).desired == 4
+
+
 def test_proportional_backlog_adds_the_replicas_that_drain_the_queue():
     a = scaler(backlog_drain=10)
     feed(a, 5, request_rate=400, queue_length=2000)
@@ -255,3 +275,12 @@ def test_decision_is_json_with_its_inputs_and_clamps():
         "detail": "at most +2",
     }
     assert "scale out 2->4" in data["reason"]
+
+
+def test_samples_out_of_time_order_and_negative_counts_are_refused():
+    a = scaler()
+    feed(a, 10, request_rate=100)
+    with pytest.raises(ValueError, match="older than the last one"):
+        feed(a, 5, request_rate=100)
+    with pytest.raises(ValueError, match="replica counts must be >= 0"):
+        a.decide(10, current=-1, ready=0)

@@ -85,7 +85,9 @@ def test_native_form_applies_defaults():
     assert config.metric == "request_rate"
     assert config.sampling_interval_s == 5.0
     assert isinstance(config.params, PredictiveParams)
-    assert config.params.reactive == ProportionalParams(target=400.0, tolerance=0.1, window_s=5.0)
+    assert config.params.reactive == ProportionalParams(
+        target=400.0, tolerance_up=0.1, tolerance_down=0.1, window_s=5.0
+    )
     assert config.limits.stabilization_down_s == 300.0
     assert config.panic.enabled and config.panic.threshold == 2.0
 
@@ -129,6 +131,8 @@ def test_native_form_applies_defaults():
             "must be below threshold",
         ),
         ({"target": "many"}, "target", "expected a number"),
+        ({"target": 1, "algorithm": "pid", "tolerance": 0.2}, "tolerance", "pid.deadband"),
+        ({"target": 1, "tolerance": {"up": 2}}, "tolerance.up", "must be <= 1.0"),
     ],
 )
 def test_bad_native_config_names_the_field(data, field, words):

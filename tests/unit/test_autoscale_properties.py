@@ -42,7 +42,10 @@ def configs(draw: st.DrawFn) -> dict:
         }
     else:
         data["target"] = 100
+    if algorithm in ("proportional", "predictive"):
         data["backlog_drain"] = 30
+        data["latency_guard"] = 0.05
+        data["tolerance"] = {"up": draw(st.sampled_from([0, 0.1])), "down": 0.1}
     if algorithm == "predictive":
         data["predictive"] = {"bucket": 10, "season": 60, "horizon": 20, "max_error": 0.5}
     return data
@@ -54,6 +57,7 @@ steps_strategy = st.lists(
         st.floats(0, 3000),  # request rate
         st.floats(0, 500),  # queue length
         st.floats(0, 1),  # fraction of the replicas that is ready
+        st.floats(0, 0.2),  # p99 latency
     ),
     min_size=5,
     max_size=60,
@@ -69,9 +73,9 @@ def test_decisions_stay_in_bounds_respect_steps_and_cooldowns(data, steps, start
     current = min(max(start, lim.min_replicas), lim.max_replicas)
     now = 0.0
     last_up = last_change = -float("inf")
-    for dt, rate, queue, ready_share in steps:
+    for dt, rate, queue, ready_share, p99 in steps:
         now += dt
-        a.observe(MetricSample(time=now, request_rate=rate, queue_length=queue))
+        a.observe(MetricSample(time=now, request_rate=rate, queue_length=queue, p99_latency=p99))
         ready = round(current * ready_share)
         d = a.decide(now, current=current, ready=ready)
         assert lim.min_replicas <= d.desired <= lim.max_replicas, d

@@ -56,7 +56,8 @@ class Limits:
 @dataclass(frozen=True)
 class PanicConfig:
     """Knative-style panic: when the short window asks for ``threshold`` x the ready replicas,
-    follow it at once (no up-stabilization) and refuse to scale down for ``hold_s``."""
+    follow it at once (no up-stabilization) and refuse to scale down for ``hold_s``. It needs a
+    per-replica target, so the threshold algorithm never panics."""
 
     enabled: bool = True
     threshold: float = 2.0
@@ -77,11 +78,16 @@ class ThresholdParams:
 @dataclass(frozen=True)
 class ProportionalParams:
     """HPA's rule on a ``window_s`` mean: ``replicas = metric / target`` (per replica), held
-    while within ``tolerance``; ``backlog_drain_s`` adds the replicas that would drain the queue
-    in that many seconds (request-rate metric only)."""
+    while within the tolerance of the current count (``tolerance_up`` above it,
+    ``tolerance_down`` below); ``backlog_drain_s`` adds the replicas that would drain the queue
+    in that many seconds (request-rate metric only). Once the p99 latency reaches
+    ``latency_guard_s`` the up-tolerance no longer applies: the band is there to ignore noise,
+    and near the SLO a late replica costs more than an early one."""
 
     target: float
-    tolerance: float = 0.1
+    tolerance_up: float = 0.1
+    tolerance_down: float = 0.1
+    latency_guard_s: float | None = None
     window_s: float = 0.0
     backlog_drain_s: float | None = None
 
@@ -236,6 +242,7 @@ _TOP_KEYS = {
     "cooldown",
     "stabilization",
     "tolerance",
+    "latency_guard",
     "window",
     "backlog_drain",
     "panic",
@@ -348,11 +355,19 @@ def _build_reactive(
             "/ backlog_drain to the rate)",
         )
     window = r.number(data, "window", interval, positive=True) or interval
-    tolerance = r.number(data, "tolerance", 0.1, maximum=1.0)
+    tol_up, tol_down = r.pair(data, "tolerance", (0.1, 0.1), False)
+    for name, tol in (("tolerance.up", tol_up), ("tolerance.down", tol_down)):
+        if tol > 1.0:
+            r.fail(name, f"must be <= 1.0, got {tol:g}")
     if target is None:
         return None
     return ProportionalParams(
-        target=target, tolerance=tolerance or 0.0, window_s=window, backlog_drain_s=drain
+        target=target,
+        tolerance_up=tol_up,
+        tolerance_down=tol_down,
+        window_s=window,
+        backlog_drain_s=drain,
+        latency_guard_s=r.number(data, "latency_guard", None, positive=True),
     )
 
 
@@ -379,6 +394,9 @@ def _build_params(
     if reactive is None:
         return None
     if algorithm == "pid":
+        for key in ("tolerance", "backlog_drain", "latency_guard"):
+            if key in data:
+                r.fail(key, "not used by the pid algorithm (its noise band is pid.deadband)")
         part = r.mapping(
             data.get("pid", {}),
             "pid",

@@ -107,7 +107,7 @@ class PredictiveRecommender:
         detail["forecast_replicas"] = ahead
         inputs["forecast_peak"] = peak
         now_needed = reactive.replicas if reactive.replicas is not None else 0.0
-        tolerance = p.reactive.tolerance
+        tolerance = p.reactive.tolerance_up
         if ahead > now_needed and current > 0 and abs(ahead / current - 1.0) <= tolerance:
             return Recommendation(
                 max(now_needed, float(current)),

@@ -47,7 +47,7 @@ class ThresholdRecommender:
 
 
 class ProportionalRecommender:
-    """``replicas = metric / target`` on a window mean, held within ``tolerance`` of current.
+    """``replicas = metric / target`` on a window mean, held within the tolerance of current.
 
     With ``backlog_drain_s`` on a request-rate metric the queue counts as extra rate
     (``queue / backlog_drain_s``): a backlog built during a spike is drained, not just held.
@@ -80,8 +80,17 @@ class ProportionalRecommender:
                 extra = queue / p.backlog_drain_s / p.target
                 needed += extra
                 why += f" + {extra:.2f} to drain a queue of {queue:g} in {p.backlog_drain_s:g} s"
-        if current > 0 and abs(needed / current - 1.0) <= p.tolerance:
-            return Recommendation(
-                current, inputs, f"{why}: within tolerance {p.tolerance:g} of {current}"
-            )
+        if current > 0:
+            ratio = needed / current
+            tolerance = p.tolerance_up if ratio > 1.0 else p.tolerance_down
+            p99 = latest.value("p99_latency") if latest is not None else None
+            if ratio > 1.0 and p.latency_guard_s is not None and p99 is not None:
+                inputs["p99_latency"] = p99
+                if p99 >= p.latency_guard_s:
+                    tolerance = 0.0
+                    why += f"; p99 {p99 * 1000:.0f} ms >= guard {p.latency_guard_s * 1000:.0f} ms"
+            if abs(ratio - 1.0) <= tolerance:
+                return Recommendation(
+                    current, inputs, f"{why}: within tolerance {tolerance:g} of {current}"
+                )
         return Recommendation(needed, inputs, why)
