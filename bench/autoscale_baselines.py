@@ -21,7 +21,7 @@ from collections import deque
 from typing import Protocol
 
 from inferway.gateway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.gateway.controllers.autoscale.config import AutoscaleConfig
+from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
 from inferway.gateway.controllers.autoscale.samples import MetricSample
 
 __all__ = ["HPA", "KPA", "Controller", "InferwayController"]

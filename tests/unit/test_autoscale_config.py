@@ -10,10 +10,9 @@ import yaml
 
 from inferway.gateway.controllers.autoscale.config import (
     AutoscaleConfigError,
-    PredictiveParams,
-    ProportionalParams,
     build_autoscale_config,
 )
+from inferway.gateway.controllers.autoscale.params import PredictiveParams, ProportionalParams
 from inferway.gateway.controllers.autoscale.rule import (
     build_from_scaling_policy,
     is_scaling_policy,

@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from inferway.gateway.controllers.autoscale.config import (
+from inferway.gateway.controllers.autoscale.decision import Decision, Recommendation
+from inferway.gateway.controllers.autoscale.limits import Governor
+from inferway.gateway.controllers.autoscale.params import (
     AutoscaleConfig,
     PIDParams,
     PredictiveParams,
     ProportionalParams,
     ThresholdParams,
 )
-from inferway.gateway.controllers.autoscale.decision import Decision, Recommendation
-from inferway.gateway.controllers.autoscale.limits import Governor
 from inferway.gateway.controllers.autoscale.pid import PIDRecommender
 from inferway.gateway.controllers.autoscale.predictive import PredictiveRecommender
 from inferway.gateway.controllers.autoscale.reactive import (

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from inferway.gateway.controllers.autoscale.config import Limits, PanicConfig
 from inferway.gateway.controllers.autoscale.decision import Clamp
+from inferway.gateway.controllers.autoscale.params import Limits, PanicConfig
 
 __all__ = ["Governor"]
 

@@ -11,8 +11,8 @@ overshoot) and while the output is pinned at min or max; it is also bounded by
 
 from __future__ import annotations
 
-from inferway.gateway.controllers.autoscale.config import Limits, PIDParams
 from inferway.gateway.controllers.autoscale.decision import Recommendation
+from inferway.gateway.controllers.autoscale.params import Limits, PIDParams
 from inferway.gateway.controllers.autoscale.samples import SampleWindow, needed_replicas
 
 __all__ = ["PIDRecommender"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 
-from inferway.gateway.controllers.autoscale.config import PredictiveParams
 from inferway.gateway.controllers.autoscale.decision import Recommendation
 from inferway.gateway.controllers.autoscale.forecast import ForecastError, HoltWinters
+from inferway.gateway.controllers.autoscale.params import PredictiveParams
 from inferway.gateway.controllers.autoscale.reactive import ProportionalRecommender
 from inferway.gateway.controllers.autoscale.samples import (
     MetricSample,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from inferway.gateway.controllers.autoscale.config import ProportionalParams, ThresholdParams
 from inferway.gateway.controllers.autoscale.decision import Recommendation
+from inferway.gateway.controllers.autoscale.params import ProportionalParams, ThresholdParams
 from inferway.gateway.controllers.autoscale.samples import SampleWindow, needed_replicas
 
 __all__ = ["ProportionalRecommender", "ThresholdRecommender"]

@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from inferway.gateway.controllers.autoscale.config import (
+from inferway.gateway.controllers.autoscale.config import AutoscaleConfigError, ConfigReader
+from inferway.gateway.controllers.autoscale.params import (
     AutoscaleConfig,
-    AutoscaleConfigError,
-    ConfigReader,
     Limits,
     PanicConfig,
     ThresholdParams,
