@@ -94,14 +94,15 @@ def build_controllers(model: ReplicaModel, target: float) -> list[Controller]:
     return controllers
 
 
-def _lead_times(trace: Trace, ready: list[int], target: float) -> list[float]:
-    """Seconds between having k replicas ready and the load first needing k, per level k."""
+def _lead_times(trace: Trace, ready: list[int], per_replica: float) -> list[float]:
+    """Seconds between having k replicas ready and the load first needing k (more than k - 1
+    replicas hold at ``per_replica`` req/s each), per level k the ramp climbs through."""
     leads: list[float] = []
     for start, end in trace.ramps:
         have = ready[start]
-        peak_need = math.ceil(max(trace.shape[start:end]) / target)
+        peak_need = math.ceil(max(trace.shape[start:end]) / per_replica)
         for k in range(have + 1, peak_need + 1):
-            need_at = next(t for t in range(start, end) if trace.shape[t] > (k - 1) * target)
+            need_at = next(t for t in range(start, end) if trace.shape[t] > (k - 1) * per_replica)
             ready_at = next((t for t in range(start, end) if ready[t] >= k), end)
             leads.append(float(need_at - ready_at))
     return leads
@@ -127,6 +128,7 @@ def run(trace: Trace, controller: Controller, model: ReplicaModel, target: float
             desired = controller.decide(float(t), current=cluster.current, ready=cluster.ready)
             cluster.scale_to(float(t), desired)
     leads = _lead_times(trace, ready_series, target)
+    slo_leads = _lead_times(trace, ready_series, model.sustained_rate())
     return {
         "slo_violation_s": violated,
         "replica_seconds": round(cluster.replica_seconds - base_rs),
@@ -135,6 +137,7 @@ def run(trace: Trace, controller: Controller, model: ReplicaModel, target: float
         "shed_requests": round(shed),
         "ramp_lead_s": round(sum(leads) / len(leads), 1) if leads else None,
         "ramp_levels": len(leads),
+        "ramp_lead_at_slo_s": round(sum(slo_leads) / len(slo_leads), 1) if slo_leads else None,
     }
 
 
@@ -162,11 +165,13 @@ def goals(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]
     if diurnal:
         pred, react = diurnal[HEADLINE], diurnal["inferway-proportional"]
         earlier = (pred["ramp_lead_s"] or 0.0) - (react["ramp_lead_s"] or 0.0)
+        ahead_of_slo = pred["ramp_lead_at_slo_s"]
         verdicts.append(
             {
                 "trace": "diurnal",
                 "versus": "inferway-proportional (reactive)",
                 "capacity_earlier_s": round(earlier, 1),
+                "lead_at_slo_s": [ahead_of_slo, react["ramp_lead_at_slo_s"]],
                 "reversals": [pred["reversals"], react["reversals"]],
                 "met": earlier > 0 and pred["reversals"] <= react["reversals"],
             }
@@ -205,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         "actions",
         "reversals",
         "shed",
-        "ramp lead s",
+        "lead @target s",
+        "lead @SLO s",
     ]
     rows = [
         [
@@ -217,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             r["reversals"],
             f"{r['shed_requests']:,}",
             r["ramp_lead_s"] if r["ramp_levels"] else "",
+            r["ramp_lead_at_slo_s"] if r["ramp_levels"] else "",
         ]
         for trace, by_name in results.items()
         for name, r in by_name.items()
