@@ -4,7 +4,8 @@ report for one interval, with the canary's error rate and latency scale chosen p
 from __future__ import annotations
 
 import math
-import random
+
+import numpy as np
 
 from inferway.gateway.controllers.rollout.config import (
     TOTAL_WEIGHT,
@@ -22,24 +23,23 @@ __all__ = ["BUCKET_RATIO", "rollout_config", "version_counts", "window"]
 BUCKET_RATIO = 1.05
 
 
-def _bucket(ms: float) -> float:
-    return round(BUCKET_RATIO ** math.ceil(math.log(ms) / math.log(BUCKET_RATIO)), 3)
-
-
 def version_counts(
-    rng: random.Random, requests: int, error_rate: float, latency_scale: float = 1.0
+    rng: np.random.Generator, requests: int, error_rate: float, latency_scale: float = 1.0
 ) -> VersionCounts:
-    """``requests`` with Bernoulli errors and log-normal latency (median 80 ms, p99 ~200 ms)."""
-    errors = sum(rng.random() < error_rate for _ in range(requests))
-    latency: dict[float, int] = {}
-    for _ in range(requests):
-        b = _bucket(latency_scale * rng.lognormvariate(math.log(80.0), 0.4))
-        latency[b] = latency.get(b, 0) + 1
+    """``requests`` with Bernoulli errors and log-normal latency (median 80 ms, p99 ~200 ms)
+    in log-spaced buckets."""
+    errors = int(rng.binomial(requests, error_rate))
+    ms = latency_scale * rng.lognormal(math.log(80.0), 0.4, requests)
+    index = np.ceil(np.log(ms) / math.log(BUCKET_RATIO))
+    buckets, counts = np.unique(index, return_counts=True)
+    latency = {
+        round(BUCKET_RATIO ** float(b), 3): int(n) for b, n in zip(buckets, counts, strict=True)
+    }
     return VersionCounts(requests, errors, latency)
 
 
 def window(
-    rng: random.Random,
+    rng: np.random.Generator,
     total: int,
     weight: int,
     *,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import numpy as np
 import pytest
@@ -37,12 +36,12 @@ def _evidence(*samples: WindowSample) -> Evidence:
 
 
 def test_identical_versions_with_enough_traffic_pass_and_record_their_inputs() -> None:
-    rng = random.Random(1)
-    ev = _evidence(*(window(rng, 3000, 1000) for _ in range(4)))
+    rng = np.random.default_rng(1)
+    ev = _evidence(*(window(rng, 3000, 1000) for _ in range(8)))
     result = analyze(AnalysisConfig(), ev, {})
     assert result.result == "pass", result.reason
     err, lat = result.verdicts
-    assert err.inputs["canary_trials"] == 1200 and err.inputs["stable_requests"] == 10800
+    assert err.inputs["canary_trials"] == 2400 and err.inputs["stable_requests"] == 21600
     assert err.statistic is not None and err.statistic <= err.threshold["pass_llr"]
     assert lat.inputs["stable_p99_ms"] is not None and lat.inputs["canary_p50_ms"] is not None
     assert lat.statistic is not None and lat.statistic <= lat.threshold["pass_z"]
@@ -50,7 +49,7 @@ def test_identical_versions_with_enough_traffic_pass_and_record_their_inputs() -
 
 
 def test_a_bad_canary_fails_on_its_error_rate_with_a_reason() -> None:
-    rng = random.Random(2)
+    rng = np.random.default_rng(2)
     ev = _evidence(window(rng, 3000, 1000, canary_errors=0.03))
     result = analyze(ERRORS_ONLY, ev, {})
     assert result.result == "fail"
@@ -58,7 +57,7 @@ def test_a_bad_canary_fails_on_its_error_rate_with_a_reason() -> None:
 
 
 def test_a_slower_canary_fails_on_latency_even_below_any_absolute_limit() -> None:
-    rng = random.Random(3)
+    rng = np.random.default_rng(3)
     config = AnalysisConfig(checks=(LatencyCheck(0.2),))
     ev = _evidence(*(window(rng, 2000, 2000, canary_latency=1.5) for _ in range(3)))
     result = analyze(config, ev, {})
@@ -116,7 +115,7 @@ def test_absolute_guards_judge_the_canary_alone() -> None:
 
 
 def test_min_requests_floor_holds_a_step_that_the_tests_would_pass() -> None:
-    rng = random.Random(4)
+    rng = np.random.default_rng(4)
     ev = _evidence(*(window(rng, 3000, 1000) for _ in range(4)))
     config = AnalysisConfig(checks=(ErrorRateCheck(0.005),), min_requests=5000)
     result = analyze(config, ev, {})
