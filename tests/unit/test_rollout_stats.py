@@ -13,6 +13,7 @@ from inferway.gateway.controllers.rollout.stats import (
     look_index,
     mann_whitney,
     sprt_bernoulli,
+    sprt_vs_stable,
     weighted_quantile,
 )
 
@@ -101,3 +102,28 @@ def test_weighted_quantile_reads_bucket_bounds() -> None:
     assert weighted_quantile(hist, 0.99) == 50.0
     assert weighted_quantile(hist, 0.999) == 200.0
     assert weighted_quantile({}, 0.99) is None
+
+
+def test_sprt_against_a_well_measured_stable_matches_the_known_rate_test() -> None:
+    known = sprt_bernoulli(3, 500, p0=0.001, p1=0.006, alpha=0.001, beta=0.05)
+    measured = sprt_vs_stable(
+        3, 500, 1000, 1_000_000, increase=0.005, floor=0.00025, alpha=0.001, beta=0.05
+    )
+    assert measured.llr == pytest.approx(known.llr, abs=0.05)
+    assert measured.p0 == pytest.approx(0.001, rel=0.01)
+
+
+def test_sprt_against_a_noisy_stable_weighs_the_same_canary_errors_less() -> None:
+    # Stable measured on 300 requests with 0 errors: its rate could well be 0.3%, so four
+    # canary errors in 300 are weaker evidence than against a stable known to be at 0.17%
+    # (the posterior mean the noisy estimate gives).
+    noisy = sprt_vs_stable(4, 300, 0, 300, increase=0.005, floor=0.00025, alpha=0.001, beta=0.05)
+    known = sprt_bernoulli(4, 300, p0=noisy.p0, p1=noisy.p1, alpha=0.001, beta=0.05)
+    assert noisy.llr < known.llr
+    assert noisy.verdict == "need_more"
+
+
+def test_one_5xx_against_a_spotless_stable_stays_under_the_fail_boundary() -> None:
+    t = sprt_vs_stable(1, 10, 0, 1_000_000, increase=0.005, floor=0.00025, alpha=0.001, beta=0.05)
+    assert t.verdict == "need_more"
+    assert t.llr == pytest.approx(math.log(0.00525 / 0.00025) + 9 * math.log(0.99475 / 0.99975))

@@ -4,10 +4,11 @@ A verdict is ``pass``, ``fail`` or ``need_more`` (with the canary requests still
 computed from the test, never guessed). Comparisons use the whole run's evidence, canary vs
 stable over the same windows:
 
-- error rate and output agreement: SPRT (``stats.sprt_bernoulli``), ``H0``: canary is as
-  good as stable, ``H1``: it is worse by the tolerated limit. Stable's rate is estimated from
-  its own (usually far larger) counts; rates under 1/20 of the limit count as 1/20 of it, so a
-  single 5xx against a spotless stable is not a rollback on its own.
+- error rate: SPRT against stable (``stats.sprt_vs_stable``), ``H0``: canary is as good as
+  stable, ``H1``: it is worse by the tolerated limit; stable's rate is integrated over its own
+  posterior, and rates under 1/20 of the limit count as 1/20 of it, so a single 5xx against a
+  spotless stable is not a rollback on its own. Output agreement: SPRT of the disagreement
+  rate, ``H0``: half the tolerated rate, ``H1``: the tolerated rate.
 - latency: Mann-Whitney U of canary against stable scaled by ``1 + max_increase``.
 
 False-rollback bound with identical versions: at most ``alpha`` per comparison for the whole
@@ -38,6 +39,7 @@ from inferway.gateway.controllers.rollout.stats import (
     mann_whitney,
     normal_quantile,
     sprt_bernoulli,
+    sprt_vs_stable,
     weighted_quantile,
 )
 
@@ -116,10 +118,16 @@ def _sprt_verdict(
 
 def _error_rate(c: ErrorRateCheck, ev: Evidence, a: AnalysisConfig) -> Verdict:
     s, k = ev.stable, ev.canary
-    stable_rate = (s.errors + 0.5) / (s.requests + 1)
-    p0 = max(stable_rate, c.max_increase / 20)
-    p1 = min(p0 + c.max_increase, 1 - 1e-9)
-    t = sprt_bernoulli(k.errors, k.requests, p0=p0, p1=p1, alpha=a.alpha, beta=a.beta)
+    t = sprt_vs_stable(
+        k.errors,
+        k.requests,
+        s.errors,
+        s.requests,
+        increase=c.max_increase,
+        floor=c.max_increase / 20,
+        alpha=a.alpha,
+        beta=a.beta,
+    )
     inputs: dict[str, Number] = {
         "stable_requests": s.requests,
         "stable_errors": s.errors,

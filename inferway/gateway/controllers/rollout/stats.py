@@ -6,7 +6,10 @@ any traffic level:
 - Wald's sequential probability ratio test (SPRT) for rates (errors, disagreements). Under the
   null the likelihood ratio is a non-negative martingale, so by Ville's inequality
   ``P(LR ever >= 1/alpha) <= alpha``: the false-failure bound holds however often a rollout
-  looks, and a step waits exactly as long as the evidence needs.
+  looks, and a step waits exactly as long as the evidence needs. Against stable, whose rate
+  is itself estimated, the likelihoods are averaged over stable's Beta posterior (a
+  Beta-Binomial likelihood ratio), so a noisy stable estimate damps the evidence instead of
+  inflating it.
 - The Mann-Whitney U test for latency distributions, on raw samples or on histogram buckets
   (each bucket's count placed at its upper bound; ties get mid-ranks). Repeated looks are
   corrected by spending ``alpha`` over a geometric look schedule (``alpha_k = alpha 6/(pi^2
@@ -20,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 
+import numpy as np
+
 __all__ = [
     "MannWhitney",
     "Sprt",
@@ -28,6 +33,7 @@ __all__ = [
     "mann_whitney",
     "normal_quantile",
     "sprt_bernoulli",
+    "sprt_vs_stable",
     "weighted_quantile",
 ]
 
@@ -100,6 +106,62 @@ def sprt_bernoulli(
         raise ValueError(f"SPRT needs 0 <= events <= trials, got {events} of {trials}")
     hit, miss = _bernoulli_llr_terms(p0, p1)
     llr = events * hit + (trials - events) * miss
+    return Sprt(
+        llr=llr,
+        upper=math.log(1.0 / alpha),
+        lower=math.log(beta / (1.0 - alpha)),
+        p0=p0,
+        p1=p1,
+        drift_h0=p0 * hit + (1.0 - p0) * miss,
+        drift_h1=p1 * hit + (1.0 - p1) * miss,
+    )
+
+
+# Stable's posterior is integrated by Monte Carlo over this many draws, from a fixed seed so a
+# verdict is a pure function of its counts.
+POSTERIOR_DRAWS = 512
+_POSTERIOR_SEED = 20261201
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    top = float(x.max())
+    return top + math.log(float(np.exp(x - top).sum()))
+
+
+def sprt_vs_stable(
+    events: int,
+    trials: int,
+    stable_events: int,
+    stable_trials: int,
+    *,
+    increase: float,
+    floor: float,
+    alpha: float,
+    beta: float,
+) -> Sprt:
+    """SPRT of ``H0: canary rate = p`` against ``H1: canary rate = p + increase``, where ``p``
+    is stable's rate, unknown: both likelihoods are averaged over stable's posterior
+    (Jeffreys prior, ``Beta(e + 1/2, n - e + 1/2)``), each draw raised to at least ``floor``
+    (rates below it count as ``floor``: the indifference zone that keeps one 5xx against a
+    spotless stable from being a rollback by itself)."""
+    if not 0 <= events <= trials or not 0 <= stable_events <= stable_trials:
+        raise ValueError(
+            f"SPRT needs 0 <= events <= trials, got {events} of {trials} "
+            f"and {stable_events} of {stable_trials}"
+        )
+    if not 0 < increase < 1 or not 0 < floor < 1:
+        raise ValueError(f"SPRT needs 0 < increase, floor < 1, got {increase!r}, {floor!r}")
+    a, b = stable_events + 0.5, stable_trials - stable_events + 0.5
+    rng = np.random.default_rng(_POSTERIOR_SEED)
+    p = np.clip(rng.beta(a, b, POSTERIOR_DRAWS), floor, 1 - increase - 1e-12)
+    q = p + increase
+    misses = trials - events
+    ll0 = events * np.log(p) + misses * np.log1p(-p)
+    ll1 = events * np.log(q) + misses * np.log1p(-q)
+    llr = _logsumexp(ll1) - _logsumexp(ll0)
+    p0 = min(max(a / (a + b), floor), 1 - increase - 1e-12)
+    p1 = p0 + increase
+    hit, miss = _bernoulli_llr_terms(p0, p1)
     return Sprt(
         llr=llr,
         upper=math.log(1.0 / alpha),
