@@ -100,8 +100,10 @@ Check = ErrorRateCheck | LatencyCheck | AgreementCheck
 @dataclass(frozen=True, slots=True)
 class AnalysisConfig:
     """How verdicts are reached. ``alpha`` bounds the false-rollback probability of each
-    comparison for the whole rollout (identical versions); ``beta`` the chance of passing a
-    step with a canary exactly at the tolerated limit. ``min_requests`` is ``"auto"`` (what the
+    comparison for the whole rollout with identical versions (exactly for a known stable
+    rate; with stable's rate estimated the run-level rate is measured in the tests and
+    bench/rollout_sim.py); ``beta`` the chance of passing a step with a canary exactly at the
+    tolerated limit. ``min_requests`` is ``"auto"`` (what the
     test needs, computed) or a floor of canary requests per step."""
 
     interval_s: float = 30.0
