@@ -72,7 +72,8 @@ class RolloutController:
         self, now: float, sample: WindowSample | None = None, *, source_error: str | None = None
     ) -> Decision:
         """One analysis interval: ``sample`` is the window's counts, ``source_error`` why
-        there are none (an unreachable metric source)."""
+        there are none (an unreachable metric source). The first tick starts the rollout;
+        its window, if any, predates the canary's first weight and is not counted."""
         s = self.state
         window = _window(sample)
         if s.phase == Phase.WAITING:
