@@ -129,10 +129,10 @@ def test_min_requests_floor_holds_a_step_that_the_tests_would_pass() -> None:
 # alpha, for the whole run, at any number of looks. Checked over seeded runs that keep looking
 # long after a pass (a rollout keeps analysing through its later steps).
 
-RUNS = 400
+RUNS = 300
 LATENCY_RUNS = 150
 LATENCY_ALPHA = 0.05
-ALPHA = 0.01  # larger than the default 0.001 so that a broken bound would show in 400 runs
+ALPHA = 0.01  # larger than the default 0.001 so that a broken bound would show in 300 runs
 
 
 def _binomial_ceiling(runs: int, p: float) -> int:
