@@ -12,7 +12,8 @@ stable over the same windows:
 - latency: Mann-Whitney U of canary against stable scaled by ``1 + max_increase``.
 
 False-rollback bound with identical versions: at most ``alpha`` per comparison for the whole
-run, however often it is analysed (Ville's inequality for the SPRT, alpha spending for U).
+run, however often it is analysed (Ville's inequality for the SPRT, exact for a known stable
+rate and measured with it estimated; alpha spending for U).
 """
 
 from __future__ import annotations
