@@ -48,9 +48,9 @@ DEFAULT_ADMIN_PORT = 15000
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
 SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor)
-XDS_REFUSALS = web.AppKey("xds_refusals", Callable[[], list[Any]])
+XDS_REFUSALS: web.AppKey[Callable[[], list[Any]]] = web.AppKey("xds_refusals")
 METRICS = web.AppKey("metrics", ControlPlaneMetrics)
-ENVOY_ADMIN_PORT = web.AppKey("envoy_admin_port", Callable[[], int | None])
+ENVOY_ADMIN_PORT: web.AppKey[Callable[[], int | None]] = web.AppKey("envoy_admin_port")
 # Query parameters of Envoy's /stats/prometheus that are passed through (all read-only).
 _ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets")
 

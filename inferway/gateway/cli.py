@@ -14,8 +14,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
@@ -67,7 +68,8 @@ PolicyFile = Annotated[
 
 def _pem_option(help: str) -> typer.models.OptionInfo:
     """An optional PEM file option of ``run``'s xDS mutual TLS."""
-    return typer.Option(help=help, dir_okay=False)
+    option: typer.models.OptionInfo = typer.Option(help=help, dir_okay=False)
+    return option
 
 
 EndpointsFileOption = Annotated[
@@ -410,12 +412,13 @@ def demo(
     raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
 
 
-def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]
+def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
     except ImportError:
         return asyncio.run(coro)
-    return uvloop.run(coro)
+    code: int = uvloop.run(coro)
+    return code
 
 
 app.command("serve")(serve)

@@ -32,7 +32,8 @@ def fetch_status(admin_url: str, *, timeout: float = 5.0) -> dict[str, Any]:
     if response.status_code != 200:
         raise StatusUnavailableError(f"{url} answered HTTP {response.status_code}")
     try:
-        return response.json()
+        data: dict[str, Any] = response.json()
+        return data
     except ValueError:
         raise StatusUnavailableError(f"{url} did not answer JSON") from None
 
