@@ -23,6 +23,7 @@ from inferway.gateway.admin_security import (
     reload_handler,
 )
 from inferway.gateway.control_plane import ControlPlane, Refusal
+from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.observability.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.policies import dump_policy
@@ -46,7 +47,7 @@ __all__ = [
 DEFAULT_ADMIN_PORT = 15000
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
-SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor)
+SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor | KeeperView)
 XDS_REFUSALS = web.AppKey("xds_refusals", Callable[[], list[Any]])
 METRICS = web.AppKey("metrics", ControlPlaneMetrics)
 ENVOY_ADMIN_PORT = web.AppKey("envoy_admin_port", Callable[[], int | None])
@@ -54,8 +55,11 @@ ENVOY_ADMIN_PORT = web.AppKey("envoy_admin_port", Callable[[], int | None])
 _ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets")
 
 
-def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None) -> dict[str, Any]:
-    """The JSON document ``GET /status`` returns."""
+def build_status(
+    plane: ControlPlane, supervisor: EnvoySupervisor | KeeperView | None = None
+) -> dict[str, Any]:
+    """The JSON document ``GET /status`` returns. ``keeper``: under ``inferway run``, the
+    keeper process that owns Envoy and the control plane's restarts (None in-process)."""
     current = plane.current
     refusal = plane.last_refused
     return {
@@ -75,6 +79,7 @@ def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None)
         ],
         "nacks": [_nack(record) for record in plane.cache.nacks()],
         "envoy": None if supervisor is None else _envoy(supervisor),
+        "keeper": supervisor.keeper_status() if isinstance(supervisor, KeeperView) else None,
     }
 
 
@@ -122,7 +127,7 @@ def _nack(record: NackRecord) -> dict[str, Any]:
     }
 
 
-def _envoy(supervisor: EnvoySupervisor) -> dict[str, Any]:
+def _envoy(supervisor: EnvoySupervisor | KeeperView) -> dict[str, Any]:
     return {
         "pid": supervisor.pid,
         "running": supervisor.running,
@@ -192,7 +197,7 @@ async def _policy(request: web.Request) -> web.Response:
 
 def build_admin_app(
     plane: ControlPlane,
-    supervisor: EnvoySupervisor | None = None,
+    supervisor: EnvoySupervisor | KeeperView | None = None,
     *,
     metrics: ControlPlaneMetrics | None = None,
     envoy_admin_port: Callable[[], int | None] | None = None,

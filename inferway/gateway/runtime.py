@@ -27,6 +27,8 @@ from inferway.gateway.cert_watcher import CertificateSource
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
+from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
 from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_xds_mtls
@@ -36,10 +38,8 @@ from inferway.policies import load_policy_text
 from inferway.policies.endpoints import endpoints_file_path
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.resolve import RuntimeState
-from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
-from inferway.xds.translate.tracing import build_layered_runtime
 
 __all__ = [
     "DEFAULT_ENVOY_ADMIN_PORT",
@@ -87,6 +87,9 @@ class GatewayOptions:
     """Mutual TLS between Envoy and the xDS server (``--xds-mtls-dir`` and friends)."""
     xds_max_connection_age_s: float | None = DEFAULT_MAX_CONNECTION_AGE_S
     """Envoys reconnect this often, so rotated xDS certificates reach every connection."""
+    keeper_state_file: Path | None = None
+    """Set by the keeper (gateway/keeper.py) for its control-plane process: Envoy runs in the
+    keeper, and the admin API reads Envoy's state from this file."""
 
 
 @dataclass
@@ -120,6 +123,13 @@ class LogRedaction:
 
     def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
         install_redaction(applied.policy.redact_headers, self.logger)
+
+
+def _keeper_view(options: GatewayOptions) -> KeeperView | None:
+    """The keeper's Envoy, for the admin API of its control-plane process."""
+    if options.keeper_state_file is None:
+        return None
+    return KeeperView(options.keeper_state_file, envoy_admin_port=options.envoy_admin_port)
 
 
 async def start_gateway(options: GatewayOptions) -> Gateway:
@@ -203,20 +213,9 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             workdir = options.workdir
             if workdir is None:
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-")))
-            if xds_client_tls is not None:  # read through file-based SDS: rotations apply live
-                write_xds_client_secrets(workdir, xds_client_tls)
-            bootstrap = build_bootstrap(
-                node_id=options.node_id,
-                node_cluster=options.node_cluster,
-                xds_host=options.host,
-                xds_port=xds.port,
-                admin_port=options.envoy_admin_port,
-                ads=options.xds_protocol,
-                xds_tls=xds_client_tls,
-                xds_tls_sds_dir=workdir if xds_client_tls is not None else None,
+            bootstrap = build_gateway_bootstrap(
+                options, xds_port=xds.port, workdir=workdir, xds_client_tls=xds_client_tls
             )
-            if options.envoy_runtime:
-                bootstrap["layered_runtime"] = build_layered_runtime(options.envoy_runtime)
             supervisor = EnvoySupervisor(
                 bootstrap,
                 workdir=workdir,
@@ -239,7 +238,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         admin = await start_admin_server(
             build_admin_app(
                 plane,
-                supervisor,
+                supervisor or _keeper_view(options),
                 metrics=metrics,
                 token=token,
                 reload=build_reload(watcher),

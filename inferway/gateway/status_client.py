@@ -68,7 +68,27 @@ def _policy_panel(status: dict[str, Any], now: float) -> Panel:
         if envoy.get("last_exit_code") is not None:
             lines.append(f", last exit code {envoy['last_exit_code']}")
         lines.append(")")
+    lines.append_text(_control_plane_line(status, now))
     return Panel(lines, title="inferway policy", expand=False)
+
+
+def _control_plane_line(status: dict[str, Any], now: float) -> Text:
+    """Under the keeper: the control-plane process, and whether it had to be restarted."""
+    record = (status.get("keeper") or {}).get("control_plane")
+    line = Text()
+    if not record:
+        return line
+    line.append("\ncontrol  ", style="bold")
+    line.append(f"pid {record.get('pid') or '-'}")
+    restarts = record.get("restarts", 0)
+    if restarts:
+        line.append(f", restarted {restarts} time(s)", style="yellow")
+        if record.get("last_exit_code") is not None:
+            line.append(
+                f", last exit code {record['last_exit_code']} "
+                f"{format_age(record.get('last_exit_at'), now)}"
+            )
+    return line
 
 
 def _nodes_table(status: dict[str, Any], now: float) -> Table:
