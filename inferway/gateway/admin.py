@@ -74,6 +74,7 @@ def build_status(
             },
         },
         "last_refused": None if refusal is None else _refusal(refusal, plane.refusal_pending),
+        "file_problems": [vars(problem) for problem in plane.file_problems],
         "nodes": [
             _node(node, plane.cache.get_snapshot(node.group)) for node in plane.cache.node_status()
         ],
@@ -109,6 +110,7 @@ def _node(node: NodeStatus, snapshot: Snapshot | None) -> dict[str, Any]:
         "group": node.group,
         "connected": node.connected,
         "connected_since": node.connected_since,
+        "last_seen": node.last_seen,
         "acked": {type_urls.SHORT_NAMES.get(t, t): v for t, v in sorted(node.acked.items())},
         "in_sync": snapshot is not None and node_in_sync(node, snapshot),
         "snapshot_version": None if snapshot is None else snapshot.version,

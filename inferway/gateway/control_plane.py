@@ -23,7 +23,7 @@ from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from inferway.xds.translate import translate_resolved
 
-__all__ = ["AppliedPolicy", "ControlPlane", "PolicyRefusedError", "Refusal"]
+__all__ = ["AppliedPolicy", "ControlPlane", "FileProblem", "PolicyRefusedError", "Refusal"]
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("inferway.gateway")
@@ -53,6 +53,17 @@ class Refusal:
         return [str(issue) for issue in self.issues]
 
 
+@dataclass(frozen=True)
+class FileProblem:
+    """A watched file (the policy, the endpoints file) that cannot be read now: the live
+    policy keeps serving, and ``status`` says so until the file is readable again."""
+
+    file: str
+    kind: str
+    message: str
+    since: float
+
+
 class PolicyRefusedError(Exception):
     """A policy that loaded but could not become a snapshot (translation or consistency)."""
 
@@ -80,6 +91,8 @@ class ControlPlane:
         self._state = state or RuntimeState()
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
+        self._refused_since_applied = False
+        self._file_problems: dict[str, FileProblem] = {}
         self._observers: list[Any] = []
         self._state_sources: list[Callable[[Policy, RuntimeState], RuntimeState]] = []
 
@@ -136,9 +149,21 @@ class ControlPlane:
     @property
     def refusal_pending(self) -> bool:
         """True when the newest edit was refused (the live policy is older than it)."""
-        if self._last_refused is None:
-            return False
-        return self._current is None or self._last_refused.at >= self._current.applied_at
+        return self._last_refused is not None and self._refused_since_applied
+
+    @property
+    def file_problems(self) -> list[FileProblem]:
+        return [self._file_problems[file] for file in sorted(self._file_problems)]
+
+    def set_file_problem(self, file: str, kind: str, message: str | None) -> None:
+        """Record (``message``) or clear (None) why watched ``file`` cannot be read."""
+        if message is None:
+            self._file_problems.pop(file, None)
+            return
+        known = self._file_problems.get(file)
+        if known is None or known.message != message:
+            since = self._clock() if known is None else known.since
+            self._file_problems[file] = FileProblem(file, kind, message, since)
 
     def apply_policy(self, policy: Policy, source: str) -> str:
         """Make ``policy`` live; returns the snapshot version. Raises PolicyRefusedError (and
@@ -182,7 +207,12 @@ class ControlPlane:
             changed = self.cache.set_snapshot(snapshot, self.group)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
-        self._current = AppliedPolicy(policy, snapshot, source, self._clock())
+        previous = self._current
+        # Re-applying what is live (a refused edit reverted) keeps its age: nothing changed.
+        unchanged = previous is not None and previous.version == snapshot.version
+        applied_at = previous.applied_at if unchanged and previous else self._clock()
+        self._current = AppliedPolicy(policy, snapshot, source, applied_at)
+        self._refused_since_applied = False
         log.info(
             "policy from %s applied as snapshot %s%s",
             source,
@@ -205,6 +235,7 @@ class ControlPlane:
     def _record(self, file: str, issues: list[PolicyIssue]) -> Refusal:
         refusal = Refusal(self._clock(), file, tuple(issues))
         self._last_refused = refusal
+        self._refused_since_applied = True
         kept = f"; keeping snapshot {self.version}" if self._current else ""
         log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
         for line in refusal.lines():

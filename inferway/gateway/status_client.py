@@ -41,6 +41,9 @@ def render_status(status: dict[str, Any], console: Console, *, now: float | None
     now = time.time() if now is None else now
     console.print(_policy_panel(status, now))
     console.print(_nodes_table(status, now))
+    problems = status.get("file_problems") or []
+    if problems:
+        console.print(_file_problems_panel(problems, now))
     refusal = status.get("last_refused")
     if refusal:
         console.print(_refusal_panel(refusal, now))
@@ -101,7 +104,9 @@ def _nodes_table(status: dict[str, Any], now: float) -> Table:
         nack = node.get("last_nack")
         table.add_row(
             node["node_id"],
-            Text("yes", "green") if node.get("connected") else Text("no", "red"),
+            Text("yes", "green")
+            if node.get("connected")
+            else Text(f"no (last seen {format_age(node.get('last_seen'), now)})", "red"),
             Text("yes", "green") if node.get("in_sync") else Text("no", "yellow"),
             acked or "-",
             "-" if not nack else f"{nack['type']} {format_age(nack['at'], now)}: {nack['message']}",
@@ -109,6 +114,14 @@ def _nodes_table(status: dict[str, Any], now: float) -> Table:
     if not nodes:
         table.add_row("(none connected yet)", "", "", "", "")
     return table
+
+
+def _file_problems_panel(problems: list[dict[str, Any]], now: float) -> Panel:
+    body = [
+        Text(f"{p['kind']} file {p['file']} — since {format_age(p['since'], now)}: {p['message']}")
+        for p in problems
+    ]
+    return Panel(Group(*body), title="watched file unreadable", border_style="red", expand=False)
 
 
 def _refusal_panel(refusal: dict[str, Any], now: float) -> Panel:
