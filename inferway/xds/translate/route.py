@@ -34,6 +34,7 @@ __all__ = [
     "build_route_configuration",
     "build_route_match",
     "build_weighted_clusters",
+    "per_try_timeout_of",
     "routes_for_listener",
 ]
 
@@ -110,9 +111,26 @@ def build_route_action(route: Route) -> rc_pb2.RouteAction:
         action.cluster = names.cluster_name(route.backends[0].service)
     else:
         action.weighted_clusters.CopyFrom(build_weighted_clusters(route.backends))
-    if route.retries is not None:
-        action.retry_policy.CopyFrom(build_retry_policy(route.retries))
+    # No ``retries``: one retry, with its defaults. A hung replica then costs a request one
+    # per-try timeout, not the whole route timeout (docs/policy.md, routes[].retries).
+    retries = route.retries if route.retries is not None else Retries()
+    action.retry_policy.CopyFrom(build_retry_policy(retries, route_timeout=route.timeout))
+    if retries.per_try_timeout is None and action.retry_policy.HasField("per_try_timeout"):
+        # A default per-try timeout sends a second try without cancelling the first, so a
+        # slow but healthy replica still answers: the default never fails a request.
+        action.hedge_policy.hedge_on_per_try_timeout = True
     return action
+
+
+def per_try_timeout_of(retries: Retries, route_timeout: float) -> float | None:
+    """``retries.per_try_timeout``, else the route timeout shared by every try (``attempts``
+    retries + the first), so each try fits in it; None: no per-try timeout (no retries, or a
+    route without a timeout)."""
+    if retries.per_try_timeout is not None:
+        return retries.per_try_timeout
+    if retries.attempts == 0 or route_timeout <= 0:
+        return None
+    return route_timeout / (retries.attempts + 1)
 
 
 def build_weighted_clusters(backends: Sequence[Backend]) -> rc_pb2.WeightedCluster:
@@ -126,7 +144,7 @@ def build_weighted_clusters(backends: Sequence[Backend]) -> rc_pb2.WeightedClust
     )
 
 
-def build_retry_policy(retries: Retries) -> rc_pb2.RetryPolicy:
+def build_retry_policy(retries: Retries, *, route_timeout: float = 0.0) -> rc_pb2.RetryPolicy:
     """``on`` maps one to one onto Envoy's ``retry_on`` tokens. Status codes are retried only
     through ``retriable-status-codes`` + ``retriable_status_codes``: a bare ``503`` in
     ``retry_on`` is silently ignored by Envoy (ENVOY_NOTES), so giving codes turns the
@@ -161,8 +179,9 @@ def build_retry_policy(retries: Retries) -> rc_pb2.RetryPolicy:
                 ),
             )
         )
-    if retries.per_try_timeout is not None:
-        policy.per_try_timeout.CopyFrom(duration(retries.per_try_timeout))
+    per_try = per_try_timeout_of(retries, route_timeout)
+    if per_try is not None:
+        policy.per_try_timeout.CopyFrom(duration(per_try))
     return policy
 
 
