@@ -21,7 +21,13 @@ from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.gateway.xds_mtls import XdsMtlsError
 from inferway.policies import PolicyError
 
-__all__ = ["EXIT_INVALID_POLICY", "EXIT_START_FAILED", "run_event_loop", "serve_gateway"]
+__all__ = [
+    "EXIT_INVALID_POLICY",
+    "EXIT_START_FAILED",
+    "run_event_loop",
+    "serve_gateway",
+    "unless_stopped",
+]
 
 log = logging.getLogger("inferway")
 

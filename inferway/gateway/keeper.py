@@ -143,7 +143,7 @@ class _Keeper:
             await self.stop_event.wait()
         finally:
             publisher.cancel()
-        log.info("stopping")
+        log.info("stopping envoy, then the control plane")
         return 0
 
     def _pids(self) -> tuple[int | None, int | None]:

@@ -210,7 +210,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
 
         supervisor: EnvoySupervisor | None = None
         if options.with_envoy:
-            workdir = options.workdir
+            workdir = options.workdir.absolute() if options.workdir is not None else None
             if workdir is None:
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-")))
             bootstrap = build_gateway_bootstrap(
