@@ -50,7 +50,9 @@ routes:
 class RunProcess:
     """One ``inferway run`` subprocess on free loopback ports; its output goes to a file."""
 
-    def __init__(self, tmp_path: Path, policy: Path, *, workdir: str | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, policy: Path, *, workdir: str | None = None, protocol: str = "sotw"
+    ) -> None:
         self.admin_port = free_port()
         self.envoy_admin_port = free_port()
         self.log_path = tmp_path / "run.log"
@@ -59,6 +61,7 @@ class RunProcess:
             *("--xds-port", str(free_port()), "--admin-port", str(self.admin_port)),
             *("--envoy-admin-port", str(self.envoy_admin_port), "--node-id", NODE_ID),
             *("--workdir", workdir or str(tmp_path / "wd"), "--envoy-log-level", "info"),
+            *("--xds-protocol", protocol),
         ]
         self.cwd = tmp_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -193,12 +196,13 @@ def _write_policy(path: Path, listener_port: int, backends: dict, w1: float, w2:
     write_atomically(path, POLICY.format(listener_port=listener_port, w1=w1, w2=w2, **ports))
 
 
+@pytest.mark.parametrize("protocol", ["sotw", "delta"])
 async def test_envoy_outlives_a_sigkilled_control_plane_and_an_edit_saved_meanwhile_applies(
-    tmp_path: Path, backends: dict[str, ControlledBackend]
+    tmp_path: Path, backends: dict[str, ControlledBackend], protocol: str
 ) -> None:
     policy, listener_port = tmp_path / "policy.yaml", free_port()
     _write_policy(policy, listener_port, backends, 100, 0)
-    run = RunProcess(tmp_path, policy).start()
+    run = RunProcess(tmp_path, policy, protocol=protocol).start()
     try:
         first = await _poll(run.in_sync, timeout=40, what="Envoy in sync under inferway run")
         envoy_pid, plane_pid = first["envoy"]["pid"], first["keeper"]["control_plane"]["pid"]
