@@ -122,6 +122,13 @@ class RunProcess:
                 os.kill(pid, signal.SIGKILL)
 
 
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # gone (or a zombie) between listing and reading
+        return ""
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -247,7 +254,7 @@ def test_sigterm_during_start_up_stops_everything_within_seconds(
     try:
 
         def spawned() -> bool:
-            return any(stage in " ".join(p.cmdline()) for p in run.descendants())
+            return any(stage in _cmdline(p) for p in run.descendants())
 
         deadline = time.monotonic() + 30
         while not spawned():
