@@ -308,3 +308,23 @@ def test_an_envoy_that_cannot_start_fails_the_start_loudly(tmp_path: Path) -> No
     assert "Address already in use" in out or "cannot bind" in out, out
     assert "running (envoy pid" not in out
     assert run.seen and not [pid for pid in run.seen if _alive(pid)], run.seen
+
+
+def test_a_refused_policy_exits_1_before_envoy_starts(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.format(listener_port=70000, v1=1, v2=2, w1=50, w2=50))
+    run = RunProcess(tmp_path, policy).start()
+    try:
+        assert run.proc is not None
+        deadline = time.monotonic() + 40
+        while run.proc.poll() is None and time.monotonic() < deadline:
+            run.descendants()
+            time.sleep(0.05)
+        code = run.proc.wait(1)
+    finally:
+        run.kill()
+    out = run.output()
+    assert code == 1, out
+    assert f"{policy}:4:11: listeners[0].port: must be at most 65535, got 70000" in out, out
+    assert not (tmp_path / "wd" / "envoy-bootstrap.json").exists(), "Envoy was started"
+    assert not [pid for pid in run.seen if _alive(pid)]
