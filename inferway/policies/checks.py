@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from inferway.policies.checks_access import check_access
 from inferway.policies.checks_observability import check_observability
+from inferway.policies.checks_replicas import check_replicas
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
@@ -158,7 +159,7 @@ def _weights(policy: Policy, *, external_endpoints: bool = False) -> Iterator[Se
             # endpoints arrive from an endpoints file (the policy's, or the command line's)
             external = external_endpoints or policy.endpoints_file is not None
             if service is not None and not service.endpoints and backend.permille > 0:
-                if external:
+                if external or service.replicas is not None:  # replicas: the manager's
                     continue
                 yield (
                     ("routes", r, "backends", b, "weight"),
@@ -248,6 +249,7 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     _shadowed_routes,
     check_access,
     check_observability,
+    check_replicas,
     check_tls,
     check_traffic,
 ]

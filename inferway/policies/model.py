@@ -20,6 +20,7 @@ from pydantic import (
 
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.observability import Observability
+from inferway.policies.replicas import Replicas
 from inferway.policies.tls import ListenerTls, ServiceTls
 from inferway.policies.traffic import (
     CircuitBreakers,
@@ -130,6 +131,7 @@ class Service(_Model):
     health_check: HealthCheck | None = None  # None = readiness probe for http1, none for http2
     outlier_detection: OutlierDetection | None = None  # None = on, with defaults
     circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
+    replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
 
 
 class PathMatch(_Model):
