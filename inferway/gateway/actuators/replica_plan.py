@@ -15,8 +15,10 @@ from enum import StrEnum
 from inferway.policies.replicas import Backoff, Replicas
 
 __all__ = [
+    "ReconcilePlan",
     "ReplicaState",
     "ReplicaStatus",
+    "ReplicaView",
     "ServiceReplicasStatus",
     "assign_device",
     "backoff_delay",
@@ -24,6 +26,8 @@ __all__ = [
     "build_environment",
     "build_readiness_url",
     "choose_to_stop",
+    "failures_after_crash",
+    "plan_reconcile",
 ]
 
 
@@ -188,3 +192,72 @@ def choose_to_stop(replicas: Sequence[tuple[int, ReplicaState]], count: int) -> 
     candidates = [(i, s) for i, s in replicas if s in rank]
     candidates.sort(key=lambda item: (rank[item[1]], -item[0]))
     return [i for i, _ in candidates[: max(0, count)]]
+
+
+def failures_after_crash(
+    failures: int, ready_since: float | None, now: float, stable_after: float
+) -> int:
+    """The consecutive-failure count after a crash: a replica that served for
+    ``stable_after`` seconds starts over at 1 (a fresh, short backoff)."""
+    stable = ready_since is not None and now - ready_since >= stable_after
+    return 1 if stable else failures + 1
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    """What reconciling needs to know of one replica."""
+
+    index: int
+    generation: int
+    state: ReplicaState
+    device: str | None
+    stopping: bool
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    start: tuple[str | None, ...] = ()
+    """One entry per replica to start: its device (None without a device list)."""
+    stop: tuple[tuple[int, str], ...] = ()
+    """(index, reason) of each replica to stop."""
+
+
+def plan_reconcile(
+    desired: int,
+    generation: int,
+    replicas: Sequence[ReplicaView],
+    devices: Sequence[str] | None,
+    *,
+    share: bool,
+) -> ReconcilePlan:
+    """Start or stop replicas so that ``generation`` (the current spec) has ``desired`` of
+    them; retire replicas of older generations once new ones are ready to take over
+    (make-before-break), or one at a time when every device is held by an old one."""
+    live = [r for r in replicas if not r.stopping]
+    current = [r for r in live if r.generation == generation]
+    old = [r for r in live if r.generation != generation]
+    in_use = [r.device for r in replicas if r.device is not None]
+    start: list[str | None] = []
+    blocked = False
+    for _ in range(desired - len(current)):
+        try:
+            device = assign_device(devices, in_use, share=share)
+        except LookupError:
+            blocked = True  # a device frees up when a stopping replica ends
+            break
+        start.append(device)
+        if device is not None:
+            in_use.append(device)
+    stop: list[tuple[int, str]] = []
+    surplus = len(current) - desired
+    if surplus > 0:
+        chosen = choose_to_stop([(r.index, r.state) for r in current], surplus)
+        stop += [(i, "scale in") for i in chosen]
+    ready_new = sum(1 for r in current if r.state is ReplicaState.READY)
+    replaced = len(old) + min(ready_new, desired) - desired
+    if blocked and old and replaced <= 0 and len(live) == len(replicas):
+        replaced = 1  # every device is held by an old replica: break before make
+    if replaced > 0:
+        chosen = choose_to_stop([(r.index, r.state) for r in old], replaced)
+        stop += [(i, "replaced") for i in chosen]
+    return ReconcilePlan(tuple(start), tuple(stop))

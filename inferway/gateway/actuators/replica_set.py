@@ -21,13 +21,14 @@ import aiohttp
 from inferway.gateway.actuators.replica_plan import (
     ReplicaState,
     ReplicaStatus,
+    ReplicaView,
     ServiceReplicasStatus,
-    assign_device,
     backoff_delay,
     build_command,
     build_environment,
     build_readiness_url,
-    choose_to_stop,
+    failures_after_crash,
+    plan_reconcile,
 )
 from inferway.gateway.actuators.replica_process import (
     ReplicaProcess,
@@ -166,29 +167,22 @@ class ReplicaSet:
     # -- keeping the count -----------------------------------------------------------------
 
     def reconcile(self) -> None:
-        """Start or stop replicas so the current generation has ``desired`` of them, and
-        retire replicas of an older generation once new ones are ready to take over."""
-        live = [r for r in self._replicas.values() if not r.stop.is_set()]
-        current = [r for r in live if r.generation == self._generation]
-        old = [r for r in live if r.generation != self._generation]
-        blocked = False
-        for _ in range(self.desired - len(current)):
-            in_use = [r.device for r in self._replicas.values() if r.device is not None]
-            try:
-                device = assign_device(self.spec.devices, in_use, share=self.spec.share_devices)
-            except LookupError:
-                blocked = True  # a device frees up when a stopping replica ends
-                break
+        """Act on :func:`plan_reconcile` for the replicas as they are now."""
+        views = [
+            ReplicaView(r.index, r.generation, r.state, r.device, r.stop.is_set())
+            for r in self._replicas.values()
+        ]
+        plan = plan_reconcile(
+            self.desired,
+            self._generation,
+            views,
+            self.spec.devices,
+            share=self.spec.share_devices,
+        )
+        for device in plan.start:
             self._start(device)
-        surplus = len(current) - self.desired
-        if surplus > 0:
-            self._stop(choose_to_stop([(r.index, r.state) for r in current], surplus), "scale in")
-        ready_new = sum(1 for r in current if r.state is ReplicaState.READY)
-        replaced = len(old) + min(ready_new, self.desired) - self.desired
-        if blocked and old and replaced <= 0 and len(live) == len(self._replicas):
-            replaced = 1  # every device is held by an old replica: break before make
-        if replaced > 0:
-            self._stop(choose_to_stop([(r.index, r.state) for r in old], replaced), "replaced")
+        for index, reason in plan.stop:
+            self._stop(index, reason)
 
     def _start(self, device: str | None) -> None:
         index = next(i for i in range(len(self._replicas) + 1) if i not in self._replicas)
@@ -198,11 +192,10 @@ class ReplicaSet:
             self._life(replica), name=f"replica {self.service}[{index}]"
         )
 
-    def _stop(self, indexes: list[int], reason: str) -> None:
-        for index in indexes:
-            replica = self._replicas[index]
-            self._emit("stop_requested", replica, reason=reason, state=replica.state.value)
-            replica.stop.set()
+    def _stop(self, index: int, reason: str) -> None:
+        replica = self._replicas[index]
+        self._emit("stop_requested", replica, reason=reason, state=replica.state.value)
+        replica.stop.set()
 
     def _emit(self, kind: str, replica: _Replica, **detail: object) -> None:
         self._ctx.emit(kind, self.service, replica.index, **detail)
@@ -325,12 +318,11 @@ class ReplicaSet:
         code = process.returncode
         replica.state = ReplicaState.WAITING
         self._ctx.changed()  # out of the endpoints at once
-        stable = replica.ready_since is not None and (
-            self._ctx.clock() - replica.ready_since >= replica.spec.stable_after
+        replica.failures = failures_after_crash(
+            replica.failures, replica.ready_since, self._ctx.clock(), replica.spec.stable_after
         )
-        if stable:
-            replica.failures = 0
-        self._fail(replica, "crashed", f"exited ({code}) while ready: {process.tail()}")
+        replica.last_error = f"exited ({code}) while ready: {process.tail()}"
+        self._emit("crashed", replica, error=replica.last_error, failures=replica.failures)
 
     async def _shutdown(self, replica: _Replica) -> None:
         """Make-before-break: out of the endpoints, drained, then SIGTERM, then SIGKILL."""
