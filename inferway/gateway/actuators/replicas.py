@@ -94,13 +94,17 @@ class ReplicaManager:
         self._published: dict[str, tuple[Endpoint, ...]] | None = None
         self._flush_scheduled = False
         self._context: ReplicaContext | None = None
+        self._closed = False
 
     # -- the interface -----------------------------------------------------------------------
 
     def configure(self, policy: Policy) -> None:
         """Follow ``policy``: start sets for new services with ``replicas:``, update changed
         ones, retire the rest. Idempotent; never publishes synchronously (it is called from
-        the control plane's own apply)."""
+        the control plane's own apply). After ``close()`` it does nothing: the last
+        publish re-applies the policy, which must not start replicas again."""
+        if self._closed:
+            return
         context = self._ensure_context()
         wanted = {s.name: s.replicas for s in policy.services if s.replicas is not None}
         for name, spec in wanted.items():
@@ -161,6 +165,7 @@ class ReplicaManager:
 
     async def close(self) -> None:
         """Drain and stop every replica; then the sink hears that none is left."""
+        self._closed = True
         await asyncio.gather(*(s.close() for s in list(self._sets.values())))
         self._flush()
         close = getattr(self._drain_probe, "close", None)
