@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from inferway.backends.demo_models import write_demo_repository
 from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replica_plan import ReplicaState, ServiceReplicasStatus
 from inferway.gateway.actuators.replicas import ReplicaManager
@@ -45,9 +46,16 @@ routes:
 """
 
 
-def _template(args: str = "", *, ready_timeout: str = "20s", backoff: str = "300ms") -> str:
+def _template(
+    args: str = "",
+    *,
+    ready_timeout: str = "20s",
+    backoff: str = "300ms",
+    command: str | None = None,
+) -> str:
     """The policy as a TrafficGateway template (braces escaped, but {listener_port})."""
-    command = f"{sys.executable} -m tests.replica_server --port {{port}} {args}".strip()
+    if command is None:
+        command = f"{sys.executable} -m tests.replica_server --port {{port}} {args}".strip()
     text = (
         POLICY.replace("@COMMAND@", command)
         .replace("@READY@", ready_timeout)
@@ -206,3 +214,27 @@ async def test_a_replica_that_never_becomes_ready_is_reported_not_counted_and_gi
                 os.kill(pid, 0)
         snapshot = manager.status_json()
         assert snapshot["services"][0]["replicas"][0]["state"] == "failed"  # type: ignore[index]
+
+
+async def test_inferway_serve_replicas_serve_the_model_and_stop_gracefully(tmp_path: Path) -> None:
+    """The example policy's command shape: ``inferway serve`` with {port} and {grpc_port}."""
+    write_demo_repository(tmp_path / "models")
+    command = (
+        f"{sys.executable} -m inferway.gateway.cli serve --model-repository "
+        f"{tmp_path / 'models'} --http-port {{port}} --grpc-port {{grpc_port}}"
+    )
+    async with managed(_template(command=command, ready_timeout="60s"), tmp_path) as (gw, manager):
+        assert manager.scale_to("model", 2) == 2
+        await poll_until(lambda: _model(manager).ready == 2, timeout=90, what="2 backends ready")
+        grpc_ports = {r.grpc_port for r in _model(manager).replicas}
+        assert len(grpc_ports) == 2 and None not in grpc_ports
+
+        async def model_ready() -> bool:
+            return (await gw.get("/v2/models/demo/ready")).status == 200
+
+        await poll_until(model_ready, timeout=15, what="the model through Envoy")
+        assert manager.scale_to("model", 1) == 1
+        await poll_until(lambda: len(_model(manager).replicas) == 1, timeout=30, what="scaled in")
+        (stopped,) = [e for e in manager.events if e.kind == "stopped"]
+        assert stopped.detail["code"] == 0 and not stopped.detail["killed"]
+        assert (await gw.get("/v2/models/demo/ready")).status == 200

@@ -8,7 +8,9 @@ from inferway.gateway.actuators.envoy_drain import HostLoad, read_host_load
 from inferway.gateway.actuators.replica_plan import (
     ReconcilePlan,
     ReplicaState,
+    ReplicaStatus,
     ReplicaView,
+    ServiceReplicasStatus,
     assign_device,
     backoff_delay,
     build_command,
@@ -163,3 +165,38 @@ def _host(address: str, port: int, active: int) -> dict[str, object]:
         "address": {"socket_address": {"address": address, "port_value": port}},
         "stats": [{"name": "rq_active", "value": str(active), "type": "GAUGE"}],
     }
+
+
+def test_status_counts_only_ready_replicas_as_capacity_and_reads_for_a_person() -> None:
+    def replica(index: int, state: ReplicaState, **fields: object) -> ReplicaStatus:
+        base: dict[str, object] = {
+            "port": 8000 + index,
+            "grpc_port": None,
+            "pid": None,
+            "device": None,
+            "restarts": 0,
+            "failures": 0,
+            "last_error": None,
+            "retry_in": None,
+        }
+        base.update(fields)
+        return ReplicaStatus("m", index, state, **base)  # type: ignore[arg-type]
+
+    status = ServiceReplicasStatus(
+        "m",
+        desired=2,
+        min=1,
+        max=3,
+        replicas=(
+            replica(0, READY, pid=41, device="0"),
+            replica(1, WAITING, restarts=2, failures=2, last_error="exited (1)", retry_in=1.5),
+        ),
+    )
+    assert status.ready == 1
+    assert status.lines() == [
+        "m: 1 ready of 2 desired (min 1, max 3)",
+        "  [0] ready, port 8000, pid 41, device 0, restarts 0",
+        "  [1] waiting, port 8001, restarts 2, retry in 1.5s, last error: exited (1)",
+    ]
+    data = status.to_json()
+    assert data["ready"] == 1 and data["replicas"][1]["state"] == "waiting"  # type: ignore[index]

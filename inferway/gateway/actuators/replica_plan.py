@@ -89,6 +89,28 @@ class ServiceReplicasStatus:
         """Capacity: replicas in the endpoints (a never-ready replica does not count)."""
         return sum(1 for r in self.replicas if r.state is ReplicaState.READY)
 
+    def lines(self) -> list[str]:
+        """Human status: one line for the service, one per replica."""
+        out = [
+            f"{self.service}: {self.ready} ready of {self.desired} desired "
+            f"(min {self.min}, max {self.max})"
+        ]
+        for r in self.replicas:
+            parts = [f"  [{r.index}] {r.state.value}"]
+            if r.port is not None:
+                parts.append(f"port {r.port}")
+            if r.pid is not None:
+                parts.append(f"pid {r.pid}")
+            if r.device is not None:
+                parts.append(f"device {r.device}")
+            parts.append(f"restarts {r.restarts}")
+            if r.retry_in is not None:
+                parts.append(f"retry in {r.retry_in:.1f}s")
+            if r.last_error:
+                parts.append(f"last error: {r.last_error}")
+            out.append(", ".join(parts))
+        return out
+
     def to_json(self) -> dict[str, object]:
         return {
             "service": self.service,
