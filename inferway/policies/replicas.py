@@ -18,6 +18,7 @@ error rather than a replica that fails at start.
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 import string
 from typing import Annotated
@@ -132,6 +133,17 @@ class Replicas(_Model):
                 "the command must contain {port}: each replica listens on a port the "
                 f"manager picks, e.g. '--http-port {{port}}'; got {value!r}"
             )
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(
+                f"expected the IP address replicas listen on, such as 127.0.0.1, got {value!r}"
+            ) from None
         return value
 
     @field_validator("readiness")

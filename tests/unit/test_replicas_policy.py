@@ -104,3 +104,8 @@ def test_counts_and_backoff_are_checked() -> None:
     assert "initial backoff 5s is longer than max 1s" in backoff
     (typo,) = _errors("command: serve {port}", "stop_grce: 1s")
     assert "unknown key 'stop_grce' (did you mean 'stop_grace'?)" in typo
+
+
+def test_replicas_listen_on_an_ip_address() -> None:
+    (error,) = _errors("command: serve {port}", "host: localhost")
+    assert "services[0].replicas.host: expected the IP address replicas listen on" in error

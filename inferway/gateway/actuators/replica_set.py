@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ from inferway.policies.model import Endpoint
 from inferway.policies.replicas import Replicas
 
 __all__ = ["DrainProbe", "ReplicaContext", "ReplicaSet"]
+
+log = logging.getLogger(__name__)
 
 DrainProbe = Callable[[str, str, int], Awaitable[bool]]
 """``await probe(service, host, port)``: True once Envoy no longer routes to that host."""
@@ -218,22 +221,38 @@ class ReplicaSet:
                     if await self._stopped_within(replica, delay):
                         break
                 replica.retry_at = None
-                if not await self._spawn(replica):
-                    continue
-                if not await self._until_ready(replica):
-                    continue
-                replica.state = ReplicaState.READY
-                replica.ready_since = self._ctx.clock()
-                self._emit("ready", replica, port=replica.port, pid=replica.process.pid)  # type: ignore[union-attr]
-                self._ctx.changed()
-                await self._until_exit_or_stop(replica)
-        except Exception as error:  # a bug here must not leave a process behind unreported
-            replica.last_error = f"{type(error).__name__}: {error}"
-            self._emit("error", replica, error=replica.last_error)
+                try:
+                    await self._attempt(replica)
+                except Exception as error:  # counted like a crash: backoff, then give up
+                    await self._recover(replica, error)
         finally:
             await self._shutdown(replica)
             self._replicas.pop(replica.index, None)
             self._ctx.changed()
+
+    async def _attempt(self, replica: _Replica) -> None:
+        """One start: spawn, wait for readiness, serve until the process exits or a stop."""
+        if not await self._spawn(replica):
+            return
+        if not await self._until_ready(replica):
+            return
+        assert replica.process is not None
+        replica.state = ReplicaState.READY
+        replica.ready_since = self._ctx.clock()
+        self._emit("ready", replica, port=replica.port, pid=replica.process.pid)
+        self._ctx.changed()
+        await self._until_exit_or_stop(replica)
+
+    async def _recover(self, replica: _Replica, error: Exception) -> None:
+        log.exception("replica %s[%d] failed unexpectedly", self.service, replica.index)
+        if replica.stop.is_set():
+            return  # the shutdown that follows drains and stops it
+        if replica.state is ReplicaState.READY:
+            replica.state = ReplicaState.WAITING
+            self._ctx.changed()
+        if replica.process is not None and replica.process.returncode is None:
+            await replica.process.terminate(replica.spec.stop_grace)
+        self._fail(replica, "error", f"{type(error).__name__}: {error}")
 
     async def _stopped_within(self, replica: _Replica, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -247,8 +266,11 @@ class ReplicaSet:
 
     async def _spawn(self, replica: _Replica) -> bool:
         spec = replica.spec
-        replica.port = free_port(spec.host)
-        replica.grpc_port = free_port(spec.host)
+        try:
+            replica.port, replica.grpc_port = _two_free_ports(spec.host)
+        except OSError as error:
+            self._fail(replica, "spawn_failed", f"no free port on {spec.host}: {error}")
+            return False
         args = (spec, self.service, replica.index, replica.port, replica.grpc_port)
         argv = build_command(*args, replica.device)
         env = build_environment(spec, self._ctx.base_env, *args[1:], replica.device)
@@ -347,9 +369,23 @@ class ReplicaSet:
         deadline = self._ctx.clock() + spec.drain_timeout
         probe = self._ctx.drain_probe
         while True:
-            if probe is not None and await probe(self.service, spec.host, port):
+            if probe is not None and await self._probe(probe, spec.host, port):
                 return True
             remaining = deadline - self._ctx.clock()
             if remaining <= 0:
                 return False
             await asyncio.sleep(min(self._ctx.probe_interval, remaining))
+
+    async def _probe(self, probe: DrainProbe, host: str, port: int) -> bool:
+        try:
+            return await probe(self.service, host, port)
+        except Exception:  # an unanswerable probe is "not drained": the timeout bounds it
+            log.exception("drain probe for %s %s:%d failed", self.service, host, port)
+            return False
+
+
+def _two_free_ports(host: str) -> tuple[int, int]:
+    port = free_port(host)
+    while (other := free_port(host)) == port:
+        pass
+    return port, other
