@@ -93,7 +93,11 @@ def _ready_ports(manager: ReplicaManager) -> set[int]:
 async def test_an_edited_command_replaces_the_replicas_make_before_break(tmp_path: Path) -> None:
     before = _policy(_replicas(SERVER, initial=2))
     async with managed(before, tmp_path) as (control_plane, manager):
-        await poll_until(lambda: len(_ready_ports(manager)) == 2, timeout=20, what="2 ready")
+        await poll_until(
+            lambda: len(control_plane.state.replicas.get("model", ())) == 2,
+            timeout=20,
+            what="2 ready replicas in State",
+        )
         old = _ready_ports(manager)
         counts = _ReplicaCounts(control_plane)
         control_plane.add_observer(counts)
