@@ -79,8 +79,8 @@ def _check_placeholders(text: str) -> str:
 class Backoff(_Model):
     """Waits between restarts of a replica that crashed or never became ready: ``initial``,
     doubled per consecutive failure up to ``max``. After ``give_up_after`` consecutive
-    failures the replica is reported failed and not started again until the policy changes
-    (never an endless spawn loop)."""
+    failures the replica is reported failed and not started again until this ``replicas``
+    section is edited (never an endless spawn loop)."""
 
     initial: Duration = Field(default=1.0, gt=0)
     max: Duration = Field(default=60.0, gt=0)

@@ -131,7 +131,7 @@ async def test_replicas_removed_from_the_policy_are_stopped(tmp_path: Path) -> N
             os.kill(pid, 0)
 
 
-async def test_a_command_that_cannot_run_is_reported_and_given_up(tmp_path: Path) -> None:
+async def test_a_command_that_cannot_run_is_given_up_until_an_edit(tmp_path: Path) -> None:
     command = str(tmp_path / "no-such-server") + " --port {port}"
     async with managed(_policy(_replicas(command)), tmp_path) as (control_plane, manager):
         await poll_until(
@@ -144,6 +144,16 @@ async def test_a_command_that_cannot_run_is_reported_and_given_up(tmp_path: Path
         assert "cannot run" in replica.last_error and "no-such-server" in replica.last_error
         assert [e.kind for e in manager.events].count("spawn_failed") == 3
         assert control_plane.state.replicas.get("model", ()) == ()
+
+        edited = _replicas(command).replace("give_up_after: 3", "give_up_after: 2")
+        control_plane.apply_policy(load_policy_text(_policy(edited)), "edit")
+
+        def failed_again() -> bool:
+            kinds = [e.kind for e in manager.events]
+            return kinds.count("gave_up") == 2 and kinds.count("spawn_failed") == 5
+
+        await poll_until(failed_again, timeout=10, what="an edit to try again, twice")
+        assert manager.status()[0].replicas[0].state is ReplicaState.FAILED
 
 
 async def test_scale_to_clamps_to_min_and_max_and_refuses_unknown_services(tmp_path: Path) -> None:

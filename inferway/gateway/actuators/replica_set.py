@@ -111,6 +111,9 @@ class ReplicaSet:
             self._generation += 1
         self.spec = spec
         self.desired = min(max(self.desired, spec.min), spec.max)
+        for replica in list(self._replicas.values()):
+            if replica.state is ReplicaState.FAILED and not replica.stop.is_set():
+                self._stop(replica.index, "edited: try again")  # a fresh one replaces it
         self.reconcile()
 
     def scale_to(self, count: int) -> int:
