@@ -51,7 +51,7 @@ from batching_report import evaluate_targets, print_report
 from loadgen import PROTOCOLS, LoadWorker
 from servers import ServerProcess, WorkersServer, backend_server_main, plain_server_main
 
-from inferway.backends.demo_models import HEAVY_SIZES
+from inferway.devtools.demo_models import HEAVY_SIZES
 
 __all__ = ["MODES", "build_bench_repository", "main", "measure_direct"]
 

@@ -15,7 +15,7 @@ import numpy as np
 import yaml
 from loadgen_spec import request_row
 
-from inferway.backends.demo_models import build_mlp, mlp_reference
+from inferway.devtools.demo_models import build_mlp, mlp_reference
 
 __all__ = [
     "CLOSED_CLIENTS",

@@ -13,14 +13,17 @@ import grpc
 
 from inferway.backends.app import BackendHandle, start_backend
 from inferway.backends.protocol import pb2_grpc
+from inferway.backends.serving.settings import ServingSettings
 
 __all__ = ["grpc_stub", "http_session", "running_backend"]
 
 
 @asynccontextmanager
-async def running_backend(root: Path) -> AsyncIterator[BackendHandle]:
+async def running_backend(
+    root: Path, settings: ServingSettings | None = None
+) -> AsyncIterator[BackendHandle]:
     """Every model under ``root`` loaded and served (no repository watching)."""
-    handle = await start_backend(root, watch=False)
+    handle = await start_backend(root, watch=False, settings=settings)
     try:
         yield handle
     finally:

@@ -20,10 +20,10 @@ import httpx
 import yaml
 
 from inferway.backends.app import BackendHandle, start_backend
-from inferway.backends.demo_models import write_demo_repository
+from inferway.devtools.demo_models import write_demo_repository
+from inferway.devtools.otlp_receiver import OtlpReceiver, ReceivedSpan, start_otlp_receiver
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.observability.otel import setup_tracing
-from inferway.observability.otlp_receiver import OtlpReceiver, ReceivedSpan, start_otlp_receiver
 from inferway.xds.translate.tracing import FAST_FLUSH_RUNTIME
 from tests.envoy_process import free_port
 

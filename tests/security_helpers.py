@@ -1,6 +1,6 @@
 """Test helpers for the security tests: an echo backend that shows the headers it received.
 Everything binds loopback, everything is stopped by the caller. Certificates come from
-``inferway.gateway.certs`` (``build_ca`` / ``build_certificate``)."""
+``inferway.pki`` (``build_ca`` / ``build_certificate``)."""
 
 from __future__ import annotations
 

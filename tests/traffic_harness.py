@@ -13,22 +13,23 @@ polls with a deadline; everything started is stopped.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx
 from aiohttp import web
 
-from inferway.backends.orca import ORCA_HEADER, LoadReport, build_orca_header
+from inferway.backends.telemetry.orca import ORCA_HEADER, LoadReport, build_orca_header
 from inferway.gateway.control_plane import ControlPlane
-from inferway.policies import load_policy_text
+from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
-from inferway.xds.server import XdsServer, start_xds_server
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import poll_until  # re-exported for the tests importing them here
 
@@ -189,17 +190,18 @@ def share(results: Iterable[Result]) -> Counter[str]:
 
 
 class TrafficGateway:
-    """Control plane (SnapshotCache + ControlPlane + ADS server) and one Envoy for a policy
-    given as text; ``{listener_port}`` and ``{<backend name>}`` placeholders are filled in
-    with the listener's and the backends' ports."""
+    """The gateway as the composition root builds it (``start_gateway`` as ``inferway run
+    --no-envoy``, from a policy file in a temp dir) and one Envoy, for a policy given as text;
+    ``{listener_port}`` and ``{<backend name>}`` placeholders are filled in with the listener's
+    and the backends' ports. An edit is written to the file and applied as the watcher does."""
 
     def __init__(self, policy_template: str, backends: Iterable[ControlledBackend]) -> None:
         self.template = policy_template
         self.backends = {b.name: b for b in backends}
         self.listener_port = free_port()
-        self.cache = SnapshotCache()
-        self.control_plane = ControlPlane(self.cache)
-        self.server: XdsServer | None = None
+        self._dir = tempfile.TemporaryDirectory(prefix="inferway-traffic-")
+        self.policy_path = Path(self._dir.name) / "policy.yaml"
+        self.gateway: Gateway | None = None
         self.envoy: EnvoyProcess | None = None
         self.session: aiohttp.ClientSession | None = None
         self._admin: httpx.AsyncClient | None = None
@@ -218,9 +220,15 @@ class TrafficGateway:
             if not backend.port:
                 await backend.start()
         try:
-            self.control_plane.apply_policy(load_policy_text(self.render()), "<test policy>")
-            self.server = await start_xds_server(self.cache, port=0)
-            bootstrap = build_bootstrap(node_id=NODE_ID, xds_port=self.server.port, admin_port=0)
+            self.policy_path.write_text(self.render(), encoding="utf-8")
+            self.gateway = await start_gateway(
+                GatewayOptions(
+                    policy_path=self.policy_path, xds_port=0, admin_port=0, with_envoy=False
+                )
+            )
+            bootstrap = build_bootstrap(
+                node_id=NODE_ID, xds_port=self.gateway.xds.port, admin_port=0
+            )
             self.envoy = await EnvoyProcess(bootstrap).start(wait="ready", timeout=20.0)
             connector = aiohttp.TCPConnector(limit=64)
             self.session = aiohttp.ClientSession(
@@ -251,8 +259,20 @@ class TrafficGateway:
         acked = await self.cache.wait_for_acks(version, node_ids=[NODE_ID], timeout=15)
         assert acked, f"Envoy did not ACK {version}: {self.cache.node_status()}"
 
+    @property
+    def control_plane(self) -> ControlPlane:
+        assert self.gateway is not None
+        return self.gateway.control_plane
+
+    @property
+    def cache(self) -> SnapshotCache:
+        return self.control_plane.cache
+
     async def apply(self, template: str) -> None:
-        self.control_plane.apply_policy(load_policy_text(self.render(template)), "<test edit>")
+        assert self.gateway is not None
+        self.policy_path.write_text(self.render(template), encoding="utf-8")
+        result = self.gateway.watcher.reload()  # None: the watcher had applied it already
+        assert result is None or result.refusal is None, result.refusal
         await self.wait_acked()
 
     async def stop(self) -> None:
@@ -265,11 +285,12 @@ class TrafficGateway:
         if self.envoy is not None:
             self.envoy.stop()
             self.envoy = None
-        if self.server is not None:
-            await self.server.stop(grace=0.2)
-            self.server = None
+        if self.gateway is not None:
+            await self.gateway.stop()
+            self.gateway = None
         for backend in self.backends.values():
             await backend.kill()
+        self._dir.cleanup()
 
     async def __aenter__(self) -> TrafficGateway:
         return await self.start()

@@ -17,8 +17,9 @@ from google.protobuf.message import Message
 
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
+from inferway.xds.snapshot import Snapshot, build_snapshot
 
-__all__ = ["ads_source", "build_cluster", "build_sample_resources"]
+__all__ = ["ads_source", "build_cluster", "build_fleet", "build_sample_resources"]
 
 
 def ads_source() -> config_source_pb2.ConfigSource:
@@ -123,4 +124,58 @@ def build_sample_resources(
             type_urls.CLUSTER: [(c.name, c) for c in clusters],
             type_urls.ENDPOINT: [(cluster, assignment)],
         }
+    )
+
+
+def build_fleet(
+    ports: dict[str, list[int]],
+    *,
+    listener_port: int = 10000,
+    prefix: str = "/",
+    route_cluster: str = "a",
+) -> Snapshot:
+    """Listener "edge" routing to ``route_cluster``, plus one EDS cluster per service with the
+    given loopback ports (hand-built resources: this tests the protocol, not the translator)."""
+    sample = build_sample_resources(
+        listener_port=listener_port,
+        backend_ports=ports["a"],
+        listener="edge",
+        cluster=route_cluster,
+        route_prefix=prefix,
+    )
+    clusters = [(name, build_cluster(name)) for name in ports]
+    assignments = [
+        (
+            name,
+            endpoint_pb2.ClusterLoadAssignment(
+                cluster_name=name,
+                endpoints=[
+                    endpoint_components_pb2.LocalityLbEndpoints(
+                        lb_endpoints=[
+                            endpoint_components_pb2.LbEndpoint(
+                                endpoint=endpoint_components_pb2.Endpoint(
+                                    address=address_pb2.Address(
+                                        socket_address=address_pb2.SocketAddress(
+                                            address="127.0.0.1", port_value=port
+                                        )
+                                    )
+                                )
+                            )
+                            for port in plist
+                        ]
+                    )
+                ],
+            ),
+        )
+        for name, plist in ports.items()
+    ]
+    return build_snapshot(
+        Resources.build(
+            {
+                type_urls.LISTENER: list(sample.of_type(type_urls.LISTENER).items()),
+                type_urls.ROUTE: list(sample.of_type(type_urls.ROUTE).items()),
+                type_urls.CLUSTER: clusters,
+                type_urls.ENDPOINT: assignments,
+            }
+        )
     )

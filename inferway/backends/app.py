@@ -19,12 +19,13 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
-from inferway.backends.grpc_server import start_grpc_server
-from inferway.backends.http_server import build_http_app
-from inferway.backends.metrics import BackendMetrics
-from inferway.backends.repository import ModelRepository
+from inferway.backends.models.repository import ModelRepository
+from inferway.backends.protocol.grpc_server import start_grpc_server
+from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
-from inferway.backends.serving import DEFAULT_MAX_BODY_BYTES
+from inferway.backends.serving.core import ServingCore
+from inferway.backends.serving.settings import DEFAULT_BACKLOG, ServingSettings
+from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
 __all__ = [
@@ -108,38 +109,40 @@ async def serve_repository(
     host: str = "127.0.0.1",
     http_port: int = 0,
     grpc_port: int = 0,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    settings: ServingSettings | None = None,
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
     tls: BackendTls | None = None,
     reuse_port: bool = False,
+    backlog: int = DEFAULT_BACKLOG,
 ) -> BackendHandle:
     """Start the HTTP and gRPC servers over ``repository`` (started or not); with ``tls``
     both serve TLS and, when it says so, require client certificates. ``reuse_port`` lets
     several worker processes bind the same ports (SO_REUSEPORT: the kernel spreads the
-    connections); without it a port already in use is an error, for gRPC too."""
-    app = build_http_app(
-        repository,
-        metrics=metrics,
-        max_body_bytes=max_body_bytes,
-        tracer_provider=tracer_provider,
-    )
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
+    connections); without it a port already in use is an error, for gRPC too. ``settings``
+    (body limit, default timeout) apply to both servers alike."""
+    core = ServingCore(repository, metrics, settings=settings, tracer_provider=tracer_provider)
+    app = build_http_app(core)
+    # handler_cancellation: a client that hangs up cancels its handler, so a request still
+    # queued is dropped (never computed) and counted as cancelled.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace, handler_cancellation=True)
     await runner.setup()
     try:
         ssl_context = build_ssl_context(tls) if tls is not None else None
         site = web.TCPSite(
-            runner, host, http_port, ssl_context=ssl_context, reuse_port=reuse_port or None
+            runner,
+            host,
+            http_port,
+            ssl_context=ssl_context,
+            backlog=backlog,
+            reuse_port=reuse_port or None,
         )
         await site.start()
         bound_http = _bound_port(runner, http_port)
         server, bound_grpc = await start_grpc_server(
-            repository,
-            metrics=metrics,
+            core,
             host=host,
             port=grpc_port,
-            max_message_bytes=max_body_bytes,
-            tracer_provider=tracer_provider,
             credentials=build_grpc_server_credentials(tls) if tls is not None else None,
             reuse_port=reuse_port,
         )
@@ -171,13 +174,14 @@ async def start_backend(
     http_port: int = 0,
     grpc_port: int = 0,
     watch: bool = True,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    settings: ServingSettings | None = None,
     grace: float = 5.0,
     tracer_provider: TracerProvider | None = None,
     tls: BackendTls | None = None,
     reuse_port: bool = False,
     load_first: bool = False,
     metrics_dir: str | None = None,
+    backlog: int = DEFAULT_BACKLOG,
 ) -> BackendHandle:
     """Serve every model under ``repository_root``; returns once all are loaded and warm
     (the servers already answer liveness, and readiness 503, while they load). Request and
@@ -198,11 +202,12 @@ async def start_backend(
             host=host,
             http_port=http_port,
             grpc_port=grpc_port,
-            max_body_bytes=max_body_bytes,
+            settings=settings,
             grace=grace,
             tracer_provider=tracer_provider,
             tls=tls,
             reuse_port=reuse_port,
+            backlog=backlog,
         )
     except BaseException:
         if load_first:

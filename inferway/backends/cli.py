@@ -15,6 +15,11 @@ from typing import Annotated
 import typer
 
 from inferway.backends.process_tuning import tune_for_serving
+from inferway.backends.serving.settings import (
+    DEFAULT_BACKLOG,
+    DEFAULT_MAX_BODY_BYTES,
+    ServingSettings,
+)
 from inferway.backends.tls import BackendTls
 from inferway.observability.redaction import install_redaction
 
@@ -28,6 +33,8 @@ async def _serve(
     host: str,
     echo: bool = True,
     tls: BackendTls | None = None,
+    settings: ServingSettings | None = None,
+    backlog: int = DEFAULT_BACKLOG,
 ) -> None:
     from inferway.backends.app import describe_served, start_backend
 
@@ -36,7 +43,13 @@ async def _serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     handle = await start_backend(
-        model_repository, host=host, http_port=http_port, grpc_port=grpc_port, tls=tls
+        model_repository,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        tls=tls,
+        settings=settings,
+        backlog=backlog,
     )
     try:
         typer.echo(f"inferway backend serving {model_repository}")
@@ -117,6 +130,30 @@ def serve(
             envvar="INFERWAY_WORKERS",
         ),
     ] = 1,
+    max_body_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Largest request body on HTTP and gRPC alike (a model's max_input_bytes "
+            "can only lower it).",
+        ),
+    ] = DEFAULT_MAX_BODY_BYTES,
+    default_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Seconds a request may take when it names no deadline of its own (default: none).",
+            show_default=False,
+        ),
+    ] = None,
+    backlog: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="HTTP listen backlog: room for bursts of new connections, which then get "
+            "429 from the queue limit instead of stalling in the kernel.",
+        ),
+    ] = DEFAULT_BACKLOG,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
     level = getattr(logging, log_level.upper(), None)
@@ -140,6 +177,7 @@ def serve(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
     tls = _backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
+    serving = ServingSettings(max_body_bytes=max_body_bytes, default_timeout_s=default_timeout)
     if workers > 1:
         if http_port == 0 or grpc_port == 0:
             raise typer.BadParameter(
@@ -156,11 +194,14 @@ def serve(
             log_level=level,
             tls=tls,
             otlp_endpoint=otlp_endpoint,
+            serving=serving,
+            backlog=backlog,
         )
         typer.echo(f"inferway backend serving {model_repository} with {workers} workers")
         _echo_listeners(host, http_port, grpc_port, tls)
         raise typer.Exit(run_workers(settings, workers, typer.echo))
     tune_for_serving()
+    where = (model_repository, http_port, grpc_port, host)
     provider = None
     if otlp_endpoint:  # spans nobody exports would cost ~50 us of CPU per request
         from inferway.observability.otel import setup_tracing
@@ -170,9 +211,9 @@ def serve(
         try:
             import uvloop
         except ImportError:  # e.g. Windows: plain asyncio still works
-            asyncio.run(_serve(model_repository, http_port, grpc_port, host, tls=tls))
+            asyncio.run(_serve(*where, tls=tls, settings=serving, backlog=backlog))
         else:
-            uvloop.run(_serve(model_repository, http_port, grpc_port, host, tls=tls))
+            uvloop.run(_serve(*where, tls=tls, settings=serving, backlog=backlog))
     finally:
         if provider is not None:
             provider.shutdown()

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import grpc
 
+from inferway.pki.keys import check_private_key_permissions
+
 __all__ = ["BackendTls", "build_grpc_server_credentials", "build_ssl_context"]
 
 
@@ -30,8 +32,6 @@ class BackendTls:
             raise ValueError("require_client_cert needs client_ca (the CA client certs chain to)")
 
     def read(self) -> tuple[bytes, bytes, bytes | None]:
-        from inferway.gateway.certs import check_private_key_permissions
-
         problem = check_private_key_permissions(Path(self.private_key))
         if problem:
             raise PermissionError(problem)

@@ -26,12 +26,16 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 from inferway.backends.runners.onnx import WORKERS_ENV
+from inferway.backends.serving.settings import (
+    DEFAULT_BACKLOG,
+    ServingSettings,
+)
 from inferway.backends.tls import BackendTls
 
 __all__ = ["WorkerSettings", "run_workers"]
@@ -56,6 +60,8 @@ class WorkerSettings:
     log_level: int
     tls: BackendTls | None = None
     otlp_endpoint: str | None = None
+    serving: ServingSettings = field(default_factory=ServingSettings)
+    backlog: int = DEFAULT_BACKLOG
 
 
 def _worker_main(settings: WorkerSettings, index: int, events: Any, parent: int) -> None:
@@ -99,6 +105,8 @@ async def _serve_worker(settings: WorkerSettings, index: int, events: Any) -> No
         http_port=settings.http_port,
         grpc_port=settings.grpc_port,
         tls=settings.tls,
+        settings=settings.serving,
+        backlog=settings.backlog,
         reuse_port=True,
         load_first=True,
         metrics_dir=os.environ[METRICS_DIR_ENV],

@@ -1,4 +1,6 @@
-"""Development and demo tools: demo models and runner, OTLP receiver, trace tree, development CA.
+"""Development and demo tools: the demo runner and its steps, the OTLP receiver, the trace tree.
 
-Nothing in the product (gateway, xds, backends) imports from here; these exist to show and test it.
+Nothing in the product imports from here, except the gateway CLI's ``demo`` command, which
+imports :mod:`inferway.devtools.demo` lazily (see docs/architecture.md); these exist to show
+and test the product.
 """

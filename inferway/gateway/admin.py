@@ -22,13 +22,14 @@ from inferway.gateway.admin_security import (
     admin_security_middleware,
     reload_handler,
 )
-from inferway.gateway.control_plane import ControlPlane, Refusal
+from inferway.gateway.control_plane import DEGRADED_REJECTED, ControlPlane, Refusal
+from inferway.gateway.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.gateway.supervisor import EnvoySupervisor
-from inferway.observability.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.policies import dump_policy
 from inferway.policies.redact import build_redacted_policy
 from inferway.xds import type_urls
-from inferway.xds.cache import NackRecord, NodeStatus, node_in_sync
+from inferway.xds.cache import node_in_sync
+from inferway.xds.records import NackRecord, NodeStatus
 from inferway.xds.snapshot import Snapshot
 
 __all__ = [
@@ -47,9 +48,9 @@ DEFAULT_ADMIN_PORT = 15000
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
 SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor)
-XDS_REFUSALS = web.AppKey("xds_refusals", Callable[[], list[Any]])
+XDS_REFUSALS: web.AppKey[Callable[[], list[Any]]] = web.AppKey("xds_refusals")
 METRICS = web.AppKey("metrics", ControlPlaneMetrics)
-ENVOY_ADMIN_PORT = web.AppKey("envoy_admin_port", Callable[[], int | None])
+ENVOY_ADMIN_PORT: web.AppKey[Callable[[], int | None]] = web.AppKey("envoy_admin_port")
 # Query parameters of Envoy's /stats/prometheus that are passed through (all read-only).
 _ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets")
 
@@ -59,6 +60,7 @@ def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None)
     current = plane.current
     refusal = plane.last_refused
     return {
+        "health": _health(plane),
         "policy": None
         if current is None
         else {
@@ -78,11 +80,31 @@ def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None)
     }
 
 
+def _health(plane: ControlPlane) -> dict[str, Any]:
+    """``ok``, or ``degraded: last edit rejected by Envoy`` with the reason; the gateway still
+    serves the last good snapshot either way."""
+    degraded = plane.degraded
+    if degraded is None:
+        return {"ok": True, "status": "ok", "reason": None}
+    return {"ok": False, "status": DEGRADED_REJECTED, "reason": degraded}
+
+
 def _refusal(refusal: Refusal, pending: bool) -> dict[str, Any]:
+    rejection = refusal.rejected_by_envoy
     return {
         "at": refusal.at,
         "file": refusal.file,
         "pending": pending,
+        "rejected_by_envoy": None
+        if rejection is None
+        else {
+            "node_id": rejection.nack.node_id,
+            "type": type_urls.SHORT_NAMES.get(rejection.nack.type_url, rejection.nack.type_url),
+            "snapshot": rejection.version,
+            "resource_names": list(rejection.nack.resource_names),
+            "message": rejection.message,
+            "restored": rejection.restored,
+        },
         "issues": [
             {
                 "file": issue.file,
@@ -142,8 +164,10 @@ async def _status(request: web.Request) -> web.Response:
 
 
 async def _healthz(request: web.Request) -> web.Response:
+    """200 while the gateway serves (a probe must not restart it for a rejected edit: the
+    last good config serves); ``ok`` is false and ``status`` says why while degraded."""
     plane = request.app[CONTROL_PLANE]
-    return web.json_response({"ok": True, "policy_version": plane.version})
+    return web.json_response(_health(plane) | {"policy_version": plane.version})
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -2,13 +2,15 @@
 
 Two entry points, both on one :class:`CertificateSource`:
 
-* ``resolve_state`` is registered on the control plane as a state source: every policy that
-  is applied first has its certificate files read, so an edit naming a missing, unreadable or
+* ``resolve_state`` is a state source (:mod:`inferway.gateway.sources`): every policy edit has
+  its certificate files read before it is applied, so an edit naming a missing, unreadable or
   unsafe file is refused like any bad edit, and the snapshot always carries the secrets its
-  listeners and clusters refer to.
+  listeners and clusters refer to. (The first policy's files are read by the composition root
+  with :func:`load_tls_secrets`, the same reads ``inferway validate`` does; ``follow`` then
+  points the watch at them.)
 * ``start`` watches the directories holding those files; when one changes, the material is
-  re-read and pushed (``ControlPlane.update_state``). Envoy gets a new Secret and uses it for new
-  handshakes; established connections keep theirs; listeners are not drained.
+  re-read and pushed into the sink (``StateSink.update_state``). Envoy gets a new Secret and
+  uses it for new handshakes; established connections keep theirs; listeners are not drained.
 
 Private keys are never logged or shown in errors (only their paths), and a key that its group
 or others can read is refused with the chmod that fixes it. A certificate whose key does not
@@ -27,7 +29,9 @@ import watchfiles
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from inferway.gateway.certs import check_private_key_permissions, key_matches_certificate
+from inferway.gateway.control_plane import PolicyRefusedError
+from inferway.gateway.sources import StateSink
+from inferway.pki.keys import check_private_key_permissions, key_matches_certificate
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve.secrets import listener_secret_names, service_secret_names
@@ -36,13 +40,11 @@ from inferway.state import State, TlsMaterial
 __all__ = [
     "CertificateSource",
     "SecretFiles",
-    "check_private_key_permissions",
     "load_tls_secrets",
     "secret_files",
 ]
 
 log = logging.getLogger(__name__)
-logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 CERTIFICATES_SOURCE = "certificate files"
 
@@ -85,16 +87,16 @@ def secret_files(policy: Policy, base_dir: Path) -> dict[str, SecretFiles]:
             out[names["ca"]] = SecretFiles(loc, trusted_ca=_path(base_dir, tls.client_ca))
     for s, service in enumerate(policy.services):
         names = service_secret_names(service)
-        tls = service.tls
-        if not names or tls is None:
+        service_tls = service.tls
+        if not names or service_tls is None:
             continue
         loc = f"services[{s}].tls"
-        out[names["ca"]] = SecretFiles(loc, trusted_ca=_path(base_dir, tls.ca))
+        out[names["ca"]] = SecretFiles(loc, trusted_ca=_path(base_dir, service_tls.ca))
         if "cert" in names:
             out[names["cert"]] = SecretFiles(
                 loc,
-                certificate=_path(base_dir, tls.certificate),
-                private_key=_path(base_dir, tls.private_key),
+                certificate=_path(base_dir, service_tls.certificate),
+                private_key=_path(base_dir, service_tls.private_key),
             )
     return out
 
@@ -184,7 +186,7 @@ class CertificateSource:
         self.debounce_ms = debounce_ms
         self.force_polling = force_polling
         self.rotations = 0
-        self._plane: object | None = None
+        self._plane: StateSink | None = None
         self._watched: frozenset[Path] = frozenset()
         self._dirs: frozenset[Path] = frozenset()
         self._stop = asyncio.Event()
@@ -194,12 +196,16 @@ class CertificateSource:
 
     def resolve_state(self, policy: Policy, state: State) -> State:
         """Control-plane state source: ``state`` with the policy's secrets freshly loaded."""
-        files = secret_files(policy, self.base_dir)
         secrets = load_tls_secrets(policy, self.base_dir, source=self.source)
-        self._set_watched({p for f in files.values() for p in f.paths()})
+        self.follow(policy)
         if dict(state.secrets) == secrets:
             return state
         return replace(state, secrets=secrets)
+
+    def follow(self, policy: Policy) -> None:
+        """Watch the certificate files ``policy`` names (without reading them now)."""
+        files = secret_files(policy, self.base_dir)
+        self._set_watched({p for f in files.values() for p in f.paths()})
 
     def _set_watched(self, paths: set[Path]) -> None:
         self._watched = frozenset(p.resolve() for p in paths)
@@ -208,8 +214,9 @@ class CertificateSource:
             self._dirs = dirs
             self._rewatch.set()
 
-    async def start(self, plane: object) -> None:
-        """Watch the certificate directories of ``plane``'s policy; returns once watching."""
+    async def start(self, plane: StateSink) -> None:
+        """Watch the certificate directories of the live policy; returns once watching. A
+        change is pushed into ``plane`` (the control plane, or any :class:`StateSink`)."""
         if self._task is not None:
             raise RuntimeError("this certificate source is already started")
         self._plane = plane
@@ -260,10 +267,8 @@ class CertificateSource:
     def reload(self) -> str | None:
         """Re-read the files of the live policy and push them; the new version, or None when
         nothing changed or the files were refused (recorded on the control plane)."""
-        from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
-
         plane = self._plane
-        if not isinstance(plane, ControlPlane) or plane.policy is None:
+        if plane is None or plane.policy is None:
             return None
         try:
             secrets = load_tls_secrets(plane.policy, self.base_dir, source=self.source)

@@ -13,18 +13,15 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from inferway.gateway.certs import (
+from inferway.gateway.console import make_console
+from inferway.pki.bundle_files import BundlePaths, bundle_paths, load_bundle, write_bundle
+from inferway.pki.mint import (
     DEFAULT_TRUST_DOMAIN,
-    BundlePaths,
     CertBundle,
     build_ca,
     build_certificate,
-    bundle_paths,
-    load_bundle,
     spiffe_id_for,
-    write_bundle,
 )
-from inferway.gateway.console import make_console
 
 __all__ = ["app"]
 

@@ -11,13 +11,14 @@ import asyncio
 import enum
 import json
 import logging
+import os
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.text import Text
 
 from inferway.backends.cli import serve
@@ -29,11 +30,13 @@ from inferway.gateway.runtime import (
     DEFAULT_ENVOY_ADMIN_PORT,
     DEFAULT_XDS_PORT,
     GatewayOptions,
+    GatewayPlan,
+    plan_gateway,
     start_gateway,
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
-from inferway.policies import Policy, PolicyError, load_policy
-from inferway.state import State
+from inferway.policies import Policy, PolicyError
+from inferway.policies.errors import PolicyIssue
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
 
 if TYPE_CHECKING:
@@ -65,7 +68,8 @@ PolicyFile = Annotated[
 
 def _pem_option(help: str) -> typer.models.OptionInfo:
     """An optional PEM file option of ``run``'s xDS mutual TLS."""
-    return typer.Option(help=help, dir_okay=False)
+    option: typer.models.OptionInfo = typer.Option(help=help, dir_okay=False)
+    return option
 
 
 EndpointsFileOption = Annotated[
@@ -80,58 +84,97 @@ EndpointsFileOption = Annotated[
 ]
 
 
-def _load_or_exit(path: Path, endpoints_file: Path | None = None) -> tuple[Policy, State]:
-    """The policy and the State holding its endpoints file (``--endpoints-file``, else the
-    policy's own ``endpoints_file``), as ``run`` would serve them; every located problem of
-    either file is printed and exits 1."""
-    from inferway.policies.endpoints import endpoints_file_path, load_endpoints
-
+def _plan_or_exit(path: Path, endpoints_file: Path | None = None) -> GatewayPlan:
+    """The gateway ``run`` would start for ``path`` (policy, endpoints file, certificate
+    files, translated and checked), without its sockets; every located problem is printed
+    and exits 1, exactly as ``run`` refuses to start."""
     try:
-        policy = load_policy(path, external_endpoints=endpoints_file is not None)
-        source = endpoints_file or endpoints_file_path(policy, path)
-        if source is None:
-            return policy, State()
-        endpoints = load_endpoints(source, services=[s.name for s in policy.services])
-        return policy, State(endpoints=endpoints)
+        return plan_gateway(GatewayOptions(policy_path=path, endpoints_file=endpoints_file))
     except PolicyError as error:
         print_issues(make_console(stderr=True), error.issues)
         raise typer.Exit(1) from None
 
 
-def _translate_or_exit(path: Path, policy: Policy, state: State) -> Resources:
-    """The policy's Envoy resources; a resolve or translation error (a bug, or a case the
-    checks miss) is one ``file: message`` line and exit 1, not a traceback."""
-    from inferway.resolve import resolve_policy
-    from inferway.xds.translate import translate
+PolicyFiles = Annotated[
+    list[Path],
+    typer.Option(
+        "--file",
+        "-f",
+        help="A policy YAML (repeat for several).",
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+
+
+EnvoyOption = Annotated[
+    bool,
+    typer.Option(
+        "--envoy",
+        help="Also run the generated configuration through the real Envoy binary "
+        "(`envoy --mode validate`); its complaints are mapped back to the policy's lines.",
+    ),
+]
+
+
+def _envoy_issues(path: Path, policy: Policy, resources: Resources) -> list[PolicyIssue]:
+    """``validate --envoy``: Envoy's verdict as issues located on the policy lines it is about
+    (none: Envoy accepts it); a missing Envoy binary is exit 2."""
+    from inferway.policies.checks_envoy import locate_envoy_message
+    from inferway.policies.errors import read_source_text
+    from inferway.policies.located import locate_issue, parse_located
+    from inferway.xds.envoy_validate import validate_with_envoy
 
     try:
-        return translate(resolve_policy(policy, state))
-    except (ValueError, TypeError) as error:
-        make_console(stderr=True).print(
-            Text(f"{path}: cannot translate to Envoy configuration: {error}", style="red")
-        )
-        raise typer.Exit(1) from None
+        verdict = validate_with_envoy(resources)
+    except FileNotFoundError as error:
+        make_console(stderr=True).print(Text(f"--envoy: {error}", style="red"))
+        raise typer.Exit(2) from None
+    if verdict.ok:
+        return []
+    message = f"Envoy refuses this: {verdict.message}"
+    document, _ = parse_located(read_source_text(path), str(path))
+    locs = locate_envoy_message(policy, verdict.message)
+    return [locate_issue(document, str(path), loc, message) for loc in locs] or [
+        PolicyIssue(str(path), None, None, "", message)
+    ]
 
 
 @app.command()
-def validate(file: PolicyFile, endpoints_file: EndpointsFileOption = None) -> None:
-    """Check a policy (schema, references, Envoy consistency) and its endpoints file; print
-    every located problem."""
-    from inferway.xds.snapshot import build_snapshot
-
-    policy, state = _load_or_exit(file, endpoints_file)
-    snapshot = build_snapshot(_translate_or_exit(file, policy, state))
-    problems = snapshot.consistent()
-    err = make_console(stderr=True)
-    if problems:
-        for problem in problems:
-            err.print(f"{escape(str(file))}: [red]{escape(problem)}[/red]")
+def validate(
+    files: PolicyFiles, endpoints_file: EndpointsFileOption = None, envoy: EnvoyOption = False
+) -> None:
+    """Check policies as ``run`` would load them (schema, references, endpoints file,
+    certificate files, Envoy consistency; with --envoy also the real Envoy's own check); print
+    every located problem of every file. Exit 0 ok, 1 invalid, 2 usage (or no Envoy binary for
+    --envoy)."""
+    refused = False
+    for file in files:
+        try:
+            plan = plan_gateway(GatewayOptions(policy_path=file, endpoints_file=endpoints_file))
+        except PolicyError as error:
+            print_issues(make_console(stderr=True), error.issues)
+            refused = True
+            continue
+        if envoy:
+            issues = _envoy_issues(file, plan.policy, plan.snapshot.resources)
+            if issues:
+                print_issues(make_console(stderr=True), issues)
+                refused = True
+                continue
+        _print_summary(file, plan, envoy=envoy)
+    if refused:
         raise typer.Exit(1)
+
+
+def _print_summary(file: Path, plan: GatewayPlan, *, envoy: bool) -> None:
+    policy = plan.policy
     summary = Text()
     summary.append("ok ", style="green")
     summary.append(
         f"{file}: {len(policy.listeners)} listener(s), {len(policy.services)} service(s), "
-        f"{len(policy.routes)} route(s); snapshot {short_version(snapshot.version)}"
+        f"{len(policy.routes)} route(s); snapshot {short_version(plan.snapshot.version)}"
+        + ("; envoy --mode validate: ok" if envoy else "")
     )
     make_console().print(summary)
     for route in policy.routes:
@@ -151,7 +194,7 @@ def render(
     with the endpoints of its endpoints file."""
     from inferway.xds.resources import resources_to_yaml
 
-    text = resources_to_yaml(_translate_or_exit(file, *_load_or_exit(file, endpoints_file)))
+    text = resources_to_yaml(_plan_or_exit(file, endpoints_file).snapshot.resources)
     if output == "-":
         sys.stdout.write(text)
     else:
@@ -363,18 +406,19 @@ def demo(
     ] = False,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
-    from inferway.gateway.demo import run_demo
+    from inferway.devtools.demo import run_demo
 
     configure_logging("warning")
     raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
 
 
-def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]
+def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
     except ImportError:
         return asyncio.run(coro)
-    return uvloop.run(coro)
+    code: int = uvloop.run(coro)
+    return code
 
 
 app.command("serve")(serve)
@@ -382,6 +426,10 @@ app.add_typer(certs_app, name="certs")
 
 
 def main() -> None:
+    # The gateway forks Envoy while gRPC threads run; gRPC's fork handlers only matter to a
+    # child that keeps using gRPC (Envoy execs at once), and they print a warning on every
+    # fork. Set here, in the entry point, not on import: importing inferway changes nothing.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     app()
 
 

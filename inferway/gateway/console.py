@@ -41,6 +41,8 @@ def configure_logging(level: str = "info", console: Console | None = None) -> No
     logging.basicConfig(
         level=level.upper(), format="%(message)s", datefmt="[%X]", handlers=[handler], force=True
     )
+    # watchfiles logs every change it sees at INFO; the watchers log what they do with it.
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 
 def issue_text(issue: PolicyIssue) -> Text:

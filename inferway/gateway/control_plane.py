@@ -1,14 +1,21 @@
 """The gateway's one piece of state: which policy is live, and which edit was last refused.
 
-Applying a policy is translate -> snapshot -> consistency check -> cache. Anything that fails
-on the way leaves the cache holding the last good snapshot: a bad edit never replaces a good
-policy, it is recorded as refused so ``inferway status`` can say why.
+Applying a policy is resolve -> translate -> snapshot -> consistency check -> cache, all pure:
+the runtime state (endpoints, certificates) arrives already read by its sources, so applying
+does no I/O. Anything that fails on the way leaves the cache holding the last good snapshot: a
+bad edit never replaces a good policy, it is recorded as refused so ``inferway status`` can
+say why. That includes a snapshot an Envoy rejects after the push (a NACK): the cache goes back
+to the last ACKed snapshot and the control plane to the policy and runtime state it was built
+from, so the next edit and the next state change start from the last good policy, not from the
+rejected one. :func:`build_policy_snapshot` is the same pipeline without the cache, for
+``inferway validate`` and ``render``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,15 +26,29 @@ from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
 from inferway.state import State
+from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
+from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
-from inferway.xds.translate import translate
+from inferway.xds.translate import translate as translate_ir
 
-__all__ = ["AppliedPolicy", "ControlPlane", "PolicyRefusedError", "Refusal"]
+__all__ = [
+    "DEGRADED_REJECTED",
+    "AppliedPolicy",
+    "ControlPlane",
+    "PolicyRefusedError",
+    "Refusal",
+    "build_policy_snapshot",
+    "resolve_and_snapshot",
+]
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("inferway.gateway")
+
+DEGRADED_REJECTED = "degraded: last edit rejected by Envoy"
+_KEPT_APPLIED = 8  # applied policies remembered, so a rejected one can go back to a good one
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,8 @@ class Refusal:
     at: float
     file: str
     issues: tuple[PolicyIssue, ...]
+    rejected_by_envoy: Rejection | None = None
+    """Set when the edit was pushed and an Envoy NACKed it (Envoy's error, resource names)."""
 
     def lines(self) -> list[str]:
         return [str(issue) for issue in self.issues]
@@ -62,8 +85,46 @@ class PolicyRefusedError(Exception):
         super().__init__("\n".join(refusal.lines()))
 
 
+def resolve_and_snapshot(
+    policy: Policy,
+    state: State,
+    source: str,
+    *,
+    translate: Callable[[IR], Resources] | None = None,
+) -> tuple[IR, Snapshot]:
+    """resolve -> translate -> a consistent snapshot (with the IR it came from), or
+    PolicyError naming ``source``.
+
+    A translation error (a bug, or a case the checks miss) becomes one located issue, not a
+    traceback, for ``run`` and ``validate`` alike.
+    """
+    try:
+        ir = resolve_policy(policy, state)
+        snapshot = build_snapshot((translate or translate_ir)(ir))
+    except (ValueError, TypeError) as error:
+        message = f"cannot translate to Envoy configuration: {error}"
+        raise PolicyError([PolicyIssue(source, None, None, "", message)]) from error
+    problems = snapshot.consistent()
+    if problems:
+        raise PolicyError([PolicyIssue(source, None, None, "", p) for p in problems])
+    return ir, snapshot
+
+
+def build_policy_snapshot(
+    policy: Policy,
+    state: State,
+    source: str,
+    *,
+    translate: Callable[[IR], Resources] | None = None,
+) -> Snapshot:
+    """The Envoy snapshot of :func:`resolve_and_snapshot`, for ``validate``/``render``."""
+    return resolve_and_snapshot(policy, state, source, translate=translate)[1]
+
+
 class ControlPlane:
-    """Turns policies into cache snapshots for one node group, remembering good and refused."""
+    """Turns policies into cache snapshots, remembering good and refused: ``group`` (Envoy's)
+    gets ``translate``'s resources; every proxyless gRPC group (``inferway.xds.node_groups``)
+    gets its own scoped snapshot of the same IR, rebuilt with each apply."""
 
     def __init__(
         self,
@@ -71,7 +132,7 @@ class ControlPlane:
         *,
         group: str = "default",
         clock: Callable[[], float] = time.time,
-        translate: Callable[[IR], Resources] = translate,
+        translate: Callable[[IR], Resources] = translate_ir,
         state: State | None = None,
     ) -> None:
         self.cache = cache
@@ -81,19 +142,17 @@ class ControlPlane:
         self._state = state or State()
         self._current: AppliedPolicy | None = None
         self._last_refused: Refusal | None = None
+        self._last_rejected: Refusal | None = None
+        self._applied: OrderedDict[str, tuple[AppliedPolicy, State]] = OrderedDict()
         self._observers: list[Any] = []
-        self._state_sources: list[Callable[[Policy, State], State]] = []
+        cache.add_hook(_RejectionHook(self))
+        self._ir: IR | None = None
+        cache.set_group_builder(self._build_group)
 
     def add_observer(self, observer: Any) -> None:
         """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
         ``on_refused(Refusal)`` (metrics attach here, not inside the apply logic)."""
         self._observers.append(observer)
-
-    def add_state_source(self, source: Callable[[Policy, State], State]) -> None:
-        """Attach a runtime source that must see each policy before it is applied (e.g. the
-        certificate files it names): ``source(policy, state)`` returns the state to apply with,
-        or raises PolicyError, which refuses the edit."""
-        self._state_sources.append(source)
 
     def _notify(self, method: str, *args: Any) -> None:
         for observer in self._observers:
@@ -135,16 +194,29 @@ class ControlPlane:
         return self._last_refused
 
     @property
+    def degraded(self) -> str | None:
+        """``DEGRADED_REJECTED`` plus Envoy's reason while the newest pushed edit is one an
+        Envoy rejected (the last good policy serves); None once a later edit applies."""
+        rejected = self._last_rejected
+        if rejected is None:
+            return None
+        if self._current is not None and self._current.applied_at > rejected.at:
+            return None
+        return f"{DEGRADED_REJECTED}: {'; '.join(rejected.lines())}"
+
+    @property
     def refusal_pending(self) -> bool:
         """True when the newest edit was refused (the live policy is older than it)."""
         if self._last_refused is None:
             return False
         return self._current is None or self._last_refused.at >= self._current.applied_at
 
-    def apply_policy(self, policy: Policy, source: str) -> str:
-        """Make ``policy`` live; returns the snapshot version. Raises PolicyRefusedError (and
-        records the refusal) when it cannot become a consistent snapshot."""
-        return self._apply(policy, self._state, source)
+    def apply_policy(self, policy: Policy, source: str, *, state: State | None = None) -> str:
+        """Make ``policy`` live with ``state`` (default: the live state); returns the snapshot
+        version. Raises PolicyRefusedError (and records the refusal) when it cannot become a
+        consistent snapshot. ``state`` comes from the sources that read what ``policy`` names
+        (see :mod:`inferway.gateway.sources`) before this is called."""
+        return self._apply(policy, self._state if state is None else state, source)
 
     def update_state(self, state: State, source: str) -> str | None:
         """Swap in new runtime sources and re-push the live policy with them. Refused like a
@@ -167,31 +239,61 @@ class ControlPlane:
     def _apply_untraced(self, policy: Policy, state: State, source: str) -> str:
         try:
             with _tracer.start_as_current_span("translate"):
-                for state_source in self._state_sources:
-                    state = state_source(policy, state)
-                snapshot = build_snapshot(self._translate(resolve_policy(policy, state)))
+                ir, snapshot = resolve_and_snapshot(
+                    policy, state, source, translate=self._translate
+                )
+                scoped = self._scoped_snapshots(ir)
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
-        problems = snapshot.consistent()
+        problems = [
+            f"snapshot for node group {group!r}: {problem}"
+            for group, other in scoped.items()
+            for problem in other.consistent()
+        ]
         if problems:
             refusal = self._record(
                 source, [PolicyIssue(source, None, None, "", p) for p in problems]
             )
             raise PolicyRefusedError(refusal)
+        rejection = self.cache.rejection_of(snapshot.version)
+        if rejection is not None:  # pushing it again would only be rejected again
+            refusal = self._record(source, [_rejection_issue(source, rejection)], rejection)
+            raise PolicyRefusedError(refusal)
         with _tracer.start_as_current_span("push snapshot") as push:
             changed = self.cache.set_snapshot(snapshot, self.group)
+            for group, other in scoped.items():
+                self.cache.set_snapshot(other, group)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
+        self._ir = ir
         self._current = AppliedPolicy(policy, snapshot, source, self._clock())
+        self._applied[snapshot.version] = (self._current, state)
+        self._applied.move_to_end(snapshot.version)
+        good = self.cache.good_snapshot(self.group)
+        for version in list(self._applied)[: max(0, len(self._applied) - _KEPT_APPLIED)]:
+            if good is None or version != good.version:  # the last good one is never dropped
+                del self._applied[version]
         log.info(
-            "policy from %s applied as snapshot %s%s",
+            "policy from %s pushed as snapshot %s%s",
             source,
             snapshot.version,
             "" if changed else " (unchanged)",
         )
         self._notify("on_applied", self._current, changed)
         return snapshot.version
+
+    def _scoped_snapshots(self, ir: IR) -> dict[str, Snapshot]:
+        """A snapshot for every gRPC group the cache knows, and the all-targets one when the
+        policy has targets (a group whose targets are gone gets an empty snapshot)."""
+        groups = set(self.cache.groups()) | ({GRPC_GROUP} if ir.grpc_targets else set())
+        groups.discard(self.group)
+        built = {group: build_group_snapshot(ir, group) for group in sorted(groups)}
+        return {group: snapshot for group, snapshot in built.items() if snapshot is not None}
+
+    def _build_group(self, group: str) -> Snapshot | None:
+        """The cache's builder for a group seen for the first time (a node just connected)."""
+        return None if self._ir is None else build_group_snapshot(self._ir, group)
 
     def refuse(self, error: BaseException, source: str | None = None) -> Refusal:
         """Record ``error`` as the last refused edit; the live policy stays as it is."""
@@ -203,12 +305,71 @@ class ControlPlane:
             issues = [PolicyIssue(file, None, None, "", f"{type(error).__name__}: {error}")]
         return self._record(file, issues)
 
-    def _record(self, file: str, issues: list[PolicyIssue]) -> Refusal:
-        refusal = Refusal(self._clock(), file, tuple(issues))
+    def on_envoy_rejected(self, rejection: Rejection) -> None:
+        """An Envoy NACKed a snapshot this control plane pushed: refuse that edit and go back
+        to the policy and state of the snapshot the cache serves instead."""
+        rejected = self._applied.get(rejection.version)
+        if rejection.group != self.group or rejected is None:
+            return  # not a snapshot this control plane pushed (or long replaced)
+        source = rejected[0].source
+        if self._current is not None and self._current.version != rejection.version:
+            # superseded before the NACK came: the live snapshot is another one (the rejection
+            # stays in the cache's records and logs, the live policy is not degraded by it)
+            log.warning(
+                "snapshot %s from %s, already replaced by %s, was rejected by Envoy %s: %s",
+                rejection.version,
+                source,
+                self._current.version,
+                rejection.nack.node_id,
+                rejection.message,
+            )
+            return
+        restored = self._applied.get(rejection.restored or "")
+        if restored is not None:
+            self._current, self._state = restored
+            # gRPC clients that connect from now on get the last good policy's targets too
+            self._ir = resolve_policy(self._current.policy, self._state)
+        elif self._current is not None and self._current.version == rejection.version:
+            self._current = None  # nothing good to go back to: nothing is live
+        self._record(source, [_rejection_issue(source, rejection)], rejection)
+
+    def _record(
+        self, file: str, issues: list[PolicyIssue], rejection: Rejection | None = None
+    ) -> Refusal:
+        refusal = Refusal(self._clock(), file, tuple(issues), rejection)
         self._last_refused = refusal
+        if rejection is not None:
+            self._last_rejected = refusal
         kept = f"; keeping snapshot {self.version}" if self._current else ""
         log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
         for line in refusal.lines():
             log.warning("  %s", line)
         self._notify("on_refused", refusal)
         return refusal
+
+
+def _rejection_issue(file: str, rejection: Rejection) -> PolicyIssue:
+    nack = rejection.nack
+    kind = type_urls.SHORT_NAMES.get(nack.type_url, nack.type_url)
+    names = f" {', '.join(nack.resource_names)}" if nack.resource_names else ""
+    restored = (
+        f"; serving the last good snapshot {rejection.restored}"
+        if rejection.restored
+        else "; no good snapshot to go back to"
+    )
+    message = (
+        f"Envoy {nack.node_id} rejected {kind}{names} of snapshot {rejection.version}: "
+        f"{nack.message}{restored}"
+    )
+    return PolicyIssue(file, None, None, "", message)
+
+
+class _RejectionHook:
+    """The cache hook that tells the control plane about rejected snapshots (a separate object
+    so the cache sees only ``on_reject``)."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self._plane = plane
+
+    def on_reject(self, rejection: Rejection) -> None:
+        self._plane.on_envoy_rejected(rejection)

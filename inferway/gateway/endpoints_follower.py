@@ -1,12 +1,12 @@
 """Keep the endpoints watcher on the file the live policy names.
 
-A policy edit may add, move or drop ``endpoints_file``. The follower is a state source of the
-control plane: before an edit is applied it reads the newly named file (checked against the
-edit's services; a missing or bad file refuses the edit, the live policy and endpoints stay)
-or, when the edit drops the key, clears the file's endpoints so services use their inline
-ones. Once the edit is live it moves the watcher to the new file. With ``--endpoints-file``
-the command line decides and policy edits do not move it (the runtime does not attach a
-follower then).
+A policy edit may add, move or drop ``endpoints_file``. The follower is a state source (see
+:mod:`inferway.gateway.sources`): before an edit is applied it reads the newly named file
+(checked against the edit's services; a missing or bad file refuses the edit, the live policy
+and endpoints stay) or, when the edit drops the key, clears the file's endpoints so services
+use their inline ones. Once the edit is live it moves the watcher to the new file. With
+``--endpoints-file`` the command line decides and policy edits do not move it (the runtime
+does not attach a follower then).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import logging
 from pathlib import Path
 from types import MappingProxyType
 
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
+from inferway.gateway.control_plane import AppliedPolicy
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
+from inferway.gateway.sources import StateSink
 from inferway.policies import Policy
 from inferway.policies.endpoints import endpoints_file_path
 from inferway.state import State
@@ -29,12 +30,12 @@ log = logging.getLogger(__name__)
 
 
 class EndpointsFollower:
-    """Owns the endpoints watcher; attach with ``plane.add_state_source(f.resolve_state)``
+    """Owns the endpoints watcher; pass ``f.resolve_state`` among the policy watcher's sources
     and ``plane.add_observer(f)``, then ``await f.start(text)``; ``await f.stop()`` at exit."""
 
     def __init__(
         self,
-        plane: ControlPlane,
+        plane: StateSink,
         policy_path: Path,
         path: Path | None,
         *,

@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Collection
 from pathlib import Path
 
-from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.file_watch import WatchedFile
+from inferway.gateway.sources import StateSink
 from inferway.policies.endpoints import ServiceEndpoints, load_endpoints_text
 from inferway.policies.errors import read_source_text
 
@@ -30,8 +30,9 @@ def load_initial_endpoints(path: Path, services: Collection[str]) -> tuple[str, 
 
 
 class EndpointsWatcher(WatchedFile):
-    """Re-reads ``path`` whenever its directory changes and applies it through
-    ``control_plane.update_state`` (keeping every other runtime source as it is)."""
+    """Re-reads ``path`` whenever its directory changes and pushes it into its sink with
+    ``update_state`` (keeping every other runtime source as it is); it knows nothing else of
+    the control plane."""
 
     kind = "endpoints"
     retired = False
@@ -41,11 +42,11 @@ class EndpointsWatcher(WatchedFile):
     def apply(self, text: str, source: str) -> str | None:
         if self.retired:
             return None
-        plane = self.control_plane
-        endpoints = load_endpoints_text(text, source, services=_services(plane))
-        return plane.update_state(dataclasses.replace(plane.state, endpoints=endpoints), source)
+        sink = self.sink
+        endpoints = load_endpoints_text(text, source, services=_services(sink))
+        return sink.update_state(dataclasses.replace(sink.state, endpoints=endpoints), source)
 
 
-def _services(control_plane: ControlPlane) -> list[str] | None:
-    policy = control_plane.policy
+def _services(sink: StateSink) -> list[str] | None:
+    policy = sink.policy
     return None if policy is None else [service.name for service in policy.services]

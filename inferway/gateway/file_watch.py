@@ -20,14 +20,14 @@ from pathlib import Path
 
 import watchfiles
 
-from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError, Refusal
+from inferway.gateway.control_plane import PolicyRefusedError, Refusal
+from inferway.gateway.sources import StateSink
 from inferway.policies import PolicyError, PolicyIssue
 
 __all__ = ["ReloadResult", "WatchedFile"]
 
 log = logging.getLogger(__name__)
 # watchfiles logs every batch of changes at INFO; the directory may hold busy files.
-logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,15 @@ class WatchedFile(abc.ABC):
     def __init__(
         self,
         path: str | Path,
-        control_plane: ControlPlane,
+        sink: StateSink,
         *,
         debounce_ms: int = 10,
         on_reload: Callable[[ReloadResult], None] | None = None,
         force_polling: bool | None = None,
     ) -> None:
         self.path = Path(path)
-        self.control_plane = control_plane
+        self.sink = sink
+        """Where refusals are recorded and new state goes (the control plane)."""
         self.debounce_ms = debounce_ms
         self.on_reload = on_reload
         self.force_polling = force_polling
@@ -147,9 +148,9 @@ class WatchedFile(abc.ABC):
             result = ReloadResult(version=self.apply(data.decode("utf-8"), source))
         except UnicodeDecodeError as exc:
             issue = PolicyIssue(source, None, None, "", f"cannot read file: {exc}")
-            result = ReloadResult(refusal=self.control_plane.refuse(PolicyError([issue]), source))
+            result = ReloadResult(refusal=self.sink.refuse(PolicyError([issue]), source))
         except PolicyError as exc:
-            result = ReloadResult(refusal=self.control_plane.refuse(exc, source))
+            result = ReloadResult(refusal=self.sink.refuse(exc, source))
         except PolicyRefusedError as exc:
             result = ReloadResult(refusal=exc.refusal)
         if result.refusal is not None:

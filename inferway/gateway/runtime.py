@@ -1,9 +1,13 @@
-"""One running gateway: xDS server, control plane, policy watcher, admin API, supervised Envoy.
+"""The composition root: one gateway from :class:`GatewayOptions`.
 
-``inferway run`` and ``inferway demo`` both start exactly this, in this order, so a policy
-that cannot be applied stops the start before any socket is opened or Envoy is started.
-Shutdown runs in reverse and stops Envoy first: a data plane is never left without the
-process that supervises it.
+:func:`plan_gateway` is the part without sockets: read the policy, run its sources (the
+endpoints file, the certificate files), resolve and translate into a consistent snapshot.
+``inferway validate`` and ``render`` stop there; :func:`start_gateway` (``inferway run``,
+``inferway demo`` and the test harnesses) starts from the same plan, so what ``validate``
+accepts is what ``run`` accepts, and a policy that cannot be applied stops the start before
+any socket is opened or Envoy is started. Then, in this order: xDS server, policy watcher,
+certificate and endpoints watchers, admin API, supervised Envoy. Shutdown runs in reverse and
+stops Envoy first: a data plane is never left without the process that supervises it.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,22 +27,31 @@ from inferway.gateway.admin import (
     start_admin_server,
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
-from inferway.gateway.cert_watcher import CertificateSource
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
+from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, build_policy_snapshot
+from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
+from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
 from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_xds_mtls
-from inferway.observability.control_plane_metrics import ControlPlaneMetrics
 from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
+from inferway.policies.checks_bind import listener_bind_issues
 from inferway.policies.endpoints import endpoints_file_path
-from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.errors import PolicyError, read_source_text
+from inferway.policies.located import place_issues
+from inferway.policies.model import Policy
+from inferway.resolve import IR
 from inferway.state import State
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.node_groups import node_group
+from inferway.xds.resources import Resources
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
+from inferway.xds.snapshot import Snapshot
+from inferway.xds.translate import translate as translate_ir
 from inferway.xds.translate.tracing import build_layered_runtime
 
 __all__ = [
@@ -46,7 +59,9 @@ __all__ = [
     "DEFAULT_XDS_PORT",
     "Gateway",
     "GatewayOptions",
+    "GatewayPlan",
     "LogRedaction",
+    "plan_gateway",
     "start_gateway",
 ]
 
@@ -87,6 +102,51 @@ class GatewayOptions:
     """Mutual TLS between Envoy and the xDS server (``--xds-mtls-dir`` and friends)."""
     xds_max_connection_age_s: float | None = DEFAULT_MAX_CONNECTION_AGE_S
     """Envoys reconnect this often, so rotated xDS certificates reach every connection."""
+    translate: Callable[[IR], Resources] | None = None
+    """The translator pushes go through (None: the real one). Tests inject one that produces a
+    config Envoy rejects, to exercise the NACK path with a real Envoy."""
+
+
+@dataclass(frozen=True)
+class GatewayPlan:
+    """What a gateway would serve, read and checked, before any socket is opened."""
+
+    source: str
+    """The policy file, as named in errors and in ``inferway status``."""
+    policy_text: str
+    policy: Policy
+    state: State
+    """The policy's runtime sources as read now: endpoints file and certificate files."""
+    endpoints_path: Path | None
+    endpoints_text: str
+    snapshot: Snapshot
+
+
+def plan_gateway(options: GatewayOptions) -> GatewayPlan:
+    """Load -> sources -> resolve -> translate for ``options``, without sockets.
+
+    Raises PolicyError with every located problem of the policy, its endpoints file, its
+    certificate files, or the snapshot they translate to.
+    """
+    path = options.policy_path
+    text = read_source_text(path)
+    external_endpoints = options.endpoints_file is not None
+    policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
+    endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
+    state = State()
+    endpoints_text = ""
+    if endpoints_path is not None:
+        endpoints_text, endpoints = load_initial_endpoints(
+            endpoints_path, [service.name for service in policy.services]
+        )
+        state = State(endpoints=endpoints)
+    try:
+        secrets = load_tls_secrets(policy, path.parent, source=str(path))
+    except PolicyError as error:  # located on the TLS settings naming the files
+        raise PolicyError(place_issues(text, str(path), error.issues)) from None
+    state = State(endpoints=state.endpoints, secrets=secrets)
+    snapshot = build_policy_snapshot(policy, state, str(path))
+    return GatewayPlan(str(path), text, policy, state, endpoints_path, endpoints_text, snapshot)
 
 
 @dataclass
@@ -98,6 +158,8 @@ class Gateway:
     watcher: PolicyWatcher
     admin: AdminServer
     supervisor: EnvoySupervisor | None
+    certificates: CertificateSource
+    """Watches the certificate files the live policy names (``rotations`` counts pushes)."""
     _stack: contextlib.AsyncExitStack = field(repr=False)
     _endpoints: EndpointsWatcher | EndpointsFollower | None = field(default=None, repr=False)
 
@@ -135,34 +197,26 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         if options.xds_mtls is not None
         else (None, None)
     )
+    plan = plan_gateway(options)
     path = options.policy_path
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        issue = PolicyIssue(str(path), None, None, "", f"cannot read file: {reason}")
-        raise PolicyError([issue]) from None
     external_endpoints = options.endpoints_file is not None
-    policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
-    endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
-    state = State()
-    endpoints_text = ""
-    if endpoints_path is not None:
-        endpoints_text, endpoints = load_initial_endpoints(
-            endpoints_path, [service.name for service in policy.services]
-        )
-        state = State(endpoints=endpoints)
-    cache = SnapshotCache()
-    plane = ControlPlane(cache, state=state)
+    if options.with_envoy:  # before Envoy starts: a taken port is a located error, not a NACK
+        unbindable = listener_bind_issues(plan.policy, plan.policy_text, plan.source)
+        if unbindable:
+            raise PolicyError(unbindable)
+    endpoints_path, endpoints_text = plan.endpoints_path, plan.endpoints_text
+    cache = SnapshotCache(node_group=node_group)  # Envoys and proxyless gRPC clients
+    plane = ControlPlane(cache, translate=options.translate or translate_ir)
     metrics = ControlPlaneMetrics.attach(plane)
     plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start
     certificates = CertificateSource(path.parent, source=str(path))
-    plane.add_state_source(certificates.resolve_state)  # TLS files load with each policy
+    certificates.follow(plan.policy)
+    sources: list[StateSource] = [certificates.resolve_state]  # TLS files load with each edit
     follower = EndpointsFollower(plane, path, endpoints_path, debounce_ms=options.debounce_ms)
     if not external_endpoints:
-        plane.add_state_source(follower.resolve_state)  # endpoints_file moves with edits
+        sources.append(follower.resolve_state)  # endpoints_file moves with edits
         plane.add_observer(follower)
-    plane.apply_policy(policy, str(path))
+    plane.apply_policy(plan.policy, str(path), state=plan.state)
 
     stack = contextlib.AsyncExitStack()
     try:
@@ -177,9 +231,13 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         stack.push_async_callback(xds.stop, 0.5)
 
         watcher = PolicyWatcher(
-            path, plane, debounce_ms=options.debounce_ms, external_endpoints=external_endpoints
+            path,
+            plane,
+            debounce_ms=options.debounce_ms,
+            external_endpoints=external_endpoints,
+            sources=sources,
         )
-        watcher.mark_loaded(text)
+        watcher.mark_loaded(plan.policy_text)
         await watcher.start()
         stack.push_async_callback(watcher.stop)
         await certificates.start(plane)
@@ -267,6 +325,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         watcher,
         admin,
         supervisor,
+        certificates,
         stack,
         _endpoints=endpoints_source,
     )

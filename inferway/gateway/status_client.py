@@ -32,7 +32,8 @@ def fetch_status(admin_url: str, *, timeout: float = 5.0) -> dict[str, Any]:
     if response.status_code != 200:
         raise StatusUnavailableError(f"{url} answered HTTP {response.status_code}")
     try:
-        return response.json()
+        data: dict[str, Any] = response.json()
+        return data
     except ValueError:
         raise StatusUnavailableError(f"{url} did not answer JSON") from None
 
@@ -52,6 +53,9 @@ def render_status(status: dict[str, Any], console: Console, *, now: float | None
 def _policy_panel(status: dict[str, Any], now: float) -> Panel:
     policy = status.get("policy")
     lines = Text()
+    health = status.get("health") or {}
+    if health.get("ok") is False:
+        lines.append(f"{health.get('reason') or health.get('status')}\n", style="bold red")
     if policy is None:
         lines.append("no policy applied yet", style="yellow")
     else:

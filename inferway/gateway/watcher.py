@@ -6,14 +6,16 @@ module only says how a policy is loaded and applied.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from opentelemetry import trace
 
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.file_watch import ReloadResult, WatchedFile
-from inferway.policies import load_policy_text
+from inferway.gateway.sources import StateSource, read_sources
+from inferway.policies import PolicyError, load_policy_text
+from inferway.policies.located import place_issues
 
 __all__ = ["PolicyWatcher", "ReloadResult"]
 
@@ -34,9 +36,11 @@ class PolicyWatcher(WatchedFile):
         on_reload: Callable[[ReloadResult], None] | None = None,
         force_polling: bool | None = None,
         external_endpoints: bool = False,
+        sources: Sequence[StateSource] = (),
     ) -> None:
         """``external_endpoints``: the gateway was given an endpoints file, so an edit may
-        leave services without inline endpoints (see ``check_policy``)."""
+        leave services without inline endpoints (see ``check_policy``). ``sources`` read what
+        each edit names (certificate files, a moved endpoints file) before it is applied."""
         super().__init__(
             path,
             control_plane,
@@ -44,7 +48,9 @@ class PolicyWatcher(WatchedFile):
             on_reload=on_reload,
             force_polling=force_polling,
         )
+        self.control_plane = control_plane
         self.external_endpoints = external_endpoints
+        self.sources = tuple(sources)
 
     def apply(self, text: str, source: str) -> str | None:
         with _tracer.start_as_current_span(
@@ -52,4 +58,9 @@ class PolicyWatcher(WatchedFile):
         ):
             with _tracer.start_as_current_span("load policy"):
                 policy = load_policy_text(text, source, external_endpoints=self.external_endpoints)
-            return self.control_plane.apply_policy(policy, source)
+            with _tracer.start_as_current_span("read sources"):
+                try:
+                    state = read_sources(self.sources, policy, self.control_plane.state)
+                except PolicyError as error:  # placed on the fields naming the files
+                    raise PolicyError(place_issues(text, source, error.issues)) from None
+            return self.control_plane.apply_policy(policy, source, state=state)

@@ -30,11 +30,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from inferway.gateway.certs import (
-    bundle_paths,
-    check_private_key_permissions,
-    key_matches_certificate,
-)
+from inferway.pki.bundle_files import bundle_paths
+from inferway.pki.keys import check_private_key_permissions, key_matches_certificate
 from inferway.xds.auth import XdsClientTlsFiles, XdsTls, check_node_identity, peer_identities
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Certificates and keys: minting, PEM loading and key checks.
+"""Certificates and keys: minting, bundle files and key checks.
 
-Shared by gateway, xds and backends, so it sits below all of them.
+Shared by gateway, xds and backends, so it imports none of them (the lowest layer).
 """

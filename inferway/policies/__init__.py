@@ -6,7 +6,6 @@ from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.loader import load_policy, load_policy_text
 from inferway.policies.model import (
     Backend,
-    Duration,
     Endpoint,
     HeaderMatch,
     Listener,
@@ -16,9 +15,8 @@ from inferway.policies.model import (
     Route,
     RouteMatch,
     Service,
-    parse_duration,
-    split_host_port,
 )
+from inferway.policies.types import Duration, parse_duration, split_host_port
 
 __all__ = [
     "Backend",

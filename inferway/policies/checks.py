@@ -13,7 +13,9 @@ import ipaddress
 from collections.abc import Callable, Iterable, Iterator
 
 from inferway.policies.checks_access import check_access
+from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
+from inferway.policies.checks_ranges import check_ranges
 from inferway.policies.checks_replicas import check_replicas
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
@@ -249,7 +251,9 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     _shadowed_routes,
     check_access,
     check_observability,
+    check_ranges,
     check_replicas,
     check_tls,
     check_traffic,
+    check_grpc_targets,
 ]

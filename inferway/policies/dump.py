@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from inferway.policies.model import Endpoint, Policy, Retries, Route, Service, parse_duration
+from inferway.policies.model import Endpoint, Policy, Retries, Route, Service
+from inferway.policies.types import parse_duration
 
 __all__ = ["dump_policy"]
 
@@ -68,4 +69,6 @@ def dump_policy(policy: Policy) -> str:
         data["redact_headers"] = list(policy.redact_headers)
     if policy.observability is not None:
         data["observability"] = policy.observability.model_dump(exclude_none=True)
+    if policy.grpc_targets:
+        data["grpc_targets"] = [t.model_dump(exclude_none=True) for t in policy.grpc_targets]
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

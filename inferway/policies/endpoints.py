@@ -29,7 +29,8 @@ from inferway.policies.located import (
     parse_located,
     validation_issues,
 )
-from inferway.policies.model import Endpoint, Name, Policy
+from inferway.policies.model import Endpoint, Policy
+from inferway.policies.types import Name
 
 __all__ = [
     "EndpointsFile",

@@ -11,8 +11,10 @@ YAML configs can reuse it.
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -26,7 +28,14 @@ from inferway.policies.yaml_marks import (
     load_marked_yaml,
 )
 
-__all__ = ["describe_value", "known_keys", "locate_issue", "validation_issues"]
+__all__ = [
+    "describe_value",
+    "known_keys",
+    "locate_issue",
+    "parse_loc",
+    "place_issues",
+    "validation_issues",
+]
 
 _EXTRA_KEYS: dict[str, tuple[str, ...]] = {"Endpoint": ("address",)}
 """Keys a model accepts besides its fields (consumed by a ``mode='before'`` validator)."""
@@ -211,3 +220,29 @@ def validation_issues(
         at_key = item["type"] == "extra_forbidden"
         issues.append(locate_issue(document, source, loc, message, at_key=at_key))
     return issues
+
+
+_LOC_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def parse_loc(path: str) -> Loc:
+    """``"routes[0].backends[1]"`` -> ``("routes", 0, "backends", 1)`` (format_loc's inverse)."""
+    return tuple(int(index) if index else key for index, key in _LOC_PART.findall(path))
+
+
+def place_issues(text: str, source: str, issues: Iterable[PolicyIssue]) -> list[PolicyIssue]:
+    """Give a line and column to issues found after the policy loaded (such as a certificate
+    file its TLS settings name that cannot be read): each issue of ``source`` (the policy
+    file, whose content is ``text``) that names a field but no position is placed on that
+    field; the others are kept as they are."""
+    document: MarkedDocument | None = None
+    placed: list[PolicyIssue] = []
+    for issue in issues:
+        if issue.file != source or issue.line is not None or not issue.path:
+            placed.append(issue)
+            continue
+        if document is None:
+            document = load_marked_yaml(text)
+        mark = document.position(parse_loc(issue.path))
+        placed.append(PolicyIssue(source, mark.line, mark.column, issue.path, issue.message))
+    return placed

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from inferway.policies.access import Access, RedactHeaders
+from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
 from inferway.policies.replicas import Replicas
 from inferway.policies.tls import ListenerTls, ServiceTls
@@ -30,12 +31,7 @@ from inferway.policies.traffic import (
     RateLimit,
     RetryHostSelection,
 )
-from inferway.policies.types import (  # re-exported: older imports name model.py
-    NAME_PATTERN,  # noqa: F401
-    Duration,
-    Name,
-    parse_duration,  # noqa: F401
-)
+from inferway.policies.types import Duration, Name, split_host_port
 
 __all__ = [
     "Backend",
@@ -50,8 +46,6 @@ __all__ = [
     "RouteMatch",
     "Service",
 ]
-
-# Shared field types live in types.py (imported above) so feature schemas can use them.
 
 
 class _Model(BaseModel):
@@ -98,25 +92,6 @@ class Endpoint(_Model):
             data.setdefault("host", host)
             data.setdefault("port", port)
         return data
-
-
-def split_host_port(address: object) -> tuple[str, int]:
-    """``"10.0.0.1:80"`` / ``"[::1]:80"`` / ``"name:80"`` -> ``(host, port)``."""
-    if not isinstance(address, str):
-        raise ValueError(f"expected 'host:port', got {address!r}")
-    text = address.strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"expected 'host:port' such as 127.0.0.1:8000, got {address!r}")
-    if ":" in host and not text.startswith("["):
-        raise ValueError(
-            "expected 'host:port' with an IPv6 host in brackets, e.g. '[::1]:8000', "
-            f"got {address!r}"
-        )
-    return host, int(port)
 
 
 class Service(_Model):
@@ -214,7 +189,7 @@ RetryOn = Literal[
 
 class Retries(_Model):
     attempts: int = Field(default=1, ge=0, le=10)
-    on: list[RetryOn] = Field(default_factory=lambda: ["connect-failure", "reset"])
+    on: list[RetryOn] = Field(default_factory=lambda: list[RetryOn](["connect-failure", "reset"]))
     per_try_timeout: Duration | None = None
     retriable_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
         default_factory=list
@@ -246,3 +221,5 @@ class Policy(_Model):
     endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)
     redact_headers: RedactHeaders
     observability: Observability | None = None
+    grpc_targets: list[GrpcTarget] = Field(default_factory=list)
+    """Names proxyless gRPC clients dial as ``xds:///<name>`` (grpc_targets.py)."""

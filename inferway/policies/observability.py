@@ -24,6 +24,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from inferway.policies.types import split_host_port
+
 __all__ = ["CREDENTIAL_HEADERS", "AccessLog", "Observability", "Tracing", "logged_headers"]
 
 CREDENTIAL_HEADERS: tuple[str, ...] = (
@@ -71,8 +73,6 @@ class Tracing(_Model):
     @field_validator("collector")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        from inferway.policies.model import split_host_port
-
         if "://" in value:
             raise ValueError(
                 f"collector is 'host:port' without a scheme (e.g. 127.0.0.1:4317), got {value!r}"
@@ -89,8 +89,6 @@ class Tracing(_Model):
 
     @property
     def collector_host_port(self) -> tuple[str, int]:
-        from inferway.policies.model import split_host_port
-
         return split_host_port(self.collector)
 
 

@@ -1,4 +1,4 @@
-"""Field types every schema module shares (durations, names), in a module that imports no
+"""Field types every schema module shares (durations, names, host:port), in a module that imports no
 other schema module, so feature schemas (traffic, access, ...) and model.py can all use
 them without an import cycle."""
 
@@ -9,7 +9,14 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-__all__ = ["NAME_PATTERN", "RESERVED_NAME_PREFIX", "Duration", "Name", "parse_duration"]
+__all__ = [
+    "NAME_PATTERN",
+    "RESERVED_NAME_PREFIX",
+    "Duration",
+    "Name",
+    "parse_duration",
+    "split_host_port",
+]
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 """Names become Envoy resource names and stat prefixes: lowercase DNS-label-like."""
@@ -40,3 +47,22 @@ Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 """Seconds, as a float. Written in YAML as '250ms', '2s', '1m' or a plain number."""
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+
+def split_host_port(address: object) -> tuple[str, int]:
+    """``"10.0.0.1:80"`` / ``"[::1]:80"`` / ``"name:80"`` -> ``(host, port)``."""
+    if not isinstance(address, str):
+        raise ValueError(f"expected 'host:port', got {address!r}")
+    text = address.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected 'host:port' such as 127.0.0.1:8000, got {address!r}")
+    if ":" in host and not text.startswith("["):
+        raise ValueError(
+            "expected 'host:port' with an IPv6 host in brackets, e.g. '[::1]:8000', "
+            f"got {address!r}"
+        )
+    return host, int(port)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from inferway.policies.access import ALWAYS_REDACTED_HEADERS
 from inferway.policies.model import Listener, Policy, Route, Service
 from inferway.resolve.endpoints import resolve_endpoints, resolve_localities
+from inferway.resolve.grpc_targets import resolve_grpc_target
 from inferway.resolve.ir import IR
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.route import RouteIR
@@ -33,6 +34,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
     state = state or State()
     services = {s.name: s for s in policy.services}
     routes = [(r, resolve_route(r, services, state.weights.get(r.name))) for r in policy.routes]
+    by_name = {route.name: ir for route, ir in routes}
     return IR(
         listeners=tuple(
             resolve_listener(ln, [ir for route, ir in routes if _served_on(route, ln)])
@@ -44,6 +46,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
         redacted_headers=tuple(
             sorted({*ALWAYS_REDACTED_HEADERS, *(h.lower() for h in policy.redact_headers)})
         ),
+        grpc_targets=tuple(resolve_grpc_target(t, by_name, services) for t in policy.grpc_targets),
     )
 
 

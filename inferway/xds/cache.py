@@ -2,7 +2,10 @@
 each Envoy has accepted or rejected.
 
 The cache is the only shared state between streams. Setting a snapshot wakes the watching streams
-through plain callbacks (never awaited), so one slow Envoy cannot hold up the others.
+through plain callbacks (never awaited), so one slow Envoy cannot hold up the others. A snapshot
+an Envoy NACKs is refused: the group goes back to the last snapshot a node ACKed, for connected
+and newly connecting Envoys alike, and the rejected version is remembered so it is not sent
+again (re-sending a rejected snapshot loops forever; see ``SnapshotHistory``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -19,36 +22,15 @@ from typing import Any
 from envoy.config.core.v3 import base_pb2
 
 from inferway.xds import type_urls
+from inferway.xds.history import SnapshotHistory
 from inferway.xds.hooks import HOOK_METHODS, call_hooks
+from inferway.xds.records import NackRecord, NodeStatus, Rejection
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.stats import SentResponse
 
-__all__ = ["NackRecord", "NodeStatus", "SnapshotCache", "StreamHandle", "node_in_sync"]
+__all__ = ["SnapshotCache", "StreamHandle", "node_in_sync"]
 
 DEFAULT_GROUP = "default"
-
-
-@dataclass(frozen=True)
-class NackRecord:
-    """Envoy rejected ``version`` of ``type_url`` (sent with ``nonce``), saying ``message``."""
-
-    node_id: str
-    type_url: str
-    version: str
-    nonce: str
-    message: str
-    at: float
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    node_id: str
-    cluster: str
-    group: str
-    connected: bool
-    connected_since: float
-    acked: Mapping[str, str]
-    last_nack: NackRecord | None
 
 
 def node_in_sync(node: NodeStatus, snapshot: Snapshot | None) -> bool:
@@ -119,30 +101,63 @@ class SnapshotCache:
     ) -> None:
         self._node_group = node_group
         self._clock = clock
-        self._snapshots: dict[str, Snapshot] = {}
+        self._history = SnapshotHistory()
+        self._rejections: deque[Rejection] = deque(maxlen=max_nacks)
         self._watchers: dict[str, dict[int, Callable[[], None]]] = {}
         self._nodes: dict[str, _Node] = {}
         self._nacks: deque[NackRecord] = deque(maxlen=max_nacks)
         self._hooks: list[Any] = []
         self._stream_ids = itertools.count(1)
         self._changed: asyncio.Event | None = None
+        self._group_builder: Callable[[str], Snapshot | None] | None = None
 
     # -- snapshots ---------------------------------------------------------------------------
 
     def set_snapshot(self, snapshot: Snapshot, group: str = DEFAULT_GROUP) -> bool:
         """Store ``snapshot`` for ``group`` and wake its streams; False (and nobody woken) when
         the group already holds that version."""
-        current = self._snapshots.get(group)
-        if current is not None and current.version == snapshot.version:
+        if not self._history.serve(group, snapshot):
             return False
-        self._snapshots[group] = snapshot
-        for notify in list(self._watchers.get(group, {}).values()):
-            notify()
-        self._signal()
+        self._wake(group)
         return True
 
     def get_snapshot(self, group: str = DEFAULT_GROUP) -> Snapshot | None:
-        return self._snapshots.get(group)
+        """The snapshot ``group`` is served now (the last good one after a rejection)."""
+        return self._history.served(group)
+
+    def good_snapshot(self, group: str = DEFAULT_GROUP) -> Snapshot | None:
+        """The last snapshot of ``group`` that a node ACKed completely (None: none yet)."""
+        return self._history.good(group)
+
+    def is_rejected(self, version: str) -> bool:
+        """An Envoy NACKed snapshot ``version``: setting it again would only be rejected again."""
+        return self._history.is_rejected(version)
+
+    def rejection_of(self, version: str) -> Rejection | None:
+        """The newest recorded rejection of snapshot ``version`` (None: not rejected)."""
+        for rejection in reversed(self._rejections):
+            if rejection.version == version:
+                return rejection
+        return None
+
+    def rejections(self) -> list[Rejection]:
+        """The most recent snapshots refused because an Envoy rejected them, oldest first."""
+        return list(self._rejections)
+
+    def _wake(self, group: str) -> None:
+        for notify in list(self._watchers.get(group, {}).values()):
+            notify()
+        self._signal()
+
+    def groups(self) -> list[str]:
+        """Every group that holds a snapshot or has a connected node, sorted."""
+        connected = {state.group for state in self._nodes.values() if state.streams}
+        return sorted(set(self._history.groups()) | connected)
+
+    def set_group_builder(self, builder: Callable[[str], Snapshot | None]) -> None:
+        """``builder(group)`` makes the first snapshot of a group no snapshot was set for,
+        when a node of it connects (a scope seen for the first time); None: none yet."""
+        self._group_builder = builder
 
     def watch(self, group: str, stream_id: int, notify: Callable[[], None]) -> None:
         """Call ``notify()`` (synchronously, must not block) whenever ``group`` changes."""
@@ -158,6 +173,10 @@ class SnapshotCache:
 
     def open_stream(self, node: base_pb2.Node) -> StreamHandle:
         group = self._node_group(node)
+        if self._history.served(group) is None and self._group_builder is not None:
+            first = self._group_builder(group)
+            if first is not None:
+                self.set_snapshot(first, group)
         handle = StreamHandle(next(self._stream_ids), node.id, node.cluster, group)
         state = self._nodes.get(node.id)
         if state is None or not state.streams:
@@ -191,18 +210,49 @@ class SnapshotCache:
         state = self._nodes.get(handle.node_id)
         if state is not None:
             state.acked[type_url] = version
+            served = self._history.served(state.group)
+            if served is not None and node_in_sync(state.view(), served):
+                self._history.accepted(state.group, served.version)
         call_hooks(self._hooks, "on_ack", handle.node_id, type_url, version)
         self._signal()
 
     def record_nack(
-        self, handle: StreamHandle, type_url: str, version: str, nonce: str, message: str
+        self,
+        handle: StreamHandle,
+        type_url: str,
+        version: str,
+        nonce: str,
+        message: str,
+        *,
+        snapshot: str = "",
+        resource_names: tuple[str, ...] = (),
     ) -> NackRecord:
-        record = NackRecord(handle.node_id, type_url, version, nonce, message, self._clock())
+        """Record a NACK; with ``snapshot`` (the version the rejected response was built from)
+        that snapshot is refused and the node's group goes back to its last good one."""
+        record = NackRecord(
+            handle.node_id,
+            type_url,
+            version,
+            nonce,
+            message,
+            self._clock(),
+            snapshot,
+            resource_names,
+        )
         self._nacks.append(record)
         state = self._nodes.get(handle.node_id)
         if state is not None:
             state.last_nack = record
         call_hooks(self._hooks, "on_nack", record)
+        if snapshot and not self._history.is_rejected(snapshot):
+            restored = self._history.reject(handle.group, snapshot, message)
+            rejection = Rejection(
+                handle.group, snapshot, record, None if restored is None else restored.version
+            )
+            self._rejections.append(rejection)
+            call_hooks(self._hooks, "on_reject", rejection)
+            if restored is not None:
+                self._wake(handle.group)
         self._signal()
         return record
 
@@ -216,7 +266,7 @@ class SnapshotCache:
         return list(self._nacks)
 
     def add_hook(self, hook: Any) -> None:
-        """Attach an observer with any of on_push/on_ack/on_nack/on_connect/on_disconnect."""
+        """Attach an observer with any of the methods in ``HOOK_METHODS``."""
         if not any(callable(getattr(hook, name, None)) for name in HOOK_METHODS):
             raise TypeError(f"{hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}")
         self._hooks.append(hook)
@@ -224,9 +274,11 @@ class SnapshotCache:
     async def wait_for_acks(
         self, version: str, *, node_ids: Iterable[str] | None = None, timeout: float
     ) -> bool:
-        """True once every node in ``node_ids`` (default: every connected node, at least one)
-        has acked each type of snapshot ``version``: CDS and LDS always, other types when the
-        snapshot holds resources of them. False when ``timeout`` seconds pass first."""
+        """True once every node in ``node_ids`` (default: every connected node of the groups
+        whose snapshot is ``version``, at least one; other groups, e.g. proxyless gRPC
+        clients, hold other snapshots) has acked each type of snapshot ``version``: CDS and
+        LDS always, other types when the snapshot holds resources of them. False when
+        ``timeout`` seconds pass first, or as soon as an Envoy rejects that snapshot."""
         wanted = None if node_ids is None else sorted(set(node_ids))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -236,6 +288,8 @@ class SnapshotCache:
             changed = self._changed
             if self._all_acked(version, wanted):
                 return True
+            if self._history.is_rejected(version):
+                return False
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
@@ -246,7 +300,11 @@ class SnapshotCache:
 
     def _all_acked(self, version: str, node_ids: list[str] | None) -> bool:
         if node_ids is None:
-            nodes = [n for n in self._nodes.values() if n.streams]
+            nodes = [
+                n
+                for n in self._nodes.values()
+                if n.streams and getattr(self._history.served(n.group), "version", None) == version
+            ]
         else:
             nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
             if len(nodes) != len(node_ids):
@@ -254,7 +312,7 @@ class SnapshotCache:
         if not nodes:
             return False
         for node in nodes:
-            snapshot = self._snapshots.get(node.group)
+            snapshot = self._history.served(node.group)
             if snapshot is None or snapshot.version != version:
                 return False
             if not node_in_sync(node.view(), snapshot):

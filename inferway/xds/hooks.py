@@ -8,17 +8,24 @@ raised by a hook is logged and swallowed: observing the control plane must never
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from inferway.xds.cache import NackRecord, NodeStatus
-    from inferway.xds.stats import SentResponse
+from inferway.xds.records import NackRecord, NodeStatus, Rejection
+from inferway.xds.stats import SentResponse
 
 __all__ = ["HOOK_METHODS", "XdsHook", "call_hooks"]
 
 _log = logging.getLogger(__name__)
 
-HOOK_METHODS = ("on_push", "on_ack", "on_nack", "on_connect", "on_disconnect", "on_response")
+HOOK_METHODS = (
+    "on_push",
+    "on_ack",
+    "on_nack",
+    "on_reject",
+    "on_connect",
+    "on_disconnect",
+    "on_response",
+)
 
 
 class XdsHook(Protocol):
@@ -29,6 +36,9 @@ class XdsHook(Protocol):
     def on_ack(self, node_id: str, type_url: str, version: str) -> None: ...
 
     def on_nack(self, record: NackRecord) -> None: ...
+
+    def on_reject(self, rejection: Rejection) -> None:
+        """A snapshot was refused because an Envoy NACKed it; the cache serves the last good."""
 
     def on_connect(self, status: NodeStatus) -> None: ...
 

@@ -102,3 +102,8 @@ def _http_connection_managers(
             hcm = hcm_pb2.HttpConnectionManager()
             network_filter.typed_config.Unpack(hcm)
             yield f"{where}.filters[{index}]", hcm
+    api = listener.api_listener.api_listener  # a proxyless gRPC client's listener
+    if listener.HasField("api_listener") and api.type_url == _HCM_TYPE_URL:
+        hcm = hcm_pb2.HttpConnectionManager()
+        api.Unpack(hcm)
+        yield "api_listener", hcm

@@ -44,6 +44,16 @@ class _ProtocolState(Protocol):
 
     def on_snapshot(self, snapshot: Snapshot | None) -> Any: ...
 
+    @property
+    def waiting(self) -> bool: ...
+
+    def release(self) -> Any: ...
+
+
+HOLD_TIMEOUT_S = 10.0
+"""How long a make-before-break stage waits for the client's answer before the rest goes out
+anyway (a client that never answers must not freeze its config)."""
+
 
 async def serve_sotw_stream(
     requests: AsyncIterable[discovery_pb2.DiscoveryRequest],
@@ -98,7 +108,19 @@ async def _serve(
         first_step = state.on_request(first, cache.get_snapshot(handle.group))
         await _apply(cache, handle, first_step, send, protocol)
         while True:
-            event = await events.get()
+            if state.waiting:
+                try:
+                    event = await asyncio.wait_for(events.get(), HOLD_TIMEOUT_S)
+                except TimeoutError:
+                    _log.warning(
+                        "node %s did not answer within %.0f s; sending the held changes",
+                        handle.node_id,
+                        HOLD_TIMEOUT_S,
+                    )
+                    await _apply(cache, handle, state.release(), send, protocol)
+                    continue
+            else:
+                event = await events.get()
             if event is _END:
                 break
             if isinstance(event, BaseException):
@@ -160,12 +182,21 @@ async def _apply(
     for ack in step.acks:
         cache.record_ack(handle, ack.type_url, ack.version)
     for nack in step.nacks:
-        record = cache.record_nack(handle, nack.type_url, nack.version, nack.nonce, nack.message)
+        record = cache.record_nack(
+            handle,
+            nack.type_url,
+            nack.version,
+            nack.nonce,
+            nack.message,
+            snapshot=nack.snapshot,
+            resource_names=nack.resource_names,
+        )
         _log.warning(
-            "node %s rejected %s version %s: %s",
+            "node %s rejected %s version %s (snapshot %s): %s",
             record.node_id,
             record.type_url,
             record.version,
+            record.snapshot or "?",
             record.message,
         )
     for response in step.responses:

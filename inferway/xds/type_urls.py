@@ -7,6 +7,7 @@ __all__ = [
     "ENDPOINT",
     "LISTENER",
     "PUSH_ORDER",
+    "REMOVE_LAST",
     "ROUTE",
     "SECRET",
     "SHORT_NAMES",
@@ -19,8 +20,11 @@ CLUSTER: Final = _PREFIX + "envoy.config.cluster.v3.Cluster"
 ENDPOINT: Final = _PREFIX + "envoy.config.endpoint.v3.ClusterLoadAssignment"
 SECRET: Final = _PREFIX + "envoy.extensions.transport_sockets.tls.v3.Secret"
 
-# Make-before-break: clusters and their endpoints before the listeners and routes that use them.
+# Make-before-break (xDS protocol, "Eventual consistency considerations"): additions and updates
+# go clusters and their endpoints before the listeners and routes that use them; removals go the
+# other way, so these types' removals wait until the listeners and routes no longer use them.
 PUSH_ORDER: Final = (CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET)
+REMOVE_LAST: Final = (CLUSTER, ENDPOINT, SECRET)
 
 SHORT_NAMES: Final = {
     LISTENER: "listeners",

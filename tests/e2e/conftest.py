@@ -4,9 +4,9 @@
         counts = await gateway.send(2000)               # {"v1": 1800, "v2": 200}
         await gateway.edit_weights(50.0, 50.0)          # file edit -> watcher -> Envoy ACK
 
-The control plane is the production wiring: SnapshotCache + ADS server + ControlPlane +
-PolicyWatcher watching a policy file in a temp dir. Envoy is the pinned binary, started by
-``tests/envoy_process.py`` with ``build_bootstrap``. Every wait polls with a deadline.
+The control plane is the production wiring, built by the composition root (``start_gateway``
+as ``inferway run --no-envoy``) from a policy file in a temp dir. Envoy is the pinned binary,
+started by ``tests/envoy_process.py`` with ``build_bootstrap``. Every wait polls with a deadline.
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ import pytest
 from aiohttp import web
 
 from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.runtime import Gateway as RunningGateway
+from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.gateway.watcher import PolicyWatcher
-from inferway.policies import load_policy
+from inferway.resolve import IR
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
-from inferway.xds.server import XdsServer, start_xds_server
+from inferway.xds.resources import Resources
+from inferway.xds.translate import translate
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import (  # re-exported for the tests importing them here
     poll_until,
@@ -117,32 +120,50 @@ async def backend_ports() -> AsyncIterator[dict[str, int]]:
 class ControlPlaneHarness:
     """The production control-plane wiring around one policy file, restartable in place."""
 
-    def __init__(self, policy_path: Path, listener_port: int) -> None:
+    def __init__(
+        self,
+        policy_path: Path,
+        listener_port: int,
+        *,
+        translate: Callable[[IR], Resources] = translate,
+    ) -> None:
         self.policy_path = policy_path
         self.listener_port = listener_port
+        self.translate = translate
         self.port = 0
-        self.cache: SnapshotCache
-        self.control_plane: ControlPlane
-        self.watcher: PolicyWatcher
-        self.server: XdsServer | None = None
+        self.gateway: RunningGateway | None = None
 
     async def start(self, *, port: int = 0) -> None:
-        """Cache + ControlPlane loaded from the file + watcher + ADS server on ``port``."""
-        self.cache = SnapshotCache()
-        self.control_plane = ControlPlane(self.cache)
-        text = self.policy_path.read_text()
-        self.control_plane.apply_policy(load_policy(self.policy_path), str(self.policy_path))
-        self.watcher = PolicyWatcher(self.policy_path, self.control_plane, debounce_ms=10)
-        self.watcher.mark_loaded(text)
-        await self.watcher.start()
-        self.server = await start_xds_server(self.cache, port=port)
-        self.port = self.server.port
+        """The gateway for the file (control plane, policy watcher, ADS server on ``port``)."""
+        self.gateway = await start_gateway(
+            GatewayOptions(
+                policy_path=self.policy_path,
+                xds_port=port,
+                admin_port=0,
+                with_envoy=False,
+                translate=self.translate,
+            )
+        )
+        self.port = self.gateway.xds.port
 
     async def stop(self) -> None:
-        await self.watcher.stop()
-        if self.server is not None:
-            await self.server.stop(grace=0.2)
-            self.server = None
+        if self.gateway is not None:
+            await self.gateway.stop()
+            self.gateway = None
+
+    @property
+    def control_plane(self) -> ControlPlane:
+        assert self.gateway is not None
+        return self.gateway.control_plane
+
+    @property
+    def cache(self) -> SnapshotCache:
+        return self.control_plane.cache
+
+    @property
+    def watcher(self) -> PolicyWatcher:
+        assert self.gateway is not None
+        return self.gateway.watcher
 
     @property
     def version(self) -> str:

@@ -10,7 +10,7 @@ import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 
 from inferway.xds import type_urls
-from inferway.xds.cache import NackRecord
+from inferway.xds.records import NackRecord
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from tests.e2e.conftest import NODE_ID, Gateway, binomial_bounds, poll_until
@@ -109,11 +109,19 @@ async def test_a_config_envoy_rejects_is_recorded_once_not_resent_and_traffic_ke
     assert status.last_nack == record
     assert status.acked == acked_before, "Envoy must not ACK what it rejected"
 
+    # Refused: the cache serves the last good snapshot again, which re-sends its clusters once.
+    assert cache.get_snapshot() == good and cache.is_rejected(bad.version)
+    good_cds = (NODE_ID, type_urls.CLUSTER, good.versions[type_urls.CLUSTER])
+    await poll_until(lambda: good_cds in counter.pushes, timeout=5, what="the good CDS re-sent")
+    assert await cache.wait_for_acks(good.version, node_ids=[NODE_ID], timeout=10)
     pushes_at_nack = len(counter.pushes)
     await asyncio.sleep(2.0)  # a resend loop would push many times a second
     assert counter.pushes[pushes_at_nack:] == [], "the rejected config was sent again"
     assert len(nacked()) == 1
-    assert counter.pushes == [(NODE_ID, type_urls.CLUSTER, bad_cds)]
+    # the rejected clusters went out once; everything after is the good snapshot's content
+    # (its clusters, and the endpoints Envoy asks for again after them)
+    assert counter.pushes[0] == (NODE_ID, type_urls.CLUSTER, bad_cds), counter.pushes
+    assert all(v == good.versions[t] for _, t, v in counter.pushes[1:]), counter.pushes
 
     await _assert_split_unchanged(gateway)
 

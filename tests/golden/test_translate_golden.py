@@ -1,6 +1,7 @@
 """Golden tests of the translator: tests/golden/translate/<case>/ir.yaml -> one file per
 Envoy resource type the translator produced (listeners.yaml, routes.yaml, clusters.yaml,
-endpoints.yaml, and secrets.yaml when the IR holds TLS material).
+endpoints.yaml, and secrets.yaml when the IR holds TLS material). An IR with gRPC targets
+also gets what proxyless gRPC clients receive (``translate_proxyless``), as grpc-<type>.yaml.
 
 Each case's ir.yaml is the output of the resolve case of the same name (checked here, copied
 under ``INFERWAY_UPDATE_GOLDEN=1``), so policy -> IR -> Envoy is covered end to end while each
@@ -20,6 +21,7 @@ from inferway.xds import type_urls
 from inferway.xds.envoy_binary import find_envoy
 from inferway.xds.resources import Resources, resources_to_dict
 from inferway.xds.translate import translate
+from inferway.xds.translate.proxyless import translate_proxyless
 from inferway.xds.translate.validation import build_envoy_validation_bootstrap
 from tests.golden.golden_files import (
     RESOLVE,
@@ -35,6 +37,7 @@ from tests.golden.golden_files import (
 CASES = sorted(set(resolve_cases()) - set(refused_cases(tuple(resolve_cases()))))
 """Every resolve case that yields an IR has a translate case (refused ones have none)."""
 OUTPUTS = tuple(f"{type_urls.SHORT_NAMES[t]}.yaml" for t in type_urls.PUSH_ORDER)
+PROXYLESS_PREFIX = "grpc-"
 
 
 def render_by_type(resources: Resources) -> dict[str, str]:
@@ -49,6 +52,15 @@ def render_by_type(resources: Resources) -> dict[str, str]:
 
 def translate_case(case: str) -> Resources:
     return translate(ir_from_yaml((TRANSLATE / case / "ir.yaml").read_text()))
+
+
+def render_proxyless_case(case: str) -> dict[str, str]:
+    """grpc-<type>.yaml for each type a proxyless client gets; nothing without targets."""
+    ir = ir_from_yaml((TRANSLATE / case / "ir.yaml").read_text())
+    if not ir.grpc_targets:
+        return {}
+    rendered = render_by_type(translate_proxyless(ir))
+    return {PROXYLESS_PREFIX + name: text for name, text in rendered.items()}
 
 
 def test_translate_cases_exist() -> None:
@@ -74,12 +86,12 @@ def test_translation_matches_golden(case: str) -> None:
     case_dir = TRANSLATE / case
     if UPDATE and not (case_dir / "ir.yaml").exists():
         test_translate_input_is_the_resolve_output(case)
-    rendered = render_by_type(translate_case(case))
+    rendered = render_by_type(translate_case(case)) | render_proxyless_case(case)
     for name, text in rendered.items():
         check_text(case_dir / name, text, f"translation of {case_dir / 'ir.yaml'}")
     stale = prune_case_files(case_dir, {"ir.yaml", *rendered})
     assert not stale, f"stale golden files (run `make golden`): {stale}"
-    assert set(rendered) <= set(OUTPUTS)
+    assert set(rendered) <= {*OUTPUTS, *(PROXYLESS_PREFIX + name for name in OUTPUTS)}
 
 
 @pytest.mark.integration

@@ -9,11 +9,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from inferway.backends.demo_models import build_mlp, mlp_reference, write_demo_repository
-from inferway.backends.model_config import ModelConfig
+from inferway.backends.models.config import ModelConfig
 from inferway.backends.runners.onnx import CPU, CUDA, TENSORRT, OnnxRunner
 from inferway.backends.runners.select import build_runner
 from inferway.backends.runners.tensorrt import TensorRTRunner, tensorrt_unavailable_reason
+from inferway.devtools.demo_models import build_mlp, mlp_reference, write_demo_repository
 
 pytestmark = pytest.mark.gpu
 
@@ -96,7 +96,7 @@ def test_auto_selection_prefers_native_tensorrt(mlp) -> None:
     CUDA not in _providers and tensorrt_unavailable_reason() is not None, reason="no GPU engine"
 )
 def test_repository_serves_on_the_gpu(tmp_path) -> None:
-    from inferway.backends.repository import ModelRepository
+    from inferway.backends.models.repository import ModelRepository
 
     write_demo_repository(
         tmp_path, "demo", (1,), config={"fp16": True, "batching": {"max_batch_size": 16}}

@@ -5,8 +5,8 @@ backends that say who they are, for the delta-xDS and endpoints-file integration
     await harness.write_endpoints({"alpha": [0, 1], "beta": [2]})   # backend indexes
     counts = await harness.send("alpha", 100)                       # {port: n, ...}
 
-The control plane is the production wiring minus the admin API: SnapshotCache (with an
-XdsStats hook counting what the server sent) + ADS server + ControlPlane + EndpointsWatcher.
+The control plane is the production wiring, built by the composition root (``start_gateway``
+as ``inferway run --no-envoy``), with an XdsStats hook on its cache counting what was sent.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ import aiohttp
 from aiohttp import web
 
 from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
-from inferway.policies import load_policy_text
-from inferway.state import State
+from inferway.gateway.endpoints_watcher import EndpointsWatcher
+from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
-from inferway.xds.server import XdsServer, start_xds_server
+from inferway.xds.server import XdsServer
 from inferway.xds.stats import XdsStats
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import (  # re-exported for the tests importing them here
@@ -93,12 +92,10 @@ class EndpointsHarness:
         self.listener_port = free_port()
         self.policy_path = directory / "policy.yaml"
         self.endpoints_path = directory / "endpoints.yaml"
-        self.cache = SnapshotCache()
         self.stats = XdsStats()
-        self.cache.add_hook(self.stats)
-        self.control_plane: ControlPlane
-        self.watcher: EndpointsWatcher
+        self.gateway: Gateway | None = None
         self.server: XdsServer | None = None
+        """The gateway's ADS server; a test may stop it and start another on the same cache."""
         self.envoy: EnvoyProcess | None = None
         self.session: aiohttp.ClientSession | None = None
 
@@ -127,16 +124,13 @@ class EndpointsHarness:
         self.policy_path.write_text(render_policy(self.listener_port))
         text = self.endpoints_text(endpoints)
         self.endpoints_path.write_text(text)
-        policy = load_policy_text(self.policy_path.read_text(), str(self.policy_path))
-        _, loaded = load_initial_endpoints(self.endpoints_path, list(SERVICES))
-        self.control_plane = ControlPlane(self.cache, state=State(endpoints=loaded))
-        self.control_plane.apply_policy(policy, str(self.policy_path))
-        self.watcher = EndpointsWatcher(self.endpoints_path, self.control_plane, debounce_ms=10)
-        self.watcher.mark_loaded(text)
-        await self.watcher.start()
-        self.server = await start_xds_server(self.cache)
+        self.gateway = await start_gateway(
+            GatewayOptions(policy_path=self.policy_path, xds_port=0, admin_port=0, with_envoy=False)
+        )
+        self.cache.add_hook(self.stats)  # before Envoy connects: it sees every push
+        self.server = self.gateway.xds
         bootstrap = build_bootstrap(
-            node_id=NODE_ID, xds_port=self.server.port, admin_port=0, ads=self.mode
+            node_id=NODE_ID, xds_port=self.gateway.xds.port, admin_port=0, ads=self.mode
         )
         self.envoy = await EnvoyProcess(bootstrap).start(wait="ready", timeout=20.0)
         connector = aiohttp.TCPConnector(limit=64)
@@ -151,14 +145,28 @@ class EndpointsHarness:
             await self.session.close()
         if self.envoy is not None:
             self.envoy.stop()
-        if hasattr(self, "watcher"):
-            await self.watcher.stop()
-        if self.server is not None:
-            await self.server.stop(grace=0.2)
+        if self.gateway is not None:
+            if self.server is not None and self.server is not self.gateway.xds:
+                await self.server.stop(grace=0.2)  # a test's replacement ADS server
+            await self.gateway.stop()  # stopping its own ADS server again is harmless
         for backend in self.backends:
             await backend.stop()
 
     # -- driving it -------------------------------------------------------------------------
+
+    @property
+    def control_plane(self) -> ControlPlane:
+        assert self.gateway is not None
+        return self.gateway.control_plane
+
+    @property
+    def cache(self) -> SnapshotCache:
+        return self.control_plane.cache
+
+    @property
+    def watcher(self) -> EndpointsWatcher:
+        assert self.gateway is not None and self.gateway.endpoints_watcher is not None
+        return self.gateway.endpoints_watcher
 
     @property
     def version(self) -> str:

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from inferway.observability.trace_tree import find_trace_id
+from inferway.devtools.trace_tree import find_trace_id
 from inferway.xds.translate.access_log import ACCESS_LOG_FIELDS
 from tests.observability_stack import traced_stack
 

@@ -1,4 +1,5 @@
-"""The ADS server against the real Envoy 1.40: ACKs, traffic, a NACK without a retry loop,
+"""The ADS server against the real Envoy 1.40: ACKs, traffic, a NACK that sends the last good
+snapshot again once and then nothing (no retry loop),
 a cluster update that does not strand EDS, and a control-plane restart."""
 
 from __future__ import annotations
@@ -153,6 +154,10 @@ async def test_envoy_acks_serves_traffic_and_a_nack_is_recorded_without_retry_lo
             assert (
                 cache.node_status()[0].acked[type_urls.CLUSTER] == good.versions[type_urls.CLUSTER]
             )
+            # Refused: the cache serves the last good snapshot again (one CDS push of it).
+            assert cache.get_snapshot() == good and cache.is_rejected(bad.version)
+            good_cds = (type_urls.CLUSTER, good.versions[type_urls.CLUSTER])
+            await poll(lambda: counter.pushes[-1] == good_cds, 5, "the good clusters re-sent")
             pushes_after_nack = len(counter.pushes)
             # Absence of a retry loop can only be shown by watching for a while.
             await asyncio.sleep(2.0)

@@ -12,7 +12,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from inferway.backends.demo_models import build_add
+from inferway.devtools.demo_models import build_add
 from tests.backend_helpers import http_session, running_backend
 
 pytestmark = pytest.mark.integration

@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from inferway.backends.app import build_repository, serve_repository
-from inferway.backends.demo_models import build_add, mlp_reference, write_demo_repository
-from inferway.backends.orca import parse_orca_header
 from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.backends.telemetry.orca import parse_orca_header
+from inferway.devtools.demo_models import build_add, mlp_reference, write_demo_repository
 from inferway.observability.otel import setup_tracing
 from tests.backend_helpers import grpc_stub, running_backend
 

@@ -11,9 +11,9 @@ import grpc
 import numpy as np
 import pytest
 
-from inferway.backends.demo_models import mlp_reference, write_demo_repository
-from inferway.backends.orca import parse_orca_header
 from inferway.backends.protocol import pb2
+from inferway.backends.telemetry.orca import parse_orca_header
+from inferway.devtools.demo_models import mlp_reference, write_demo_repository
 from tests.backend_helpers import grpc_stub, running_backend
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferway.backends.app import build_repository, serve_repository
-from inferway.backends.demo_models import build_add, mlp_reference, write_demo_repository
-from inferway.backends.orca import parse_orca_header
+from inferway.backends.telemetry.orca import parse_orca_header
+from inferway.devtools.demo_models import build_add, mlp_reference, write_demo_repository
 from inferway.observability.otel import setup_tracing
 from tests.backend_helpers import http_session, running_backend
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inferway.backends.demo_models import write_demo_repository
+from inferway.devtools.demo_models import write_demo_repository
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from loadgen import PROTOCOLS, LoadSpec, run_spec

@@ -153,8 +153,18 @@ async def test_a_delta_nack_is_recorded_once_and_not_resent(delta: EndpointsHarn
     assert record.type_url == type_urls.CLUSTER
     assert record.version == bad.versions[type_urls.CLUSTER]
     assert "minimum_ring_size (4096) > maximum_ring_size (1024)" in record.message
+    # the rejected snapshot is refused: the cache serves the last good one again, which sends
+    # "beta" once more (good), after the rejected "beta": nothing else went out
+    assert cache.get_snapshot() == good
+    assert [r.version for r in cache.rejections()] == [bad.version]
+    assert cache.is_rejected(bad.version)
+
+    async def sent_good_beta_back() -> bool:
+        return delta.stats.totals().responses == 2
+
+    await poll_until(sent_good_beta_back, timeout=5, what="the last good cluster to be re-sent")
     sent = delta.stats.totals()
-    assert (sent.responses, sent.resources) == (1, 1), list(delta.stats)  # only "beta" went out
+    assert (sent.responses, sent.resources) == (2, 2), list(delta.stats)
 
     await asyncio.sleep(1.5)  # a resend loop would push many times a second
     assert delta.stats.totals() == sent, "the rejected cluster was sent again"

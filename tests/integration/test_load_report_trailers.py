@@ -8,8 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
-from inferway.backends.orca import ORCA_HEADER
 from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.backends.telemetry.orca import ORCA_HEADER
 from tests.observability_stack import FEATURES, traced_stack
 
 pytestmark = pytest.mark.integration

@@ -10,11 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inferway.gateway.control_plane import ControlPlane
-from inferway.policies import load_policy_text
+from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.xds.bootstrap import build_bootstrap
-from inferway.xds.cache import SnapshotCache
-from inferway.xds.server import start_xds_server
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.security_helpers import EchoBackend, poll_until, start_echo_backend
 
@@ -63,11 +60,14 @@ routes:
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, EchoBackend]]:
     backend = await start_echo_backend()
     listener_port = free_port()
-    cache = SnapshotCache()
-    plane = ControlPlane(cache)
-    plane.apply_policy(load_policy_text(policy_text(listener_port, backend.port), "p.yaml"), "p")
-    server = await start_xds_server(cache)
-    envoy = EnvoyProcess(build_bootstrap(node_id="rbac-node", xds_port=server.port, admin_port=0))
+    policy_path = tmp_path / "policy.yaml"
+    policy_path.write_text(policy_text(listener_port, backend.port), encoding="utf-8")
+    running = await start_gateway(
+        GatewayOptions(policy_path=policy_path, xds_port=0, admin_port=0, with_envoy=False)
+    )
+    envoy = EnvoyProcess(
+        build_bootstrap(node_id="rbac-node", xds_port=running.xds.port, admin_port=0)
+    )
     try:
         await envoy.start()
         async with httpx.AsyncClient(
@@ -84,7 +84,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Echo
             yield client, backend
     finally:
         envoy.stop()
-        await server.stop(0.2)
+        await running.stop()
         await backend.stop()
 
 

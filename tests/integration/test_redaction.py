@@ -18,14 +18,12 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
-from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.observability.redaction import REDACTED, RedactingFilter, redact_text
 from inferway.policies import PolicyError, load_policy_text
 from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
-from inferway.xds.cache import SnapshotCache
-from inferway.xds.server import start_xds_server
 from inferway.xds.translate import translate
 from inferway.xds.translate.redaction import header_reads
 from tests.envoy_process import EnvoyProcess, free_port
@@ -93,12 +91,13 @@ async def test_request_with_credentials_leaves_no_trace_in_envoy_logs(tmp_path: 
     backend = await start_echo_backend()
     listener_port = free_port()
     log_path = tmp_path / "access.log"
-    cache = SnapshotCache()
-    policy = load_policy_text(policy_text(listener_port, backend.port, log_path), "p.yaml")
-    ControlPlane(cache).apply_policy(policy, "p.yaml")
-    server = await start_xds_server(cache)
+    policy_path = tmp_path / "policy.yaml"
+    policy_path.write_text(policy_text(listener_port, backend.port, log_path), encoding="utf-8")
+    running = await start_gateway(
+        GatewayOptions(policy_path=policy_path, xds_port=0, admin_port=0, with_envoy=False)
+    )
     envoy = EnvoyProcess(
-        build_bootstrap(node_id="redaction-node", xds_port=server.port, admin_port=0),
+        build_bootstrap(node_id="redaction-node", xds_port=running.xds.port, admin_port=0),
         log_level="info",
     )
     try:
@@ -126,7 +125,7 @@ async def test_request_with_credentials_leaves_no_trace_in_envoy_logs(tmp_path: 
             assert secret not in everything
     finally:
         envoy.stop()
-        await server.stop(0.2)
+        await running.stop()
         await backend.stop()
 
 

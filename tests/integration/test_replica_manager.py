@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from inferway.backends.demo_models import write_demo_repository
+from inferway.devtools.demo_models import write_demo_repository
 from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replica_plan import ReplicaState, ServiceReplicasStatus
 from inferway.gateway.actuators.replicas import ReplicaManager

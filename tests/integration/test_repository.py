@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferway.backends.demo_models import build_mlp, mlp_reference, write_demo_repository
-from inferway.backends.model_config import ModelConfig
-from inferway.backends.repository import ModelNotFoundError, ModelRepository, RepositoryEvent
+from inferway.backends.models.config import ModelConfig
+from inferway.backends.models.repository import ModelRepository
+from inferway.backends.models.served_model import ModelNotFoundError, RepositoryEvent
 from inferway.backends.runners.select import build_runner
+from inferway.devtools.demo_models import build_mlp, mlp_reference, write_demo_repository
 
 pytestmark = pytest.mark.integration
 

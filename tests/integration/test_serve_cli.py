@@ -14,13 +14,34 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from inferway.backends.demo_models import mlp_reference, write_demo_repository
+from inferway.devtools.demo_models import mlp_reference, write_demo_repository
 from inferway.gateway.cli import app
 from tests.envoy_process import free_port
 
 pytestmark = pytest.mark.integration
 
 SIZES = (8, 16, 4)
+
+
+def _wait_ready(proc: subprocess.Popen[str], base: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        try:
+            if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "inferway serve never became ready"
+        time.sleep(0.1)
+
+
+def _mlp_body(x: np.ndarray) -> dict:
+    return {
+        "inputs": [
+            {"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}
+        ]
+    }
 
 
 def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_sigterm(
@@ -34,28 +55,9 @@ def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_s
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{http_port}"
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "inferway serve never became ready"
-            time.sleep(0.1)
+        _wait_ready(proc, base)
         x = np.linspace(-1, 1, SIZES[0], dtype=np.float32).reshape(1, -1)
-        body = {
-            "inputs": [
-                {
-                    "name": "x",
-                    "shape": [1, SIZES[0]],
-                    "datatype": "FP32",
-                    "data": x.ravel().tolist(),
-                }
-            ]
-        }
-        answer = httpx.post(f"{base}/v2/models/demo/infer", json=body, timeout=5)
+        answer = httpx.post(f"{base}/v2/models/demo/infer", json=_mlp_body(x), timeout=5)
         assert answer.status_code == 200, answer.text
         (output,) = answer.json()["outputs"]
         expected = mlp_reference(x, sizes=SIZES, seed=0)
@@ -67,6 +69,30 @@ def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_s
         out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0, out
     assert f"http://127.0.0.1:{http_port}" in out
+
+
+def test_serve_takes_the_body_limit_and_listen_backlog_from_its_options(tmp_path: Path) -> None:
+    write_demo_repository(tmp_path / "models", versions=(1,), sizes=SIZES)
+    http_port, grpc_port = free_port(), free_port()
+    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(tmp_path / "models")]
+    command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+    command += ["--max-body-bytes", "300", "--backlog", "77", "--default-timeout", "5"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{http_port}"
+        _wait_ready(proc, base)
+        listening = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{http_port}"], capture_output=True, text=True, check=True
+        ).stdout
+        assert int(listening.split()[2]) == 77  # ss shows a listener's backlog as Send-Q
+        big = np.ones((16, SIZES[0]), np.float32)  # about 700 bytes of JSON
+        answer = httpx.post(f"{base}/v2/models/demo/infer", json=_mlp_body(big), timeout=5)
+        assert answer.status_code == 413
+        assert "exceeds the limit of 300 bytes for model 'demo'" in answer.json()["error"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
 
 
 def test_serve_refuses_two_different_repositories_and_a_missing_one(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from inferway.backends.app import start_backend
-from inferway.backends.demo_models import write_demo_repository
 from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.devtools.demo_models import write_demo_repository
 from inferway.gateway.cli import app
 from tests.envoy_process import free_port
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferway.gateway.demo import run_demo
+from inferway.devtools.demo import run_demo
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from inferway.gateway.certs import build_certificate, load_bundle, spiffe_id_for, write_bundle
+from inferway.pki.bundle_files import load_bundle, write_bundle
+from inferway.pki.mint import build_certificate, spiffe_id_for
 from tests.envoy_process import free_port
 from tests.integration.tls_support import (
     TlsGateway,

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from inferway.backends.app import start_backend
-from inferway.backends.demo_models import build_add
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.backends.tls import BackendTls
+from inferway.devtools.demo_models import build_add
 from tests.envoy_process import free_port
 from tests.integration.tls_support import TlsGateway, client_context, https_get, mint_pki
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from inferway.backends.protocol import pb2, pb2_grpc
-from inferway.observability.otlp_receiver import ReceivedSpan
-from inferway.observability.trace_tree import build_trace_tree, find_trace_id
+from inferway.devtools.otlp_receiver import ReceivedSpan
+from inferway.devtools.trace_tree import build_trace_tree, find_trace_id
 from tests.observability_stack import BACKEND_SERVICE, FEATURES, GATEWAY_SERVICE, traced_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

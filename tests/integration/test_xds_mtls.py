@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from inferway.gateway.certs import CertBundle, build_ca, build_certificate, write_bundle
 from inferway.gateway.control_plane import ControlPlane
+from inferway.pki.bundle_files import write_bundle
+from inferway.pki.mint import CertBundle, build_ca, build_certificate
 from inferway.policies import load_policy_text
 from inferway.xds import type_urls
 from inferway.xds.auth import XdsClientTlsFiles, XdsTls, check_node_identity

@@ -16,19 +16,12 @@ from aiohttp import web
 from cryptography import x509
 
 from inferway.gateway.cert_watcher import CertificateSource
-from inferway.gateway.certs import (
-    BundlePaths,
-    build_ca,
-    build_certificate,
-    bundle_paths,
-    spiffe_id_for,
-    write_bundle,
-)
 from inferway.gateway.control_plane import ControlPlane
-from inferway.policies import load_policy
+from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.pki.bundle_files import BundlePaths, bundle_paths, write_bundle
+from inferway.pki.mint import build_ca, build_certificate, spiffe_id_for
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
-from inferway.xds.server import XdsServer, start_xds_server
 from tests.envoy_process import EnvoyProcess
 
 NODE_ID = "tls-node"
@@ -156,25 +149,33 @@ async def start_answering_backend(
 
 
 class TlsGateway:
-    """Production wiring: ControlPlane with the CertificateSource as state source and file
-    watcher, the ADS server, and a real Envoy on loopback."""
+    """The gateway as the composition root builds it (``start_gateway``, as ``inferway run
+    --no-envoy``: certificate files read and watched, the ADS server) and a real Envoy."""
 
     def __init__(self, policy_path: Path) -> None:
         self.policy_path = policy_path
-        self.cache = SnapshotCache()
-        self.plane = ControlPlane(self.cache)
-        self.certificates = CertificateSource(
-            policy_path.parent, source=str(policy_path), debounce_ms=20
-        )
-        self.plane.add_state_source(self.certificates.resolve_state)
-        self.server: XdsServer | None = None
+        self.gateway: Gateway | None = None
         self.envoy: EnvoyProcess | None = None
 
+    @property
+    def plane(self) -> ControlPlane:
+        assert self.gateway is not None
+        return self.gateway.control_plane
+
+    @property
+    def cache(self) -> SnapshotCache:
+        return self.plane.cache
+
+    @property
+    def certificates(self) -> CertificateSource:
+        assert self.gateway is not None
+        return self.gateway.certificates
+
     async def start(self) -> TlsGateway:
-        self.plane.apply_policy(load_policy(self.policy_path), str(self.policy_path))
-        await self.certificates.start(self.plane)
-        self.server = await start_xds_server(self.cache, port=0)
-        bootstrap = build_bootstrap(node_id=NODE_ID, xds_port=self.server.port, admin_port=0)
+        self.gateway = await start_gateway(
+            GatewayOptions(policy_path=self.policy_path, xds_port=0, admin_port=0, with_envoy=False)
+        )
+        bootstrap = build_bootstrap(node_id=NODE_ID, xds_port=self.gateway.xds.port, admin_port=0)
         self.envoy = await EnvoyProcess(bootstrap).start(wait="ready", timeout=20.0)
         await self.wait_acked()
         return self
@@ -192,9 +193,8 @@ class TlsGateway:
     async def stop(self) -> None:
         if self.envoy is not None:
             self.envoy.stop()
-        await self.certificates.stop()
-        if self.server is not None:
-            await self.server.stop(0.2)
+        if self.gateway is not None:
+            await self.gateway.stop()
 
 
 def json_body(answer: Answer) -> dict:

@@ -314,3 +314,18 @@ async def test_submitted_future_cancelled_while_queued_is_never_computed():
     await busy
     await ex.stop()
     assert runner.seen_rows == 3  # 1 + 2: the cancelled 5 rows never ran
+
+
+async def test_a_dead_dispatcher_fails_the_queued_requests_instead_of_leaving_them_hanging():
+    runner = DoubleRunner()
+    ex = BatchExecutor([runner], fixed(max_queue_delay_s=5.0), name="orphan")
+    queued = asyncio.ensure_future(ex.infer({"x": np.ones((1, 2), np.float32)}))
+    await poll(lambda: ex.queue_depth == 1)
+    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "batch-orphan"]
+    task.cancel()
+    with pytest.raises(ExecutorClosedError, match="dispatcher failed"):
+        await asyncio.wait_for(queued, 2)
+    with pytest.raises(ExecutorClosedError):
+        await ex.infer({"x": np.ones((1, 2), np.float32)})
+    await ex.stop()
+    assert runner.closed and runner.calls == 0

@@ -11,7 +11,7 @@ from opentelemetry.trace import NoOpTracerProvider
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
 from inferway.backends.runners.base import TensorSpec
-from inferway.backends.tracing import backend_tracer, is_tracing
+from inferway.backends.telemetry.tracing import backend_tracer, is_tracing
 
 
 class ThreadRecordingRunner:

@@ -12,15 +12,9 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from typer.testing import CliRunner
 
-from inferway.gateway.certs import (
-    build_ca,
-    build_certificate,
-    bundle_paths,
-    load_bundle,
-    spiffe_id_for,
-    write_bundle,
-)
 from inferway.gateway.cli import app
+from inferway.pki.bundle_files import bundle_paths, load_bundle, write_bundle
+from inferway.pki.mint import build_ca, build_certificate, spiffe_id_for
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 

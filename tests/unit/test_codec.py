@@ -7,19 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from inferway.backends.codec import (
-    InferInputError,
-    RequestedOutput,
-    datatype_of,
-    decode_json_request,
+from inferway.backends.protocol.binary_codec import (
     decode_raw_tensor,
-    encode_json_response,
     encode_raw_tensor,
-    parse_json_header,
-    select_outputs,
     split_binary_body,
 )
+from inferway.backends.protocol.json_codec import (
+    decode_json_request,
+    encode_json_response,
+    parse_json_header,
+)
 from inferway.backends.runners.base import TensorSpec
+from inferway.backends.serving.input_validation import InferInputError, datatype_of
+from inferway.backends.serving.request import RequestedOutput, select_outputs
 
 SPECS = (
     TensorSpec("a", "FP32", (-1, 3)),

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferway.backends.codec import InferInputError, RequestedOutput
-from inferway.backends.grpc_codec import decode_grpc_request, encode_grpc_response
 from inferway.backends.protocol import pb2
+from inferway.backends.protocol.grpc_codec import decode_grpc_request, encode_grpc_response
 from inferway.backends.runners.base import TensorSpec
+from inferway.backends.serving.input_validation import InferInputError
+from inferway.backends.serving.request import RequestedOutput
 
 SPECS = (TensorSpec("x", "FP32", (-1, 2)), TensorSpec("k", "INT8", (-1,)))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from inferway.gateway.demo import CurlTls, build_keep_running_text
+from inferway.devtools.demo import CurlTls, build_keep_running_text
 
 URL = "https://127.0.0.1:10000"
 ADMIN = "http://127.0.0.1:15000"

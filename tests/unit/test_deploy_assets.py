@@ -18,9 +18,9 @@ import yaml
 from envoy.config.core.v3 import base_pb2
 
 from inferway.backends.batching.records import BatchRecord
-from inferway.backends.metrics import BackendMetrics
+from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.gateway.control_plane import ControlPlane
-from inferway.observability.control_plane_metrics import ControlPlaneMetrics
+from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.observability.gpu_memory import GpuMemory, GpuMemoryCollector
 from inferway.observability.metric_names import ENVOY_METRICS
 from inferway.policies import PolicyError, PolicyIssue, load_policy_text

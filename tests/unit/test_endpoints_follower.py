@@ -8,12 +8,13 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
 from envoy.config.endpoint.v3 import endpoint_pb2
 
-from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
+from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import load_initial_endpoints
+from inferway.gateway.file_watch import ReloadResult
+from inferway.gateway.watcher import PolicyWatcher
 from inferway.policies import load_policy_text
 from inferway.state import State
 from inferway.xds import type_urls
@@ -66,16 +67,22 @@ async def test_an_edit_moves_the_endpoints_and_the_watcher_to_the_new_file(tmp_p
     policy = load_policy_text(policy_text("a.yaml"), str(policy_path))
     text, endpoints = load_initial_endpoints(a, ["llama"])
     cache = SnapshotCache()
-    plane = ControlPlane(cache, state=State(endpoints=endpoints))
+    plane = ControlPlane(cache)
     follower = EndpointsFollower(plane, policy_path, a, debounce_ms=5)
-    plane.add_state_source(follower.resolve_state)
     plane.add_observer(follower)
-    plane.apply_policy(policy, "policy.yaml")
+    plane.apply_policy(policy, "policy.yaml", state=State(endpoints=endpoints))
     await follower.start(text)
+    # Edits arrive as the gateway's policy watcher applies them: sources read first.
+    watcher = PolicyWatcher(policy_path, plane, sources=[follower.resolve_state])
+
+    def edit(endpoints_file: str | None) -> ReloadResult | None:
+        policy_path.write_text(policy_text(endpoints_file))
+        return watcher.reload()
+
     try:
         assert ports(cache) == [9001]
 
-        plane.apply_policy(load_policy_text(policy_text("b.yaml"), str(policy_path)), "edit 1")
+        edit("b.yaml")
         assert ports(cache) == [9002]  # read before the edit went live
         await eventually(lambda: _watching(follower, b))
         a.write_text("services:\n  llama: [127.0.0.1:9011]\n")  # the old file: ignored
@@ -85,13 +92,12 @@ async def test_an_edit_moves_the_endpoints_and_the_watcher_to_the_new_file(tmp_p
         assert ports(cache) == [9012]
 
         good = plane.version
-        with pytest.raises(PolicyRefusedError, match=r"missing\.yaml"):
-            plane.apply_policy(
-                load_policy_text(policy_text("missing.yaml"), str(policy_path)), "edit 2"
-            )
+        refused = edit("missing.yaml")
+        assert refused is not None and refused.refusal is not None
+        assert "missing.yaml" in "\n".join(refused.refusal.lines())
         assert plane.version == good and follower.path == b
 
-        plane.apply_policy(load_policy_text(policy_text(None), str(policy_path)), "edit 3")
+        edit(None)
         assert ports(cache) == [7000]  # back to the inline endpoints
         await eventually(lambda: _assert(follower.watcher is None))
         b.write_text("services:\n  llama: [127.0.0.1:9013]\n")

@@ -108,3 +108,22 @@ def test_backoff_grows_caps_and_resets_after_a_stable_run() -> None:
         delays.append(previous)
     assert delays == [0.5, 1.0, 2.0, 3.0, 3.0]
     assert backoff.next_delay(3.0, uptime=30.0) == 0.5
+
+
+def test_healthz_and_status_say_degraded_while_the_last_edit_is_one_envoy_rejected() -> None:
+    plane = plane_with_a_node()
+    cache = plane.cache
+    handle = cache.open_stream(base_pb2.Node(id="sidecar-1", cluster="inferway"))
+    good = cache.get_snapshot()
+    for type_url, version in good.versions.items():
+        cache.record_ack(handle, type_url, version)
+    bad = plane.apply_policy(load_policy_text(POLICY.replace("10000", "10001"), "p.yaml"), "p.yaml")
+    cache.record_nack(handle, type_urls.LISTENER, "v", "n9", "cannot bind", snapshot=bad)
+    status = build_status(plane)
+    assert status["health"]["status"] == "degraded: last edit rejected by Envoy"
+    assert "cannot bind" in status["health"]["reason"]
+    assert status["last_refused"]["rejected_by_envoy"]["restored"] == good.version
+    console = Console(record=True, width=200)
+    render_status(status, console)
+    text = console.export_text()
+    assert "degraded: last edit rejected by Envoy" in text and "cannot bind" in text

@@ -175,3 +175,81 @@ def test_a_weight_override_moves_traffic_without_a_policy_edit() -> None:
 def test_tls_material_never_shows_its_private_key() -> None:
     material = TlsMaterial(certificate_chain=b"CERT", private_key=b"SECRET-KEY")
     assert "SECRET-KEY" not in repr(material)
+
+
+def _ack_all(cache: SnapshotCache, handle, snapshot) -> None:
+    for type_url, version in snapshot.versions.items():
+        cache.record_ack(handle, type_url, version)
+
+
+def test_a_snapshot_envoy_rejects_is_refused_and_the_last_good_policy_is_live_again() -> None:
+    from envoy.config.core.v3 import base_pb2
+
+    from inferway.gateway.control_plane import DEGRADED_REJECTED
+
+    cache = SnapshotCache()
+    plane = ControlPlane(cache, clock=Clock())
+    good = plane.apply_policy(make_policy(10), "policy.yaml")
+    handle = cache.open_stream(base_pb2.Node(id="envoy-1", cluster="inferway"))
+    _ack_all(cache, handle, cache.get_snapshot())
+    assert cache.good_snapshot().version == good  # type: ignore[union-attr]
+
+    bad = plane.apply_policy(make_policy(50), "policy.yaml")
+    assert plane.version == bad and plane.degraded is None  # pushed, not yet answered
+    cache.record_nack(
+        handle,
+        type_urls.ROUTE,
+        "v",
+        "n1",
+        "missing ): tr(ue",
+        snapshot=bad,
+        resource_names=("public",),
+    )
+    assert cache.get_snapshot().version == good  # type: ignore[union-attr]
+    assert plane.version == good and plane.policy == make_policy(10)
+    refusal = plane.last_refused
+    assert refusal is not None and refusal.file == "policy.yaml" and plane.refusal_pending
+    assert refusal.rejected_by_envoy is not None
+    assert "routes public of snapshot" in refusal.lines()[0]
+    assert "missing ): tr(ue" in refusal.lines()[0]
+    assert plane.degraded is not None and plane.degraded.startswith(DEGRADED_REJECTED)
+
+    # the same rejected content again is refused at once, without pushing it
+    with pytest.raises(PolicyRefusedError, match=r"missing \): tr\(ue"):
+        plane.apply_policy(make_policy(50), "policy.yaml")
+    assert cache.get_snapshot().version == good  # type: ignore[union-attr]
+
+    # a runtime change re-pushes the last good policy, not the rejected one
+    state = State(endpoints={"v1": (Endpoint(host="127.0.0.1", port=8011),)})
+    version = plane.update_state(state, "endpoints.yaml")
+    assert version not in (good, bad) and plane.policy == make_policy(10)
+
+    # the next good edit applies and clears the degraded state
+    fixed = plane.apply_policy(make_policy(20), "policy.yaml")
+    assert plane.version == fixed and plane.degraded is None and not plane.refusal_pending
+
+
+def test_a_rejection_of_a_snapshot_the_plane_did_not_push_is_not_its_refusal() -> None:
+    from envoy.config.core.v3 import base_pb2
+
+    cache = SnapshotCache()
+    plane = ControlPlane(cache, clock=Clock())
+    good = plane.apply_policy(make_policy(10), "policy.yaml")
+    handle = cache.open_stream(base_pb2.Node(id="envoy-1", cluster="inferway"))
+    cache.record_nack(handle, type_urls.CLUSTER, "v", "n1", "no", snapshot="someone-else")
+    assert plane.version == good and plane.last_refused is None and plane.degraded is None
+
+
+def test_a_rejection_of_an_already_replaced_snapshot_does_not_degrade_the_live_one() -> None:
+    from envoy.config.core.v3 import base_pb2
+
+    cache = SnapshotCache()
+    plane = ControlPlane(cache, clock=Clock())
+    plane.apply_policy(make_policy(10), "policy.yaml")
+    handle = cache.open_stream(base_pb2.Node(id="envoy-1", cluster="inferway"))
+    _ack_all(cache, handle, cache.get_snapshot())
+    replaced = plane.apply_policy(make_policy(50), "policy.yaml")
+    live = plane.apply_policy(make_policy(60), "policy.yaml")
+    cache.record_nack(handle, type_urls.ROUTE, "v", "n1", "late", snapshot=replaced)
+    assert cache.is_rejected(replaced) and plane.version == live
+    assert plane.degraded is None and plane.last_refused is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferway.backends.model_config import (
+from inferway.backends.models.config import (
     ModelConfig,
     ModelConfigError,
     load_model_config,
@@ -71,3 +71,21 @@ def test_version_level_config_wins_over_model_level(tmp_path) -> None:
     assert resolve_model_config_path(model_dir, v1) == model_dir / "config.yaml"
     (v1 / "config.yaml").write_text("fp16: true\n")
     assert resolve_model_config_path(model_dir, v1) == v1 / "config.yaml"
+
+
+@pytest.mark.parametrize("spelling", ["off", "Off", "no", "false", '"off"'])
+def test_batching_mode_off_unquoted_is_read_as_off(tmp_path, spelling: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"batching:\n  mode: {spelling}\n")
+    assert load_model_config(path).batching.mode == "off"
+
+
+@pytest.mark.parametrize("spelling", ["on", "yes", "true"])
+def test_batching_mode_read_as_true_says_to_quote_it(tmp_path, spelling: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"batching:\n  mode: {spelling}\n")
+    with pytest.raises(ModelConfigError) as info:
+        load_model_config(path)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{path}:2: batching.mode: ")
+    assert "unquoted on/yes/true" in problem and "quote it" in problem

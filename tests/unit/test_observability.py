@@ -15,10 +15,10 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from pydantic import ValidationError
 from rich.console import Console
 
+from inferway.devtools.otlp_receiver import ReceivedSpan
+from inferway.devtools.trace_tree import build_trace_tree, find_trace_id, render_trace_tree
 from inferway.gateway.control_plane import ControlPlane
 from inferway.observability.otel import build_sampler, setup_tracing
-from inferway.observability.otlp_receiver import ReceivedSpan
-from inferway.observability.trace_tree import build_trace_tree, find_trace_id, render_trace_tree
 from inferway.policies.checks import check_policy
 from inferway.policies.model import Policy
 from inferway.policies.observability import AccessLog, Tracing

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferway.backends.orca import (
+from inferway.backends.telemetry.orca import (
     LoadReport,
     LoadReporter,
     build_orca_header,

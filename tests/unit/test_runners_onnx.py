@@ -8,8 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from inferway.backends.demo_models import build_add, build_mlp, mlp_reference
-from inferway.backends.model_config import ModelConfig
+from inferway.backends.models.config import ModelConfig
 from inferway.backends.runners.base import Runner, TensorSpec
 from inferway.backends.runners.dtypes import (
     DATATYPES,
@@ -27,6 +26,7 @@ from inferway.backends.runners.onnx import (
     resolve_providers,
 )
 from inferway.backends.runners.select import build_runner
+from inferway.devtools.demo_models import build_add, build_mlp, mlp_reference
 
 SMALL = (8, 16, 4)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import onnxruntime as ort
 import pytest
 
-from inferway.backends.demo_models import build_add
-from inferway.backends.model_config import ModelConfig
+from inferway.backends.models.config import ModelConfig
 from inferway.backends.runners import tensorrt as trt_runner
 from inferway.backends.runners.onnx import OnnxRunner
 from inferway.backends.runners.select import build_runner
+from inferway.devtools.demo_models import build_add
 
 
 def test_engine_cache_key_changes_with_everything_an_engine_depends_on() -> None:

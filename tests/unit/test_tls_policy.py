@@ -15,8 +15,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
-from inferway.gateway.certs import build_ca, build_certificate, write_bundle
-from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
+from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.watcher import PolicyWatcher
+from inferway.pki.bundle_files import write_bundle
+from inferway.pki.mint import build_ca, build_certificate
 from inferway.policies import PolicyError, load_policy_text
 from inferway.resolve import resolve_policy
 from inferway.state import State, TlsMaterial
@@ -177,16 +179,27 @@ def test_missing_and_mismatched_files_are_refused(certs: Path) -> None:
     assert "cannot read CA bundle" in messages and "ca.pem" in messages
 
 
-def test_control_plane_refuses_a_policy_whose_files_are_missing(certs: Path) -> None:
+def test_an_edit_whose_files_are_missing_is_refused(certs: Path) -> None:
     plane = ControlPlane(SnapshotCache())
-    source = CertificateSource(certs, source="policy.yaml")
-    plane.add_state_source(source.resolve_state)
-    plane.apply_policy(load_policy_text(MUTUAL), "policy.yaml")
+    path = certs / "policy.yaml"
+    source = CertificateSource(certs, source=str(path))
+    watcher = PolicyWatcher(path, plane, sources=[source.resolve_state])
+    applied = watcher.reload()
+    assert applied is not None and applied.version is not None
     assert "listener/secure/cert" in plane.state.secrets
-    broken = load_policy_text(MUTUAL.replace("certs/server.pem", "certs/nope.pem"))
-    with pytest.raises(PolicyRefusedError) as error:
-        plane.apply_policy(broken, "policy.yaml")
-    assert "nope.pem" in "\n".join(error.value.refusal.lines())
+    (certs / "policy.yaml").write_text(MUTUAL.replace("certs/server.pem", "certs/nope.pem"))
+    refused = watcher.reload()
+    assert refused is not None and refused.refusal is not None
+    assert "nope.pem" in "\n".join(refused.refusal.lines())
+    assert plane.last_refused == refused.refusal
+    # located on the TLS settings that name the file (line 6, column 5: "tls:")
+    (issue,) = [i for i in refused.refusal.issues if "nope.pem" in i.message]
+    assert (issue.file, issue.line, issue.column, issue.path) == (
+        str(path),
+        6,
+        5,
+        "listeners[0].tls",
+    )
     assert plane.policy is not None and plane.policy.listeners[0].tls.certificate == (  # type: ignore[union-attr]
         "certs/server.pem"
     )

@@ -9,7 +9,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
-from inferway.backends.orca import ORCA_HEADER as BACKEND_ORCA_HEADER
+from inferway.backends.telemetry.orca import ORCA_HEADER as BACKEND_ORCA_HEADER
 from inferway.policies import Policy
 from inferway.resolve import resolve_policy
 from inferway.xds import type_urls

@@ -112,3 +112,67 @@ def test_node_in_sync_needs_every_required_type_acked() -> None:
     assert node_in_sync(cache.node_status()[0], snap)
     assert not node_in_sync(cache.node_status()[0], snapshot(9002))
     assert not node_in_sync(cache.node_status()[0], None)
+
+
+def test_a_nacked_snapshot_is_refused_and_the_group_goes_back_to_the_last_acked_one() -> None:
+    cache = SnapshotCache(clock=lambda: 7.0)
+    rejections = []
+
+    class Hook:
+        def on_reject(self, rejection) -> None:
+            rejections.append(rejection)
+
+    cache.add_hook(Hook())
+    woken: list[int] = []
+    cache.watch("default", 1, lambda: woken.append(1))
+    good, bad = snapshot(9001), snapshot(9002)
+    cache.set_snapshot(good)
+    handle = cache.open_stream(node("envoy-1"))
+    ack_all(cache, handle, good)
+    assert cache.good_snapshot() == good
+    cache.set_snapshot(bad)
+    assert cache.good_snapshot() == good  # pushed, not yet accepted
+    woken.clear()
+    record = cache.record_nack(
+        handle, type_urls.ROUTE, "r", "n1", "missing )", snapshot=bad.version, resource_names=("x",)
+    )
+    assert cache.get_snapshot() == good and woken == [1]  # streams re-sent the good one
+    assert cache.is_rejected(bad.version) and not cache.is_rejected(good.version)
+    (rejection,) = cache.rejections()
+    assert (rejection.version, rejection.restored, rejection.nack) == (
+        bad.version,
+        good.version,
+        record,
+    )
+    assert rejections == [rejection] and cache.rejection_of(bad.version) == rejection
+    # a node connecting now is served the good snapshot too
+    late = cache.open_stream(node("envoy-2"))
+    assert cache.get_snapshot(late.group) == good
+    # the same NACK again (another node) is recorded, not a second rejection
+    cache.record_nack(late, type_urls.ROUTE, "r", "n2", "missing )", snapshot=bad.version)
+    assert len(cache.rejections()) == 1 and len(cache.nacks()) == 2
+
+
+def test_a_snapshot_one_node_acked_and_another_nacked_goes_back_to_the_one_before() -> None:
+    cache = SnapshotCache()
+    first, second = snapshot(9001), snapshot(9002)
+    cache.set_snapshot(first)
+    one, two = cache.open_stream(node("one")), cache.open_stream(node("two"))
+    ack_all(cache, one, first)
+    cache.set_snapshot(second)
+    ack_all(cache, one, second)
+    assert cache.good_snapshot() == second
+    cache.record_nack(two, type_urls.CLUSTER, "c", "n", "no", snapshot=second.version)
+    assert cache.get_snapshot() == first and cache.good_snapshot() == first
+
+
+async def test_wait_for_acks_gives_up_as_soon_as_the_snapshot_is_rejected() -> None:
+    cache = SnapshotCache()
+    cache.set_snapshot(snapshot(9001))
+    handle = cache.open_stream(node("one"))
+    bad = snapshot(9002)
+    cache.set_snapshot(bad)
+    cache.record_nack(handle, type_urls.CLUSTER, "c", "n", "no", snapshot=bad.version)
+    assert not await cache.wait_for_acks(bad.version, timeout=5)
+    # nothing was ever accepted: nothing to go back to, the rejected one stays served
+    assert cache.get_snapshot() == bad and cache.rejections()[0].restored is None

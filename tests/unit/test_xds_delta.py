@@ -8,8 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-from envoy.config.core.v3 import address_pb2, base_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.rpc import status_pb2
 
@@ -17,63 +16,12 @@ from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.delta import DeltaState, resource_versions
-from inferway.xds.resources import Resources
-from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.snapshot import Snapshot
 from inferway.xds.stats import XdsStats
 from inferway.xds.stream import XdsProtocolError, serve_delta_stream
-from tests.xds_sample import build_cluster, build_sample_resources
+from tests.xds_sample import build_fleet
 
 CDS, EDS, LDS, RDS = type_urls.CLUSTER, type_urls.ENDPOINT, type_urls.LISTENER, type_urls.ROUTE
-
-
-def fleet(
-    ports: dict[str, list[int]], *, listener_port: int = 10000, prefix: str = "/"
-) -> Snapshot:
-    """Listener "edge" routing to cluster "a", plus one EDS cluster per service with the given
-    loopback ports (hand-built resources: this tests the protocol, not the translator)."""
-    sample = build_sample_resources(
-        listener_port=listener_port,
-        backend_ports=ports["a"],
-        listener="edge",
-        cluster="a",
-        route_prefix=prefix,
-    )
-    clusters = [(name, build_cluster(name)) for name in ports]
-    assignments = [
-        (
-            name,
-            endpoint_pb2.ClusterLoadAssignment(
-                cluster_name=name,
-                endpoints=[
-                    endpoint_components_pb2.LocalityLbEndpoints(
-                        lb_endpoints=[
-                            endpoint_components_pb2.LbEndpoint(
-                                endpoint=endpoint_components_pb2.Endpoint(
-                                    address=address_pb2.Address(
-                                        socket_address=address_pb2.SocketAddress(
-                                            address="127.0.0.1", port_value=port
-                                        )
-                                    )
-                                )
-                            )
-                            for port in plist
-                        ]
-                    )
-                ],
-            ),
-        )
-        for name, plist in ports.items()
-    ]
-    return build_snapshot(
-        Resources.build(
-            {
-                LDS: list(sample.of_type(LDS).items()),
-                RDS: list(sample.of_type(RDS).items()),
-                CDS: clusters,
-                EDS: assignments,
-            }
-        )
-    )
 
 
 BASE = {"a": [9001], "b": [9002], "c": [9003]}
@@ -128,7 +76,7 @@ def subscribed_state(snapshot: Snapshot) -> tuple[DeltaState, dict[str, str]]:
 
 
 def test_wildcard_cds_sends_every_cluster_and_eds_only_the_subscribed_names() -> None:
-    snapshot = fleet(BASE)
+    snapshot = build_fleet(BASE)
     state = DeltaState()
     [cds] = state.on_request(request(CDS), snapshot).responses
     assert names(cds) == ["a", "b", "c"]
@@ -140,8 +88,8 @@ def test_wildcard_cds_sends_every_cluster_and_eds_only_the_subscribed_names() ->
 
 
 def test_one_endpoint_change_sends_exactly_that_one_assignment() -> None:
-    state, _ = subscribed_state(fleet(BASE))
-    changed = fleet({**BASE, "b": [9002, 9012]})
+    state, _ = subscribed_state(build_fleet(BASE))
+    changed = build_fleet({**BASE, "b": [9002, 9012]})
     step = state.on_snapshot(changed)
     assert [(r.type_url, names(r), list(r.removed_resources)) for r in step.responses] == [
         (EDS, ["b"], [])
@@ -152,27 +100,30 @@ def test_one_endpoint_change_sends_exactly_that_one_assignment() -> None:
 
 
 def test_ack_of_newest_response_reports_the_snapshot_type_version() -> None:
-    state, _ = subscribed_state(fleet(BASE))
-    changed = fleet({**BASE, "a": [9011]})
+    state, _ = subscribed_state(build_fleet(BASE))
+    changed = build_fleet({**BASE, "a": [9011]})
     [eds] = state.on_snapshot(changed).responses
     step = state.on_request(request(EDS, nonce=eds.nonce), changed)
     assert [(a.type_url, a.version) for a in step.acks] == [(EDS, changed.versions[EDS])]
 
 
 def test_changes_go_out_clusters_and_endpoints_before_listeners_and_routes() -> None:
-    state, _ = subscribed_state(fleet(BASE))
-    bigger = fleet({**BASE, "a": [9011], "d": [9004]}, listener_port=10001, prefix="/v2")
+    state, _ = subscribed_state(build_fleet(BASE))
+    bigger = build_fleet({**BASE, "a": [9011], "d": [9004]}, listener_port=10001, prefix="/v2")
     responses = state.on_snapshot(bigger).responses
-    assert [r.type_url for r in responses] == [CDS, EDS, LDS, RDS]
+    assert [r.type_url for r in responses] == [CDS, EDS]
     # d is a new cluster; its assignment is sent once Envoy subscribes to it
-    assert [names(r) for r in responses] == [["d"], ["a"], ["edge"], ["edge"]]
+    assert [names(r) for r in responses] == [["d"], ["a"]]
     step = state.on_request(request(EDS, ("d",)), bigger)
     assert [names(r) for r in step.responses] == [["d"]]
+    # listeners and routes go once Envoy answered the cluster update (its clusters are warm)
+    step = state.on_request(request(CDS, nonce=responses[0].nonce), bigger)
+    assert [(r.type_url, names(r)) for r in step.responses] == [(LDS, ["edge"]), (RDS, ["edge"])]
 
 
 def test_deleted_service_goes_out_as_removed_resources() -> None:
-    state, _ = subscribed_state(fleet(BASE))
-    smaller = fleet({"a": [9001], "b": [9002]})
+    state, _ = subscribed_state(build_fleet(BASE))
+    smaller = build_fleet({"a": [9001], "b": [9002]})
     responses = {r.type_url: r for r in state.on_snapshot(smaller).responses}
     assert list(responses[CDS].removed_resources) == ["c"] and names(responses[CDS]) == []
     assert list(responses[EDS].removed_resources) == ["c"]
@@ -182,9 +133,9 @@ def test_deleted_service_goes_out_as_removed_resources() -> None:
 
 
 def test_a_nack_is_reported_once_and_the_rejected_version_never_resent() -> None:
-    good = fleet(BASE)
+    good = build_fleet(BASE)
     state, _ = subscribed_state(good)
-    bad = fleet({**BASE, "a": [9666]})
+    bad = build_fleet({**BASE, "a": [9666]})
     [eds] = state.on_snapshot(bad).responses
     step = state.on_request(request(EDS, nonce=eds.nonce, error="bad endpoint"), bad)
     assert [(n.type_url, n.version, n.message) for n in step.nacks] == [
@@ -195,11 +146,11 @@ def test_a_nack_is_reported_once_and_the_rejected_version_never_resent() -> None
     assert state.on_snapshot(bad).responses == []
     assert state.on_request(request(EDS, ("a",)), bad).responses == []
     # a change elsewhere goes out alone; the rejected one stays unsent
-    other = fleet({**BASE, "a": [9666], "c": [9013]})
+    other = build_fleet({**BASE, "a": [9666], "c": [9013]})
     [eds2] = state.on_snapshot(other).responses
     assert names(eds2) == ["c"]
     # ...and a fix of the rejected resource is sent
-    fixed = fleet({**BASE, "a": [9021], "c": [9013]})
+    fixed = build_fleet({**BASE, "a": [9021], "c": [9013]})
     [eds3] = state.on_snapshot(fixed).responses
     assert names(eds3) == ["a"]
     step = state.on_request(request(EDS, nonce=eds3.nonce), fixed)
@@ -207,8 +158,8 @@ def test_a_nack_is_reported_once_and_the_rejected_version_never_resent() -> None
 
 
 def test_reconnect_with_initial_versions_sends_only_what_differs() -> None:
-    old = fleet(BASE)
-    new = fleet({**BASE, "c": [9033]})
+    old = build_fleet(BASE)
+    new = build_fleet({**BASE, "c": [9033]})
     have = dict(resource_versions(old, EDS))
     state = DeltaState()
     [eds] = state.on_request(request(EDS, ("a", "b", "c"), initial=have), new).responses
@@ -225,7 +176,7 @@ def test_reconnect_with_initial_versions_sends_only_what_differs() -> None:
 
 
 def test_resubscribing_a_name_resends_it_and_a_stale_nonce_is_no_ack() -> None:
-    snapshot = fleet(BASE)
+    snapshot = build_fleet(BASE)
     state, nonces = subscribed_state(snapshot)
     step = state.on_request(request(EDS, ("a",), nonce=nonces[EDS]), snapshot)
     assert step.stale and step.acks == []
@@ -233,7 +184,7 @@ def test_resubscribing_a_name_resends_it_and_a_stale_nonce_is_no_ack() -> None:
 
 
 def test_explicit_wildcard_and_leaving_it() -> None:
-    snapshot = fleet(BASE)
+    snapshot = build_fleet(BASE)
     state = DeltaState()
     [eds] = state.on_request(request(EDS, ("*",)), snapshot).responses
     assert names(eds) == ["a", "b", "c"]
@@ -245,11 +196,11 @@ def test_explicit_wildcard_and_leaving_it() -> None:
 
 
 def test_a_change_that_does_not_concern_the_client_leaves_it_in_sync() -> None:
-    snapshot = fleet(BASE)
+    snapshot = build_fleet(BASE)
     state = DeltaState()
     first = state.on_request(request(EDS, ("a",)), snapshot).responses[0]
     state.on_request(request(EDS, nonce=first.nonce), snapshot)
-    changed = fleet({**BASE, "b": [9099]})
+    changed = build_fleet({**BASE, "b": [9099]})
     step = state.on_snapshot(changed)
     assert step.responses == []
     assert [(a.type_url, a.version) for a in step.acks] == [(EDS, changed.versions[EDS])]
@@ -258,7 +209,7 @@ def test_a_change_that_does_not_concern_the_client_leaves_it_in_sync() -> None:
 def test_no_snapshot_yet_answers_once_it_arrives() -> None:
     state = DeltaState()
     assert state.on_request(request(CDS), None).responses == []
-    [cds] = state.on_snapshot(fleet(BASE)).responses
+    [cds] = state.on_snapshot(build_fleet(BASE)).responses
     assert names(cds) == ["a", "b", "c"]
 
 
@@ -315,16 +266,16 @@ async def test_stream_endpoint_change_sends_one_resource_per_client_and_all_ack(
     cache_and_stats,
 ) -> None:
     cache, stats, opened = cache_and_stats
-    cache.set_snapshot(fleet(BASE))
+    cache.set_snapshot(build_fleet(BASE))
     opened.extend(DeltaStream(cache, f"envoy-{i}") for i in range(3))
     for stream in opened:
         await stream.subscribe_and_ack_all()
-    assert await cache.wait_for_acks(fleet(BASE).version, timeout=2)
+    assert await cache.wait_for_acks(build_fleet(BASE).version, timeout=2)
     initial = stats.totals(protocol="delta")
     assert initial.responses == 12 and initial.resources == 3 * (3 + 3 + 1 + 1)
 
     stats.reset()
-    changed = fleet({**BASE, "b": [9002, 9012]})
+    changed = build_fleet({**BASE, "b": [9002, 9012]})
     cache.set_snapshot(changed)
     for stream in opened:
         response = await stream.next()
@@ -340,11 +291,11 @@ async def test_stream_endpoint_change_sends_one_resource_per_client_and_all_ack(
 
 async def test_stream_nack_recorded_in_the_cache_once(cache_and_stats) -> None:
     cache, stats, opened = cache_and_stats
-    cache.set_snapshot(fleet(BASE))
+    cache.set_snapshot(build_fleet(BASE))
     stream = DeltaStream(cache, "envoy-1")
     opened.append(stream)
     await stream.subscribe_and_ack_all()
-    bad = fleet({**BASE, "a": [9666]})
+    bad = build_fleet({**BASE, "a": [9666]})
     cache.set_snapshot(bad)
     response = await stream.next()
     stream.put(request(EDS, nonce=response.nonce, error="no such host"))
@@ -359,7 +310,7 @@ async def test_stream_nack_recorded_in_the_cache_once(cache_and_stats) -> None:
         "no such host",
     )
     status = cache.node_status()[0]
-    assert status.last_nack == nack and status.acked[EDS] == fleet(BASE).versions[EDS]
+    assert status.last_nack == nack and status.acked[EDS] == build_fleet(BASE).versions[EDS]
     assert stats.totals(type_url=EDS).responses == 2  # the initial one and the rejected one
 
 

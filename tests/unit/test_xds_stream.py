@@ -114,7 +114,7 @@ async def subscribe_all(stream: MemoryStream, order=(RDS, LDS, EDS, CDS)) -> Non
         stream.request(type_url, names[type_url])
 
 
-async def test_snapshot_changes_go_out_clusters_and_endpoints_before_listeners_and_routes(
+async def test_listener_and_route_changes_go_out_once_the_cluster_change_is_answered(
     cache, streams
 ):
     cache.set_snapshot(sample())
@@ -129,7 +129,13 @@ async def test_snapshot_changes_go_out_clusters_and_endpoints_before_listeners_a
         )
     )
     assert cache.set_snapshot(changed)
-    responses = [await stream.next() for _ in range(4)]
+    first = [await stream.next() for _ in range(2)]
+    assert [r.type_url for r in first] == [CDS, EDS]
+    assert await stream.settle() == []  # listeners and routes wait for the CDS answer
+    stream.ack(first[1], ("backend",))
+    assert await stream.settle() == []  # an EDS answer is not enough
+    stream.ack(first[0])
+    responses = first + [await stream.next() for _ in range(2)]
     assert [r.type_url for r in responses] == [CDS, EDS, LDS, RDS]
     assert [r.version_info for r in responses] == [
         changed.versions[t] for t in (CDS, EDS, LDS, RDS)
@@ -376,3 +382,28 @@ async def test_hooks_observe_pushes_acks_nacks_and_a_failing_hook_breaks_nothing
     assert seen[:3] == [("connect", "envoy-1"), ("push", CDS, 1), ("push", LDS, 1)]
     assert ("ack", CDS) in seen and ("nack", LDS, "bad listener") in seen
     assert seen[-1] == ("disconnect", "envoy-1", False)
+
+
+async def test_a_held_stage_goes_out_when_the_client_does_not_answer_in_time(
+    cache, streams, monkeypatch
+):
+    from inferway.xds import stream as stream_module
+
+    monkeypatch.setattr(stream_module, "HOLD_TIMEOUT_S", 0.2)
+    cache.set_snapshot(sample())
+    stream = streams()
+    await subscribe_all(stream)
+    for response in [await stream.next() for _ in range(4)]:
+        stream.ack(response, {EDS: ("backend",), RDS: ("ingress",)}.get(response.type_url, ()))
+    assert await stream.settle() == []
+    changed = build_snapshot(
+        build_sample_resources(
+            listener_port=10001, backend_ports=[9002], connect_timeout_ms=250, route_prefix="/v2"
+        )
+    )
+    assert cache.set_snapshot(changed)
+    first = [await stream.next() for _ in range(2)]
+    assert [r.type_url for r in first] == [CDS, EDS]
+    # no answer to CDS: after the hold timeout the listeners and routes go anyway
+    rest = [await stream.next(timeout=2.0) for _ in range(2)]
+    assert [r.type_url for r in rest] == [LDS, RDS]

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from inferway.gateway.certs import build_ca, build_certificate, write_bundle
 from inferway.gateway.xds_mtls import (
     XdsMtlsError,
     XdsMtlsFiles,
     XdsServerTlsReloader,
     load_xds_server_tls,
 )
+from inferway.pki.bundle_files import write_bundle
+from inferway.pki.mint import build_ca, build_certificate
 from inferway.xds.auth import XdsClientTlsFiles
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 

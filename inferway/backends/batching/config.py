@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["BatchingConfig"]
 
@@ -28,6 +28,20 @@ class BatchingConfig(BaseModel):
     max_queue_size: int = Field(default=1024, ge=1)
     max_batch_bytes: int | None = Field(default=None, ge=1)
     instances: int = Field(default=1, ge=1, le=64)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: object) -> object:
+        """YAML 1.1 reads an unquoted ``off`` (or ``no``, ``false``) as the boolean false: that
+        can only mean "off". ``on``/``yes``/``true`` name no mode, so say to quote one."""
+        if value is False:
+            return "off"
+        if value is True:
+            raise ValueError(
+                "YAML read an unquoted on/yes/true as a boolean; give a mode: off, fixed or "
+                'adaptive (quote it, e.g. mode: "adaptive")'
+            )
+        return value
 
     @model_validator(mode="after")
     def _preferred_within_max(self) -> BatchingConfig:

@@ -7,8 +7,10 @@ event loop never leaves an instance idle). One dispatcher task per model covers 
 time the scheduler named, cancels, and draining on stop. Each model instance owns one worker
 thread, so a runner's ``run`` is never called concurrently.
 
-This module holds the per-request and per-batch path; start, stop and the dispatcher task are
-in ``lifecycle.py``, spans, batch records and load stats in ``reporting.py``.
+One class; its collaborators are composed, not inherited: the Scheduler decides, the Dispatcher
+(``dispatcher.py``) owns the timer task, the BatchReporter (``reporting.py``) makes spans and
+batch records, WindowStats keeps the load figures ORCA reports. A queued request is one typed
+record (``QueuedRequest``), so the hot path allocates one object per request.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from opentelemetry import trace
 
 from ..runners.base import Runner
 from .config import BatchingConfig
+from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
-from .lifecycle import ExecutorLifecycle
-from .records import BatchRecord, Dispatch, Idle, Pending, WaitUntil
-from .reporting import BatchReporting
+from .queued import QueuedRequest
+from .records import BatchRecord, Dispatch, Idle, WaitUntil
+from .reporting import BatchReporter
 from .scheduler import Scheduler
 from .window_stats import WindowStats
 
@@ -44,7 +47,7 @@ INLINE_BELOW_S = 0.0002
 handing it to a worker thread and back costs about as much as computing it."""
 
 
-class BatchExecutor(ExecutorLifecycle, BatchReporting):
+class BatchExecutor:
     """Batches ``infer`` calls of one model version over its runner instances.
 
     ``deadline`` values are absolute times on ``clock`` (``time.monotonic`` by default);
@@ -69,11 +72,13 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
         self.config = config
         self.clock = clock
         self._runners = list(runners)
-        self._on_batch = on_batch
-        self._sched = Scheduler(config, instances=len(self._runners), name=name)
-        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
-        self._tracer = provider.get_tracer("inferway.backends.batching")
-        self._span_name = f"batch {name}"
+        self._sched: Scheduler[QueuedRequest] = Scheduler(
+            config, instances=len(self._runners), name=name
+        )
+        self._reporter = BatchReporter(name, on_batch=on_batch, tracer_provider=tracer_provider)
+        self._dispatcher = Dispatcher(
+            name, pump=self._pump, clock=clock, on_crash=self._on_dispatcher_crash
+        )
         self._pools = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}-{i}")
             for i in range(len(self._runners))
@@ -81,10 +86,7 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
         self._idle: list[int] = list(reversed(range(len(self._runners))))
         self._in_flight = 0
         self._ids = itertools.count()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._sleep_until: float | None = None  # the dispatcher's timer; None: no timer
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once started
         self._closing = False
         self._drain = True
         self._closed = False
@@ -94,7 +96,7 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
     # -- public surface -------------------------------------------------------------------
 
     @property
-    def scheduler(self) -> Scheduler:
+    def scheduler(self) -> Scheduler[QueuedRequest]:
         return self._sched
 
     @property
@@ -109,6 +111,42 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
     @property
     def in_flight_batches(self) -> int:
         return self._in_flight
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    def utilization(self) -> float:
+        """Busy fraction of all instances over the recent stats window, in [0, 1]."""
+        return self._stats.utilization(self.clock())
+
+    def rps(self) -> float:
+        """Requests computed per second over the recent stats window."""
+        return self._stats.rps(self.clock())
+
+    async def start(self) -> None:
+        self._start_now()
+
+    async def stop(self, drain: bool = True) -> None:
+        """Refuse new requests; finish queued ones (``drain``) or fail them with
+        ExecutorClosedError; wait for running batches; close the runners."""
+        if not self._closing:
+            self._closing = True
+            self._drain = drain
+        elif not drain:
+            self._drain = False
+        self._dispatcher.wake()
+        await self._dispatcher.join()
+        if self._closed:
+            return
+        self._closed = True
+        for pool in self._pools:
+            pool.shutdown(wait=False)
+        for runner in self._runners:
+            try:
+                runner.close()
+            except Exception:
+                log.exception("model %r: closing a runner failed", self.name)
 
     async def infer(
         self, inputs: Inputs, *, deadline: float | None = None, timeout: float | None = None
@@ -151,7 +189,7 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
     ) -> tuple[asyncio.Future[Outputs], int]:
         if self._closing:
             raise ExecutorClosedError(f"model {self.name!r}: executor is stopping")
-        if self._task is None:
+        if self._loop is None:
             self._start_now()
         rows, nbytes, key = describe_inputs(inputs)
         now = self.clock()
@@ -164,21 +202,46 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
         fut: asyncio.Future[Outputs] = self._loop.create_future()
         if span_context is None:
             span_context = trace.get_current_span().get_span_context()
-        payload = (inputs, fut, span_context)
-        req = Pending(next(self._ids), rows, nbytes, key, now, deadline, payload)
+        request_id = next(self._ids)
+        req = QueuedRequest(
+            request_id,
+            rows,
+            nbytes,
+            key,
+            now,
+            deadline,
+            inputs=inputs,
+            future=fut,
+            span_context=span_context,
+        )
         self._sched.submit(req, now)
         self._pump()
-        return fut, req.id
+        return fut, request_id
 
     def _forget(self, request_id: int) -> None:
         """A caller gave up: drop its request if it is still queued."""
         if self._sched.cancel(request_id) is not None:
-            self._wake()
+            self._dispatcher.wake()
 
     # -- internals ------------------------------------------------------------------------
 
-    def _fail(self, req: Pending, exc: BaseException) -> None:
-        fut = req.payload[1]
+    def _start_now(self) -> None:
+        if self._loop is not None:
+            return
+        if self._closing:
+            raise ExecutorClosedError(f"model {self.name!r}: executor was stopped")
+        self._loop = asyncio.get_running_loop()
+        self._stats.restart(self.clock())
+        self._dispatcher.start(self._loop)
+
+    def _on_dispatcher_crash(self) -> None:
+        self._closing = True
+        for req in self._sched.clear():
+            self._fail(req, ExecutorClosedError(f"model {self.name!r}: dispatcher failed"))
+
+    @staticmethod
+    def _fail(req: QueuedRequest, exc: BaseException) -> None:
+        fut = req.future
         if not fut.done():
             fut.set_exception(exc)
 
@@ -200,20 +263,20 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
                 for req in sched.clear():
                     self._fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
             action = sched.next_action(now, len(self._idle), flush=self._closing)
-            if type(action) is Dispatch:
+            if isinstance(action, Dispatch):
                 self._launch(action, now)
                 continue
             if self._closing and not sched.queued and self._in_flight == 0:
-                self._wake()
+                self._dispatcher.wake()
                 return None
             # The dispatcher must look again by ``action.at``: wake it if its timer is later.
-            if type(action) is WaitUntil and (
-                self._sleep_until is None or action.at < self._sleep_until
-            ):
-                self._wake()
+            if type(action) is WaitUntil:
+                timer = self._dispatcher.sleeping_until
+                if timer is None or action.at < timer:
+                    self._dispatcher.wake()
             return action
 
-    def _launch(self, batch: Dispatch, now: float) -> None:
+    def _launch(self, batch: Dispatch[QueuedRequest], now: float) -> None:
         assert self._loop is not None
         instance = self._idle.pop()
         self._in_flight += 1
@@ -223,13 +286,13 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
             if predicted is not None and predicted < self._inline_below_s:
                 self._run_inline(instance, batch, now)
                 return
-        span = self._start_span(instance, batch, now)
+        span = self._reporter.start_span(instance, batch.requests, batch.rows, now)
         self._pools[instance].submit(self._work, instance, batch, now, span)
 
     def _settle(
         self,
         instance: int,
-        batch: Dispatch,
+        batch: Dispatch[QueuedRequest],
         started: float,
         span: trace.Span,
         results: list[Outputs] | None,
@@ -259,16 +322,18 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
                 else:
                     assert results is not None
                     for req, res in zip(batch.requests, results, strict=True):
-                        fut = req.payload[1]
+                        fut = req.future
                         if not fut.done():
                             fut.set_result(res)
             finally:
                 span.end()
-                self._report(instance, batch, started, compute_s, error)
+                self._reporter.report(
+                    instance, batch.requests, batch.rows, started, compute_s, error
+                )
 
-    def _run_inline(self, instance: int, batch: Dispatch, started: float) -> None:
+    def _run_inline(self, instance: int, batch: Dispatch[QueuedRequest], started: float) -> None:
         """Compute a tiny batch right here, on the event loop thread."""
-        span = self._start_span(instance, batch, started)
+        span = self._reporter.start_span(instance, batch.requests, batch.rows, started)
         try:
             results, compute_s = self._execute(instance, batch)
         except BaseException as exc:
@@ -278,7 +343,9 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
         else:  # the pump that launched this batch goes on with the next one
             self._settle(instance, batch, started, span, results, compute_s, None, pump=False)
 
-    def _work(self, instance: int, batch: Dispatch, started: float, span: trace.Span) -> None:
+    def _work(
+        self, instance: int, batch: Dispatch[QueuedRequest], started: float, span: trace.Span
+    ) -> None:
         """Worker-thread body: compute, then post the outcome to the loop in one hop."""
         try:
             results, compute_s = self._execute(instance, batch)
@@ -296,16 +363,18 @@ class BatchExecutor(ExecutorLifecycle, BatchReporting):
         except RuntimeError:  # the loop is closed: nobody is left to answer
             log.warning("model %r: batch finished after its event loop closed", self.name)
 
-    def _execute(self, instance: int, batch: Dispatch) -> tuple[list[Outputs], float]:
+    def _execute(
+        self, instance: int, batch: Dispatch[QueuedRequest]
+    ) -> tuple[list[Outputs], float]:
         """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
         clock = self.clock
         t0 = clock()
         reqs = batch.requests
         if len(reqs) == 1:
-            inputs: Inputs = reqs[0].payload[0]
+            inputs: Inputs = reqs[0].inputs
         else:
-            first = reqs[0].payload[0]
-            inputs = {n: np.concatenate([r.payload[0][n] for r in reqs]) for n in first}
+            first = reqs[0].inputs
+            inputs = {n: np.concatenate([r.inputs[n] for r in reqs]) for n in first}
         outputs = self._runners[instance].run(inputs)
         for out_name, arr in outputs.items():
             if getattr(arr, "ndim", 0) == 0 or arr.shape[0] != batch.rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Generic, TypeVar
 
 __all__ = [
     "IDLE",
@@ -33,7 +33,8 @@ class Pending:
 
     ``rows`` is its size along the batch axis; ``shape_key`` identifies what it may be batched
     with (dtype and non-batch dims of every input); ``deadline`` is on the scheduler's clock.
-    ``payload`` is opaque to the scheduler (the executor keeps inputs and the future there).
+    The executor queues a subclass that also carries the inputs and the caller's future
+    (``QueuedRequest``); the scheduler reads only these fields.
     """
 
     id: Hashable
@@ -42,16 +43,18 @@ class Pending:
     shape_key: Hashable
     arrival: float
     deadline: float | None = None
-    payload: Any = None
     state: RequestState = RequestState.QUEUED
     seq: int = field(default=0, repr=False)
 
 
+RequestT = TypeVar("RequestT", bound=Pending)
+
+
 @dataclass(frozen=True, slots=True)
-class Dispatch:
+class Dispatch(Generic[RequestT]):
     """Run these requests now, as one batch, in this order (they share one shape_key)."""
 
-    requests: tuple[Pending, ...]
+    requests: tuple[RequestT, ...]
     rows: int
     nbytes: int
 

@@ -1,22 +1,20 @@
-"""What a BatchExecutor tells observers: a span per batch, a BatchRecord per batch, load stats.
-
-A base class rather than a helper object so that the per-batch calls from ``executor.py``
-stay one plain method call each.
-"""
+"""What a BatchExecutor tells observers about each batch: an OpenTelemetry span (a root span
+linked to the spans of the requests it served) and a BatchRecord for metrics and benchmarks.
+A collaborator the executor owns, so tracing and reporting stay out of the batching code."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from ..tracing import is_tracing
-from .records import BatchRecord, Dispatch
-from .window_stats import WindowStats
+from ..telemetry.tracing import is_tracing
+from .queued import QueuedRequest
+from .records import BatchRecord
 
-__all__ = ["BatchReporting"]
+__all__ = ["BatchReporter"]
 
 # the executor's logger, so that log filters on it still see these messages
 log = logging.getLogger("inferway.backends.batching.executor")
@@ -24,45 +22,45 @@ log = logging.getLogger("inferway.backends.batching.executor")
 _ROOT_CONTEXT = otel_context.Context()  # batch spans are roots, linked to their requests
 
 
-class BatchReporting:
-    """Base of BatchExecutor: its ``__init__`` sets these."""
+class BatchReporter:
+    """Spans and records of one model's batches."""
 
-    name: str
-    clock: Callable[[], float]
-    _on_batch: Callable[[BatchRecord], None] | None
-    _tracer: trace.Tracer
-    _span_name: str
-    _stats: WindowStats
+    def __init__(
+        self,
+        name: str,
+        *,
+        on_batch: Callable[[BatchRecord], None] | None,
+        tracer_provider: trace.TracerProvider | None,
+    ) -> None:
+        self.name = name
+        self._on_batch = on_batch
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        self._tracer = provider.get_tracer("inferway.backends.batching")
+        self._span_name = f"batch {name}"
 
-    def utilization(self) -> float:
-        """Busy fraction of all instances over the recent stats window, in [0, 1]."""
-        return self._stats.utilization(self.clock())
-
-    def rps(self) -> float:
-        """Requests computed per second over the recent stats window."""
-        return self._stats.rps(self.clock())
-
-    def _start_span(self, instance: int, batch: Dispatch, started: float) -> trace.Span:
+    def start_span(
+        self, instance: int, requests: Sequence[QueuedRequest], rows: int, started: float
+    ) -> trace.Span:
         if not is_tracing(self._tracer):
             return trace.INVALID_SPAN  # no SDK: skip building links and attributes
-        reqs = batch.requests
-        links = [trace.Link(ctx) for ctx in (r.payload[2] for r in reqs) if ctx.is_valid]
+        links = [trace.Link(r.span_context) for r in requests if r.span_context.is_valid]
         return self._tracer.start_span(
             self._span_name,
             context=_ROOT_CONTEXT,
             links=links,
             attributes={
-                "batch.size": batch.rows,
-                "batch.requests": len(reqs),
-                "batch.queue_wait_max_s": started - reqs[0].arrival,
+                "batch.size": rows,
+                "batch.requests": len(requests),
+                "batch.queue_wait_max_s": started - requests[0].arrival,
                 "batch.instance": instance,
             },
         )
 
-    def _report(
+    def report(
         self,
         instance: int,
-        batch: Dispatch,
+        requests: Sequence[QueuedRequest],
+        rows: int,
         started: float,
         compute_s: float,
         error: BaseException | None,
@@ -71,9 +69,9 @@ class BatchReporting:
             return
         record = BatchRecord(
             name=self.name,
-            size_rows=batch.rows,
-            requests=len(batch.requests),
-            queue_wait_s=[started - r.arrival for r in batch.requests],
+            size_rows=rows,
+            requests=len(requests),
+            queue_wait_s=[started - r.arrival for r in requests],
             compute_s=compute_s,
             started_at=started,
             instance=instance,

@@ -20,6 +20,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from .config import BatchingConfig
 from .cost_model import ArrivalRate, CostModel
@@ -28,13 +29,16 @@ from .records import IDLE, Dispatch, Idle, Pending, RequestState, WaitUntil
 
 __all__ = ["Scheduler"]
 
+RequestT = TypeVar("RequestT", bound=Pending)
+"""The request record a caller queues: ``Pending`` or a subclass carrying its own fields."""
+
 _QUEUED = RequestState.QUEUED
 _COMPUTE_SAFETY = 1.25  # predicted compute time is inflated by this before an SLO check
 _GAIN = 1.02  # waiting must improve throughput by at least this factor
 _MIN_WAIT = 1e-4  # never ask to be woken sooner than this: avoids spinning on bursts
 
 
-class Scheduler:
+class Scheduler(Generic[RequestT]):
     """Per-model batching queue. Not thread-safe: drive it from one task."""
 
     def __init__(
@@ -54,10 +58,10 @@ class Scheduler:
         self._max_rows = config.max_batch_size
         self._max_bytes = config.max_batch_bytes
         self._preferred = frozenset(config.preferred_batch_sizes)
-        self._groups: dict[Hashable, deque[Pending]] = {}
-        self._by_id: dict[Hashable, Pending] = {}
-        self._deadlines: list[tuple[float, int, Pending]] = []
-        self._expired: list[Pending] = []
+        self._groups: dict[Hashable, deque[RequestT]] = {}
+        self._by_id: dict[Hashable, RequestT] = {}
+        self._deadlines: list[tuple[float, int, RequestT]] = []
+        self._expired: list[RequestT] = []
         self._seq = 0
         self._queued_rows = 0
 
@@ -75,7 +79,7 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def submit(self, req: Pending, now: float) -> None:
+    def submit(self, req: RequestT, now: float) -> None:
         """Queue ``req``; raises QueueFullError (with a retry-after) or InvalidRequestError."""
         if req.rows < 1:
             raise InvalidRequestError(f"request {req.id!r}: rows must be >= 1, got {req.rows}")
@@ -106,7 +110,7 @@ class Scheduler:
             heapq.heappush(self._deadlines, (req.deadline, req.seq, req))
         self.arrivals.observe(req.rows, now)
 
-    def cancel(self, req_id: Hashable) -> Pending | None:
+    def cancel(self, req_id: Hashable) -> RequestT | None:
         """Withdraw a queued request; returns it, or None if it is no longer queued."""
         req = self._by_id.pop(req_id, None)
         if req is None:
@@ -115,7 +119,7 @@ class Scheduler:
         self._queued_rows -= req.rows
         return req
 
-    def clear(self) -> list[Pending]:
+    def clear(self) -> list[RequestT]:
         """Withdraw every queued request (as cancelled), oldest first; used on shutdown."""
         out = sorted(self._by_id.values(), key=lambda r: r.seq)
         for req in out:
@@ -126,7 +130,7 @@ class Scheduler:
         self._queued_rows = 0
         return out
 
-    def expire(self, now: float) -> list[Pending]:
+    def expire(self, now: float) -> list[RequestT]:
         """Remove and return every queued request whose deadline is at or before ``now``."""
         heap = self._deadlines
         out = self._expired
@@ -163,8 +167,8 @@ class Scheduler:
 
     # -- decisions -----------------------------------------------------------------------
 
-    def _oldest_group(self) -> deque[Pending] | None:
-        best: deque[Pending] | None = None
+    def _oldest_group(self) -> deque[RequestT] | None:
+        best: deque[RequestT] | None = None
         best_seq = 0
         empty: list[Hashable] = []
         for key, group in self._groups.items():
@@ -194,7 +198,7 @@ class Scheduler:
 
     def next_action(
         self, now: float, idle_instances: int, *, flush: bool = False
-    ) -> Dispatch | WaitUntil | Idle:
+    ) -> Dispatch[RequestT] | WaitUntil | Idle:
         """What to do at ``now`` with ``idle_instances`` instances free.
 
         Requests already past their deadline are set aside for the next ``expire`` call.
@@ -279,8 +283,10 @@ class Scheduler:
         latest -= _COMPUTE_SAFETY * t_more
         return min(now + gap, latest)
 
-    def _take(self, group: deque[Pending], count: int, rows: int, nbytes: int) -> Dispatch:
-        taken: list[Pending] = []
+    def _take(
+        self, group: deque[RequestT], count: int, rows: int, nbytes: int
+    ) -> Dispatch[RequestT]:
+        taken: list[RequestT] = []
         by_id = self._by_id
         dispatched = RequestState.DISPATCHED
         while len(taken) < count:

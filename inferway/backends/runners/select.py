@@ -7,7 +7,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from inferway.backends.model_config import ModelConfig
+from inferway.backends.models.config import ModelConfig
 from inferway.backends.runners.base import Runner
 from inferway.backends.runners.onnx import (
     TENSORRT,

@@ -43,9 +43,9 @@ def control_plane_sink(control_plane: ControlPlane) -> ReplicaSink:
 
 class ControlPlaneDrainProbe:
     """Drained, as far as xDS can tell: the live State no longer holds the replica, every
-    connected Envoy has ACKed the snapshot built from it, and (when given) the Envoy admin
-    probe no longer lists the host. A refused update keeps the replica in State, so it is
-    never drained and the manager's drain timeout applies."""
+    connected xDS client has ACKed its group's snapshot built from it, and (when given) the
+    Envoy admin probe no longer lists the host. A refused update keeps the replica in State,
+    so it is never drained and the manager's drain timeout applies."""
 
     def __init__(self, control_plane: ControlPlane, envoy: DrainProbe | None = None) -> None:
         self.control_plane = control_plane
@@ -57,10 +57,8 @@ class ControlPlaneDrainProbe:
         if any(e.host == host and e.port == port for e in listed):
             return False
         cache = self.control_plane.cache
-        snapshot = cache.get_snapshot(self.control_plane.group)
-        for node in cache.node_status():
-            in_group = node.connected and node.group == self.control_plane.group
-            if in_group and not node_in_sync(node, snapshot):
+        for node in cache.node_status():  # Envoys and proxyless clients, each in its group
+            if node.connected and not node_in_sync(node, cache.get_snapshot(node.group)):
                 return False
         return True if self.envoy is None else await self.envoy(service, host, port)
 

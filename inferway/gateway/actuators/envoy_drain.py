@@ -10,8 +10,9 @@ next one. Its ``rq_active`` is kept for the drain event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -26,9 +27,9 @@ class HostLoad:
     rq_active: int = 0
 
 
-def read_host_load(clusters: dict[str, object], cluster: str, host: str, port: int) -> HostLoad:
+def read_host_load(clusters: Mapping[str, Any], cluster: str, host: str, port: int) -> HostLoad:
     """Pure: the host's entry in a ``/clusters?format=json`` document."""
-    for status in clusters.get("cluster_statuses", []) or []:  # type: ignore[union-attr]
+    for status in clusters.get("cluster_statuses", []) or []:
         if not isinstance(status, dict) or status.get("name") != cluster:
             continue
         for entry in status.get("host_statuses", []) or []:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferway.resolve.ir.grpc_target import GrpcTargetIR
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.resolve.ir.service import ServiceIR
@@ -31,3 +32,5 @@ class IR:
     """Sorted by name; only secrets something refers to."""
     redacted_headers: tuple[str, ...]
     """Never logged or traced: the credential headers plus the policy's redact_headers."""
+    grpc_targets: tuple[GrpcTargetIR, ...] = ()
+    """What proxyless gRPC clients may dial, in policy order (Envoy nodes never see these)."""

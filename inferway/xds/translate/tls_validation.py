@@ -16,6 +16,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
 from google.protobuf.message import Message
 
+from inferway.pki.mint import build_ca, build_certificate
 from inferway.state.model import TlsMaterial
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
@@ -35,7 +36,7 @@ def inline_static_secrets(
     placeholder: dict[str, TlsMaterial] | None = None
     for name in sorted(wanted):
         if name in known:
-            static.secrets.append(known[name])  # type: ignore[arg-type]
+            static.secrets.append(known[name])
             continue
         placeholder = placeholder or _placeholder_material()
         role = "ca" if name.endswith("/ca") else "cert"
@@ -76,8 +77,6 @@ def _detach_sds(socket: base_pb2.TransportSocket) -> list[str]:
 
 
 def _placeholder_material() -> dict[str, TlsMaterial]:
-    from inferway.gateway.certs import build_ca, build_certificate
-
     ca = build_ca("inferway validation CA", days=1)
     leaf = build_certificate(ca, dns_names=["localhost"], server=True, client=True, days=1)
     return {

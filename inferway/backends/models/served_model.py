@@ -1,0 +1,62 @@
+"""What the model repository hands out and reports: a ready model version, the events its
+reloads produce, and the not-found error the servers turn into a 404 / NOT_FOUND.
+
+Kept apart from the repository so the servers can name these without importing the reload
+machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from inferway.backends.models.config import ModelConfig
+from inferway.backends.models.scan import Fingerprint
+from inferway.backends.runners.base import Runner, TensorSpec
+
+if TYPE_CHECKING:
+    from inferway.backends.batching import BatchExecutor
+
+__all__ = ["ModelNotFoundError", "RepositoryEvent", "ServedModel"]
+
+
+class ModelNotFoundError(LookupError):
+    """No such model or version is being served; the message lists what is."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class ServedModel:
+    """One ready model version. ``executor`` is where requests go."""
+
+    name: str
+    version: str
+    config: ModelConfig
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    executor: BatchExecutor
+    load_seconds: float
+    platform: str
+    provider: str
+    path: Path
+    runners: tuple[Runner, ...] = field(repr=False, default=())
+    fingerprint: Fingerprint = field(repr=False, default=())
+
+
+@dataclass(frozen=True)
+class RepositoryEvent:
+    """What changed: ``loaded`` / ``reloaded`` (swapped in), ``unloaded`` (drained and gone),
+    ``refused`` (failed to load; ``message`` says why)."""
+
+    kind: Literal["loaded", "reloaded", "unloaded", "refused"]
+    name: str
+    version: str
+    message: str = ""
+    load_seconds: float | None = None

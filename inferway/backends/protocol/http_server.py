@@ -1,0 +1,207 @@
+"""Open Inference Protocol (KServe v2) over HTTP, with the binary tensor data extension.
+
+Every response, errors included, carries the ORCA load header; every failure is a JSON
+``{"error": "..."}`` with a 4xx/5xx status, never a dropped connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from inferway.backends.protocol.binary_codec import split_binary_body
+from inferway.backends.protocol.json_codec import (
+    decode_json_request,
+    encode_json_response,
+    parse_json_header,
+)
+from inferway.backends.protocol.server_info import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from inferway.backends.serving.core import Chosen, ServingCore, Transport
+from inferway.backends.serving.failures import Failure, PayloadTooLargeError, classify_error
+from inferway.backends.serving.input_validation import InferInputError
+from inferway.backends.serving.request import DecodedRequest
+from inferway.backends.telemetry import orca, tracing
+from inferway.backends.telemetry.metrics import CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from inferway.backends.models.served_model import ServedModel
+
+__all__ = ["BINARY_HEADER", "ENVOY_TIMEOUT_HEADER", "HTTP", "build_http_app"]
+
+log = logging.getLogger("inferway.backends.http")
+
+BINARY_HEADER = "Inference-Header-Content-Length"
+ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
+"""Envoy tells the upstream how long the route waits; the backend treats it as a deadline."""
+HTTP = Transport(protocol="http", wire="http")
+
+_CORE = web.AppKey("inferway_core", ServingCore)
+
+
+def _error(failure: Failure) -> web.Response:
+    resp = web.json_response({"error": failure.message}, status=failure.http_status)
+    if failure.retry_after_s is not None:
+        # Retry-After counts whole seconds (RFC 9110); round up so clients never retry early.
+        resp.headers["Retry-After"] = str(max(1, int(-(-failure.retry_after_s // 1))))
+    return resp
+
+
+@web.middleware
+async def _guard(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Turn anything a handler raises into a JSON answer and stamp the ORCA load report."""
+    try:
+        resp = await handler(request)
+    except web.HTTPException as exc:
+        resp = web.json_response(
+            {"error": exc.reason if exc.text is None else exc.text}, status=exc.status
+        )
+    except Exception as exc:
+        resp = _error(classify_error(exc))
+    report = request.app[_CORE].load_report()
+    if report is not None:
+        resp.headers[orca.ORCA_HEADER] = report
+    request_id = request.headers.get(tracing.REQUEST_ID_HEADER)
+    if request_id:
+        resp.headers[tracing.REQUEST_ID_HEADER] = request_id
+    return resp
+
+
+async def _server_metadata(request: web.Request) -> web.Response:
+    return web.json_response(
+        {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(EXTENSIONS)}
+    )
+
+
+async def _live(request: web.Request) -> web.Response:
+    return web.json_response({"live": True})
+
+
+async def _ready(request: web.Request) -> web.Response:
+    ready = request.app[_CORE].ready
+    return web.json_response({"ready": ready}, status=200 if ready else 503)
+
+
+def _model(request: web.Request) -> ServedModel:
+    return request.app[_CORE].model(request.match_info["model"], request.match_info.get("version"))
+
+
+def _tensor_meta(spec: Any) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
+
+
+async def _model_metadata(request: web.Request) -> web.Response:
+    model = _model(request)
+    versions = request.app[_CORE].versions(model.name)
+    return web.json_response(
+        {
+            "name": model.name,
+            "versions": versions,
+            "platform": model.platform,
+            "inputs": [_tensor_meta(s) for s in model.inputs],
+            "outputs": [_tensor_meta(s) for s in model.outputs],
+        }
+    )
+
+
+async def _model_ready(request: web.Request) -> web.Response:
+    model = _model(request)
+    return web.json_response({"name": model.name, "version": str(model.version), "ready": True})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = request.app[_CORE].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+class _HttpCall:
+    """One POST .../infer as the serving core sees it (see InferCall)."""
+
+    __slots__ = ("body", "model_name", "model_version", "request")
+    needs_read = True
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.model_name: str = request.match_info["model"]
+        self.model_version: str | None = request.match_info.get("version")
+        self.body = b""
+
+    def body_size(self) -> int | None:
+        return self.request.content_length
+
+    async def read_body(self, limit: int, model: str) -> None:
+        chunks: list[bytes] = []
+        total = 0
+        async for chunk in self.request.content.iter_chunked(1 << 20):
+            total += len(chunk)
+            if total > limit:
+                raise PayloadTooLargeError(None, limit, model)
+            chunks.append(chunk)
+        self.body = b"".join(chunks)
+
+    def decode(self, model: ServedModel) -> DecodedRequest:
+        head, binary = split_binary_body(self.body, self.request.headers.get(BINARY_HEADER))
+        return decode_json_request(parse_json_header(head), binary, model.inputs)
+
+    def transport_timeout_s(self) -> float | None:
+        raw = self.request.headers.get(ENVOY_TIMEOUT_HEADER)
+        if raw is None:
+            return None
+        try:
+            ms = float(raw)
+        except ValueError:
+            raise InferInputError(
+                f"header {ENVOY_TIMEOUT_HEADER} must be a number of milliseconds, got {raw!r}"
+            ) from None
+        return ms / 1000 if ms > 0 else None
+
+    def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> web.Response:
+        payload, head_len = encode_json_response(
+            model_name=model.name,
+            model_version=str(model.version),
+            request_id=decoded.id,
+            outputs=outputs,
+            binary_default=decoded.binary_output,
+        )
+        if head_len is None:
+            return web.Response(body=payload, content_type="application/json")
+        resp = web.Response(body=payload, content_type="application/octet-stream")
+        resp.headers[BINARY_HEADER] = str(head_len)
+        return resp
+
+
+async def _infer(request: web.Request) -> web.Response:
+    core = request.app[_CORE]
+    parent = tracing.extract_context(request.headers) if tracing.is_tracing(core.tracer) else None
+    response, failure = await core.infer(
+        _HttpCall(request),
+        HTTP,
+        parent=parent,
+        request_id=request.headers.get(tracing.REQUEST_ID_HEADER),
+    )
+    if failure is not None:
+        return _error(failure)
+    assert response is not None
+    return response
+
+
+def build_http_app(core: ServingCore) -> web.Application:
+    """The aiohttp application in front of ``core``: OIP routes, health, metadata and
+    /metrics. x-request-id is echoed back; every answer carries the ORCA load report."""
+    # Inference bodies are streamed under the core's limit; client_max_size bounds the rest.
+    app = web.Application(middlewares=[_guard], client_max_size=core.settings.max_body_bytes)
+    app[_CORE] = core
+    base = "/v2/models/{model}"
+    app.router.add_get("/v2", _server_metadata)
+    app.router.add_get("/v2/health/live", _live)
+    app.router.add_get("/v2/health/ready", _ready)
+    app.router.add_get("/metrics", _metrics)
+    for prefix in (base, base + "/versions/{version}"):
+        app.router.add_get(prefix, _model_metadata)
+        app.router.add_get(prefix + "/ready", _model_ready)
+        app.router.add_post(prefix + "/infer", _infer)
+    return app

@@ -1,0 +1,73 @@
+"""Every way a request can fail, mapped once to the answer both protocols give (HTTP status,
+gRPC code, message, retry hint), so the HTTP and gRPC front ends cannot drift apart."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import grpc
+
+from inferway.backends.batching.errors import (
+    DeadlineExceededError,
+    ExecutorClosedError,
+    InvalidRequestError,
+    QueueFullError,
+)
+from inferway.backends.models.served_model import ModelNotFoundError
+from inferway.backends.serving.input_validation import InferInputError
+
+__all__ = ["CLIENT_GONE", "Failure", "NotReadyError", "PayloadTooLargeError", "classify_error"]
+
+log = logging.getLogger("inferway.backends")
+
+
+class NotReadyError(Exception):
+    """The server has not finished loading its models."""
+
+
+class PayloadTooLargeError(Exception):
+    """The request body is larger than the model (or server) accepts."""
+
+    def __init__(self, size: int | None, limit: int, model: str = "") -> None:
+        where = f" for model '{model}'" if model else ""
+        got = f"{size} bytes" if size is not None else "more"
+        super().__init__(f"request body of {got} exceeds the limit of {limit} bytes{where}")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed request, as both protocols report it."""
+
+    http_status: int
+    grpc_code: grpc.StatusCode
+    message: str
+    retry_after_s: float | None = None
+
+    def code(self, wire: str) -> int | str:
+        """The status the metrics and spans of ``wire`` ("http" or "grpc") name."""
+        return self.http_status if wire == "http" else self.grpc_code.name
+
+
+CLIENT_GONE = Failure(499, grpc.StatusCode.CANCELLED, "the client went away before its answer")
+"""A request whose caller hung up or cancelled: nobody reads the answer, but it is counted
+(HTTP 499 as nginx logs it, gRPC CANCELLED) and, if still queued, never computed."""
+
+
+def classify_error(exc: BaseException) -> Failure:
+    """Map an exception to its protocol answer; anything unexpected is a logged 500."""
+    msg = str(exc) or type(exc).__name__
+    if isinstance(exc, InferInputError | InvalidRequestError):
+        return Failure(400, grpc.StatusCode.INVALID_ARGUMENT, msg)
+    if isinstance(exc, ModelNotFoundError):
+        return Failure(404, grpc.StatusCode.NOT_FOUND, msg)
+    if isinstance(exc, PayloadTooLargeError):
+        return Failure(413, grpc.StatusCode.RESOURCE_EXHAUSTED, msg)
+    if isinstance(exc, QueueFullError):
+        return Failure(429, grpc.StatusCode.RESOURCE_EXHAUSTED, msg, exc.retry_after_s)
+    if isinstance(exc, DeadlineExceededError | TimeoutError):
+        return Failure(504, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded: " + msg)
+    if isinstance(exc, NotReadyError | ExecutorClosedError):
+        return Failure(503, grpc.StatusCode.UNAVAILABLE, msg)
+    log.error("inference request failed unexpectedly", exc_info=exc)
+    return Failure(500, grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {msg}")

@@ -1,0 +1,63 @@
+"""The serving limits, configured once for every front end: how large a request may be and how
+long it may take when the caller names no deadline. The HTTP and gRPC servers both read these
+through the serving core, so one setting refuses the same request on both wires."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # standard library only at run time: the CLI imports this before serving
+    from inferway.backends.models.config import ModelConfig
+
+__all__ = [
+    "DEFAULT_BACKLOG",
+    "DEFAULT_MAX_BODY_BYTES",
+    "GRPC_FRAMING_HEADROOM_BYTES",
+    "ServingSettings",
+]
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+GRPC_FRAMING_HEADROOM_BYTES = 1024 * 1024
+"""gRPC itself refuses a message above its receive limit before any handler sees it (with a
+message of its own, and uncounted). The core must see a request just over the serving limit to
+answer it as HTTP does, so the transport's limit sits this much above the serving limit."""
+DEFAULT_BACKLOG = 4096
+"""The HTTP listen backlog. aiohttp's 128 overflows when a burst of clients opens new
+connections at once: the kernel drops their SYNs and each retries a second later, a stall,
+where the queue limit should have answered 429 at once. (The kernel caps it at
+net.core.somaxconn, 4096 on current kernels.)"""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSettings:
+    """``max_body_bytes`` caps every request (a model's ``max_input_bytes`` can only lower it);
+    ``default_timeout_s`` bounds requests that name no deadline of their own (None: unbounded)."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    default_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_body_bytes, bool) or self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes!r}")
+        if self.default_timeout_s is not None and not self.default_timeout_s > 0:
+            raise ValueError(
+                f"default_timeout_s must be > 0 seconds or None, got {self.default_timeout_s!r}"
+            )
+
+    def body_limit(self, config: ModelConfig) -> int:
+        """The largest request body accepted for a model with this config."""
+        return min(config.max_input_bytes, self.max_body_bytes)
+
+    @property
+    def grpc_max_message_bytes(self) -> int:
+        """The receive limit to give gRPC itself (see GRPC_FRAMING_HEADROOM_BYTES)."""
+        return self.max_body_bytes + GRPC_FRAMING_HEADROOM_BYTES
+
+    def timeout_s(self, requested: float | None, transport: float | None) -> float | None:
+        """The request's deadline in seconds from now: the tighter of what the request asked
+        (its ``timeout`` parameter) and what its transport imposes (the gRPC deadline, Envoy's
+        expected timeout), else the configured default."""
+        if requested is None:
+            return self.default_timeout_s if transport is None else transport
+        return requested if transport is None else min(requested, transport)

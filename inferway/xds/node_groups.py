@@ -1,0 +1,101 @@
+"""Per-node scoping: which snapshot a node receives is keyed by its kind and the names it
+may see, so an Envoy and a proxyless gRPC client on one control plane each get resources
+they can consume.
+
+Envoy nodes all share the ``default`` group and get exactly the Envoy translation. A node
+is a proxyless gRPC client when it says so the way gRPC and Istio do: ``user_agent_name``
+"gRPC ..." (set by every gRPC library), the client feature gRPC advertises
+(``envoy.lb.does_not_support_overprovisioning``), or Istio's bootstrap metadata
+``GENERATOR: grpc``. It sees every gRPC target of the policy, or only those listed in its
+node metadata ``INFERWAY_GRPC_TARGETS`` (a list, or a comma-separated string); that list is
+part of the group key, so clients with the same view share one snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from envoy.config.core.v3 import base_pb2
+
+from inferway.resolve.ir import IR
+from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.translate.proxyless import translate_proxyless
+
+__all__ = [
+    "ENVOY_GROUP",
+    "GRPC_GROUP",
+    "TARGETS_METADATA_KEY",
+    "NodeScope",
+    "build_group_snapshot",
+    "node_group",
+    "node_scope",
+    "parse_group",
+]
+
+ENVOY_GROUP = "default"
+GRPC_GROUP = "grpc"
+"""Proxyless gRPC clients that may see every target; ``grpc:a,b`` sees targets a and b."""
+TARGETS_METADATA_KEY = "INFERWAY_GRPC_TARGETS"
+_GRPC_CLIENT_FEATURE = "envoy.lb.does_not_support_overprovisioning"
+
+
+@dataclass(frozen=True)
+class NodeScope:
+    kind: Literal["envoy", "grpc"]
+    targets: tuple[str, ...] | None = None
+    """Sorted target names a gRPC node may see; None: all of them."""
+
+    @property
+    def key(self) -> str:
+        if self.kind == "envoy":
+            return ENVOY_GROUP
+        if self.targets is None:
+            return GRPC_GROUP
+        return f"{GRPC_GROUP}:{','.join(self.targets)}"
+
+
+def parse_group(key: str) -> NodeScope:
+    """The scope a group key stands for; every key that is not a gRPC key is Envoy's."""
+    if key == GRPC_GROUP:
+        return NodeScope("grpc")
+    prefix = f"{GRPC_GROUP}:"
+    if key.startswith(prefix):
+        return NodeScope("grpc", tuple(n for n in key[len(prefix) :].split(",") if n))
+    return NodeScope("envoy")
+
+
+def node_scope(node: base_pb2.Node) -> NodeScope:
+    if not _is_proxyless_grpc(node):
+        return NodeScope("envoy")
+    field = node.metadata.fields.get(TARGETS_METADATA_KEY)
+    if field is None:
+        return NodeScope("grpc")
+    if field.HasField("list_value"):
+        names = [v.string_value for v in field.list_value.values]
+    else:
+        names = field.string_value.split(",")
+    return NodeScope("grpc", tuple(sorted({n.strip() for n in names if n.strip()})))
+
+
+def node_group(node: base_pb2.Node) -> str:
+    """The cache's key function (``SnapshotCache(node_group=node_group)``)."""
+    return node_scope(node).key
+
+
+def _is_proxyless_grpc(node: base_pb2.Node) -> bool:
+    generator = node.metadata.fields.get("GENERATOR")
+    return (
+        node.user_agent_name.startswith("gRPC")
+        or _GRPC_CLIENT_FEATURE in node.client_features
+        or (generator is not None and generator.string_value == "grpc")
+    )
+
+
+def build_group_snapshot(ir: IR, group: str) -> Snapshot | None:
+    """The snapshot of a gRPC group for ``ir``; None for Envoy's groups, whose snapshot the
+    Envoy translation makes."""
+    scope = parse_group(group)
+    if scope.kind != "grpc":
+        return None
+    return build_snapshot(translate_proxyless(ir, scope.targets))

@@ -1,0 +1,52 @@
+"""What the cache records about Envoys: node status, each NACK, and each snapshot an Envoy
+rejected. Plain frozen values in a module of their own, so the hooks that receive them and the
+cache that makes them both import them here (and not each other)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["NackRecord", "NodeStatus", "Rejection"]
+
+
+@dataclass(frozen=True)
+class NackRecord:
+    """Envoy rejected ``version`` of ``type_url`` (sent with ``nonce``), saying ``message``;
+    ``snapshot`` is the snapshot version the rejected response was built from ("" unknown)."""
+
+    node_id: str
+    type_url: str
+    version: str
+    nonce: str
+    message: str
+    at: float
+    snapshot: str = ""
+    resource_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node_id: str
+    cluster: str
+    group: str
+    connected: bool
+    connected_since: float
+    acked: Mapping[str, str]
+    last_nack: NackRecord | None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Snapshot ``version`` of ``group`` was refused because an Envoy NACKed it (``nack``);
+    the cache serves ``restored`` instead (the last snapshot an Envoy ACKed; None when there
+    was none, so the rejected one stays)."""
+
+    group: str
+    version: str
+    nack: NackRecord
+    restored: str | None
+
+    @property
+    def message(self) -> str:
+        return self.nack.message

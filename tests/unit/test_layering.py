@@ -1,0 +1,176 @@
+"""The layering rule of docs/architecture.md, enforced on every module's imports.
+
+Every ``import`` under ``inferway/`` is read from the source (module level, inside functions and
+under ``TYPE_CHECKING`` alike: a lazy import is still a dependency), so an upward import cannot
+hide in a function body, and no two modules may import each other, directly or round a loop.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "inferway"
+
+BASE = {"pki", "parent_death"}
+"""Below everything: certificates and keys, process helpers. They import nothing of inferway."""
+
+MAY_IMPORT: dict[str, set[str]] = {
+    "pki": BASE,
+    "parent_death": BASE,
+    "policies": BASE | {"policies"},
+    "state": BASE | {"policies", "state"},
+    "resolve": BASE | {"policies", "state", "resolve"},
+    "xds": BASE | {"policies", "state", "resolve", "xds"},
+    "observability": BASE | {"policies", "observability"},
+    "backends": BASE | {"observability", "backends"},
+    "gateway": BASE
+    | {"policies", "state", "resolve", "xds", "observability", "backends", "gateway"},
+    "devtools": BASE
+    | {"policies", "state", "resolve", "xds", "observability", "backends", "gateway", "devtools"},
+}
+"""Each layer (top-level part of ``inferway``) -> the layers it may import."""
+
+DEVTOOLS_ENTRY = ("inferway.gateway.cli", "demo", "inferway.devtools.demo")
+"""The one product import of devtools: the gateway CLI's ``demo`` command imports the demo
+runner lazily, inside the command function, so running the product never loads devtools."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+_MODULES = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(path: Path) -> Iterator[tuple[str, str | None]]:
+    """(imported inferway module, enclosing function name or None) for every import."""
+    module = _module_name(path)
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+    def visit(node: ast.AST, function: str | None) -> Iterator[tuple[str, str | None]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield from visit(child, function or child.name)
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    if alias.name.split(".")[0] == "inferway":
+                        yield alias.name, function
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = module.split(".")
+                    base = base[: len(base) - child.level + (1 if is_package else 0)]
+                    target = ".".join([*base, child.module] if child.module else base)
+                else:
+                    target = child.module or ""
+                if target.split(".")[0] == "inferway":
+                    # "from inferway.x import y" names the submodule x.y when there is one
+                    for alias in child.names:
+                        submodule = f"{target}.{alias.name}"
+                        yield (submodule if submodule in _MODULES else target), function
+            yield from visit(child, function)
+
+    yield from visit(tree, None)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_layer_is_known() -> None:
+    layers = {_layer(name) for name in _modules() if name != "inferway"}
+    assert layers <= set(MAY_IMPORT), f"add to the layering rule: {layers - set(MAY_IMPORT)}"
+
+
+@pytest.mark.parametrize("module", sorted(_modules()), ids=str)
+def test_no_module_imports_a_layer_it_may_not(module: str) -> None:
+    if module == "inferway":
+        return
+    layer = _layer(module)
+    wrong = []
+    for target, function in _imports(_modules()[module]):
+        if target == "inferway":
+            wrong.append(f"{target} (import the module, not the package root)")
+            continue
+        other = _layer(target)
+        if other in MAY_IMPORT[layer]:
+            continue
+        if (module, function, target) == DEVTOOLS_ENTRY:
+            continue
+        wrong.append(f"{target}" + (f" (inside {function}())" if function else ""))
+    assert not wrong, f"{module} ({layer}) imports above or across its layer: {wrong}"
+
+
+def test_the_devtools_exception_is_a_lazy_import_in_the_demo_command() -> None:
+    module, function, target = DEVTOOLS_ENTRY
+    found = [f for t, f in _imports(_modules()[module]) if _layer(t) == "devtools"]
+    assert found == [function], f"{module} imports devtools only inside {function}(): {found}"
+    assert target in {t for t, _ in _imports(_modules()[module])}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for target, _ in _imports(path):
+            # "from inferway.x import y" may name a submodule y or a name in x
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_import_cycles_among_modules() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
