@@ -28,12 +28,13 @@ from inferway.gateway.admin import (
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, build_policy_snapshot
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.keeper_state import KeeperView
+from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
