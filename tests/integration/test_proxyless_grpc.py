@@ -19,8 +19,8 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-
 from inferway.backends.demo_models import build_add
+
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.xds import type_urls
