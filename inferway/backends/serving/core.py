@@ -37,6 +37,7 @@ from inferway.backends.serving.request import (
 from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry import orca, tracing
 from inferway.backends.telemetry.metrics import BackendMetrics
+from inferway.backends.telemetry.output_digest import OutputRecorder
 
 if TYPE_CHECKING:
     from inferway.backends.models.repository import ModelRepository
@@ -118,6 +119,10 @@ class ServingCore:
         self.settings = settings if settings is not None else ServingSettings()
         self.tracer = tracing.backend_tracer(tracer_provider)
         self._orca = orca.LoadReporter(repository.models)
+        self.outputs: OutputRecorder | None = (
+            OutputRecorder(self.settings.record_outputs) if self.settings.record_outputs else None
+        )
+        """Digests of recent answers by request id (None: not recording)."""
 
     # -- what the non-inference endpoints ask ---------------------------------------------
 
@@ -175,6 +180,8 @@ class ServingCore:
                 )
                 chosen = select_outputs(results, job.decoded.outputs, job.output_names)
                 response = call.encode(model, job.decoded, chosen)
+                if self.outputs is not None and request_id:
+                    self.outputs.record(request_id, model.name, str(model.version), chosen)
             except asyncio.CancelledError:  # the caller went away (or the server is stopping)
                 self._outcome(span, model, transport, started, CLIENT_GONE)
                 raise

@@ -1,0 +1,134 @@
+"""Output agreement end to end: a real Envoy mirrors every request from the stable backend
+to a canary; both real inference backends record digests of their answers by x-request-id;
+the rollout's comparator pairs them. An identical canary agrees on every mirrored request,
+a canary with other weights disagrees on every one, and clients only see stable's answers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+
+from inferway.backends.app import BackendHandle
+from inferway.backends.serving.settings import ServingSettings
+from inferway.backends.telemetry.output_digest import OutputDigest
+from inferway.devtools.demo_models import build_mlp, mlp_reference
+from inferway.gateway.controllers.rollout.agreement import AgreementMatcher
+from inferway.gateway.controllers.rollout.evidence import MirrorCounts
+from tests.backend_helpers import running_backend
+from tests.traffic_harness import TrafficGateway, poll_until
+
+pytestmark = pytest.mark.integration
+
+SIZES = (8, 16, 4)
+RECORDING = ServingSettings(record_outputs=1000)
+
+POLICY = """
+listeners: [{{name: edge, port: {listener_port}}}]
+services:
+  - name: stable
+    endpoints: ["127.0.0.1:STABLE"]
+  - name: canary
+    endpoints: ["127.0.0.1:CANARY"]
+routes:
+  - name: infer
+    backends: [{{service: stable}}]
+    mirror: {{service: canary, percent: 100}}
+"""
+
+
+def _repo(root: Path, seed: int) -> Path:
+    build_mlp(root / "mlp" / "1" / "model.onnx", SIZES, seed=seed)
+    return root
+
+
+@asynccontextmanager
+async def _backends(tmp: Path, canary_seed: int) -> AsyncIterator[list[BackendHandle]]:
+    async with AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(
+                running_backend(_repo(tmp / name, seed), settings=RECORDING)
+            )
+            for name, seed in (("stable", 0), ("canary", canary_seed))
+        ]
+
+
+async def _digests(session: aiohttp.ClientSession, backend: BackendHandle) -> list[OutputDigest]:
+    url = f"http://127.0.0.1:{backend.http_port}/v2/debug/outputs"
+    async with session.get(url, params={"since": "0"}) as response:
+        assert response.status == 200, await response.text()
+        body = await response.json()
+    return [OutputDigest.from_json(r) for r in body["records"]]
+
+
+async def _mirror_and_compare(tmp: Path, canary_seed: int, n: int) -> MirrorCounts:
+    async with _backends(tmp, canary_seed) as (stable, canary):
+        policy = POLICY.replace("STABLE", str(stable.http_port)).replace(
+            "CANARY", str(canary.http_port)
+        )
+        async with TrafficGateway(policy, []) as gw:
+            assert gw.session is not None
+            rng = np.random.default_rng(7)
+            for _ in range(n):
+                x = rng.standard_normal((2, SIZES[0])).astype(np.float32)
+                body = {
+                    "inputs": [
+                        {
+                            "name": "x",
+                            "datatype": "FP32",
+                            "shape": [2, 8],
+                            "data": x.ravel().tolist(),
+                        }
+                    ]
+                }
+                async with gw.session.post(gw.url + "/v2/models/mlp/infer", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    answer = np.array((await r.json())["outputs"][0]["data"]).reshape(2, -1)
+                # clients get stable's answer (seed 0), whatever the canary computes
+                np.testing.assert_allclose(answer, mlp_reference(x, SIZES, 0), rtol=1e-4)
+
+            async def mirrored() -> bool:
+                return len(await _digests(gw.session, canary)) >= n  # type: ignore[arg-type]
+
+            await poll_until(mirrored, timeout=15, what="the canary to record every mirror")
+            matcher = AgreementMatcher()
+            matcher.add_stable(await _digests(gw.session, stable))
+            matcher.add_canary(await _digests(gw.session, canary))
+            counts, examples = matcher.take()
+            assert len(examples) == min(counts.disagreed, matcher.max_examples)
+            return counts
+
+
+async def test_an_identical_canary_agrees_on_every_mirrored_request(tmp_path: Path) -> None:
+    assert await _mirror_and_compare(tmp_path, 0, 40) == MirrorCounts(compared=40, disagreed=0)
+
+
+async def test_a_different_canary_disagrees_on_every_mirrored_request(tmp_path: Path) -> None:
+    assert await _mirror_and_compare(tmp_path, 1, 40) == MirrorCounts(compared=40, disagreed=40)
+
+
+async def test_the_digest_endpoint_is_off_unless_asked_for_and_checks_its_query(
+    tmp_path: Path,
+) -> None:
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [0.0] * 8}]}
+    async with (
+        running_backend(_repo(tmp_path / "off", 0)) as off,
+        running_backend(_repo(tmp_path / "on", 0), settings=RECORDING) as on,
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.get(f"http://127.0.0.1:{off.http_port}/v2/debug/outputs") as r:
+            assert r.status == 404 and "--record-outputs" in (await r.json())["error"]
+        base = f"http://127.0.0.1:{on.http_port}"
+        for headers in ({"x-request-id": "abc"}, {}):  # no id: nothing to pair, not kept
+            async with s.post(base + "/v2/models/mlp/infer", json=body, headers=headers) as r:
+                assert r.status == 200
+        async with s.get(base + "/v2/debug/outputs") as r:
+            page = await r.json()
+        assert [d["request_id"] for d in page["records"]] == ["abc"]
+        assert page["next"] == page["records"][0]["seq"] and page["evicted"] == 0
+        async with s.get(base + "/v2/debug/outputs", params={"since": "x"}) as r:
+            assert r.status == 400 and "whole numbers" in (await r.json())["error"]
