@@ -28,7 +28,8 @@ __all__ = ["SemanticIssue", "check_policy"]
 SemanticIssue = tuple[Loc, str]
 
 _MAX_WEIGHT_TOTAL = 2**32 - 1
-"""Envoy sums route weights (in permille here) into a uint32."""
+"""Route weights in permille must sum within a uint32 (Envoy gets them scaled to 10,000,
+resolve/weights.py; the bound keeps the policy's numbers sane)."""
 
 
 def check_policy(policy: Policy, *, external_endpoints: bool = False) -> list[SemanticIssue]:

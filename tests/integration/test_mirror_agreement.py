@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from inferway.backends.app import BackendHandle
+from inferway.backends.protocol import pb2
 from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry.output_digest import OutputDigest
 from inferway.devtools.demo_models import build_mlp, mlp_reference
 from inferway.gateway.controllers.rollout.agreement import AgreementMatcher
 from inferway.gateway.controllers.rollout.evidence import MirrorCounts
-from tests.backend_helpers import running_backend
+from tests.backend_helpers import grpc_stub, running_backend
 from tests.traffic_harness import TrafficGateway, poll_until
 
 pytestmark = pytest.mark.integration
@@ -132,3 +133,23 @@ async def test_the_digest_endpoint_is_off_unless_asked_for_and_checks_its_query(
         assert page["next"] == page["records"][0]["seq"] and page["evicted"] == 0
         async with s.get(base + "/v2/debug/outputs", params={"since": "x"}) as r:
             assert r.status == 400 and "whole numbers" in (await r.json())["error"]
+
+
+async def test_unary_grpc_answers_are_recorded_under_the_metadata_request_id(
+    tmp_path: Path,
+) -> None:
+    x = np.ones((1, SIZES[0]), np.float32)
+    request = pb2.ModelInferRequest(model_name="mlp", id="body-id")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 8])
+    request.raw_input_contents.append(x.tobytes())
+    async with (
+        running_backend(_repo(tmp_path, 0), settings=RECORDING) as backend,
+        grpc_stub(backend) as stub,
+        aiohttp.ClientSession() as session,
+    ):
+        await stub.ModelInfer(request, metadata=(("x-request-id", "grpc-1"),))
+        (digest,) = await _digests(session, backend)
+    assert digest.request_id == "grpc-1"
+    (y,) = digest.outputs
+    assert y.shape == (1, SIZES[-1])
+    assert y.head == pytest.approx(mlp_reference(x, SIZES, 0).ravel().tolist(), rel=1e-4)

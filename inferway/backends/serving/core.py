@@ -84,10 +84,13 @@ class InferCall(Protocol[ResponseT_co]):
 @dataclass(frozen=True, slots=True)
 class Transport:
     """How one front end is labelled: ``protocol`` in metrics (http, grpc, grpc_stream),
-    ``wire`` for the status codes and span attributes it reports."""
+    ``wire`` for the status codes and span attributes it reports. ``call_request_ids``: the
+    call's request id names one request (not a stream of many), so its answer's digest may be
+    recorded under it."""
 
     protocol: str
     wire: Literal["http", "grpc"]
+    call_request_ids: bool = True
 
     def code(self, failure: Failure | None) -> int | str:
         """The status label of an outcome on this wire (200 / OK on success)."""
@@ -180,7 +183,7 @@ class ServingCore:
                 )
                 chosen = select_outputs(results, job.decoded.outputs, job.output_names)
                 response = call.encode(model, job.decoded, chosen)
-                if self.outputs is not None and request_id:
+                if self.outputs is not None and request_id and transport.call_request_ids:
                     self.outputs.record(request_id, model.name, str(model.version), chosen)
             except asyncio.CancelledError:  # the caller went away (or the server is stopping)
                 self._outcome(span, model, transport, started, CLIENT_GONE)
