@@ -13,14 +13,15 @@ import aiohttp
 import numpy as np
 import pytest
 
-from inferway.backends.app import BackendHandle
+from inferway.backends.app import BackendHandle, start_backend
 from inferway.backends.protocol import pb2
 from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry.output_digest import OutputDigest
 from inferway.devtools.demo_models import build_mlp, mlp_reference
-from inferway.gateway.controllers.rollout.agreement import AgreementMatcher
+from inferway.gateway.agreement_source import AgreementSource
 from inferway.gateway.controllers.rollout.evidence import MirrorCounts
 from tests.backend_helpers import grpc_stub, running_backend
+from tests.envoy_process import free_port
 from tests.traffic_harness import TrafficGateway, poll_until
 
 pytestmark = pytest.mark.integration
@@ -58,8 +59,12 @@ async def _backends(tmp: Path, canary_seed: int) -> AsyncIterator[list[BackendHa
         ]
 
 
+def _url(backend: BackendHandle) -> str:
+    return f"http://127.0.0.1:{backend.http_port}"
+
+
 async def _digests(session: aiohttp.ClientSession, backend: BackendHandle) -> list[OutputDigest]:
-    url = f"http://127.0.0.1:{backend.http_port}/v2/debug/outputs"
+    url = f"{_url(backend)}/v2/debug/outputs"
     async with session.get(url, params={"since": "0"}) as response:
         assert response.status == 200, await response.text()
         body = await response.json()
@@ -96,11 +101,11 @@ async def _mirror_and_compare(tmp: Path, canary_seed: int, n: int) -> MirrorCoun
                 return len(await _digests(gw.session, canary)) >= n  # type: ignore[arg-type]
 
             await poll_until(mirrored, timeout=15, what="the canary to record every mirror")
-            matcher = AgreementMatcher()
-            matcher.add_stable(await _digests(gw.session, stable))
-            matcher.add_canary(await _digests(gw.session, canary))
-            counts, examples = matcher.take()
-            assert len(examples) == min(counts.disagreed, matcher.max_examples)
+            source = AgreementSource(stable=[_url(stable)], canary=[_url(canary)])
+            window = await source.poll()
+            assert window.unreachable == ()
+            assert len(window.examples) == min(window.mirror.disagreed, 5)
+            counts = window.mirror
             return counts
 
 
@@ -153,3 +158,42 @@ async def test_unary_grpc_answers_are_recorded_under_the_metadata_request_id(
     (y,) = digest.outputs
     assert y.shape == (1, SIZES[-1])
     assert y.head == pytest.approx(mlp_reference(x, SIZES, 0).ravel().tolist(), rel=1e-4)
+
+
+async def _infer(session: aiohttp.ClientSession, backend: BackendHandle, request_id: str) -> None:
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [1.0] * 8}]}
+    headers = {"x-request-id": request_id}
+    async with session.post(
+        _url(backend) + "/v2/models/mlp/infer", json=body, headers=headers
+    ) as r:
+        assert r.status == 200, await r.text()
+
+
+async def test_the_source_reads_each_replica_once_and_starts_over_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    stable_repo, canary_repo = _repo(tmp_path / "s", 0), _repo(tmp_path / "c", 0)
+    async with (
+        running_backend(canary_repo, settings=RECORDING) as canary,
+        aiohttp.ClientSession() as session,
+    ):
+        source = AgreementSource(stable=[f"http://127.0.0.1:{port}"], canary=[_url(canary)])
+        first = await start_backend(stable_repo, http_port=port, watch=False, settings=RECORDING)
+        try:
+            for rid in ("a", "b"):
+                await _infer(session, first, rid)
+                await _infer(session, canary, rid)
+            assert (await source.poll()).mirror == MirrorCounts(compared=2, disagreed=0)
+            assert (await source.poll()).mirror == MirrorCounts()  # nothing read twice
+        finally:
+            await first.stop()
+        down = await source.poll()
+        assert down.mirror == MirrorCounts() and str(port) in down.unreachable[0]
+        again = await start_backend(stable_repo, http_port=port, watch=False, settings=RECORDING)
+        try:
+            await _infer(session, again, "c")  # seq 1 again, under a new epoch
+            await _infer(session, canary, "c")
+            assert (await source.poll()).mirror == MirrorCounts(compared=1, disagreed=0)
+        finally:
+            await again.stop()

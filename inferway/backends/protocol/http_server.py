@@ -115,7 +115,8 @@ async def _model_ready(request: web.Request) -> web.Response:
 
 async def _outputs(request: web.Request) -> web.Response:
     """Recorded answer digests after ``?since=SEQ`` (default 0), at most ``?limit=N``
-    (default 1000): ``{"records": [...], "next": SEQ, "evicted": N}``. 404 when off."""
+    (default 1000): ``{"records": [...], "next": SEQ, "evicted": N, "epoch": ID}`` (a new
+    epoch: the process restarted, sequence numbers began again). 404 when off."""
     recorder = request.app[_CORE].outputs
     if recorder is None:
         raise web.HTTPNotFound(
@@ -134,6 +135,7 @@ async def _outputs(request: web.Request) -> web.Response:
             "records": [r.to_json() for r in records],
             "next": next_seq,
             "evicted": recorder.evicted,
+            "epoch": recorder.epoch,
         }
     )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -151,13 +152,16 @@ def build_tensor_digest(name: str, array: np.ndarray) -> TensorDigest:
 
 class OutputRecorder:
     """The bounded table of recent answers' digests, by request id (a later answer for the
-    same id, e.g. a retry, replaces the earlier one). Safe to call from any thread."""
+    same id, e.g. a retry, replaces the earlier one). Safe to call from any thread.
+    ``epoch`` is new for every recorder: a reader seeing it change knows the process
+    restarted and its sequence numbers began again."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.evicted = 0
+        self.epoch = uuid.uuid4().hex
         self._records: OrderedDict[str, OutputDigest] = OrderedDict()
         self._seq = 0
         self._lock = threading.Lock()
