@@ -263,3 +263,37 @@ def test_bad_cookie_matches_are_located(cookie: str, expected: str) -> None:
     text = _HEAD + f"    match: {{cookies: [{cookie}]}}\n"
     with pytest.raises(PolicyError, match=rf":8:.*{re.escape(expected)}"):
         load_policy_text(text)
+
+
+@pytest.mark.parametrize(
+    ("what", "setting"),
+    [
+        ("mirror", {"service": "v2"}),
+        ("fault", {"abort": {"percent": 1}}),
+        ("hash", {"header": "x-user-id"}),
+    ],
+)
+def test_a_grpc_target_may_not_reach_a_route_with_envoy_only_tools(
+    what: str, setting: dict[str, Any]
+) -> None:
+    """A proxyless client calls the backends directly: it would bypass all three."""
+    policy = Policy.model_validate(
+        {
+            "listeners": [{"name": "l", "port": 10000}],
+            "services": [
+                {"name": "v1", "protocol": "http2", "endpoints": ["127.0.0.1:1"]},
+                {"name": "v2", "protocol": "http2", "endpoints": ["127.0.0.1:2"]},
+            ],
+            "routes": [
+                {
+                    "name": "r",
+                    "backends": [{"service": "v1", "weight": 99}, {"service": "v2", "weight": 1}],
+                    what: setting,
+                }
+            ],
+            "grpc_targets": [{"name": "models", "route": "r"}],
+        }
+    )
+    [(loc, message)] = check_policy(policy)
+    assert loc == ("grpc_targets", 0, "route")
+    assert f"has {what}, which only Envoy applies" in message
