@@ -21,6 +21,7 @@ from pydantic import (
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
+from inferway.policies.replicas import Replicas
 from inferway.policies.route_traffic import CookieMatch, Fault, Mirror
 from inferway.policies.tls import ListenerTls, ServiceTls
 from inferway.policies.traffic import (
@@ -107,6 +108,7 @@ class Service(_Model):
     health_check: HealthCheck | None = None  # None = readiness probe for http1, none for http2
     outlier_detection: OutlierDetection | None = None  # None = on, with defaults
     circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
+    replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
 
 
 class PathMatch(_Model):
@@ -191,7 +193,7 @@ RetryOn = Literal[
 
 class Retries(_Model):
     attempts: int = Field(default=1, ge=0, le=10)
-    on: list[RetryOn] = Field(default_factory=lambda: ["connect-failure", "reset"])
+    on: list[RetryOn] = Field(default_factory=lambda: list[RetryOn](["connect-failure", "reset"]))
     per_try_timeout: Duration | None = None
     retriable_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
         default_factory=list
