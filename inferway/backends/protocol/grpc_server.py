@@ -52,7 +52,7 @@ RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
 STREAM_PROTOCOL = "grpc_stream"
 """The ``protocol`` label of requests that came over ModelStreamInfer."""
 GRPC = Transport(protocol="grpc", wire="grpc")
-GRPC_STREAM = Transport(protocol=STREAM_PROTOCOL, wire="grpc")
+GRPC_STREAM = Transport(protocol=STREAM_PROTOCOL, wire="grpc", call_request_ids=False)
 _END_OF_STREAM = object()
 
 

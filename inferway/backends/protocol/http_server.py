@@ -173,6 +173,33 @@ async def _repository_unload(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
+async def _outputs(request: web.Request) -> web.Response:
+    """Recorded answer digests after ``?since=SEQ`` (default 0), at most ``?limit=N``
+    (default 1000): ``{"records": [...], "next": SEQ, "evicted": N, "epoch": ID}`` (a new
+    epoch: the process restarted, sequence numbers began again). 404 when off."""
+    recorder = request.app[_CORE].outputs
+    if recorder is None:
+        raise web.HTTPNotFound(
+            text="not recording outputs: start the backend with --record-outputs N"
+        )
+    try:
+        since = int(request.query.get("since", "0"))
+        limit = int(request.query.get("limit", "1000"))
+    except ValueError:
+        raise web.HTTPBadRequest(text="since and limit must be whole numbers") from None
+    if since < 0 or not 1 <= limit <= 10_000:
+        raise web.HTTPBadRequest(text="since must be >= 0 and limit between 1 and 10000")
+    records, next_seq = recorder.since(since, limit)
+    return web.json_response(
+        {
+            "records": [r.to_json() for r in records],
+            "next": next_seq,
+            "evicted": recorder.evicted,
+            "epoch": recorder.epoch,
+        }
+    )
+
+
 async def _metrics(request: web.Request) -> web.Response:
     body = request.app[_CORE].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
@@ -250,8 +277,9 @@ async def _infer(request: web.Request) -> web.Response:
 
 
 def build_http_app(core: ServingCore) -> web.Application:
-    """The aiohttp application in front of ``core``: OIP routes, health, metadata and
-    /metrics. x-request-id is echoed back; every answer carries the ORCA load report."""
+    """The aiohttp application in front of ``core``: OIP routes, health, metadata,
+    /metrics and the recorded answer digests (/v2/debug/outputs). x-request-id is echoed
+    back; every answer carries the ORCA load report."""
     # Inference bodies are streamed under the core's limit; client_max_size bounds the rest.
     app = web.Application(middlewares=[_guard], client_max_size=core.settings.max_body_bytes)
     app[_CORE] = core
@@ -267,6 +295,7 @@ def build_http_app(core: ServingCore) -> web.Application:
         app.router.add_post(repo + "/index", _repository_index)
         app.router.add_post(repo + "/models/{model}/load", _repository_load)
         app.router.add_post(repo + "/models/{model}/unload", _repository_unload)
+    app.router.add_get("/v2/debug/outputs", _outputs)
     for prefix in (base, base + "/versions/{version}"):
         app.router.add_get(prefix, _model_metadata)
         app.router.add_get(prefix + "/ready", _model_ready)

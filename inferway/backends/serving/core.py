@@ -39,6 +39,7 @@ from inferway.backends.serving.request import (
 from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry import orca, tracing
 from inferway.backends.telemetry.metrics import BackendMetrics
+from inferway.backends.telemetry.output_digest import OutputRecorder
 
 if TYPE_CHECKING:
     from inferway.backends.models.repository import ModelRepository
@@ -85,10 +86,13 @@ class InferCall(Protocol[ResponseT_co]):
 @dataclass(frozen=True, slots=True)
 class Transport:
     """How one front end is labelled: ``protocol`` in metrics (http, grpc, grpc_stream),
-    ``wire`` for the status codes and span attributes it reports."""
+    ``wire`` for the status codes and span attributes it reports. ``call_request_ids``: the
+    call's request id names one request (not a stream of many), so its answer's digest may be
+    recorded under it."""
 
     protocol: str
     wire: Literal["http", "grpc"]
+    call_request_ids: bool = True
 
     def code(self, failure: Failure | None) -> int | str:
         """The status label of an outcome on this wire (200 / OK on success)."""
@@ -120,6 +124,10 @@ class ServingCore:
         self.settings = settings if settings is not None else ServingSettings()
         self.tracer = tracing.backend_tracer(tracer_provider)
         self._orca = orca.LoadReporter(repository.models)
+        self.outputs: OutputRecorder | None = (
+            OutputRecorder(self.settings.record_outputs) if self.settings.record_outputs else None
+        )
+        """Digests of recent answers by request id (None: not recording)."""
 
     # -- what the non-inference endpoints ask ---------------------------------------------
 
@@ -230,6 +238,8 @@ class ServingCore:
                 )
                 chosen = select_outputs(results, job.decoded.outputs, job.output_names)
                 response = call.encode(model, job.decoded, chosen)
+                if self.outputs is not None and request_id and transport.call_request_ids:
+                    self.outputs.record(request_id, model.name, str(model.version), chosen)
             except asyncio.CancelledError:  # the caller went away (or the server is stopping)
                 self._outcome(span, model, transport, started, CLIENT_GONE)
                 raise
