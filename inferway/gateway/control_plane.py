@@ -279,6 +279,7 @@ class ControlPlane:
             source,
             snapshot.version,
             "" if changed else " (unchanged)",
+            extra={"source": source, "snapshot": snapshot.version},
         )
         self._notify("on_applied", self._current, changed)
         return snapshot.version

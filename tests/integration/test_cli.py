@@ -103,7 +103,7 @@ def test_render_prints_the_envoy_resources(tmp_path: Path) -> None:
     assert sorted(rendered) == ["clusters", "endpoints", "listeners", "routes"]
     assert [c["name"] for c in rendered["clusters"]] == ["model-v1", "model-v2"]
     out = tmp_path / "out.yaml"
-    result = runner.invoke(app, ["render", "-f", str(path), "--output", str(out)])
+    result = runner.invoke(app, ["render", "-f", str(path), "--out", str(out)])
     assert result.exit_code == 0
     assert yaml.safe_load(out.read_text()) == rendered
 
@@ -187,7 +187,7 @@ def test_run_refuses_to_start_on_an_invalid_policy(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_status_explains_an_unreachable_gateway() -> None:
     result = runner.invoke(app, ["status", "--admin", f"http://127.0.0.1:{free_port()}"])
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "cannot reach the inferway admin API" in result.stderr
 
 
