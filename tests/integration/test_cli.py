@@ -245,3 +245,168 @@ def test_validate_prints_each_broken_files_expected_errors(
     printed = [line for line in result.stderr.splitlines() if line.strip()]
     for line in expected:
         assert line in printed, f"missing {line!r} in:\n{result.stderr}"
+
+
+# -- operator conventions, as a shell or a script sees them: stdout and stderr are pipes --
+
+
+def _inferway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*INFERWAY, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_piped_help_is_whole_plain_text_one_line_per_option() -> None:
+    shown = _inferway("run", "--help")
+    assert shown.returncode == 0, shown.stderr
+    assert "╭" not in shown.stdout and "…" not in shown.stdout and "..." not in shown.stdout
+    lines = shown.stdout.splitlines()
+    token = next(line for line in lines if line.lstrip().startswith("--admin-token-file"))
+    assert token.rstrip().endswith(
+        "File holding the admin token for POST /reload (default: $INFERWAY_ADMIN_TOKEN, "
+        "else generated into <workdir>/admin-token)."
+    ), token
+    top = _inferway("--help")
+    assert top.returncode == 0 and "…" not in top.stdout
+    commands = top.stdout.split("Commands:")[1].splitlines()
+    assert commands and not [line for line in commands if line.rstrip().endswith("...")]
+    validate = next(line for line in top.stdout.splitlines() if line.strip().startswith("validate"))
+    assert validate.rstrip().endswith("(-o json: one report with each file's verdict)."), validate
+    assert "--version" in top.stdout and "--install-completion" in top.stdout
+
+
+def test_version_names_the_installed_distribution() -> None:
+    import importlib.metadata
+
+    shown = _inferway("--version")
+    assert (shown.returncode, shown.stdout) == (
+        0,
+        f"inferway {importlib.metadata.version('inferway')}\n",
+    )
+
+
+def test_each_exit_code_means_one_thing(tmp_path: Path) -> None:
+    good, broken = tmp_path / "good.yaml", tmp_path / "broken.yaml"
+    good.write_text(GOOD)
+    broken.write_text(GOOD.replace("weight: 10", "weight: -1"))
+    assert _inferway("validate", "-f", str(good)).returncode == 0
+    assert _inferway("validate", "-f", str(broken)).returncode == 1
+    assert _inferway("render", "-f", str(broken)).returncode == 1
+    usage = [
+        ("validate", "--no-such-option"),
+        ("no-such-command",),
+        ("validate",),  # -f is required
+        ("render", "-f", str(good), "-o", "xml"),
+        ("run", "-f", str(good), "--log-format", "xml"),
+    ]
+    for args in usage:
+        result = _inferway(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "Usage:" in result.stderr, (args, result.stderr)
+    unreachable = _inferway("status", "-o", "json", "--admin", f"http://127.0.0.1:{free_port()}")
+    assert unreachable.returncode == 3 and unreachable.stdout == ""
+    assert "cannot reach the inferway admin API" in unreachable.stderr
+
+
+def test_shell_completion_script_and_answers() -> None:
+    script = _inferway("--show-completion", "bash")
+    assert script.returncode == 0, script.stderr
+    assert "_INFERWAY_COMPLETE=complete_bash" in script.stdout
+    assert "complete -o default -F _inferway_completion inferway" in script.stdout
+    # What the installed script asks the program when the user presses Tab.
+    asked = {"_INFERWAY_COMPLETE": "complete_bash", "COMP_WORDS": "inferway val", "COMP_CWORD": "1"}
+    assert _inferway(env=asked).stdout.split() == ["validate"]
+    asked = {**asked, "COMP_WORDS": "inferway status -o ", "COMP_CWORD": "3"}
+    assert _inferway(env=asked).stdout.split() == ["text", "json", "yaml"]
+    asked = {**asked, "COMP_WORDS": "inferway run --log-format ", "COMP_CWORD": "3"}
+    assert _inferway(env=asked).stdout.split() == ["json", "text"]
+
+
+def _json_lines(text: str) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.integration
+def test_run_logs_json_lines_when_stderr_is_a_pipe_and_status_prints_documents(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD)
+    admin = free_port()
+    command = [*INFERWAY, "run", "-f", str(path), "--no-envoy"]
+    command += ["--xds-port", str(free_port()), "--admin-port", str(admin)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{admin}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            try:
+                if httpx.get(f"{url}/status", timeout=1).json().get("policy"):
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the gateway never served /status"
+            time.sleep(0.1)
+        as_json = _inferway("status", "--admin", url, "-o", "json")
+        as_yaml = _inferway("status", "--admin", url, "-o", "yaml")
+        assert as_json.returncode == as_yaml.returncode == 0, as_json.stderr + as_yaml.stderr
+        document = json.loads(as_json.stdout)
+        assert yaml.safe_load(as_yaml.stdout)["policy"] == document["policy"]
+        assert document["policy"]["source"] == str(path)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()
+    lines = _json_lines(err.decode())
+    assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    pushed = next(line for line in lines if "pushed as snapshot" in line["message"])
+    assert pushed["level"] == "info" and pushed["logger"].startswith("inferway")
+    assert pushed["source"] == str(path) and pushed["snapshot"] == document["policy"]["version"]
+
+
+@pytest.mark.integration
+def test_serve_logs_json_or_text_as_asked(tmp_path: Path) -> None:
+    from inferway.devtools.demo_models import write_demo_repository
+
+    write_demo_repository(tmp_path / "models", versions=(1,), sizes=(4, 4, 2))
+    for log_format in ("json", "text"):
+        http_port = free_port()
+        command = [*INFERWAY, "serve", str(tmp_path / "models"), "--log-format", log_format]
+        command += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None, proc.communicate()[1].decode()
+                try:
+                    if (
+                        httpx.get(f"http://127.0.0.1:{http_port}/v2/health/ready").status_code
+                        == 200
+                    ):
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "inferway serve never became ready"
+                time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err.decode()
+        text = err.decode()
+        if log_format == "json":
+            lines = _json_lines(text)
+            loaded = [line for line in lines if line["logger"].startswith("inferway.backends")]
+            assert loaded and all(line["level"] == "info" for line in loaded), lines
+        else:
+            assert text.strip() and not text.lstrip().startswith("{"), text
+            assert " INFO inferway.backends" in text, text
