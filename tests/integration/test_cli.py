@@ -375,38 +375,40 @@ def test_run_logs_json_lines_when_stderr_is_a_pipe_and_status_prints_documents(
 
 
 @pytest.mark.integration
-def test_serve_logs_json_or_text_as_asked(tmp_path: Path) -> None:
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("log_format", "workers"), [("json", 1), ("text", 1), ("json", 2)], ids=str
+)
+def test_serve_logs_json_or_text_as_asked(log_format: str, workers: int, tmp_path: Path) -> None:
     from inferway.devtools.demo_models import write_demo_repository
 
     write_demo_repository(tmp_path / "models", versions=(1,), sizes=(4, 4, 2))
-    for log_format in ("json", "text"):
-        http_port = free_port()
-        command = [*INFERWAY, "serve", str(tmp_path / "models"), "--log-format", log_format]
-        command += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None, proc.communicate()[1].decode()
-                try:
-                    if (
-                        httpx.get(f"http://127.0.0.1:{http_port}/v2/health/ready").status_code
-                        == 200
-                    ):
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "inferway serve never became ready"
-                time.sleep(0.1)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=20)
-        assert proc.returncode == 0, err.decode()
-        text = err.decode()
-        if log_format == "json":
-            lines = _json_lines(text)
-            loaded = [line for line in lines if line["logger"].startswith("inferway.backends")]
-            assert loaded and all(line["level"] == "info" for line in loaded), lines
+    http_port = free_port()
+    command = [*INFERWAY, "serve", str(tmp_path / "models"), "--log-format", log_format]
+    command += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
+    command += ["--workers", str(workers)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Every worker is ready (so has logged its model) once serve prints so; the process
+    # exits rather than hang if workers cannot start, and the test's timeout bounds it.
+    expected = b"all 2 workers ready" if workers > 1 else b"  model demo"
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(expected):
+                break
         else:
-            assert text.strip() and not text.lstrip().startswith("{"), text
-            assert " INFO inferway.backends" in text, text
+            raise AssertionError(f"serve ended before it was ready: {proc.communicate()}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()
+    text = err.decode()
+    if log_format == "text":
+        assert text.strip() and not text.lstrip().startswith("{"), text
+        assert " INFO inferway.backends" in text, text
+        return
+    lines = _json_lines(text)
+    loaded = [line for line in lines if "loaded" in line["message"]]
+    assert loaded and all(line["logger"].startswith("inferway.backends") for line in loaded)
+    if workers > 1:  # each worker's lines say which worker wrote them
+        assert {line["worker"] for line in loaded} == set(range(workers)), lines
