@@ -375,7 +375,13 @@ class ControlPlane:
             self._rejected_since_applied = True
         self._refused_since_applied = True
         kept = f"; keeping snapshot {self.version}" if self._current else ""
-        log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
+        log.warning(
+            "policy edit in %s refused (%d issue(s))%s",
+            file,
+            len(issues),
+            kept,
+            extra={"source": file, "issues": len(issues)},
+        )
         for line in refusal.lines():
             log.warning("  %s", line)
         self._notify("on_refused", refusal)

@@ -412,3 +412,42 @@ def test_serve_logs_json_or_text_as_asked(log_format: str, workers: int, tmp_pat
     assert loaded and all(line["logger"].startswith("inferway.backends") for line in loaded)
     if workers > 1:  # each worker's lines say which worker wrote them
         assert {line["worker"] for line in loaded} == set(range(workers)), lines
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_the_keeper_and_its_control_plane_both_log_as_asked(
+    log_format: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD.replace("port: 10000", f"port: {free_port()}"))
+    admin = free_port()
+    command = [*INFERWAY, "run", "-f", str(path), "--admin-port", str(admin)]
+    command += ["--xds-port", str(free_port()), "--envoy-admin-port", str(free_port())]
+    command += ["--workdir", str(tmp_path / "envoy"), "--log-format", log_format]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            try:
+                nodes = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=1).json()["nodes"]
+                if nodes and nodes[0]["in_sync"]:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "Envoy never got in sync"
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
+    if log_format == "text":  # the control plane is told the keeper's format, not a guess
+        text = err.decode()
+        assert "pushed as snapshot" in text, text
+        assert not [line for line in text.splitlines() if line.lstrip().startswith("{")], text
+        return
+    lines = _json_lines(err.decode())  # every line parses: nothing else reached stderr
+    loggers = {line["logger"] for line in lines}
+    assert "inferway.gateway.control_plane_process" in loggers  # the keeper process
+    assert any("pushed as snapshot" in line["message"] for line in lines)  # its child
