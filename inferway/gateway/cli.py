@@ -29,6 +29,7 @@ from inferway.gateway.exit_codes import EXIT_INVALID, EXIT_UNREACHABLE, EXIT_USA
 from inferway.gateway.foreground import run_event_loop, serve_gateway
 from inferway.gateway.keeper import run_keeper
 from inferway.gateway.output import (
+    DocumentOutputOption,
     OutputFormat,
     OutputOption,
     file_verdict,
@@ -203,7 +204,7 @@ def validate(
 @app.command()
 def render(
     file: PolicyFile,
-    output: OutputOption = OutputFormat.yaml,
+    output: DocumentOutputOption = OutputFormat.yaml,
     out: Annotated[
         Path | None,
         typer.Option(

@@ -19,6 +19,7 @@ import yaml
 from inferway.policies.errors import PolicyIssue
 
 __all__ = [
+    "DocumentOutputOption",
     "OutputFormat",
     "OutputOption",
     "file_verdict",
@@ -43,6 +44,16 @@ OutputOption = Annotated[
         case_sensitive=False,
     ),
 ]
+DocumentOutputOption = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--output",
+        "-o",
+        help="yaml or json (text is the yaml).",
+        case_sensitive=False,
+    ),
+]
+"""``-o`` of a command whose answer is always a document (``render``)."""
 
 
 def write_document(document: Any, output: OutputFormat, stream: IO[str] | None = None) -> None:

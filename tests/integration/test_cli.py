@@ -363,6 +363,9 @@ def test_run_logs_json_lines_when_stderr_is_a_pipe_and_status_prints_documents(
         document = json.loads(as_json.stdout)
         assert yaml.safe_load(as_yaml.stdout)["policy"] == document["policy"]
         assert document["policy"]["source"] == str(path)
+        not_admin = _inferway("status", "--admin", f"{url}/not-the-admin-api", "-o", "json")
+        assert not_admin.returncode == 3 and not_admin.stdout == ""
+        assert "answered HTTP 404" in not_admin.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
