@@ -16,6 +16,7 @@ from inferway.policies.checks_access import check_access
 from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
+from inferway.policies.checks_replicas import check_replicas
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
@@ -160,7 +161,7 @@ def _weights(policy: Policy, *, external_endpoints: bool = False) -> Iterator[Se
             # endpoints arrive from an endpoints file (the policy's, or the command line's)
             external = external_endpoints or policy.endpoints_file is not None
             if service is not None and not service.endpoints and backend.permille > 0:
-                if external:
+                if external or service.replicas is not None:  # replicas: the manager's
                     continue
                 yield (
                     ("routes", r, "backends", b, "weight"),
@@ -251,6 +252,7 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_access,
     check_observability,
     check_ranges,
+    check_replicas,
     check_tls,
     check_traffic,
     check_grpc_targets,

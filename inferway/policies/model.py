@@ -21,6 +21,7 @@ from pydantic import (
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
+from inferway.policies.replicas import Replicas
 from inferway.policies.tls import ListenerTls, ServiceTls
 from inferway.policies.traffic import (
     CircuitBreakers,
@@ -105,6 +106,7 @@ class Service(_Model):
     health_check: HealthCheck | None = None  # None = readiness probe for http1, none for http2
     outlier_detection: OutlierDetection | None = None  # None = on, with defaults
     circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
+    replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
 
 
 class PathMatch(_Model):
