@@ -10,10 +10,8 @@ validate; ``--log-format json|text`` on run and serve; shell completion; exit co
 from __future__ import annotations
 
 import enum
-import importlib.metadata
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +21,7 @@ from rich.text import Text
 from inferway.backends.cli import serve
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.certs_cli import app as certs_app
+from inferway.gateway.cli_conventions import LogFormatOption, VersionOption, run_app
 from inferway.gateway.console import configure_logging, make_console, print_issues
 from inferway.gateway.control_plane_process import ControlPlaneSpec
 from inferway.gateway.exit_codes import EXIT_INVALID, EXIT_UNREACHABLE, EXIT_USAGE
@@ -45,14 +44,10 @@ from inferway.gateway.runtime import (
 )
 from inferway.gateway.validation import check_policy_file, print_summary
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
-from inferway.observability.log_format import LogFormatChoice
 from inferway.policies import PolicyError
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
 
-__all__ = ["PIPED_HELP_WIDTH", "app", "main"]
-
-PIPED_HELP_WIDTH = 1000
-"""Help's line width when stdout is not a terminal: wide enough that nothing wraps or is cut."""
+__all__ = ["app", "main"]
 
 log = logging.getLogger("inferway")
 
@@ -65,46 +60,9 @@ app = typer.Typer(
 )
 
 
-def _version() -> str:
-    """The installed distribution's version, from its metadata (what pip and bug reports
-    name); a source tree that was never installed says so."""
-    try:
-        return importlib.metadata.version("inferway")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        sys.stdout.write(f"inferway {_version()}\n")
-        raise typer.Exit()
-
-
 @app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            help="Print inferway's version and exit.",
-            callback=_print_version,
-            is_eager=True,
-        ),
-    ] = False,
-) -> None:
+def _root(version: VersionOption = False) -> None:
     """Sidecar gateway for AI inference: one policy YAML drives a supervised Envoy."""
-
-
-LogFormatOption = Annotated[
-    LogFormatChoice | None,
-    typer.Option(
-        case_sensitive=False,
-        help="json (one object per line: time, level, logger, message, fields) or text; "
-        "default: json unless stderr is a terminal.",
-        envvar="INFERWAY_LOG_FORMAT",
-        show_default=False,
-    ),
-]
 
 
 class XdsProtocolChoice(enum.StrEnum):
@@ -424,13 +382,7 @@ def main() -> None:
     # child that keeps using gRPC (Envoy execs at once), and they print a warning on every
     # fork. Set here, in the entry point, not on import: importing inferway changes nothing.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    if sys.stdout.isatty():
-        app(prog_name="inferway")
-        return
-    # Piped or captured help (`inferway run --help | grep`, a CI log) is plain text, one line
-    # per option and command, never cut to the 80 columns rich assumes without a terminal.
-    app.rich_markup_mode = None
-    app(prog_name="inferway", terminal_width=PIPED_HELP_WIDTH, max_content_width=PIPED_HELP_WIDTH)
+    run_app(app)
 
 
 if __name__ == "__main__":
