@@ -24,7 +24,7 @@ from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.cli_conventions import LogFormatOption, VersionOption, run_app
 from inferway.gateway.console import configure_logging, make_console, print_issues
 from inferway.gateway.control_plane_process import ControlPlaneSpec
-from inferway.gateway.exit_codes import EXIT_INVALID, EXIT_UNREACHABLE, EXIT_USAGE
+from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.foreground import run_event_loop, serve_gateway
 from inferway.gateway.keeper import run_keeper
 from inferway.gateway.output import (
@@ -144,7 +144,7 @@ def validate(
             issues, summary = check_policy_file(file, endpoints_file, envoy=envoy)
         except FileNotFoundError as error:  # --envoy without an Envoy binary
             make_console(stderr=True).print(Text(f"--envoy: {error}", style="red"))
-            raise typer.Exit(EXIT_USAGE) from None
+            raise typer.Exit(EXIT_CANNOT_START) from None
         verdicts.append(file_verdict(str(file), issues, summary))
         if output is not OutputFormat.text:
             continue
@@ -294,7 +294,7 @@ def run(
         )
     except XdsMtlsError as error:
         make_console(stderr=True).print(Text(str(error), style="red"))
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(EXIT_CANNOT_START) from None
     if otlp_endpoint and no_envoy:  # else the control-plane process sets it up
         from inferway.observability.otel import setup_tracing
 
