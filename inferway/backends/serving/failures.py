@@ -14,16 +14,28 @@ from inferway.backends.batching.errors import (
     InvalidRequestError,
     QueueFullError,
 )
-from inferway.backends.models.served_model import ModelNotFoundError
+from inferway.backends.models.served_model import ModelLoadError, ModelNotFoundError
 from inferway.backends.serving.input_validation import InferInputError
 
-__all__ = ["CLIENT_GONE", "Failure", "NotReadyError", "PayloadTooLargeError", "classify_error"]
+__all__ = [
+    "CLIENT_GONE",
+    "Failure",
+    "NotReadyError",
+    "PayloadTooLargeError",
+    "UnsupportedRequestError",
+    "classify_error",
+]
 
 log = logging.getLogger("inferway.backends")
 
 
 class NotReadyError(Exception):
     """The server has not finished loading its models."""
+
+
+class UnsupportedRequestError(ValueError):
+    """A well-formed request asking for something this server does not do (a Triton load
+    parameter, another repository's name); the message says what and why."""
 
 
 class PayloadTooLargeError(Exception):
@@ -60,7 +72,9 @@ def classify_error(
     """Map an exception to its protocol answer; anything unexpected is a logged 500, whose
     line carries the request's ``request_id`` (x-request-id) and ``model`` fields."""
     msg = str(exc) or type(exc).__name__
-    if isinstance(exc, InferInputError | InvalidRequestError):
+    if isinstance(exc, InferInputError | InvalidRequestError | UnsupportedRequestError):
+        return Failure(400, grpc.StatusCode.INVALID_ARGUMENT, msg)
+    if isinstance(exc, ModelLoadError):
         return Failure(400, grpc.StatusCode.INVALID_ARGUMENT, msg)
     if isinstance(exc, ModelNotFoundError):
         return Failure(404, grpc.StatusCode.NOT_FOUND, msg)
