@@ -25,6 +25,7 @@ from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.console import configure_logging, make_console, print_issues, short_version
 from inferway.gateway.control_plane import PolicyRefusedError
+from inferway.gateway.rollouts.cli import app as rollout_app
 from inferway.gateway.runtime import (
     DEFAULT_ENVOY_ADMIN_PORT,
     DEFAULT_XDS_PORT,
@@ -420,6 +421,7 @@ def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]
 
 app.command("serve")(serve)
 app.add_typer(certs_app, name="certs")
+app.add_typer(rollout_app, name="rollout")
 
 
 def main() -> None:

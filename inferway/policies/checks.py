@@ -16,6 +16,7 @@ from inferway.policies.checks_access import check_access
 from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
+from inferway.policies.checks_rollouts import check_rollouts
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
@@ -254,4 +255,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_tls,
     check_traffic,
     check_grpc_targets,
+    check_rollouts,
 ]

@@ -21,6 +21,7 @@ from pydantic import (
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
+from inferway.policies.rollouts import Rollout
 from inferway.policies.tls import ListenerTls, ServiceTls
 from inferway.policies.traffic import (
     CircuitBreakers,
@@ -221,3 +222,5 @@ class Policy(_Model):
     observability: Observability | None = None
     grpc_targets: list[GrpcTarget] = Field(default_factory=list)
     """Names proxyless gRPC clients dial as ``xds:///<name>`` (grpc_targets.py)."""
+    rollouts: list[Rollout] = Field(default_factory=list)
+    """Canary rollouts driven by the rollout controller (rollouts.py, docs/rollouts.md)."""
