@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -192,6 +194,22 @@ class Rig:
         return await poll_until(reached, timeout=timeout, what=f"rollout phase in {phases}")
 
 
+async def _cli(*args: str) -> tuple[int, str]:
+    """``inferway rollout ...`` as a user runs it: a separate process."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "inferway.gateway.cli",
+        "rollout",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=30)
+    return process.returncode or 0, out.decode()
+
+
 @pytest.fixture
 async def rig_factory(tmp_path: Path) -> AsyncIterator:
     rigs: list[Rig] = []
@@ -300,9 +318,18 @@ async def test_a_control_plane_restart_resumes_at_the_same_step(rig_factory) -> 
         # The commands go through the admin API and need its token.
         status, body = await rig.admin("POST", "/rollouts/v2-rollout/promote")
         assert status == 401, body
-        token = (rig.workdir / "admin-token").read_text().strip()
-        status, body = await rig.admin("POST", "/rollouts/v2-rollout/promote", token)
-        assert status == 200 and body["status"]["phase"] == "promoted", body
+        token_file = str(rig.workdir / "admin-token")
+        admin = rig.gateway.admin.url
+        code, out = await _cli(
+            "promote", "v2-rollout", "--admin", admin, "--token-file", token_file
+        )
+        assert code == 0 and "promote: promoted by command" in out, out
+        code, out = await _cli("status", "v2-rollout", "--admin", admin, "-o", "json")
+        assert code == 0 and json.loads(out)["phase"] == "promoted", out
+        code, out = await _cli("resume", "v2-rollout", "--admin", admin, "--token-file", token_file)
+        assert code == 2 and "cannot resume while promoted" in out, out
+        code, out = await _cli("status", "--admin", admin)
+        assert code == 0 and "v2-rollout" in out and "promoted" in out, out
     assert traffic.failed() == 0, traffic.counts
     share = window["v2"] / (window["v1"] + window["v2"])
     assert 0.35 < share < 0.65, f"the resumed 50% split: {window}"
