@@ -24,6 +24,7 @@ __all__ = [
     "RolloutMatch",
     "RolloutMetric",
     "RolloutStep",
+    "RolloutWebhook",
     "parse_percent",
 ]
 
@@ -146,6 +147,18 @@ class RolloutMatch(_Model):
     headers: list[CanaryHeader] = Field(min_length=1)
 
 
+class RolloutWebhook(_Model):
+    """A URL the rollout POSTs JSON to. ``pre-step`` is a gate: before each step (and the
+    promotion) it must answer 2xx, else the step waits (the evidence keeps accumulating);
+    ``post-rollout`` (promoted) and ``rollback`` (rolled back or aborted) are notifications.
+    Each call gives up after ``timeout`` and is tried ``retries`` more times."""
+
+    type: Literal["pre-step", "post-rollout", "rollback"]
+    url: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")]
+    timeout: Duration = 5.0
+    retries: int = Field(default=2, ge=0, le=10)
+
+
 class Rollout(_Model):
     """One canary rollout on one route."""
 
@@ -157,3 +170,4 @@ class Rollout(_Model):
     analysis: RolloutAnalysis = Field(default_factory=RolloutAnalysis)
     on_failure: Literal["rollback", "pause"] = "rollback"
     match: list[RolloutMatch] = Field(default_factory=list)
+    webhooks: list[RolloutWebhook] = Field(default_factory=list)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import time
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
 from inferway.gateway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
 from inferway.gateway.controllers.rollout.controller import RolloutController
-from inferway.gateway.controllers.rollout.evidence import WindowSample
+from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.controllers.rollout.state import (
     TERMINAL,
     Decision,
@@ -35,6 +36,7 @@ from inferway.gateway.controllers.rollout.state import (
 from inferway.gateway.rollouts.config import build_rollout_config
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.store import RolloutStore
+from inferway.gateway.rollouts.webhooks import call_webhook
 from inferway.gateway.sources import StateSink
 from inferway.policies.model import Policy
 from inferway.policies.rollouts import Rollout
@@ -75,6 +77,10 @@ class _Entry:
     controller: RolloutController
     source: MetricSource
     task: asyncio.Task[None] | None = None
+    pending: WindowSample | None = None
+    """A window held back while a pre-step gate refused: added to the next one."""
+    gate: dict[str, Any] | None = None
+    """The last refusal of a pre-step gate (cleared when the step happens)."""
 
 
 class RolloutDriver:
@@ -97,6 +103,7 @@ class RolloutDriver:
         self._owned: set[str] = set()  # routes whose override this driver wrote
         self._hooks: list[DecisionHook] = []
         self._running = False
+        self._notifications: set[asyncio.Task[None]] = set()
 
     def add_hook(self, hook: DecisionHook) -> None:
         """``hook(rollout, decision)`` for every decision (metrics, webhooks)."""
@@ -169,6 +176,9 @@ class RolloutDriver:
         for entry in self._entries.values():
             self._cancel(entry)
         tasks = [e.task for e in self._entries.values() if e.task is not None]
+        for task in self._notifications:
+            task.cancel()
+        tasks += list(self._notifications)
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -209,9 +219,40 @@ class RolloutDriver:
         phase = entry.controller.state.phase
         if phase in TERMINAL or phase == Phase.FAILED:
             return None
-        decision = entry.controller.tick(self._clock(), sample, source_error=error)
+        if sample is not None and entry.pending is not None:
+            sample = _merge(entry.pending, sample)
+        now = self._clock()
+        if not await self._gates_open(entry, now, sample, error):
+            return None
+        entry.pending, entry.gate = None, None
+        decision = entry.controller.tick(now, sample, source_error=error)
         self._after(entry, decision)
         return decision
+
+    async def _gates_open(
+        self, entry: _Entry, now: float, sample: WindowSample | None, error: str | None
+    ) -> bool:
+        """Ask the pre-step hooks when this tick would take a step (found by ticking a copy:
+        the controller is pure, so the real tick decides the same)."""
+        gates = [h for h in entry.spec.webhooks if h.type == "pre-step"]
+        if not gates:
+            return True
+        probe = RolloutController(entry.controller.config, copy.deepcopy(entry.controller.state))
+        would = probe.tick(now, sample, source_error=error)
+        if would.action not in ("advance", "promote", "start"):
+            return True
+        payload = {"event": "pre-step", "rollout": entry.spec.name, "decision": would.to_json()}
+        for hook in gates:
+            refused = await call_webhook(hook, payload)
+            if self._entries.get(entry.spec.name) is not entry:
+                return False
+            if refused is not None:
+                if sample is not None:  # it already holds the earlier pending window
+                    entry.pending = sample
+                entry.gate = {"at": now, "url": hook.url, "reason": refused, "would": would.action}
+                log.info("rollout %s: step held by its pre-step gate: %s", entry.spec.name, refused)
+                return False
+        return True
 
     # ---- commands and status -----------------------------------------------------------
 
@@ -254,6 +295,7 @@ class RolloutDriver:
                 "step_canary_requests": s.evidence.step_canary_requests,
             },
             "last_analysis": None if last is None else last.to_json(),
+            "gate": entry.gate,
             "history": [d.to_json() for d in s.history[-history:]] if history else [],
         }
 
@@ -278,6 +320,22 @@ class RolloutDriver:
                 hook(name, decision)
             except Exception:
                 log.exception("rollout %s: decision hook %r failed", name, hook)
+        kind = {"promote": "post-rollout", "rollback": "rollback", "abort": "rollback"}.get(
+            decision.action
+        )
+        for webhook in entry.spec.webhooks:
+            if webhook.type == kind:
+                payload = {"event": kind, "rollout": name, "decision": decision.to_json()}
+                self._notify(call_webhook(webhook, payload))
+
+    def _notify(self, call: Any) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(call)
+        except RuntimeError:  # no loop (a command from sync code): nothing to run it on
+            call.close()
+            return
+        self._notifications.add(task)
+        task.add_done_callback(self._notifications.discard)
 
     def _push(self, name: str) -> None:
         policy, state = self._sink.policy, self._sink.state
@@ -294,3 +352,15 @@ class RolloutDriver:
 
 def _same_target(a: Rollout, b: Rollout) -> bool:
     return (a.route, a.stable, a.canary) == (b.route, b.stable, b.canary)
+
+
+def _counts(a: VersionCounts, b: VersionCounts) -> VersionCounts:
+    total = VersionCounts(a.requests, a.errors, dict(a.latency_ms))
+    total.add(b)
+    return total
+
+
+def _merge(a: WindowSample, b: WindowSample) -> WindowSample:
+    mirror = copy.copy(a.mirror)
+    mirror.add(b.mirror)
+    return WindowSample(_counts(a.stable, b.stable), _counts(a.canary, b.canary), mirror)
