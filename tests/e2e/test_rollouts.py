@@ -296,7 +296,7 @@ async def test_a_control_plane_restart_resumes_at_the_same_step(rig_factory) -> 
         assert rig.gateway is not None
         version = rig.gateway.control_plane.version
         await rig.stop_gateway()
-        saved = json.loads((rig.workdir / "rollouts" / "v2-rollout.json").read_text())
+        saved = json.loads((rig.workdir / "rollouts" / "v2-rollout.json").read_text())["state"]
         assert (saved["step"], saved["phase"], saved["weight"]) == (1, "progressing", 5000)
 
         await rig.start_gateway()

@@ -21,7 +21,7 @@ from inferway.gateway.rollouts.envoy_stats import (
     build_window,
     parse_cluster_totals,
 )
-from inferway.gateway.rollouts.store import RolloutStore
+from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.policies import PolicyError, load_policy_text
 from inferway.resolve import resolve_policy
 from inferway.xds.cache import SnapshotCache
@@ -83,18 +83,21 @@ def test_state_is_saved_atomically_and_read_back(tmp_path: Path) -> None:
     store = RolloutStore(tmp_path / "rollouts")
     assert store.load("r") is None
     state = RolloutState(name="r", phase=Phase.PROGRESSING, step=2, weight=2500, reason="x")
-    store.save(state)
+    target = RolloutTarget("inference", "v1", "v2")
+    store.save(target, state)
     state.step = 3
-    store.save(state)
-    loaded = store.load("r")
-    assert loaded is not None and (loaded.step, loaded.weight, loaded.phase) == (
+    store.save(target, state)
+    saved = store.load("r")
+    assert saved is not None and saved[0] == target
+    loaded = saved[1]
+    assert (loaded.step, loaded.weight, loaded.phase) == (
         3,
         2500,
         Phase.PROGRESSING,
     )
     assert sorted(p.name for p in store.directory.iterdir()) == ["r.json"], "no temp file left"
     store.path("r").write_text("{broken")
-    with pytest.raises(ValueError, match=r"r\.json.*not JSON"):
+    with pytest.raises(ValueError, match=r"r\.json: Expecting"):
         store.load("r")
 
 
@@ -216,3 +219,15 @@ def test_the_driver_writes_weights_into_state_and_resumes_from_disk(tmp_path: Pa
     plane2.apply_policy(edited, "p.yaml", state=driver2.resolve_state(edited, plane2.state))
     assert dict(plane2.state.weights) == {}, "a removed rollout drops its weights"
     assert driver2.names() == []
+
+
+def test_saved_state_of_another_target_is_not_resumed(tmp_path: Path) -> None:
+    policy = load_policy_text(POLICY, "p.yaml")
+    saved = RolloutState(name="demo-v2", phase=Phase.PROGRESSING, step=1, weight=100)
+    RolloutStore(tmp_path).save(RolloutTarget("inference", "v1", "v9"), saved)
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(plane, RolloutStore(tmp_path), lambda config: _Script([]))
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    assert dict(plane.state.weights) == {}
+    assert driver.status("demo-v2")["phase"] == "waiting"

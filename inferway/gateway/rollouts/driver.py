@@ -35,7 +35,7 @@ from inferway.gateway.controllers.rollout.state import (
 )
 from inferway.gateway.rollouts.config import build_rollout_config
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
-from inferway.gateway.rollouts.store import RolloutStore
+from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.gateway.rollouts.webhooks import call_webhook
 from inferway.gateway.sources import StateSink
 from inferway.policies.model import Policy
@@ -116,10 +116,18 @@ class RolloutDriver:
         if entry is not None:  # a new route or pair is a new rollout: start over
             return entry.controller.state if _same_target(entry.spec, spec) else None
         try:
-            return self.store.load(spec.name)
+            saved = self.store.load(spec.name)
         except RolloutStateError as exc:
             log.warning("rollout %s: saved state not used: %s", spec.name, exc)
             return None
+        if saved is None:
+            return None
+        target, state = saved
+        if target != _target(spec):
+            log.info("rollout %s: saved for %s, now %s: starting over", spec.name, target,
+                     _target(spec))  # fmt: skip
+            return None
+        return state
 
     def resolve_state(self, policy: Policy, state: State) -> State:
         """``state`` with this driver's weight overrides for ``policy``'s rollouts (and none
@@ -309,7 +317,7 @@ class RolloutDriver:
 
     def _after(self, entry: _Entry, decision: Decision) -> None:
         name = entry.spec.name
-        self.store.save(entry.controller.state)
+        self.store.save(_target(entry.spec), entry.controller.state)
         self._push(name)
         level = logging.DEBUG if decision.action == "hold" else logging.INFO
         event = {"event": "rollout_decision", "rollout": name, **decision.to_json()}
@@ -350,8 +358,12 @@ class RolloutDriver:
             log.error("rollout %s: weight change refused: %s", name, exc)
 
 
+def _target(spec: Rollout) -> RolloutTarget:
+    return RolloutTarget(spec.route, spec.stable, spec.canary)
+
+
 def _same_target(a: Rollout, b: Rollout) -> bool:
-    return (a.route, a.stable, a.canary) == (b.route, b.stable, b.canary)
+    return _target(a) == _target(b)
 
 
 def _counts(a: VersionCounts, b: VersionCounts) -> VersionCounts:

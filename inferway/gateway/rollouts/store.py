@@ -1,19 +1,33 @@
 """Rollout state on disk: ``<dir>/<name>.json``, written atomically (temp file, fsync,
 rename), so a control plane killed mid-write leaves the previous state, never half of one,
-and a restart resumes at the same step with the same evidence."""
+and a restart resumes at the same step with the same evidence.
+
+The file holds the controller's state and the rollout's target (route, stable, canary): a
+rollout pointed elsewhere under the same name starts over instead of resuming someone
+else's evidence.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from inferway.gateway.controllers.rollout.state import RolloutState, RolloutStateError
 
-__all__ = ["RolloutStore"]
+__all__ = ["RolloutStore", "RolloutTarget"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolloutTarget:
+    route: str
+    stable: str
+    canary: str
 
 
 class RolloutStore:
@@ -23,9 +37,9 @@ class RolloutStore:
     def path(self, name: str) -> Path:
         return self.directory / f"{name}.json"
 
-    def load(self, name: str) -> RolloutState | None:
-        """The saved state, or None when there is none. Raises RolloutStateError naming the
-        file when it cannot be read back."""
+    def load(self, name: str) -> tuple[RolloutTarget, RolloutState] | None:
+        """The saved target and state, or None when there is none. Raises
+        RolloutStateError naming the file when it cannot be read back."""
         path = self.path(name)
         try:
             text = path.read_text(encoding="utf-8")
@@ -34,13 +48,18 @@ class RolloutStore:
         except OSError as exc:
             raise RolloutStateError(f"{path}: {exc}") from None
         try:
-            return RolloutState.from_json(text)
-        except RolloutStateError as exc:
+            data = json.loads(text)
+            target = RolloutTarget(**data["target"])
+            state = RolloutState.from_json(json.dumps(data["state"]))
+        except (ValueError, KeyError, TypeError) as exc:  # RolloutStateError is a ValueError
             raise RolloutStateError(f"{path}: {exc}") from None
+        return target, state
 
-    def save(self, state: RolloutState) -> None:
+    def save(self, target: RolloutTarget, state: RolloutState) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        text = state.to_json()
+        text = json.dumps(
+            {"target": vars(target), "state": json.loads(state.to_json())}, sort_keys=True
+        )
         fd, temp = tempfile.mkstemp(prefix=f".{state.name}.", suffix=".tmp", dir=self.directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
