@@ -21,10 +21,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check inferway tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check inferway tests bench
+	$(BIN)/mypy
 	$(BIN)/ruff format --check inferway tests bench
 
 fmt: $(STAMP)

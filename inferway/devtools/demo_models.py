@@ -11,6 +11,7 @@ import itertools
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -114,7 +115,7 @@ def build_add(path: str | Path, features: int = 4, datatype: str = "FP32") -> Pa
     from inferway.backends.runners.dtypes import onnx_elem_type
 
     elem = onnx_elem_type(datatype)
-    shape = ["batch", features]
+    shape: list[str | int | None] = ["batch", features]
     graph = helper.make_graph(
         [
             helper.make_node("Add", ["a", "b"], ["sum"], name="add"),
@@ -141,7 +142,7 @@ def write_demo_repository(
     versions: Sequence[int] = (1,),
     *,
     sizes: Sequence[int] = (256, 1024, 1024, 10),
-    config: dict | None = None,
+    config: dict[str, Any] | None = None,
     heavy: bool = False,
 ) -> Path:
     """Create ``root/<name>/<version>/model.onnx`` (+ ``config.yaml`` when ``config`` is given)

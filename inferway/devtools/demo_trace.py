@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
@@ -48,7 +49,7 @@ async def show_trace(
     url: str,
     receiver: OtlpReceiver,
     provider: TracerProvider,
-    client_options: dict | None = None,
+    client_options: dict[str, Any] | None = None,
 ) -> bool:
     """Send one request and print its trace: Envoy span -> backend request span -> batch."""
     async with httpx.AsyncClient(timeout=5.0, trust_env=False, **(client_options or {})) as client:

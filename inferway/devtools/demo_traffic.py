@@ -12,6 +12,7 @@ import math
 import random
 import time
 from collections import Counter
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -40,7 +41,7 @@ def build_infer_request(rng: random.Random, rows: int = 1) -> dict[str, object]:
 
 
 async def sample_traffic(
-    url: str, count: int, console: Console, label: str, client_options: dict | None = None
+    url: str, count: int, console: Console, label: str, client_options: dict[str, Any] | None = None
 ) -> tuple[Counter[str], float]:
     """Send ``count`` inference requests through Envoy (at most CONCURRENCY at once) and count
     the model versions that answered."""

@@ -49,7 +49,7 @@ _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 ReloadCallable = Callable[[bool], Awaitable[dict[str, Any]]]
 ADMIN_TOKEN = web.AppKey("admin_token", str)
-RELOAD = web.AppKey("reload", ReloadCallable)
+RELOAD: web.AppKey[ReloadCallable] = web.AppKey("reload")
 
 
 def is_loopback(host: str) -> bool:

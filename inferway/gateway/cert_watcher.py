@@ -87,16 +87,16 @@ def secret_files(policy: Policy, base_dir: Path) -> dict[str, SecretFiles]:
             out[names["ca"]] = SecretFiles(loc, trusted_ca=_path(base_dir, tls.client_ca))
     for s, service in enumerate(policy.services):
         names = service_secret_names(service)
-        tls = service.tls
-        if not names or tls is None:
+        service_tls = service.tls
+        if not names or service_tls is None:
             continue
         loc = f"services[{s}].tls"
-        out[names["ca"]] = SecretFiles(loc, trusted_ca=_path(base_dir, tls.ca))
+        out[names["ca"]] = SecretFiles(loc, trusted_ca=_path(base_dir, service_tls.ca))
         if "cert" in names:
             out[names["cert"]] = SecretFiles(
                 loc,
-                certificate=_path(base_dir, tls.certificate),
-                private_key=_path(base_dir, tls.private_key),
+                certificate=_path(base_dir, service_tls.certificate),
+                private_key=_path(base_dir, service_tls.private_key),
             )
     return out
 

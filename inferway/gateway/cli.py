@@ -7,12 +7,10 @@ message``, one per line, on stderr), 2 usage or connection problems.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -24,7 +22,9 @@ from inferway.backends.cli import serve
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.console import configure_logging, make_console, print_issues, short_version
-from inferway.gateway.control_plane import PolicyRefusedError
+from inferway.gateway.control_plane_process import ControlPlaneSpec
+from inferway.gateway.foreground import run_event_loop, serve_gateway
+from inferway.gateway.keeper import run_keeper
 from inferway.gateway.rollouts.cli import app as rollout_app
 from inferway.gateway.runtime import (
     DEFAULT_ENVOY_ADMIN_PORT,
@@ -32,7 +32,6 @@ from inferway.gateway.runtime import (
     GatewayOptions,
     GatewayPlan,
     plan_gateway,
-    start_gateway,
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import Policy, PolicyError
@@ -68,7 +67,8 @@ PolicyFile = Annotated[
 
 def _pem_option(help: str) -> typer.models.OptionInfo:
     """An optional PEM file option of ``run``'s xDS mutual TLS."""
-    return typer.Option(help=help, dir_okay=False)
+    option: typer.models.OptionInfo = typer.Option(help=help, dir_okay=False)
+    return option
 
 
 EndpointsFileOption = Annotated[
@@ -287,7 +287,10 @@ def run(
         ),
     ] = DEFAULT_MAX_CONNECTION_AGE_S,
 ) -> None:
-    """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy."""
+    """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy.
+
+    With Envoy, this process is the keeper (gateway/keeper.py): it owns Envoy and runs the
+    control plane as a child process it restarts, so Envoy outlives a control-plane crash."""
     configure_logging(log_level)
     try:
         xds_mtls = resolve_xds_mtls_files(
@@ -304,7 +307,7 @@ def run(
     except XdsMtlsError as error:
         make_console(stderr=True).print(Text(str(error), style="red"))
         raise typer.Exit(2) from None
-    if otlp_endpoint:
+    if otlp_endpoint and no_envoy:  # else the control-plane process sets it up
         from inferway.observability.otel import setup_tracing
 
         setup_tracing("inferway-control-plane", otlp_endpoint)
@@ -326,42 +329,10 @@ def run(
         xds_mtls=xds_mtls,
         xds_max_connection_age_s=xds_max_connection_age or None,
     )
-    raise typer.Exit(_run_loop(_serve(options)))
-
-
-async def _serve(options: GatewayOptions) -> int:
-    try:
-        gateway = await start_gateway(options)
-    except (PolicyError, PolicyRefusedError) as error:
-        issues = error.issues if isinstance(error, PolicyError) else error.refusal.issues
-        err = make_console(stderr=True)
-        err.print("[red]refusing to start: the policy is invalid[/red]")
-        print_issues(err, issues)
-        return 1
-    except (OSError, XdsMtlsError) as error:
-        log.error("cannot start the gateway: %s", error)
-        return 2
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        if gateway.supervisor is not None:
-            if await gateway.supervisor.wait_ready(30):
-                log.info("envoy is ready (admin on port %d)", gateway.supervisor.admin_port)
-            else:
-                log.warning(
-                    "envoy is not ready after 30s; last output:\n  %s",
-                    "\n  ".join(gateway.supervisor.stderr_tail()[-10:]) or "(none)",
-                )
-        log.info("running; Ctrl-C to stop")
-        await stop.wait()
-        log.info("stopping")
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await gateway.stop()
-    return 0
+    if no_envoy:  # nothing to keep alive: the control plane runs in this process
+        raise typer.Exit(run_event_loop(serve_gateway(options)))
+    spec = ControlPlaneSpec(options, log_level=log_level, otlp_endpoint=otlp_endpoint)
+    raise typer.Exit(run_event_loop(run_keeper(spec)))
 
 
 @app.command()
@@ -408,15 +379,7 @@ def demo(
     from inferway.devtools.demo import run_demo
 
     configure_logging("warning")
-    raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
-
-
-def _run_loop(coro) -> int:  # type: ignore[no-untyped-def]
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+    raise typer.Exit(run_event_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
 
 
 app.command("serve")(serve)

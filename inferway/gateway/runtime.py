@@ -33,6 +33,8 @@ from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, build_po
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
+from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.envoy_stats import EnvoyStatsSource
@@ -51,14 +53,12 @@ from inferway.policies.located import place_issues
 from inferway.policies.model import Policy
 from inferway.resolve import IR
 from inferway.state import State
-from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import node_group
 from inferway.xds.resources import Resources
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.translate import translate as translate_ir
-from inferway.xds.translate.tracing import build_layered_runtime
 
 __all__ = [
     "DEFAULT_ENVOY_ADMIN_PORT",
@@ -111,6 +111,10 @@ class GatewayOptions:
     translate: Callable[[IR], Resources] | None = None
     """The translator pushes go through (None: the real one). Tests inject one that produces a
     config Envoy rejects, to exercise the NACK path with a real Envoy."""
+
+    keeper_state_file: Path | None = None
+    """Set by the keeper (gateway/keeper.py) for its control-plane process: Envoy runs in the
+    keeper, and the admin API reads Envoy's state from this file."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,13 @@ class LogRedaction:
         install_redaction(applied.policy.redact_headers, self.logger)
 
 
+def _keeper_view(options: GatewayOptions) -> KeeperView | None:
+    """The keeper's Envoy, for the admin API of its control-plane process."""
+    if options.keeper_state_file is None:
+        return None
+    return KeeperView(options.keeper_state_file, envoy_admin_port=options.envoy_admin_port)
+
+
 async def start_gateway(options: GatewayOptions) -> Gateway:
     """Start everything, or nothing: a failure part-way stops what had started, then raises.
 
@@ -218,6 +229,13 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     metrics = ControlPlaneMetrics.attach(plane)
     plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start
     supervisor: EnvoySupervisor | None = None
+    keeper = _keeper_view(options)
+
+    def envoy_admin_port() -> int:  # the rollouts' metric source: ours, the keeper's, or given
+        if supervisor is not None:
+            return supervisor.admin_port
+        return keeper.admin_port if keeper is not None else options.envoy_admin_port
+
     rollouts_dir = (
         options.workdir / "rollouts"
         if options.workdir is not None
@@ -227,9 +245,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         plane,
         RolloutStore(rollouts_dir),
         lambda config: EnvoyStatsSource(
-            lambda: supervisor.admin_port if supervisor is not None else options.envoy_admin_port,
-            stable=config.stable,
-            canary=config.canary,
+            envoy_admin_port, stable=config.stable, canary=config.canary
         ),
     )
     RolloutMetrics.attach(metrics.registry, rollouts)
@@ -288,23 +304,12 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             await follower.start(endpoints_text)
 
         if options.with_envoy:
-            workdir = options.workdir
+            workdir = options.workdir.absolute() if options.workdir is not None else None
             if workdir is None:
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-")))
-            if xds_client_tls is not None:  # read through file-based SDS: rotations apply live
-                write_xds_client_secrets(workdir, xds_client_tls)
-            bootstrap = build_bootstrap(
-                node_id=options.node_id,
-                node_cluster=options.node_cluster,
-                xds_host=options.host,
-                xds_port=xds.port,
-                admin_port=options.envoy_admin_port,
-                ads=options.xds_protocol,
-                xds_tls=xds_client_tls,
-                xds_tls_sds_dir=workdir if xds_client_tls is not None else None,
+            bootstrap = build_gateway_bootstrap(
+                options, xds_port=xds.port, workdir=workdir, xds_client_tls=xds_client_tls
             )
-            if options.envoy_runtime:
-                bootstrap["layered_runtime"] = build_layered_runtime(options.envoy_runtime)
             supervisor = EnvoySupervisor(
                 bootstrap,
                 workdir=workdir,
@@ -326,7 +331,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             )
         admin_app = build_admin_app(
             plane,
-            supervisor,
+            supervisor or keeper,
             metrics=metrics,
             token=token,
             reload=build_reload(watcher),

@@ -29,7 +29,7 @@ class GpuMemory:
 
 def _load_nvml() -> Any | None:
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:

@@ -188,7 +188,7 @@ RetryOn = Literal[
 
 class Retries(_Model):
     attempts: int = Field(default=1, ge=0, le=10)
-    on: list[RetryOn] = Field(default_factory=lambda: ["connect-failure", "reset"])
+    on: list[RetryOn] = Field(default_factory=lambda: list[RetryOn](["connect-failure", "reset"]))
     per_try_timeout: Duration | None = None
     retriable_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
         default_factory=list

@@ -22,6 +22,7 @@ from inferway.resolve.ir.route import (
 from inferway.resolve.weights import resolve_backends
 
 __all__ = [
+    "per_try_timeout_of",
     "resolve_access",
     "resolve_hash_policies",
     "resolve_path_match",
@@ -46,7 +47,11 @@ def resolve_route(
         ),
         backends=resolve_backends(route, weights),
         timeout=route.timeout,
-        retries=None if route.retries is None else resolve_retries(route.retries),
+        # No ``retries``: one retry with the defaults, so a hung replica costs a request one
+        # per-try timeout, not the whole route timeout (docs/policy.md, routes[].retries).
+        retries=resolve_retries(
+            route.retries if route.retries is not None else Retries(), route.timeout
+        ),
         access=resolve_access(route.access),
         rate_limit=None if route.rate_limit is None else _rate_limit(route.rate_limit),
         hash_policies=resolve_hash_policies(route, services),
@@ -73,13 +78,18 @@ def _header_match(header: HeaderMatch) -> HeaderMatchIR:
     )
 
 
-def resolve_retries(retries: Retries) -> RetryIR:
+def resolve_retries(retries: Retries, route_timeout: float = 0.0) -> RetryIR:
     """Status codes are retried only through the ``retriable-status-codes`` token (a bare
-    ``503`` in retry_on is silently ignored by Envoy, ENVOY_NOTES), so giving codes adds it."""
+    ``503`` in retry_on is silently ignored by Envoy, ENVOY_NOTES), so giving codes adds it.
+
+    Without an explicit ``per_try_timeout`` each try gets an equal share of the route timeout
+    (``attempts`` retries plus the first), hedged: the second try does not cancel the first,
+    so a slow but healthy replica still answers and the default never fails a request."""
     conditions = list(dict.fromkeys(retries.on))
     if retries.retriable_status_codes and "retriable-status-codes" not in conditions:
         conditions.append("retriable-status-codes")
     selection = retries.host_selection
+    per_try = per_try_timeout_of(retries, route_timeout)
     return RetryIR(
         retry_on=tuple(conditions),
         num_retries=retries.attempts,
@@ -87,8 +97,19 @@ def resolve_retries(retries: Retries) -> RetryIR:
         avoid_previous_hosts=selection.avoid_previous,
         host_selection_max_attempts=selection.max_attempts,
         next_priority_after=selection.next_priority_after,
-        per_try_timeout=retries.per_try_timeout,
+        per_try_timeout=per_try,
+        hedge_on_per_try_timeout=retries.per_try_timeout is None and per_try is not None,
     )
+
+
+def per_try_timeout_of(retries: Retries, route_timeout: float) -> float | None:
+    """``retries.per_try_timeout``, else the route timeout shared by every try; None: no
+    per-try timeout (no retries, or a route without a timeout)."""
+    if retries.per_try_timeout is not None:
+        return retries.per_try_timeout
+    if retries.attempts == 0 or route_timeout <= 0:
+        return None
+    return route_timeout / (retries.attempts + 1)
 
 
 def resolve_access(access: Access | None) -> AccessIR | None:

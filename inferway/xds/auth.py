@@ -172,7 +172,7 @@ async def verified_requests(
     first = await anext(aiter(requests), None)
     if first is None:
         return
-    node_id = first.node.id  # type: ignore[attr-defined]
+    node_id = first.node.id
     identities = peer_identities(context.auth_context())
     if not check_node_identity(node_id, identities):
         reason = (

@@ -25,7 +25,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from inferway.backends.model_config import load_model_config
+from inferway.backends.models.config import load_model_config
 from tests.envoy_process import free_port
 from tests.kustomize_build import build
 

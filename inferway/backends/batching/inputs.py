@@ -19,7 +19,11 @@ Inputs = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 
 
-def describe_inputs(inputs: Inputs) -> tuple[int, int, tuple[tuple[str, str, tuple], ...]]:
+ShapeKey = tuple[tuple[str, str, tuple[int, ...]], ...]
+"""(name, dtype, shape past the first dimension) of every input, sorted by name."""
+
+
+def describe_inputs(inputs: Inputs) -> tuple[int, int, ShapeKey]:
     """(rows, nbytes, shape_key) of one request; rows is the shared first dimension."""
     if not inputs:
         raise InvalidRequestError("request has no inputs")

@@ -99,7 +99,7 @@ def _stream_error(failure: Failure) -> str:
     return message
 
 
-class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
+class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[name-defined]
     """The service in front of one ServingCore."""
 
     def __init__(self, core: ServingCore) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from inferway.backends.serving.input_validation import (
 )
 from inferway.backends.serving.request import DecodedRequest, RequestedOutput
 
+_orjson: ModuleType | None
 try:  # ~10x faster than the standard library on tensors; optional
     import orjson as _orjson
 except ImportError:  # pragma: no cover - the standard library does the same, slower
@@ -113,7 +115,8 @@ def _dump_json(doc: dict[str, Any], finite: bool) -> bytes:
     """Compact JSON; the standard library when a float is not finite (it writes NaN and
     Infinity, where orjson would silently write null)."""
     if _orjson is not None and finite:
-        return _orjson.dumps(doc)
+        encoded: bytes = _orjson.dumps(doc)
+        return encoded
     return json.dumps(doc, separators=(",", ":")).encode()
 
 

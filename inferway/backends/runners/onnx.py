@@ -203,7 +203,7 @@ class OnnxRunner:
 
     def close(self) -> None:
         """Drop the session; onnxruntime frees its memory when the last reference goes."""
-        self._session = None  # type: ignore[assignment]
+        self._session = None
 
     def __repr__(self) -> str:
         return f"OnnxRunner({str(self.path)!r}, provider={self.provider!r})"

@@ -231,7 +231,7 @@ class TensorRTRunner:
             self._engine = self._runtime.deserialize_cuda_engine(plan)
         if self._engine is None:
             raise RuntimeError(f"{self.engine_path}: TensorRT could not deserialize the engine")
-        self._context = self._engine.create_execution_context()
+        self._context: Any = self._engine.create_execution_context()
         ins, outs = [], []
         self._dtypes: dict[str, np.dtype] = {}
         for i in range(self._engine.num_io_tensors):

@@ -41,7 +41,8 @@ def _get(admin: str, path: str) -> dict[str, Any]:
         raise _fail(f"cannot reach the inferway admin API at {url}: {exc}") from None
     if response.status_code != 200:
         raise _fail(f"{url}: HTTP {response.status_code}: {response.text.strip()}")
-    return response.json()
+    document: dict[str, Any] = response.json()
+    return document
 
 
 def render_rollout(status: dict[str, Any], console: Console) -> None:

@@ -63,6 +63,8 @@ class RetryIR:
     """None: retries stay on the normal priority load."""
     per_try_timeout: float | None
     """None: each try may take the whole route timeout."""
+    hedge_on_per_try_timeout: bool = False
+    """True for the default per-try timeout: a timed-out try is not cancelled."""
 
 
 @dataclass(frozen=True)

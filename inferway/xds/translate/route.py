@@ -95,6 +95,8 @@ def build_route_action(route: RouteIR) -> rc_pb2.RouteAction:
         action.weighted_clusters.CopyFrom(build_weighted_clusters(route.backends))
     if route.retries is not None:
         action.retry_policy.CopyFrom(build_retry_policy(route.retries))
+        if route.retries.hedge_on_per_try_timeout:
+            action.hedge_policy.hedge_on_per_try_timeout = True
     return action
 
 

@@ -36,7 +36,7 @@ def inline_static_secrets(
     placeholder: dict[str, TlsMaterial] | None = None
     for name in sorted(wanted):
         if name in known:
-            static.secrets.append(known[name])  # type: ignore[arg-type]
+            static.secrets.append(known[name])
             continue
         placeholder = placeholder or _placeholder_material()
         role = "ca" if name.endswith("/ca") else "cert"

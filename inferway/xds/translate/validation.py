@@ -49,18 +49,19 @@ def build_envoy_validation_bootstrap(
         ),
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(
             listeners=[
-                _inline_routes(listener, routes)  # type: ignore[arg-type]
+                _inline_routes(listener, routes)
                 for listener in resources.of_type(type_urls.LISTENER).values()
             ],
             clusters=[
-                _inline_endpoints(cluster, assignments)  # type: ignore[arg-type]
+                _inline_endpoints(cluster, assignments)
                 for cluster in resources.of_type(type_urls.CLUSTER).values()
             ],
         ),
     )
     inline_static_secrets(bootstrap.static_resources, resources)
     body = json_format.MessageToDict(bootstrap, preserving_proto_field_name=True)
-    return json.loads(json.dumps(body))  # plain dicts: protobuf renders Any as OrderedDict
+    plain: dict[str, Any] = json.loads(json.dumps(body))  # protobuf renders Any as OrderedDict
+    return plain
 
 
 def _inline_routes(listener: listener_pb2.Listener, routes: Any) -> listener_pb2.Listener:

@@ -8,7 +8,7 @@ the policy, parsed YAML or JSON). Every problem is collected and raised at once 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from inferway.gateway.controllers.autoscale.params import (
     AutoscaleConfig,
@@ -56,6 +56,32 @@ class ConfigReader:
                 f"unknown key; expected one of {', '.join(sorted(allowed))}",
             )
         return data
+
+    @overload
+    def number(
+        self,
+        data: Mapping[str, Any],
+        key: str,
+        default: float,
+        *,
+        name: str | None = None,
+        minimum: float = 0.0,
+        positive: bool = False,
+        maximum: float | None = None,
+    ) -> float: ...
+
+    @overload
+    def number(
+        self,
+        data: Mapping[str, Any],
+        key: str,
+        default: float | None,
+        *,
+        name: str | None = None,
+        minimum: float = 0.0,
+        positive: bool = False,
+        maximum: float | None = None,
+    ) -> float | None: ...
 
     def number(
         self,

@@ -63,7 +63,7 @@ class Decision:
         return "down" if self.desired < self.current else "hold"
 
     def to_dict(self) -> dict[str, Any]:
-        data = _json_safe(asdict(self))
+        data: dict[str, Any] = _json_safe(asdict(self))
         data["direction"] = self.direction
         return data
 

@@ -12,6 +12,7 @@ not initialised or its recent error exceeds ``max_error`` it falls back to react
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from inferway.gateway.controllers.autoscale.decision import Recommendation
 from inferway.gateway.controllers.autoscale.forecast import ForecastError, HoltWinters
@@ -82,7 +83,7 @@ class PredictiveRecommender:
         error = self._errors.mean
         forecasts = [self._model.forecast(h) for h in range(1, self._lead + 2)]
         peak = max((f for f in forecasts if f is not None), default=None)
-        detail = {
+        detail: dict[str, Any] = {
             "forecast_peak": peak,
             "forecast_error": error,
             "forecasts_scored": self._errors.scored,

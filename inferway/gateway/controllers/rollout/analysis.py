@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from inferway.gateway.controllers.rollout.config import (
     AbsoluteGuard,
@@ -34,6 +34,7 @@ from inferway.gateway.controllers.rollout.evidence import Evidence
 from inferway.gateway.controllers.rollout.stats import (
     FIRST_LOOK,
     MAX_NEED,
+    Result,
     Sprt,
     look_alpha,
     look_index,
@@ -46,7 +47,6 @@ from inferway.gateway.controllers.rollout.stats import (
 
 __all__ = ["Analysis", "Verdict", "analyze"]
 
-Result = Literal["pass", "fail", "need_more"]
 Number = float | int | None
 
 
@@ -219,7 +219,7 @@ def analyze(config: AnalysisConfig, ev: Evidence, looks: Mapping[str, int]) -> A
             last = int(looks.get(check.name, 0))
             verdicts.append(_latency(check, ev, config, last))
             look = int(verdicts[-1].inputs["look"] or 0)
-            if look > last and verdicts[-1].inputs["canary_samples"] >= FIRST_LOOK:
+            if look > last and (verdicts[-1].inputs["canary_samples"] or 0) >= FIRST_LOOK:
                 new_looks[check.name] = look
     verdicts.extend(_guard(g, ev, config) for g in config.guards)
     if config.min_requests != "auto" and ev.step_canary_requests < config.min_requests:

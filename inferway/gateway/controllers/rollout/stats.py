@@ -22,11 +22,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Literal
 
 import numpy as np
 
 __all__ = [
     "MannWhitney",
+    "Result",
     "Sprt",
     "look_alpha",
     "look_index",
@@ -52,6 +54,10 @@ def normal_quantile(p: float) -> float:
     return _NORMAL.inv_cdf(p)
 
 
+Result = Literal["pass", "fail", "need_more"]
+"""A verdict: decided either way, or more evidence needed."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sprt:
     """One SPRT evaluation: the log likelihood ratio against its two boundaries."""
@@ -65,7 +71,7 @@ class Sprt:
     drift_h1: float  # ... if H1 holds (positive)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Result:
         if self.llr >= self.upper:
             return "fail"
         if self.llr <= self.lower:
