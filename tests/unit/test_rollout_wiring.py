@@ -231,3 +231,15 @@ def test_saved_state_of_another_target_is_not_resumed(tmp_path: Path) -> None:
     plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
     assert dict(plane.state.weights) == {}
     assert driver.status("demo-v2")["phase"] == "waiting"
+
+
+def test_saved_state_beyond_the_policys_steps_starts_over(tmp_path: Path) -> None:
+    policy = load_policy_text(POLICY, "p.yaml")
+    saved = RolloutState(name="demo-v2", phase=Phase.PROGRESSING, step=7, weight=100)
+    RolloutStore(tmp_path).save(RolloutTarget("inference", "v1", "v2"), saved)
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(plane, RolloutStore(tmp_path), lambda config: _Script([]))
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    assert dict(plane.state.weights) == {}, "no weight from a state the controller refuses"
+    assert driver.status("demo-v2")["phase"] == "waiting"

@@ -127,6 +127,12 @@ class RolloutDriver:
             log.info("rollout %s: saved for %s, now %s: starting over", spec.name, target,
                      _target(spec))  # fmt: skip
             return None
+        try:  # e.g. fewer steps now than the saved step
+            RolloutController(build_rollout_config(spec), state)
+        except RolloutStateError as exc:
+            log.warning("rollout %s: saved state does not fit the policy, starting over: %s",
+                        spec.name, exc)  # fmt: skip
+            return None
         return state
 
     def resolve_state(self, policy: Policy, state: State) -> State:
@@ -162,8 +168,8 @@ class RolloutDriver:
             saved = self._state_for(spec)
             try:
                 controller = RolloutController(config, saved)
-            except RolloutStateError as exc:
-                log.warning("rollout %s: saved state does not fit the policy, starting over: %s",
+            except RolloutStateError as exc:  # the live one, against an edited policy
+                log.warning("rollout %s: its state does not fit the edit, starting over: %s",
                             name, exc)  # fmt: skip
                 controller = RolloutController(config)
             if entry is not None:
