@@ -22,6 +22,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from inferway.gateway.policy_snapshot import resolve_and_snapshot
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
@@ -31,7 +32,7 @@ from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
 from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
-from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.snapshot import Snapshot
 from inferway.xds.translate import translate as translate_ir
 
 __all__ = [
@@ -41,8 +42,6 @@ __all__ = [
     "FileProblem",
     "PolicyRefusedError",
     "Refusal",
-    "build_policy_snapshot",
-    "resolve_and_snapshot",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,42 +94,6 @@ class PolicyRefusedError(Exception):
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
         super().__init__("\n".join(refusal.lines()))
-
-
-def resolve_and_snapshot(
-    policy: Policy,
-    state: State,
-    source: str,
-    *,
-    translate: Callable[[IR], Resources] | None = None,
-) -> tuple[IR, Snapshot]:
-    """resolve -> translate -> a consistent snapshot (with the IR it came from), or
-    PolicyError naming ``source``.
-
-    A translation error (a bug, or a case the checks miss) becomes one located issue, not a
-    traceback, for ``run`` and ``validate`` alike.
-    """
-    try:
-        ir = resolve_policy(policy, state)
-        snapshot = build_snapshot((translate or translate_ir)(ir))
-    except (ValueError, TypeError) as error:
-        message = f"cannot translate to Envoy configuration: {error}"
-        raise PolicyError([PolicyIssue(source, None, None, "", message)]) from error
-    problems = snapshot.consistent()
-    if problems:
-        raise PolicyError([PolicyIssue(source, None, None, "", p) for p in problems])
-    return ir, snapshot
-
-
-def build_policy_snapshot(
-    policy: Policy,
-    state: State,
-    source: str,
-    *,
-    translate: Callable[[IR], Resources] | None = None,
-) -> Snapshot:
-    """The Envoy snapshot of :func:`resolve_and_snapshot`, for ``validate``/``render``."""
-    return resolve_and_snapshot(policy, state, source, translate=translate)[1]
 
 
 class ControlPlane:

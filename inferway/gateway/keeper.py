@@ -82,8 +82,11 @@ class _Keeper:
         )
         self.workdir = workdir
         self.stop_event = stop
-        child_spec = replace(spec, options=self.options)
-        self.child = ControlPlaneProcess(child_spec, on_change=self.publish)
+        # The first control plane checks the listener ports before Envoy binds them; once Envoy
+        # runs they are Envoy's, so a restarted control plane must not check them again.
+        first_spec = replace(spec, options=replace(self.options, check_listener_ports=True))
+        self._restart_spec = replace(spec, options=self.options)
+        self.child = ControlPlaneProcess(first_spec, on_change=self.publish)
         self.envoy: EnvoySupervisor | None = None
         self._published: str | None = None
 
@@ -113,6 +116,7 @@ class _Keeper:
         if code is not None:
             log.error("the control plane exited with code %s before it was ready", code)
             return code if code > 0 else EXIT_START_FAILED
+        self.child.spec = self._restart_spec
 
         bootstrap = build_gateway_bootstrap(
             options, xds_port=options.xds_port, workdir=self.workdir, xds_client_tls=xds_client_tls

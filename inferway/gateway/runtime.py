@@ -29,12 +29,13 @@ from inferway.gateway.admin import (
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, build_policy_snapshot
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.keeper_state import KeeperView
+from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.envoy_stats import EnvoyStatsSource
@@ -112,6 +113,9 @@ class GatewayOptions:
     """The translator pushes go through (None: the real one). Tests inject one that produces a
     config Envoy rejects, to exercise the NACK path with a real Envoy."""
 
+    check_listener_ports: bool | None = None
+    """Refuse a listener port that cannot be bound, as a located error, before Envoy starts
+    (None: when this gateway starts Envoy; the keeper asks its control plane on first start)."""
     keeper_state_file: Path | None = None
     """Set by the keeper (gateway/keeper.py) for its control-plane process: Envoy runs in the
     keeper, and the admin API reads Envoy's state from this file."""
@@ -219,7 +223,12 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     plan = plan_gateway(options)
     path = options.policy_path
     external_endpoints = options.endpoints_file is not None
-    if options.with_envoy:  # before Envoy starts: a taken port is a located error, not a NACK
+    check_ports = (
+        options.with_envoy
+        if options.check_listener_ports is None
+        else (options.check_listener_ports)
+    )
+    if check_ports:  # before Envoy starts: a taken port is a located error, not a NACK
         unbindable = listener_bind_issues(plan.policy, plan.policy_text, plan.source)
         if unbindable:
             raise PolicyError(unbindable)

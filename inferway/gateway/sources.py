@@ -31,9 +31,9 @@ def read_sources(sources: Iterable[StateSource], policy: Policy, state: State) -
 
 class StateSink(Protocol):
     """Where a watching source pushes a change it saw (the control plane is one): the live
-        policy and state to read, ``update_state`` to push (raises PolicyRefusedError when the
-        result is refused), ``refuse`` to record files that could not be used, ``set_file_problem`` to
-    show a watched file that is missing or unreadable (None clears it)."""
+    policy and state to read, ``update_state`` to push (raises PolicyRefusedError when the
+    result is refused), ``refuse`` to record files that could not be used, and
+    ``set_file_problem`` to show a watched file that is missing or unreadable (None clears it)."""
 
     @property
     def policy(self) -> Policy | None: ...

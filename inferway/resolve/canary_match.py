@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from inferway.policies.rollouts import CanaryHeader, Rollout
-from inferway.resolve.ir.route import BackendIR, HeaderMatchIR, RouteIR
+from inferway.resolve.ir.route import WEIGHT_TOTAL, BackendIR, HeaderMatchIR, RouteIR
 
 __all__ = ["resolve_canary_routes"]
 
@@ -31,7 +31,9 @@ def resolve_canary_routes(route: RouteIR, rollout: Rollout) -> tuple[RouteIR, ..
                 route.match,
                 headers=route.match.headers + tuple(_header(h) for h in entry.headers),
             ),
-            backends=(BackendIR(service=rollout.canary, permille=1000),),
+            backends=(BackendIR(service=rollout.canary, weight=WEIGHT_TOTAL),),
+            sticky=False,
+            mirror=None,  # a tester's request is the canary's already; no shadow copy of it
         )
         for i, entry in enumerate(rollout.match)
     )

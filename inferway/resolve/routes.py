@@ -1,5 +1,6 @@
 """A route in the IR: its match, backends (weight overrides applied), retries, access rules,
-rate limit, and the hash policies its backends' load balancing needs."""
+rate limit, the hash policies its sticky split and its backends' load balancing need, and
+its mirror and fault (route_traffic.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from inferway.resolve.ir.route import (
     RouteIR,
     RouteMatchIR,
 )
+from inferway.resolve.route_traffic import resolve_cookie_match, resolve_fault, resolve_mirror
 from inferway.resolve.weights import resolve_backends
 
 __all__ = [
@@ -44,6 +46,7 @@ def resolve_route(
         match=RouteMatchIR(
             path=resolve_path_match(route.match.path),
             headers=tuple(_header_match(h) for h in route.match.headers),
+            cookies=tuple(resolve_cookie_match(c) for c in route.match.cookies),
         ),
         backends=resolve_backends(route, weights),
         timeout=route.timeout,
@@ -55,6 +58,9 @@ def resolve_route(
         access=resolve_access(route.access),
         rate_limit=None if route.rate_limit is None else _rate_limit(route.rate_limit),
         hash_policies=resolve_hash_policies(route, services),
+        sticky=route.hash is not None,
+        mirror=resolve_mirror(route.mirror),
+        fault=resolve_fault(route),
     )
 
 
@@ -145,9 +151,10 @@ def _rate_limit(limit: RateLimit) -> RateLimitIR:
 def resolve_hash_policies(
     route: Route, services: Mapping[str, Service]
 ) -> tuple[HashPolicyIR, ...]:
-    """One per distinct ``hash_on`` of the route's ring_hash / maglev backends, in backend
-    order: Envoy hashes on the route, the cluster's ring or table picks the host."""
-    seen: list[HashOn] = []
+    """The route's sticky ``hash`` first, then one per distinct ``hash_on`` of the route's
+    ring_hash / maglev backends, in backend order: Envoy hashes on the route; the hash picks
+    the weighted backend (sticky) and the cluster's ring or table picks the host."""
+    seen: list[HashOn] = [] if route.hash is None else [route.hash]
     for backend in route.backends:
         service = services.get(backend.service)
         if service is None or service.load_balancing is None:

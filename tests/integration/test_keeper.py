@@ -328,3 +328,31 @@ def test_a_refused_policy_exits_1_before_envoy_starts(tmp_path: Path) -> None:
     assert f"{policy}:4:11: listeners[0].port: must be at most 65535, got 70000" in out, out
     assert not (tmp_path / "wd" / "envoy-bootstrap.json").exists(), "Envoy was started"
     assert not [pid for pid in run.seen if _alive(pid)]
+
+
+def test_a_listener_port_taken_by_another_process_exits_1_with_its_location(
+    tmp_path: Path,
+) -> None:
+    """The keeper's control plane checks the listener ports before Envoy starts: a taken one is
+    a located policy error (exit 1), not an Envoy that starts and NACKs its listener."""
+    policy = tmp_path / "policy.yaml"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        policy.write_text(POLICY.format(listener_port=port, v1=1, v2=2, w1=50, w2=50))
+        run = RunProcess(tmp_path, policy).start()
+        try:
+            assert run.proc is not None
+            deadline = time.monotonic() + 40
+            while run.proc.poll() is None and time.monotonic() < deadline:
+                run.descendants()
+                time.sleep(0.05)
+            code = run.proc.wait(1)
+        finally:
+            run.kill()
+    out = run.output()
+    assert code == 1, out
+    assert f"{policy}:4:11: listeners[0].port: listener 'edge' cannot bind" in out, out
+    assert not (tmp_path / "wd" / "envoy-bootstrap.json").exists(), "Envoy was started"
+    assert not [pid for pid in run.seen if _alive(pid)]

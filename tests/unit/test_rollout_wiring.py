@@ -165,7 +165,7 @@ def test_match_headers_route_to_the_canary_ahead_of_the_weighted_route() -> None
     routes = ir.listeners[0].routes
     assert [r.name for r in routes] == ["inference-canary-0", "inference"]
     forced = routes[0]
-    assert [(b.service, b.permille) for b in forced.backends] == [("v2", 1000)]
+    assert [(b.service, b.weight) for b in forced.backends] == [("v2", 10_000)]
     assert [(h.name, h.exact) for h in forced.match.headers] == [("x-canary", "true")]
 
 
