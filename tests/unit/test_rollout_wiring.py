@@ -5,6 +5,7 @@ the canary's forced routes, and the driver writing weights into a real ControlPl
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from pathlib import Path
 
@@ -243,3 +244,28 @@ def test_saved_state_beyond_the_policys_steps_starts_over(tmp_path: Path) -> Non
     plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
     assert dict(plane.state.weights) == {}, "no weight from a state the controller refuses"
     assert driver.status("demo-v2")["phase"] == "waiting"
+
+
+def test_every_decision_is_logged_with_its_numbers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = load_policy_text(POLICY.replace("min_requests: 50", "min_requests: auto"), "p.yaml")
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(
+        plane, RolloutStore(tmp_path), lambda config: _Script([_good(2000), _good(2000)])
+    )
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    with caplog.at_level("DEBUG", logger="inferway.gateway.rollouts.driver"):
+        asyncio.run(driver.tick("demo-v2"))
+        asyncio.run(driver.tick("demo-v2"))
+    start, hold = [r for r in caplog.records if hasattr(r, "rollout_event")]
+    assert start.levelname == "INFO" and '"action": "start"' in start.getMessage()
+    assert hold.levelname == "DEBUG"
+    event = json.loads(hold.rollout_event)
+    assert event["window"]["canary_requests"] == 2000
+    assert {v["check"]: v["result"] for v in event["verdicts"]}["error-rate"] in (
+        "pass",
+        "need_more",
+    )
+    assert '"verdicts": {"error-rate"' in hold.getMessage()

@@ -327,7 +327,14 @@ class RolloutDriver:
         self._push(name)
         level = logging.DEBUG if decision.action == "hold" else logging.INFO
         event = {"event": "rollout_decision", "rollout": name, **decision.to_json()}
-        log.log(level, "rollout %s: %s: %s", name, decision.action, decision.reason,
+        # The line carries the numbers (counts, verdict per check); the record all of it.
+        summary = {
+            k: event[k]
+            for k in ("rollout", "action", "phase", "step", "weight", "result", "window")
+        }
+        summary["verdicts"] = {v.check: v.result for v in decision.verdicts}
+        log.log(level, "rollout %s: %s: %s %s", name, decision.action, decision.reason,
+                json.dumps(summary, sort_keys=True),
                 extra={"rollout_event": json.dumps(event, sort_keys=True)})  # fmt: skip
         for hook in self._hooks:
             try:
