@@ -38,8 +38,8 @@ from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
-from inferway.gateway.rollouts.envoy_stats import EnvoyStatsSource
 from inferway.gateway.rollouts.metrics import RolloutMetrics
+from inferway.gateway.rollouts.sample_source import build_rollout_source
 from inferway.gateway.rollouts.store import RolloutStore
 from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
@@ -253,9 +253,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     rollouts = RolloutDriver(
         plane,
         RolloutStore(rollouts_dir),
-        lambda config: EnvoyStatsSource(
-            envoy_admin_port, stable=config.stable, canary=config.canary
-        ),
+        lambda config: build_rollout_source(config, plane.policy, plane.state, envoy_admin_port),
     )
     RolloutMetrics.attach(metrics.registry, rollouts)
     plane.add_observer(rollouts)  # resumes saved rollouts with the first apply

@@ -56,6 +56,17 @@ def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
                 )
         if rollout.stable == rollout.canary:
             yield (*loc, "canary"), f"canary and stable are both '{rollout.canary}'"
+        for m, metric in enumerate(rollout.analysis.metrics):
+            mirror = route.mirror
+            if metric.name == "output-agreement" and (
+                mirror is None or mirror.service != rollout.canary
+            ):
+                yield (
+                    (*loc, "analysis", "metrics", m, "via"),
+                    f"output-agreement compares mirrored answers, but route '{route.name}' does "
+                    f"not mirror to the canary '{rollout.canary}'; add "
+                    f"'mirror: {{service: {rollout.canary}}}' to the route",
+                )
 
 
 def _steps(loc: Loc, rollout: Rollout) -> Iterator[tuple[Loc, str]]:

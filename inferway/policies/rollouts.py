@@ -77,24 +77,33 @@ class RolloutStep(_Model):
 
 class RolloutMetric(_Model):
     """One comparison of canary against stable: ``error-rate`` (``max_increase`` in
-    percentage points), ``latency-p99`` (``max_increase`` relative), or an absolute guard on
-    the canary alone (``latency-quantile`` with ``max_ms``, ``error-rate-max`` with ``max``)."""
+    percentage points), ``latency-p99`` (``max_increase`` relative), ``output-agreement``
+    (``min``: the share of mirrored requests whose canary answer matches stable's, ``via:
+    mirror``), or an absolute guard on the canary alone (``latency-quantile`` with ``max_ms``,
+    ``error-rate-max`` with ``max``)."""
 
-    name: Literal["error-rate", "latency-p99", "latency-quantile", "error-rate-max"]
+    name: Literal[
+        "error-rate", "latency-p99", "output-agreement", "latency-quantile", "error-rate-max"
+    ]
     max_increase: Percent | None = None
     max: Percent | None = None
     max_ms: float | None = Field(default=None, gt=0)
+    min: Percent | None = None
     quantile: float = Field(default=0.99, gt=0, lt=1)
+    via: Literal["mirror"] | None = None
 
     @model_validator(mode="after")
     def _fields(self) -> RolloutMetric:
         needs = {
             "error-rate": "max_increase",
             "latency-p99": "max_increase",
+            "output-agreement": "min",
             "latency-quantile": "max_ms",
             "error-rate-max": "max",
         }[self.name]
-        given = [k for k in ("max_increase", "max", "max_ms") if getattr(self, k) is not None]
+        given = [
+            k for k in ("max_increase", "max", "max_ms", "min") if getattr(self, k) is not None
+        ]
         if given != [needs]:
             raise ValueError(
                 f"metric {self.name} takes exactly '{needs}' (got {', '.join(given) or 'none'})"
@@ -102,6 +111,13 @@ class RolloutMetric(_Model):
         value = getattr(self, needs)
         if value <= 0:
             raise ValueError(f"metric {self.name}: {needs} must be above 0, got {value:g}")
+        if (self.via is not None) != (self.name == "output-agreement"):
+            raise ValueError(
+                "output-agreement needs 'via: mirror' (answers of mirrored requests); "
+                "no other metric takes 'via'"
+            )
+        if self.name == "output-agreement" and value >= 100:
+            raise ValueError("output-agreement min must be below 100% (some tolerance)")
         return self
 
 

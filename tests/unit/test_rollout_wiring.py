@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.controllers.rollout.config import ErrorRateCheck, LatencyCheck
+from inferway.gateway.controllers.rollout.config import (
+    AgreementCheck,
+    ErrorRateCheck,
+    LatencyCheck,
+)
 from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.controllers.rollout.state import Phase, RolloutState
 from inferway.gateway.rollouts.config import build_rollout_config
@@ -269,3 +273,36 @@ def test_every_decision_is_logged_with_its_numbers(
         "need_more",
     )
     assert '"verdicts": {"error-rate"' in hold.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("metric", "expected"),
+    [
+        ("{name: output-agreement, min: 99%}", "output-agreement needs 'via: mirror'"),
+        ("{name: error-rate, max_increase: 1%, via: mirror}", "no other metric takes 'via'"),
+        ("{name: output-agreement, min: 100%, via: mirror}", "must be below 100%"),
+        (
+            "{name: output-agreement, min: 99%, via: mirror}",
+            "p.yaml:19:51: rollouts[0].analysis.metrics[0].via: output-agreement compares "
+            "mirrored answers, but route 'inference' does not mirror to the canary 'v2'",
+        ),
+    ],
+)
+def test_output_agreement_needs_a_mirror_to_the_canary(metric: str, expected: str) -> None:
+    text = POLICY.replace("- {name: error-rate, max_increase: 0.5%}", f"- {metric}")
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(text, "p.yaml")
+    assert expected in str(caught.value), str(caught.value)
+
+
+def test_output_agreement_becomes_the_controllers_agreement_check() -> None:
+    text = POLICY.replace(
+        "backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]",
+        "backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]\n"
+        "    mirror: {service: v2}",
+    ).replace(
+        "- {name: error-rate, max_increase: 0.5%}",
+        "- {name: output-agreement, min: 99%, via: mirror}",
+    )
+    config = build_rollout_config(load_policy_text(text, "p.yaml").rollouts[0])
+    assert config.analysis.checks == (AgreementCheck(0.99), LatencyCheck(0.2))

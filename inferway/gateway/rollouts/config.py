@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from inferway.gateway.controllers.rollout.config import (
     AbsoluteGuard,
+    AgreementCheck,
     AnalysisConfig,
     Check,
     ErrorRateCheck,
@@ -32,6 +33,9 @@ def build_rollout_config(rollout: Rollout) -> RolloutConfig:
         elif metric.name == "latency-p99":
             assert metric.max_increase is not None
             checks.append(LatencyCheck(metric.max_increase / 100))
+        elif metric.name == "output-agreement":
+            assert metric.min is not None
+            checks.append(AgreementCheck(metric.min / 100))
         elif metric.name == "latency-quantile":
             assert metric.max_ms is not None
             guards.append(AbsoluteGuard("latency-quantile", metric.max_ms, metric.quantile))
