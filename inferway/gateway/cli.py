@@ -35,6 +35,7 @@ from inferway.gateway.output import (
     validation_report,
     write_document,
 )
+from inferway.gateway.rollouts.cli import app as rollout_app
 from inferway.gateway.runtime import (
     DEFAULT_ENVOY_ADMIN_PORT,
     DEFAULT_XDS_PORT,
@@ -375,6 +376,7 @@ def demo(
 
 app.command("serve")(serve)
 app.add_typer(certs_app, name="certs")
+app.add_typer(rollout_app, name="rollout")
 
 
 def main() -> None:
