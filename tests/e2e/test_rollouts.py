@@ -327,7 +327,7 @@ async def test_a_control_plane_restart_resumes_at_the_same_step(rig_factory) -> 
         code, out = await _cli("status", "v2-rollout", "--admin", admin, "-o", "json")
         assert code == 0 and json.loads(out)["phase"] == "promoted", out
         code, out = await _cli("resume", "v2-rollout", "--admin", admin, "--token-file", token_file)
-        assert code == 2 and "cannot resume while promoted" in out, out
+        assert code == 1 and "cannot resume while promoted" in out, out
         code, out = await _cli("status", "--admin", admin)
         assert code == 0 and "v2-rollout" in out and "promoted" in out, out
     assert traffic.failed() == 0, traffic.counts
