@@ -65,7 +65,8 @@ def build_generated(protocol: Path = PROTOCOL) -> Path:
         (generated / "__init__.py").write_text(_INIT, encoding="utf-8")
         for path in sorted(produced.glob("*_pb2*.py")):
             # protoc writes absolute imports of sibling modules; make them package-relative
-            text = path.read_text(encoding="utf-8").replace(f"from {_PACKAGE} import ", "from . import ")
+            text = path.read_text(encoding="utf-8")
+            text = text.replace(f"from {_PACKAGE} import ", "from . import ")
             if not path.name.endswith("_grpc.py"):
                 text = _private_pool(text)
             # Copy then rename: a concurrent importer never sees a half-written module.

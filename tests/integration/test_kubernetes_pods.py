@@ -23,9 +23,9 @@ import dockerfile
 import httpx
 import onnx
 import pytest
-from inferway.backends.models.config import load_model_config
 from onnx import TensorProto, helper
 
+from inferway.backends.models.config import load_model_config
 from tests.envoy_process import free_port
 from tests.kustomize_build import build
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from inferway.devtools.demo_models import build_add
 
 from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.devtools.demo_models import build_add
 from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.xds import type_urls
 from inferway.xds.node_groups import ENVOY_GROUP, GRPC_GROUP

@@ -16,7 +16,7 @@ from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.core.v3 import extension_pb2
 from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from inferway._xds_protos.envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (  # noqa: E501
     client_side_weighted_round_robin_pb2 as cswrr_pb2,
 )
 from inferway._xds_protos.envoy.extensions.load_balancing_policies.wrr_locality.v3 import (
