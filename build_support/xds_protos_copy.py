@@ -96,8 +96,11 @@ def copy_xds_protos(target: Path) -> Path:
     for module in sorted(chosen):
         source = sources[module]
         relative = Path(*module.split("."))
-        out = staging / (relative / "__init__.py" if source.name == "__init__.py" else
-                         relative.with_suffix(".py"))
+        out = staging / (
+            relative / "__init__.py"
+            if source.name == "__init__.py"
+            else relative.with_suffix(".py")
+        )
         out.parent.mkdir(parents=True, exist_ok=True)
         text = "" if source.name == "__init__.py" else source.read_text(encoding="utf-8")
         out.write_text(_rewrite(text), encoding="utf-8")

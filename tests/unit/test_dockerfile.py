@@ -134,5 +134,7 @@ def test_one_plain_install_as_the_makefile_does_with_no_repair_step_after_it(
     for text in (makefile, install):
         assert "--force-reinstall" not in text and "opentelemetry-proto" not in text
     assert makefile.count("pip install") == 2  # pip itself, then `-e '.[dev]'`
-    (extras,) = {i.value[0] for i in instructions if i.cmd == "ARG" and "INFERWAY_EXTRAS" in i.value[0]}
+    (extras,) = {
+        i.value[0] for i in instructions if i.cmd == "ARG" and "INFERWAY_EXTRAS" in i.value[0]
+    }
     assert extras == "INFERWAY_EXTRAS=all", "the default image holds Envoy and the CPU backend"

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
 
-
 __all__ = [
     "MannWhitney",
     "Result",
