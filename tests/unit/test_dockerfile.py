@@ -125,7 +125,7 @@ def test_it_runs_the_project_entry_point_as_the_manifests_user_on_their_ports(
 def test_one_plain_install_as_the_makefile_does_with_no_repair_step_after_it(
     instructions: list[dockerfile.Command],
 ) -> None:
-    """The wheel owns no other distribution's files (tests/packaging checks the RECORDs), so
+    """The wheel owns no other distribution's files (tests/wheel_install checks the RECORDs), so
     neither the image nor the Makefile may reinstall anything after installing inferway."""
     makefile = (ROOT / "Makefile").read_text()
     (install,) = [i.value[0] for i in stages(instructions)[1] if i.cmd == "RUN"]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import httpx
 
-from tests.packaging.venvs import Venv
+from tests.wheel_install.venvs import Venv
 
 __all__ = ["assert_demo_runs", "assert_no_file_of_another_distribution", "assert_serves"]
 
 
 def assert_no_file_of_another_distribution(env: Venv) -> None:
-    from tests.packaging.venvs import record_overlaps
+    from tests.wheel_install.venvs import record_overlaps
 
     site = env.site_packages()
     assert record_overlaps(site) == {}

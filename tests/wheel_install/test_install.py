@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.smoke import (
+from tests.wheel_install.smoke import (
     assert_demo_runs,
     assert_no_file_of_another_distribution,
     assert_serves,
 )
-from tests.packaging.venvs import ROOT, Venv
+from tests.wheel_install.venvs import ROOT, Venv
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(900)]
 

@@ -1,5 +1,5 @@
 """Packaging tests: slow (fresh virtual environments, registry downloads), so marked
-``packaging`` and run by .ci/run as their own step (``pytest -m packaging tests/packaging``),
+``packaging`` and run by .ci/run as their own step (``pytest -m packaging tests/wheel_install``),
 not by ``make test``'s default selection."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.venvs import ROOT, build_wheel
+from tests.wheel_install.venvs import ROOT, build_wheel
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.venvs import dry_run
+from tests.wheel_install.venvs import dry_run
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.smoke import assert_demo_runs, assert_serves
-from tests.packaging.venvs import Venv, record_overlaps
+from tests.wheel_install.smoke import assert_demo_runs, assert_serves
+from tests.wheel_install.venvs import Venv, record_overlaps
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(900)]
 
