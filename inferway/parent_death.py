@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -24,7 +23,9 @@ def set_parent_death_signal(
     """
     if not sys.platform.startswith("linux"):
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The running program's own symbols (libc among them): no find_library, which would run
+    # ldconfig in a subprocess between fork and exec.
+    libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
         os._exit(127)
     if expected_parent is not None and os.getppid() != expected_parent:

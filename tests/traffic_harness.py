@@ -61,6 +61,8 @@ class ControlledBackend:
         self.report_rps = 100.0
         self.hits: list[float] = []
         """monotonic() of every non-health request served."""
+        self.seen: list[dict[str, str]] = []
+        """The headers (lower-cased names) of every non-health request served."""
         self.active = 0
         self._runner: web.AppRunner | None = None
 
@@ -95,8 +97,9 @@ class ControlledBackend:
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503, text="ready" if self.ready else "")
 
-    async def _answer(self, _request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request) -> web.Response:
         self.hits.append(time.monotonic())
+        self.seen.append({k.lower(): v for k, v in request.headers.items()})
         self.active += 1
         try:
             if self.delay:

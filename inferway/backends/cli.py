@@ -154,6 +154,14 @@ def serve(
             "429 from the queue limit instead of stalling in the kernel.",
         ),
     ] = DEFAULT_BACKLOG,
+    record_outputs: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Keep digests of the last N answers by x-request-id at GET "
+            "/v2/debug/outputs, for a rollout's output-agreement check (0: off).",
+        ),
+    ] = 0,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
     level = getattr(logging, log_level.upper(), None)
@@ -177,7 +185,17 @@ def serve(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
     tls = _backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
-    serving = ServingSettings(max_body_bytes=max_body_bytes, default_timeout_s=default_timeout)
+    serving = ServingSettings(
+        max_body_bytes=max_body_bytes,
+        default_timeout_s=default_timeout,
+        record_outputs=record_outputs,
+    )
+    if record_outputs and workers > 1:
+        raise typer.BadParameter(
+            "each worker would keep its own table of answers and /v2/debug/outputs would "
+            "show a random one; record outputs with --workers 1",
+            param_hint="--record-outputs",
+        )
     if workers > 1:
         if http_port == 0 or grpc_port == 0:
             raise typer.BadParameter(

@@ -30,7 +30,7 @@ from inferway.devtools.demo_trace import BACKEND_SERVICE, GATEWAY_SERVICE, show_
 from inferway.devtools.demo_traffic import build_infer_request, sample_traffic, split_ok
 from inferway.devtools.otlp_receiver import OtlpReceiver, start_otlp_receiver
 from inferway.gateway.console import make_console, short_version
-from inferway.gateway.control_plane import build_policy_snapshot
+from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.observability.otel import setup_tracing
 from inferway.policies import Policy, dump_policy

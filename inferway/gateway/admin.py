@@ -24,6 +24,7 @@ from inferway.gateway.admin_security import (
 )
 from inferway.gateway.control_plane import DEGRADED_REJECTED, ControlPlane, Refusal
 from inferway.gateway.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
+from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.policies import dump_policy
 from inferway.policies.redact import build_redacted_policy
@@ -47,7 +48,7 @@ __all__ = [
 DEFAULT_ADMIN_PORT = 15000
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
-SUPERVISOR = web.AppKey("supervisor", EnvoySupervisor)
+SUPERVISOR: web.AppKey[EnvoySupervisor | KeeperView] = web.AppKey("supervisor")
 XDS_REFUSALS: web.AppKey[Callable[[], list[Any]]] = web.AppKey("xds_refusals")
 METRICS = web.AppKey("metrics", ControlPlaneMetrics)
 ENVOY_ADMIN_PORT: web.AppKey[Callable[[], int | None]] = web.AppKey("envoy_admin_port")
@@ -55,8 +56,11 @@ ENVOY_ADMIN_PORT: web.AppKey[Callable[[], int | None]] = web.AppKey("envoy_admin
 _ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets")
 
 
-def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None) -> dict[str, Any]:
-    """The JSON document ``GET /status`` returns."""
+def build_status(
+    plane: ControlPlane, supervisor: EnvoySupervisor | KeeperView | None = None
+) -> dict[str, Any]:
+    """The JSON document ``GET /status`` returns. ``keeper``: under ``inferway run``, the
+    keeper process that owns Envoy and the control plane's restarts (None in-process)."""
     current = plane.current
     refusal = plane.last_refused
     return {
@@ -72,11 +76,13 @@ def build_status(plane: ControlPlane, supervisor: EnvoySupervisor | None = None)
             },
         },
         "last_refused": None if refusal is None else _refusal(refusal, plane.refusal_pending),
+        "file_problems": [vars(problem) for problem in plane.file_problems],
         "nodes": [
             _node(node, plane.cache.get_snapshot(node.group)) for node in plane.cache.node_status()
         ],
         "nacks": [_nack(record) for record in plane.cache.nacks()],
         "envoy": None if supervisor is None else _envoy(supervisor),
+        "keeper": supervisor.keeper_status() if isinstance(supervisor, KeeperView) else None,
     }
 
 
@@ -126,6 +132,7 @@ def _node(node: NodeStatus, snapshot: Snapshot | None) -> dict[str, Any]:
         "group": node.group,
         "connected": node.connected,
         "connected_since": node.connected_since,
+        "last_seen": node.last_seen,
         "acked": {type_urls.SHORT_NAMES.get(t, t): v for t, v in sorted(node.acked.items())},
         "in_sync": snapshot is not None and node_in_sync(node, snapshot),
         "snapshot_version": None if snapshot is None else snapshot.version,
@@ -144,7 +151,7 @@ def _nack(record: NackRecord) -> dict[str, Any]:
     }
 
 
-def _envoy(supervisor: EnvoySupervisor) -> dict[str, Any]:
+def _envoy(supervisor: EnvoySupervisor | KeeperView) -> dict[str, Any]:
     return {
         "pid": supervisor.pid,
         "running": supervisor.running,
@@ -216,7 +223,7 @@ async def _policy(request: web.Request) -> web.Response:
 
 def build_admin_app(
     plane: ControlPlane,
-    supervisor: EnvoySupervisor | None = None,
+    supervisor: EnvoySupervisor | KeeperView | None = None,
     *,
     metrics: ControlPlaneMetrics | None = None,
     envoy_admin_port: Callable[[], int | None] | None = None,

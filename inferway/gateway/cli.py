@@ -7,16 +7,13 @@ message``, one per line, on stderr), 2 usage or connection problems.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import logging
 import os
-import signal
 import sys
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
@@ -25,14 +22,15 @@ from inferway.backends.cli import serve
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.console import configure_logging, make_console, print_issues, short_version
-from inferway.gateway.control_plane import PolicyRefusedError
+from inferway.gateway.control_plane_process import ControlPlaneSpec
+from inferway.gateway.foreground import run_event_loop, serve_gateway
+from inferway.gateway.keeper import run_keeper
 from inferway.gateway.runtime import (
     DEFAULT_ENVOY_ADMIN_PORT,
     DEFAULT_XDS_PORT,
     GatewayOptions,
     GatewayPlan,
     plan_gateway,
-    start_gateway,
 )
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import Policy, PolicyError
@@ -288,7 +286,10 @@ def run(
         ),
     ] = DEFAULT_MAX_CONNECTION_AGE_S,
 ) -> None:
-    """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy."""
+    """Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy.
+
+    With Envoy, this process is the keeper (gateway/keeper.py): it owns Envoy and runs the
+    control plane as a child process it restarts, so Envoy outlives a control-plane crash."""
     configure_logging(log_level)
     try:
         xds_mtls = resolve_xds_mtls_files(
@@ -305,7 +306,7 @@ def run(
     except XdsMtlsError as error:
         make_console(stderr=True).print(Text(str(error), style="red"))
         raise typer.Exit(2) from None
-    if otlp_endpoint:
+    if otlp_endpoint and no_envoy:  # else the control-plane process sets it up
         from inferway.observability.otel import setup_tracing
 
         setup_tracing("inferway-control-plane", otlp_endpoint)
@@ -327,42 +328,10 @@ def run(
         xds_mtls=xds_mtls,
         xds_max_connection_age_s=xds_max_connection_age or None,
     )
-    raise typer.Exit(_run_loop(_serve(options)))
-
-
-async def _serve(options: GatewayOptions) -> int:
-    try:
-        gateway = await start_gateway(options)
-    except (PolicyError, PolicyRefusedError) as error:
-        issues = error.issues if isinstance(error, PolicyError) else error.refusal.issues
-        err = make_console(stderr=True)
-        err.print("[red]refusing to start: the policy is invalid[/red]")
-        print_issues(err, issues)
-        return 1
-    except (OSError, XdsMtlsError) as error:
-        log.error("cannot start the gateway: %s", error)
-        return 2
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        if gateway.supervisor is not None:
-            if await gateway.supervisor.wait_ready(30):
-                log.info("envoy is ready (admin on port %d)", gateway.supervisor.admin_port)
-            else:
-                log.warning(
-                    "envoy is not ready after 30s; last output:\n  %s",
-                    "\n  ".join(gateway.supervisor.stderr_tail()[-10:]) or "(none)",
-                )
-        log.info("running; Ctrl-C to stop")
-        await stop.wait()
-        log.info("stopping")
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await gateway.stop()
-    return 0
+    if no_envoy:  # nothing to keep alive: the control plane runs in this process
+        raise typer.Exit(run_event_loop(serve_gateway(options)))
+    spec = ControlPlaneSpec(options, log_level=log_level, otlp_endpoint=otlp_endpoint)
+    raise typer.Exit(run_event_loop(run_keeper(spec)))
 
 
 @app.command()
@@ -409,16 +378,7 @@ def demo(
     from inferway.devtools.demo import run_demo
 
     configure_logging("warning")
-    raise typer.Exit(_run_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
-
-
-def _run_loop(coro: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    code: int = uvloop.run(coro)
-    return code
+    raise typer.Exit(run_event_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
 
 
 app.command("serve")(serve)

@@ -22,6 +22,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from inferway.gateway.policy_snapshot import resolve_and_snapshot
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
@@ -31,17 +32,16 @@ from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
 from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
-from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.snapshot import Snapshot
 from inferway.xds.translate import translate as translate_ir
 
 __all__ = [
     "DEGRADED_REJECTED",
     "AppliedPolicy",
     "ControlPlane",
+    "FileProblem",
     "PolicyRefusedError",
     "Refusal",
-    "build_policy_snapshot",
-    "resolve_and_snapshot",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,48 +77,23 @@ class Refusal:
         return [str(issue) for issue in self.issues]
 
 
+@dataclass(frozen=True)
+class FileProblem:
+    """A watched file (the policy, the endpoints file) that cannot be read now: the live
+    policy keeps serving, and ``status`` says so until the file is readable again."""
+
+    file: str
+    kind: str
+    message: str
+    since: float
+
+
 class PolicyRefusedError(Exception):
     """A policy that loaded but could not become a snapshot (translation or consistency)."""
 
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
         super().__init__("\n".join(refusal.lines()))
-
-
-def resolve_and_snapshot(
-    policy: Policy,
-    state: State,
-    source: str,
-    *,
-    translate: Callable[[IR], Resources] | None = None,
-) -> tuple[IR, Snapshot]:
-    """resolve -> translate -> a consistent snapshot (with the IR it came from), or
-    PolicyError naming ``source``.
-
-    A translation error (a bug, or a case the checks miss) becomes one located issue, not a
-    traceback, for ``run`` and ``validate`` alike.
-    """
-    try:
-        ir = resolve_policy(policy, state)
-        snapshot = build_snapshot((translate or translate_ir)(ir))
-    except (ValueError, TypeError) as error:
-        message = f"cannot translate to Envoy configuration: {error}"
-        raise PolicyError([PolicyIssue(source, None, None, "", message)]) from error
-    problems = snapshot.consistent()
-    if problems:
-        raise PolicyError([PolicyIssue(source, None, None, "", p) for p in problems])
-    return ir, snapshot
-
-
-def build_policy_snapshot(
-    policy: Policy,
-    state: State,
-    source: str,
-    *,
-    translate: Callable[[IR], Resources] | None = None,
-) -> Snapshot:
-    """The Envoy snapshot of :func:`resolve_and_snapshot`, for ``validate``/``render``."""
-    return resolve_and_snapshot(policy, state, source, translate=translate)[1]
 
 
 class ControlPlane:
@@ -144,6 +119,9 @@ class ControlPlane:
         self._last_refused: Refusal | None = None
         self._last_rejected: Refusal | None = None
         self._applied: OrderedDict[str, tuple[AppliedPolicy, State]] = OrderedDict()
+        self._refused_since_applied = False
+        self._rejected_since_applied = False
+        self._file_problems: dict[str, FileProblem] = {}
         self._observers: list[Any] = []
         cache.add_hook(_RejectionHook(self))
         self._ir: IR | None = None
@@ -198,18 +176,28 @@ class ControlPlane:
         """``DEGRADED_REJECTED`` plus Envoy's reason while the newest pushed edit is one an
         Envoy rejected (the last good policy serves); None once a later edit applies."""
         rejected = self._last_rejected
-        if rejected is None:
-            return None
-        if self._current is not None and self._current.applied_at > rejected.at:
+        if rejected is None or not self._rejected_since_applied:
             return None
         return f"{DEGRADED_REJECTED}: {'; '.join(rejected.lines())}"
 
     @property
     def refusal_pending(self) -> bool:
         """True when the newest edit was refused (the live policy is older than it)."""
-        if self._last_refused is None:
-            return False
-        return self._current is None or self._last_refused.at >= self._current.applied_at
+        return self._last_refused is not None and self._refused_since_applied
+
+    @property
+    def file_problems(self) -> list[FileProblem]:
+        return [self._file_problems[file] for file in sorted(self._file_problems)]
+
+    def set_file_problem(self, file: str, kind: str, message: str | None) -> None:
+        """Record (``message``) or clear (None) why watched ``file`` cannot be read."""
+        if message is None:
+            self._file_problems.pop(file, None)
+            return
+        known = self._file_problems.get(file)
+        if known is None or known.message != message:
+            since = self._clock() if known is None else known.since
+            self._file_problems[file] = FileProblem(file, kind, message, since)
 
     def apply_policy(self, policy: Policy, source: str, *, state: State | None = None) -> str:
         """Make ``policy`` live with ``state`` (default: the live state); returns the snapshot
@@ -267,7 +255,13 @@ class ControlPlane:
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
         self._ir = ir
-        self._current = AppliedPolicy(policy, snapshot, source, self._clock())
+        previous = self._current
+        # Re-applying what is live (a refused edit reverted) keeps its age: nothing changed.
+        unchanged = previous is not None and previous.version == snapshot.version
+        applied_at = previous.applied_at if unchanged and previous else self._clock()
+        self._current = AppliedPolicy(policy, snapshot, source, applied_at)
+        self._refused_since_applied = False
+        self._rejected_since_applied = False
         self._applied[snapshot.version] = (self._current, state)
         self._applied.move_to_end(snapshot.version)
         good = self.cache.good_snapshot(self.group)
@@ -340,6 +334,8 @@ class ControlPlane:
         self._last_refused = refusal
         if rejection is not None:
             self._last_rejected = refusal
+            self._rejected_since_applied = True
+        self._refused_since_applied = True
         kept = f"; keeping snapshot {self.version}" if self._current else ""
         log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
         for line in refusal.lines():

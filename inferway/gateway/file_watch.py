@@ -117,17 +117,21 @@ class WatchedFile(abc.ABC):
         name = Path(changed).name
         return name == self.path.name or name.startswith("..")
 
+    def _problem(self, message: str | None) -> None:
+        self.sink.set_file_problem(str(self.path), self.kind, message)
+
     def reload(self) -> ReloadResult | None:
         """Re-read the file and apply or refuse it; None when its content has not changed."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            # Mid-rename, or deleted: keep what is live, say so once.
+            # Mid-rename, or deleted: keep what is live, say so once (and in status).
             if self._last_digest != "missing":
                 self._last_digest = "missing"
                 log.warning(
                     "%s file %s is missing; keeping the live %s", self.kind, self.path, self.kind
                 )
+            self._problem(f"the file is missing; the live {self.kind} keeps serving")
             return None
         except OSError as exc:
             log.warning(
@@ -137,7 +141,10 @@ class WatchedFile(abc.ABC):
                 exc,
                 self.kind,
             )
+            reason = exc.strerror or str(exc)
+            self._problem(f"cannot read the file ({reason}); the live {self.kind} keeps serving")
             return None
+        self._problem(None)
         digest = _digest(data)
         if digest == self._last_digest:
             return None

@@ -28,10 +28,13 @@ from inferway.gateway.admin import (
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, build_policy_snapshot
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
+from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.keeper_state import KeeperView
+from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
@@ -45,14 +48,12 @@ from inferway.policies.located import place_issues
 from inferway.policies.model import Policy
 from inferway.resolve import IR
 from inferway.state import State
-from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import node_group
 from inferway.xds.resources import Resources
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.translate import translate as translate_ir
-from inferway.xds.translate.tracing import build_layered_runtime
 
 __all__ = [
     "DEFAULT_ENVOY_ADMIN_PORT",
@@ -105,6 +106,13 @@ class GatewayOptions:
     translate: Callable[[IR], Resources] | None = None
     """The translator pushes go through (None: the real one). Tests inject one that produces a
     config Envoy rejects, to exercise the NACK path with a real Envoy."""
+
+    check_listener_ports: bool | None = None
+    """Refuse a listener port that cannot be bound, as a located error, before Envoy starts
+    (None: when this gateway starts Envoy; the keeper asks its control plane on first start)."""
+    keeper_state_file: Path | None = None
+    """Set by the keeper (gateway/keeper.py) for its control-plane process: Envoy runs in the
+    keeper, and the admin API reads Envoy's state from this file."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,13 @@ class LogRedaction:
         install_redaction(applied.policy.redact_headers, self.logger)
 
 
+def _keeper_view(options: GatewayOptions) -> KeeperView | None:
+    """The keeper's Envoy, for the admin API of its control-plane process."""
+    if options.keeper_state_file is None:
+        return None
+    return KeeperView(options.keeper_state_file, envoy_admin_port=options.envoy_admin_port)
+
+
 async def start_gateway(options: GatewayOptions) -> Gateway:
     """Start everything, or nothing: a failure part-way stops what had started, then raises.
 
@@ -200,7 +215,12 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     plan = plan_gateway(options)
     path = options.policy_path
     external_endpoints = options.endpoints_file is not None
-    if options.with_envoy:  # before Envoy starts: a taken port is a located error, not a NACK
+    check_ports = (
+        options.with_envoy
+        if options.check_listener_ports is None
+        else (options.check_listener_ports)
+    )
+    if check_ports:  # before Envoy starts: a taken port is a located error, not a NACK
         unbindable = listener_bind_issues(plan.policy, plan.policy_text, plan.source)
         if unbindable:
             raise PolicyError(unbindable)
@@ -258,23 +278,12 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
 
         supervisor: EnvoySupervisor | None = None
         if options.with_envoy:
-            workdir = options.workdir
+            workdir = options.workdir.absolute() if options.workdir is not None else None
             if workdir is None:
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-")))
-            if xds_client_tls is not None:  # read through file-based SDS: rotations apply live
-                write_xds_client_secrets(workdir, xds_client_tls)
-            bootstrap = build_bootstrap(
-                node_id=options.node_id,
-                node_cluster=options.node_cluster,
-                xds_host=options.host,
-                xds_port=xds.port,
-                admin_port=options.envoy_admin_port,
-                ads=options.xds_protocol,
-                xds_tls=xds_client_tls,
-                xds_tls_sds_dir=workdir if xds_client_tls is not None else None,
+            bootstrap = build_gateway_bootstrap(
+                options, xds_port=xds.port, workdir=workdir, xds_client_tls=xds_client_tls
             )
-            if options.envoy_runtime:
-                bootstrap["layered_runtime"] = build_layered_runtime(options.envoy_runtime)
             supervisor = EnvoySupervisor(
                 bootstrap,
                 workdir=workdir,
@@ -297,7 +306,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         admin = await start_admin_server(
             build_admin_app(
                 plane,
-                supervisor,
+                supervisor or _keeper_view(options),
                 metrics=metrics,
                 token=token,
                 reload=build_reload(watcher),

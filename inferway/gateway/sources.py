@@ -32,7 +32,8 @@ def read_sources(sources: Iterable[StateSource], policy: Policy, state: State) -
 class StateSink(Protocol):
     """Where a watching source pushes a change it saw (the control plane is one): the live
     policy and state to read, ``update_state`` to push (raises PolicyRefusedError when the
-    result is refused), ``refuse`` to record files that could not be used."""
+    result is refused), ``refuse`` to record files that could not be used, and
+    ``set_file_problem`` to show a watched file that is missing or unreadable (None clears it)."""
 
     @property
     def policy(self) -> Policy | None: ...
@@ -43,3 +44,5 @@ class StateSink(Protocol):
     def update_state(self, state: State, source: str) -> str | None: ...
 
     def refuse(self, error: BaseException, source: str | None = None) -> Refusal: ...
+
+    def set_file_problem(self, file: str, kind: str, message: str | None) -> None: ...

@@ -42,6 +42,9 @@ def render_status(status: dict[str, Any], console: Console, *, now: float | None
     now = time.time() if now is None else now
     console.print(_policy_panel(status, now))
     console.print(_nodes_table(status, now))
+    problems = status.get("file_problems") or []
+    if problems:
+        console.print(_file_problems_panel(problems, now))
     refusal = status.get("last_refused")
     if refusal:
         console.print(_refusal_panel(refusal, now))
@@ -72,7 +75,27 @@ def _policy_panel(status: dict[str, Any], now: float) -> Panel:
         if envoy.get("last_exit_code") is not None:
             lines.append(f", last exit code {envoy['last_exit_code']}")
         lines.append(")")
+    lines.append_text(_control_plane_line(status, now))
     return Panel(lines, title="inferway policy", expand=False)
+
+
+def _control_plane_line(status: dict[str, Any], now: float) -> Text:
+    """Under the keeper: the control-plane process, and whether it had to be restarted."""
+    record = (status.get("keeper") or {}).get("control_plane")
+    line = Text()
+    if not record:
+        return line
+    line.append("\ncontrol  ", style="bold")
+    line.append(f"pid {record.get('pid') or '-'}")
+    restarts = record.get("restarts", 0)
+    if restarts:
+        line.append(f", restarted {restarts} time(s)", style="yellow")
+        if record.get("last_exit_code") is not None:
+            line.append(
+                f", last exit code {record['last_exit_code']} "
+                f"{format_age(record.get('last_exit_at'), now)}"
+            )
+    return line
 
 
 def _nodes_table(status: dict[str, Any], now: float) -> Table:
@@ -85,7 +108,9 @@ def _nodes_table(status: dict[str, Any], now: float) -> Table:
         nack = node.get("last_nack")
         table.add_row(
             node["node_id"],
-            Text("yes", "green") if node.get("connected") else Text("no", "red"),
+            Text("yes", "green")
+            if node.get("connected")
+            else Text(f"no (last seen {format_age(node.get('last_seen'), now)})", "red"),
             Text("yes", "green") if node.get("in_sync") else Text("no", "yellow"),
             acked or "-",
             "-" if not nack else f"{nack['type']} {format_age(nack['at'], now)}: {nack['message']}",
@@ -93,6 +118,14 @@ def _nodes_table(status: dict[str, Any], now: float) -> Table:
     if not nodes:
         table.add_row("(none connected yet)", "", "", "", "")
     return table
+
+
+def _file_problems_panel(problems: list[dict[str, Any]], now: float) -> Panel:
+    body = [
+        Text(f"{p['kind']} file {p['file']} — since {format_age(p['since'], now)}: {p['message']}")
+        for p in problems
+    ]
+    return Panel(Group(*body), title="watched file unreadable", border_style="red", expand=False)
 
 
 def _refusal_panel(refusal: dict[str, Any], now: float) -> Panel:

@@ -82,7 +82,7 @@ class EnvoySupervisor:
         on_restart: Callable[[int, int | None], None] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
-        self.workdir = Path(workdir)
+        self.workdir = Path(workdir).absolute()  # Envoy runs in it: a relative path would break
         # Hot restart is disabled, but a unique base id still keeps two Envoys on one host
         # (tests, a demo beside a real sidecar) from ever sharing a domain socket namespace.
         self.base_id = base_id if base_id is not None else random.randrange(1 << 16, 1 << 30)

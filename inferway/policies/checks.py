@@ -16,6 +16,8 @@ from inferway.policies.checks_access import check_access
 from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
+from inferway.policies.checks_replicas import check_replicas
+from inferway.policies.checks_route_traffic import check_route_traffic
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
@@ -27,7 +29,8 @@ __all__ = ["SemanticIssue", "check_policy"]
 SemanticIssue = tuple[Loc, str]
 
 _MAX_WEIGHT_TOTAL = 2**32 - 1
-"""Envoy sums route weights (in permille here) into a uint32."""
+"""Route weights in permille must sum within a uint32 (Envoy gets them scaled to 10,000,
+resolve/weights.py; the bound keeps the policy's numbers sane)."""
 
 
 def check_policy(policy: Policy, *, external_endpoints: bool = False) -> list[SemanticIssue]:
@@ -160,7 +163,7 @@ def _weights(policy: Policy, *, external_endpoints: bool = False) -> Iterator[Se
             # endpoints arrive from an endpoints file (the policy's, or the command line's)
             external = external_endpoints or policy.endpoints_file is not None
             if service is not None and not service.endpoints and backend.permille > 0:
-                if external:
+                if external or service.replicas is not None:  # replicas: the manager's
                     continue
                 yield (
                     ("routes", r, "backends", b, "weight"),
@@ -218,7 +221,7 @@ def _retries(policy: Policy) -> Iterator[SemanticIssue]:
 
 
 def _catches_all(route: Route) -> bool:
-    return route.match.path.prefix == "/" and not route.match.headers
+    return route.match.path.prefix == "/" and not route.match.headers and not route.match.cookies
 
 
 def _shadowed_routes(policy: Policy) -> Iterator[SemanticIssue]:
@@ -251,7 +254,9 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_access,
     check_observability,
     check_ranges,
+    check_replicas,
     check_tls,
     check_traffic,
     check_grpc_targets,
+    check_route_traffic,
 ]

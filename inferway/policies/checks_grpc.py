@@ -2,7 +2,8 @@
 reaches is something a proxyless gRPC client can use as the policy means it.
 
 The client talks to the replicas directly, so whatever only Envoy applies (access rules, rate
-limits, upstream TLS) would be bypassed: such a target is refused, not quietly weakened.
+limits, mirrors, faults, sticky splits, upstream TLS) would be bypassed: such a target is
+refused, not quietly weakened.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ def check_grpc_targets(policy: Policy) -> Iterator[tuple[Loc, str]]:
             if route is None:
                 yield (*loc, "route"), _unknown("route", target.route, list(routes))
                 continue
-            for what in ("access", "rate_limit"):
+            for what in ("access", "rate_limit", "mirror", "fault", "hash"):
                 if getattr(route, what) is not None:
                     yield (
                         (*loc, "route"),
-                        f"route '{route.name}' has {what}, which only Envoy enforces; a "
+                        f"route '{route.name}' has {what}, which only Envoy applies; a "
                         "proxyless client calls the backends directly and would bypass it. "
                         "Expose a route without it, or call this route through Envoy",
                     )

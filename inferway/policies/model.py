@@ -21,9 +21,12 @@ from pydantic import (
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
+from inferway.policies.replicas import Replicas
+from inferway.policies.route_traffic import CookieMatch, Fault, Mirror
 from inferway.policies.tls import ListenerTls, ServiceTls
 from inferway.policies.traffic import (
     CircuitBreakers,
+    HashOn,
     HealthCheck,
     LoadBalancing,
     OutlierDetection,
@@ -105,6 +108,7 @@ class Service(_Model):
     health_check: HealthCheck | None = None  # None = readiness probe for http1, none for http2
     outlier_detection: OutlierDetection | None = None  # None = on, with defaults
     circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
+    replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
 
 
 class PathMatch(_Model):
@@ -152,6 +156,8 @@ class HeaderMatch(_Model):
 class RouteMatch(_Model):
     path: PathMatch = Field(default_factory=lambda: PathMatch(prefix="/"))
     headers: list[HeaderMatch] = Field(default_factory=list)
+    cookies: list[CookieMatch] = Field(default_factory=list)
+    """Every listed cookie must match too (route_traffic.py)."""
 
 
 class Backend(_Model):
@@ -207,6 +213,12 @@ class Route(_Model):
     retries: Retries | None = None
     access: Access | None = None
     rate_limit: RateLimit | None = None
+    mirror: Mirror | None = None
+    """Shadow a percentage of requests to another service (route_traffic.py)."""
+    hash: HashOn | None = None
+    """Sticky split: the header, cookie or client IP that keeps a user on one backend."""
+    fault: Fault | None = None
+    """Abort or delay a percentage of requests, to rehearse a rollback."""
 
 
 class Policy(_Model):

@@ -1,5 +1,6 @@
 """A route in the IR: its match, backends (weight overrides applied), retries, access rules,
-rate limit, and the hash policies its backends' load balancing needs."""
+rate limit, the hash policies its sticky split and its backends' load balancing need, and
+its mirror and fault (route_traffic.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from inferway.resolve.ir.route import (
     RouteIR,
     RouteMatchIR,
 )
+from inferway.resolve.route_traffic import resolve_cookie_match, resolve_fault, resolve_mirror
 from inferway.resolve.weights import resolve_backends
 
 __all__ = [
+    "per_try_timeout_of",
     "resolve_access",
     "resolve_hash_policies",
     "resolve_path_match",
@@ -43,13 +46,21 @@ def resolve_route(
         match=RouteMatchIR(
             path=resolve_path_match(route.match.path),
             headers=tuple(_header_match(h) for h in route.match.headers),
+            cookies=tuple(resolve_cookie_match(c) for c in route.match.cookies),
         ),
         backends=resolve_backends(route, weights),
         timeout=route.timeout,
-        retries=None if route.retries is None else resolve_retries(route.retries),
+        # No ``retries``: one retry with the defaults, so a hung replica costs a request one
+        # per-try timeout, not the whole route timeout (docs/policy.md, routes[].retries).
+        retries=resolve_retries(
+            route.retries if route.retries is not None else Retries(), route.timeout
+        ),
         access=resolve_access(route.access),
         rate_limit=None if route.rate_limit is None else _rate_limit(route.rate_limit),
         hash_policies=resolve_hash_policies(route, services),
+        sticky=route.hash is not None,
+        mirror=resolve_mirror(route.mirror),
+        fault=resolve_fault(route),
     )
 
 
@@ -73,13 +84,18 @@ def _header_match(header: HeaderMatch) -> HeaderMatchIR:
     )
 
 
-def resolve_retries(retries: Retries) -> RetryIR:
+def resolve_retries(retries: Retries, route_timeout: float = 0.0) -> RetryIR:
     """Status codes are retried only through the ``retriable-status-codes`` token (a bare
-    ``503`` in retry_on is silently ignored by Envoy, ENVOY_NOTES), so giving codes adds it."""
+    ``503`` in retry_on is silently ignored by Envoy, ENVOY_NOTES), so giving codes adds it.
+
+    Without an explicit ``per_try_timeout`` each try gets an equal share of the route timeout
+    (``attempts`` retries plus the first), hedged: the second try does not cancel the first,
+    so a slow but healthy replica still answers and the default never fails a request."""
     conditions = list(dict.fromkeys(retries.on))
     if retries.retriable_status_codes and "retriable-status-codes" not in conditions:
         conditions.append("retriable-status-codes")
     selection = retries.host_selection
+    per_try = per_try_timeout_of(retries, route_timeout)
     return RetryIR(
         retry_on=tuple(conditions),
         num_retries=retries.attempts,
@@ -87,8 +103,19 @@ def resolve_retries(retries: Retries) -> RetryIR:
         avoid_previous_hosts=selection.avoid_previous,
         host_selection_max_attempts=selection.max_attempts,
         next_priority_after=selection.next_priority_after,
-        per_try_timeout=retries.per_try_timeout,
+        per_try_timeout=per_try,
+        hedge_on_per_try_timeout=retries.per_try_timeout is None and per_try is not None,
     )
+
+
+def per_try_timeout_of(retries: Retries, route_timeout: float) -> float | None:
+    """``retries.per_try_timeout``, else the route timeout shared by every try; None: no
+    per-try timeout (no retries, or a route without a timeout)."""
+    if retries.per_try_timeout is not None:
+        return retries.per_try_timeout
+    if retries.attempts == 0 or route_timeout <= 0:
+        return None
+    return route_timeout / (retries.attempts + 1)
 
 
 def resolve_access(access: Access | None) -> AccessIR | None:
@@ -124,9 +151,10 @@ def _rate_limit(limit: RateLimit) -> RateLimitIR:
 def resolve_hash_policies(
     route: Route, services: Mapping[str, Service]
 ) -> tuple[HashPolicyIR, ...]:
-    """One per distinct ``hash_on`` of the route's ring_hash / maglev backends, in backend
-    order: Envoy hashes on the route, the cluster's ring or table picks the host."""
-    seen: list[HashOn] = []
+    """The route's sticky ``hash`` first, then one per distinct ``hash_on`` of the route's
+    ring_hash / maglev backends, in backend order: Envoy hashes on the route; the hash picks
+    the weighted backend (sticky) and the cluster's ring or table picks the host."""
+    seen: list[HashOn] = [] if route.hash is None else [route.hash]
     for backend in route.backends:
         service = services.get(backend.service)
         if service is None or service.load_balancing is None:

@@ -27,9 +27,11 @@ from inferway.xds.records import NackRecord, NodeStatus, Rejection
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.stats import SentResponse
 
-__all__ = ["SnapshotCache", "StreamHandle", "node_in_sync"]
+__all__ = ["DISCONNECTED_NODE_TTL_S", "SnapshotCache", "StreamHandle", "node_in_sync"]
 
 DEFAULT_GROUP = "default"
+DISCONNECTED_NODE_TTL_S = 300.0
+"""How long ``status`` keeps listing an Envoy after its last stream closed."""
 
 
 def node_in_sync(node: NodeStatus, snapshot: Snapshot | None) -> bool:
@@ -67,6 +69,7 @@ class _Node:
     streams: set[int] = field(default_factory=set)
     acked: dict[str, str] = field(default_factory=dict)
     last_nack: NackRecord | None = None
+    last_seen: float | None = None
 
     def view(self) -> NodeStatus:
         return NodeStatus(
@@ -77,6 +80,7 @@ class _Node:
             connected_since=self.connected_since,
             acked=MappingProxyType(dict(self.acked)),
             last_nack=self.last_nack,
+            last_seen=self.last_seen,
         )
 
 
@@ -97,7 +101,10 @@ class SnapshotCache:
         *,
         clock: Callable[[], float] = time.time,
         max_nacks: int = 100,
+        disconnected_node_ttl: float = DISCONNECTED_NODE_TTL_S,
     ) -> None:
+        """``disconnected_node_ttl``: seconds a node without a stream stays in
+        ``node_status`` (a gone Envoy must not be listed forever)."""
         self._node_group = node_group
         self._clock = clock
         self._history = SnapshotHistory()
@@ -109,6 +116,7 @@ class SnapshotCache:
         self._stream_ids = itertools.count(1)
         self._changed: asyncio.Event | None = None
         self._group_builder: Callable[[str], Snapshot | None] | None = None
+        self._disconnected_node_ttl = disconnected_node_ttl
 
     # -- snapshots ---------------------------------------------------------------------------
 
@@ -180,7 +188,8 @@ class SnapshotCache:
         state = self._nodes.get(node.id)
         if state is None or not state.streams:
             acked = state.acked if state is not None and state.group == group else {}
-            state = _Node(node.id, node.cluster, group, self._clock(), acked=dict(acked))
+            now = self._clock()
+            state = _Node(node.id, node.cluster, group, now, acked=dict(acked), last_seen=now)
             self._nodes[node.id] = state
         state.cluster, state.group = node.cluster, group
         state.streams.add(handle.stream_id)
@@ -195,6 +204,7 @@ class SnapshotCache:
             return
         state.streams.discard(handle.stream_id)
         if not state.streams:
+            state.last_seen = self._clock()
             call_hooks(self._hooks, "on_disconnect", state.view())
         self._signal()
 
@@ -242,6 +252,7 @@ class SnapshotCache:
         state = self._nodes.get(handle.node_id)
         if state is not None:
             state.last_nack = record
+            state.last_seen = record.at
         call_hooks(self._hooks, "on_nack", record)
         if snapshot and not self._history.is_rejected(snapshot):
             restored = self._history.reject(handle.group, snapshot, message)
@@ -258,6 +269,13 @@ class SnapshotCache:
     # -- views -------------------------------------------------------------------------------
 
     def node_status(self) -> list[NodeStatus]:
+        """Connected nodes, and disconnected ones for ``disconnected_node_ttl`` seconds."""
+        gone = [state for state in self._nodes.values() if not state.streams]
+        if gone:
+            expired_before = self._clock() - self._disconnected_node_ttl
+            for state in gone:
+                if (state.last_seen or 0.0) < expired_before:
+                    del self._nodes[state.node_id]
         return [self._nodes[node_id].view() for node_id in sorted(self._nodes)]
 
     def nacks(self) -> list[NackRecord]:

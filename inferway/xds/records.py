@@ -34,6 +34,8 @@ class NodeStatus:
     connected_since: float
     acked: Mapping[str, str]
     last_nack: NackRecord | None
+    last_seen: float | None = None
+    """When the node last connected, NACKed or disconnected."""
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ def test_serve_takes_the_body_limit_and_listen_backlog_from_its_options(tmp_path
     command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(tmp_path / "models")]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     command += ["--max-body-bytes", "300", "--backlog", "77", "--default-timeout", "5"]
+    command += ["--record-outputs", "10"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{http_port}"
@@ -89,6 +90,12 @@ def test_serve_takes_the_body_limit_and_listen_backlog_from_its_options(tmp_path
         answer = httpx.post(f"{base}/v2/models/demo/infer", json=_mlp_body(big), timeout=5)
         assert answer.status_code == 413
         assert "exceeds the limit of 300 bytes for model 'demo'" in answer.json()["error"]
+        small = _mlp_body(np.ones((1, SIZES[0]), np.float32))
+        headers = {"x-request-id": "r-1"}
+        ok = httpx.post(f"{base}/v2/models/demo/infer", json=small, headers=headers, timeout=5)
+        assert ok.status_code == 200, ok.text
+        recorded = httpx.get(f"{base}/v2/debug/outputs", timeout=5).json()["records"]
+        assert [r["request_id"] for r in recorded] == ["r-1"]
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
@@ -101,3 +108,7 @@ def test_serve_refuses_two_different_repositories_and_a_missing_one(tmp_path: Pa
     assert both.exit_code == 2 and "two different repositories" in both.output
     missing = runner.invoke(app, ["serve", "--model-repository", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "is not a directory" in missing.output
+    recording = ["serve", str(tmp_path), "--record-outputs", "10", "--workers", "2"]
+    recording += ["--http-port", "1", "--grpc-port", "2"]
+    split = runner.invoke(app, recording)
+    assert split.exit_code == 2 and "record outputs with --workers 1" in split.output

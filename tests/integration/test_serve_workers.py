@@ -108,6 +108,11 @@ def test_two_workers_share_the_ports_add_up_metrics_and_survive_a_crash(tmp_path
                 text = client.get("/metrics").text
             assert _requests_total(text) == 41, text
             assert "inferway_backend_ready 1.0" in text
+        # Loading or unloading on request would reach one worker only: refused, said why.
+        with httpx.Client(base_url=base, timeout=10) as client:
+            unload = client.post("/v2/repository/models/demo/unload")
+        assert unload.status_code == 400
+        assert "not supported with --workers" in unload.json()["error"]
 
         # A worker that dies is replaced; the other keeps serving meanwhile.
         victim = workers[0].pid

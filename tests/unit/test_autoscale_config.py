@@ -8,10 +8,8 @@ import json
 import pytest
 import yaml
 
-from inferway.gateway.controllers.autoscale.config import (
-    AutoscaleConfigError,
-    build_autoscale_config,
-)
+from inferway.gateway.controllers.autoscale.config import build_autoscale_config
+from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
 from inferway.gateway.controllers.autoscale.params import PredictiveParams, ProportionalParams
 from inferway.gateway.controllers.autoscale.rule import (
     build_from_scaling_policy,

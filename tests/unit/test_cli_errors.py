@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import inferway.gateway.control_plane
+import inferway.gateway.policy_snapshot
 from inferway.gateway.cli import app
 
 POLICY = """\
@@ -26,7 +26,7 @@ def test_a_translation_error_is_one_line_and_exit_1(
     def broken_translation(policy: object) -> None:
         raise ValueError("duplicate Cluster resource named 'v1'")
 
-    monkeypatch.setattr(inferway.gateway.control_plane, "translate_ir", broken_translation)
+    monkeypatch.setattr(inferway.gateway.policy_snapshot, "translate_ir", broken_translation)
     path = tmp_path / "p.yaml"
     path.write_text(POLICY, encoding="utf-8")
     result = CliRunner().invoke(app, [command, "-f", str(path)])

@@ -47,12 +47,16 @@ def test_demo_example_is_what_the_demo_expects() -> None:
     assert [(b.service, b.weight) for b in route.backends] == [("model-v1", 90), ("model-v2", 10)]
 
 
-def test_canary_example_splits_999_to_1_and_forces_v2_by_header() -> None:
+def test_canary_example_splits_999_to_1_sticky_and_forces_v2_by_header_or_cookie() -> None:
     policy = load_policy(EXAMPLES / "canary.yaml")
-    forced, split = policy.routes
+    forced, by_cookie, split = policy.routes
     (header,) = forced.match.headers
     assert (header.name, header.exact) == ("x-canary", "true")
+    (cookie,) = by_cookie.match.cookies
+    assert (cookie.name, cookie.exact) == ("canary", "true")
+    assert [b.service for b in forced.backends] == [b.service for b in by_cookie.backends]
     assert [b.service for b in forced.backends] == ["model-v2"]
+    assert split.hash is not None and split.hash.header == "x-user-id"
     assert [(b.service, b.permille) for b in split.backends] == [
         ("model-v1", 999),
         ("model-v2", 1),

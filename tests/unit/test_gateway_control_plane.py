@@ -165,11 +165,11 @@ def test_a_weight_override_moves_traffic_without_a_policy_edit() -> None:
     plane.update_state(State(weights={"model": {"v1": 50, "v2": 50}}), "rollout")
     route = cache.get_snapshot().resources.of_type(type_urls.ROUTE)["public"]
     clusters = route.virtual_hosts[0].routes[0].route.weighted_clusters.clusters  # type: ignore[attr-defined]
-    assert [(c.name, c.weight.value) for c in clusters] == [("v1", 500), ("v2", 500)]
+    assert [(c.name, c.weight.value) for c in clusters] == [("v1", 5000), ("v2", 5000)]
     plane.update_state(State(), "rollout")  # undoing the override is a State change
     route = cache.get_snapshot().resources.of_type(type_urls.ROUTE)["public"]
     clusters = route.virtual_hosts[0].routes[0].route.weighted_clusters.clusters  # type: ignore[attr-defined]
-    assert [(c.name, c.weight.value) for c in clusters] == [("v1", 900), ("v2", 100)]
+    assert [(c.name, c.weight.value) for c in clusters] == [("v1", 9000), ("v2", 1000)]
 
 
 def test_tls_material_never_shows_its_private_key() -> None:

@@ -90,7 +90,7 @@ def test_what_only_envoy_enforces_or_speaks_is_refused_on_a_target() -> None:
     )
     assert len(errors) == 4, errors
     guarded, web, secure, named = errors
-    assert "grpc_targets[0].route" in guarded and "rate_limit, which only Envoy enforces" in guarded
+    assert "grpc_targets[0].route" in guarded and "rate_limit, which only Envoy applies" in guarded
     assert "grpc_targets[1].service" in web and "protocol: http2" in web
     assert "upstream tls" in secure
     assert "hostname 'localhost'" in named and "IP addresses only" in named

@@ -50,10 +50,10 @@ def _routes(resources: Resources, name: str = "ingress") -> list[Any]:
     return list(_route_config(resources, name).virtual_hosts[0].routes)
 
 
-def test_canary_weights_become_permille() -> None:
+def test_canary_weights_become_parts_of_ten_thousand() -> None:
     route = _routes(translate(resolve_policy(_policy(CANARY))))[0]
     weights = {c.name: c.weight.value for c in route.route.weighted_clusters.clusters}
-    assert weights == {"v1": 999, "v2": 1}
+    assert weights == {"v1": 9990, "v2": 10}
     assert not route.route.weighted_clusters.HasField("total_weight")
 
 

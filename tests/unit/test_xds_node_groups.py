@@ -127,7 +127,7 @@ def test_envoy_keeps_its_snapshot_and_each_grpc_scope_gets_its_own() -> None:
     weights = [
         c.weight.value for c in models.virtual_hosts[0].routes[0].route.weighted_clusters.clusters
     ]
-    assert weights == [500, 500]
+    assert weights == [5000, 5000]
     assert cache.get_snapshot(ENVOY_GROUP) == build_snapshot(translate(resolve_policy(_policy(50))))
 
 

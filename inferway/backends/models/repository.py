@@ -31,7 +31,12 @@ from inferway.backends.models.scan import (
     VersionKey,
     scan_repository,
 )
-from inferway.backends.models.served_model import ModelNotFoundError, RepositoryEvent, ServedModel
+from inferway.backends.models.served_model import (
+    ModelLoadError,
+    ModelNotFoundError,
+    RepositoryEvent,
+    ServedModel,
+)
 
 __all__ = ["ModelRepository", "describe"]
 
@@ -63,6 +68,7 @@ class ModelRepository:
         self._resync_s = resync_s
         self._models: dict[str, dict[str, ServedModel]] = {}
         self._refused: dict[VersionKey, tuple[Fingerprint, str]] = {}
+        self._held: set[str] = set()  # unloaded on request: skipped by every poll
         self._lock = asyncio.Lock()
         self._watch_task: asyncio.Task[None] | None = None
         self._stop_watch: asyncio.Event | None = None
@@ -95,6 +101,15 @@ class ModelRepository:
     def unserved(self) -> list[str]:
         """Models in the directory with no version serving (why the server is not ready)."""
         return sorted({name for name, _ in self._refused if not self._models.get(name)})
+
+    @property
+    def held(self) -> frozenset[str]:
+        """Models unloaded on request (``unload_model``), kept out until ``load_model``."""
+        return frozenset(self._held)
+
+    def refusals(self) -> dict[VersionKey, str]:
+        """Refused versions -> why (the message in ``errors``)."""
+        return {key: self.errors.get(where, "refused") for key, (_, where) in self._refused.items()}
 
     def models(self) -> list[ServedModel]:
         """Every served version, sorted by name then version."""
@@ -169,13 +184,40 @@ class ModelRepository:
             except Exception:  # a failed poll must not end hot reload
                 log.exception("model repository %s: reload failed", self.root)
 
+    # -- on request (Triton's model repository extension) --------------------------------
+
+    async def load_model(self, name: str) -> None:
+        """Serve ``name`` again after ``unload_model``, and retry its refused versions (the
+        same bytes too: the caller asked). A version already serving unchanged is kept as it
+        is, not reloaded. Raises ModelNotFoundError when the directory holds no such model,
+        ModelLoadError when none of its versions loads."""
+        if not any(key[0] == name for key in scan_repository(self.root)):
+            raise ModelNotFoundError(f"model {name!r} is not in the model repository {self.root}")
+        self._held.discard(name)
+        for key in [k for k in self._refused if k[0] == name]:
+            self._clear_refusal(key)
+        await self.poll_once()
+        if not self._models.get(name):
+            why = "; ".join(m for (n, _), m in sorted(self.refusals().items()) if n == name)
+            raise ModelLoadError(f"model {name!r} failed to load: {why or 'no version found'}")
+
+    async def unload_model(self, name: str) -> None:
+        """Take ``name`` out of service (its in-flight requests finish first) and keep it
+        out through file changes until ``load_model``. Raises ModelNotFoundError when the
+        model is neither served nor in the directory."""
+        known = name in self._models or any(k[0] == name for k in scan_repository(self.root))
+        if not known:
+            raise ModelNotFoundError(f"model {name!r} is not in the model repository {self.root}")
+        self._held.add(name)
+        await self.poll_once()
+
     # -- reconciliation -----------------------------------------------------------------
 
     async def poll_once(self) -> list[RepositoryEvent]:
         """Bring the served set in line with the directory once; returns what changed."""
         async with self._lock:
             events: list[RepositoryEvent] = []
-            found = scan_repository(self.root)
+            found = {k: v for k, v in scan_repository(self.root).items() if k[0] not in self._held}
             current = {(s.name, s.version): s for s in self.models()}
             for key in sorted(set(current) - set(found)):
                 events.append(await self._unload(current[key]))

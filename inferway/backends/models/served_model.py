@@ -18,7 +18,7 @@ from inferway.backends.runners.base import Runner, TensorSpec
 if TYPE_CHECKING:
     from inferway.backends.batching import BatchExecutor
 
-__all__ = ["ModelNotFoundError", "RepositoryEvent", "ServedModel"]
+__all__ = ["ModelLoadError", "ModelNotFoundError", "RepositoryEvent", "ServedModel"]
 
 
 class ModelNotFoundError(LookupError):
@@ -30,6 +30,11 @@ class ModelNotFoundError(LookupError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class ModelLoadError(RuntimeError):
+    """A load asked for (Triton's ``.../load``) left the model with no version serving;
+    the message carries each refused version's reason."""
 
 
 @dataclass

@@ -7,6 +7,8 @@ gRPC status codes (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, DEADLINE_EXC
 UNAVAILABLE, INTERNAL) with a message saying what was wrong. The client's deadline bounds
 the request's time in the batching queue. ``ModelStreamInfer`` (Triton's streaming
 extension) carries many requests per call, which costs a fraction of a unary call's CPU.
+Triton's model configuration, statistics and repository RPCs answer from the same core as
+the HTTP routes, so tritonclient and perf_analyzer see one server on either wire.
 The request lifecycle itself is the serving core's; this module adapts the wire.
 """
 
@@ -18,12 +20,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf import json_format
 from opentelemetry.context import Context
 
 from inferway.backends.models.served_model import ModelNotFoundError
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.backends.protocol.grpc_codec import decode_grpc_request, encode_grpc_response
 from inferway.backends.protocol.server_info import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from inferway.backends.protocol.triton_config import model_config_json
 from inferway.backends.serving.core import Chosen, ServingCore, Transport
 from inferway.backends.serving.failures import Failure, classify_error
 from inferway.backends.serving.request import DecodedRequest
@@ -48,7 +52,7 @@ RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
 STREAM_PROTOCOL = "grpc_stream"
 """The ``protocol`` label of requests that came over ModelStreamInfer."""
 GRPC = Transport(protocol="grpc", wire="grpc")
-GRPC_STREAM = Transport(protocol=STREAM_PROTOCOL, wire="grpc")
+GRPC_STREAM = Transport(protocol=STREAM_PROTOCOL, wire="grpc", call_request_ids=False)
 _END_OF_STREAM = object()
 
 
@@ -167,6 +171,51 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
         for spec in model.outputs:
             response.outputs.add(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
         return self._answer(context, response)
+
+    async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            config = model_config_json(self._core.model(request.name, request.version))
+        except ModelNotFoundError as exc:
+            await self._fail(context, classify_error(exc))
+        response = pb2.ModelConfigResponse()
+        json_format.ParseDict(config, response.config)
+        return self._answer(context, response)
+
+    async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            stats = self._core.statistics(request.name, request.version)
+        except Exception as exc:
+            await self._fail(context, classify_error(exc))
+        response = json_format.ParseDict({"model_stats": stats}, pb2.ModelStatisticsResponse())
+        return self._answer(context, response)
+
+    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            entries = self._core.index(request.repository_name, request.ready)
+        except Exception as exc:
+            await self._fail(context, classify_error(exc))
+        response = pb2.RepositoryIndexResponse()
+        for entry in entries:
+            response.models.add(**entry)
+        return self._answer(context, response)
+
+    async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            await self._core.load(
+                request.repository_name, request.model_name, list(request.parameters)
+            )
+        except Exception as exc:
+            await self._fail(context, classify_error(exc))
+        return self._answer(context, pb2.RepositoryModelLoadResponse())
+
+    async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            await self._core.unload(
+                request.repository_name, request.model_name, list(request.parameters)
+            )
+        except Exception as exc:
+            await self._fail(context, classify_error(exc))
+        return self._answer(context, pb2.RepositoryModelUnloadResponse())
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         parent, request_id = self._caller(context)

@@ -6,6 +6,7 @@ Every response, errors included, carries the ORCA load header; every failure is 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -19,8 +20,14 @@ from inferway.backends.protocol.json_codec import (
     parse_json_header,
 )
 from inferway.backends.protocol.server_info import EXTENSIONS, SERVER_NAME, SERVER_VERSION
+from inferway.backends.protocol.triton_config import model_config_json
 from inferway.backends.serving.core import Chosen, ServingCore, Transport
-from inferway.backends.serving.failures import Failure, PayloadTooLargeError, classify_error
+from inferway.backends.serving.failures import (
+    Failure,
+    PayloadTooLargeError,
+    UnsupportedRequestError,
+    classify_error,
+)
 from inferway.backends.serving.input_validation import InferInputError
 from inferway.backends.serving.request import DecodedRequest
 from inferway.backends.telemetry import orca, tracing
@@ -113,6 +120,86 @@ async def _model_ready(request: web.Request) -> web.Response:
     return web.json_response({"name": model.name, "version": str(model.version), "ready": True})
 
 
+async def _model_config(request: web.Request) -> web.Response:
+    return web.json_response(model_config_json(_model(request)))
+
+
+async def _model_stats(request: web.Request) -> web.Response:
+    name = request.match_info.get("model", "")
+    stats = request.app[_CORE].statistics(name, request.match_info.get("version", ""))
+    return web.json_response({"model_stats": stats})
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object body; an empty body is ``{}`` (tritonclient sends none)."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise UnsupportedRequestError(f"{request.path}: body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise UnsupportedRequestError(f"{request.path}: body must be a JSON object")
+    return body
+
+
+def _parameter_names(body: dict[str, Any], path: str) -> list[str]:
+    parameters = body.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise UnsupportedRequestError(f"{path}: parameters must be a JSON object")
+    return list(parameters)
+
+
+async def _repository_index(request: web.Request) -> web.Response:
+    ready = (await _json_object(request)).get("ready", False)
+    if not isinstance(ready, bool):
+        raise UnsupportedRequestError(f"{request.path}: ready must be true or false")
+    core = request.app[_CORE]
+    return web.json_response(core.index(request.match_info.get("repository", ""), ready))
+
+
+async def _repository_load(request: web.Request) -> web.Response:
+    names = _parameter_names(await _json_object(request), request.path)
+    core = request.app[_CORE]
+    await core.load(request.match_info.get("repository", ""), request.match_info["model"], names)
+    return web.json_response({})
+
+
+async def _repository_unload(request: web.Request) -> web.Response:
+    names = _parameter_names(await _json_object(request), request.path)
+    core = request.app[_CORE]
+    await core.unload(request.match_info.get("repository", ""), request.match_info["model"], names)
+    return web.json_response({})
+
+
+async def _outputs(request: web.Request) -> web.Response:
+    """Recorded answer digests after ``?since=SEQ`` (default 0), at most ``?limit=N``
+    (default 1000): ``{"records": [...], "next": SEQ, "evicted": N, "epoch": ID}`` (a new
+    epoch: the process restarted, sequence numbers began again). 404 when off."""
+    recorder = request.app[_CORE].outputs
+    if recorder is None:
+        raise web.HTTPNotFound(
+            text="not recording outputs: start the backend with --record-outputs N"
+        )
+    try:
+        since = int(request.query.get("since", "0"))
+        limit = int(request.query.get("limit", "1000"))
+    except ValueError:
+        raise web.HTTPBadRequest(text="since and limit must be whole numbers") from None
+    if since < 0 or not 1 <= limit <= 10_000:
+        raise web.HTTPBadRequest(text="since must be >= 0 and limit between 1 and 10000")
+    records, next_seq = recorder.since(since, limit)
+    return web.json_response(
+        {
+            "records": [r.to_json() for r in records],
+            "next": next_seq,
+            "evicted": recorder.evicted,
+            "epoch": recorder.epoch,
+        }
+    )
+
+
 async def _metrics(request: web.Request) -> web.Response:
     body = request.app[_CORE].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
@@ -190,8 +277,9 @@ async def _infer(request: web.Request) -> web.Response:
 
 
 def build_http_app(core: ServingCore) -> web.Application:
-    """The aiohttp application in front of ``core``: OIP routes, health, metadata and
-    /metrics. x-request-id is echoed back; every answer carries the ORCA load report."""
+    """The aiohttp application in front of ``core``: OIP routes, health, metadata,
+    /metrics and the recorded answer digests (/v2/debug/outputs). x-request-id is echoed
+    back; every answer carries the ORCA load report."""
     # Inference bodies are streamed under the core's limit; client_max_size bounds the rest.
     app = web.Application(middlewares=[_guard], client_max_size=core.settings.max_body_bytes)
     app[_CORE] = core
@@ -200,8 +288,18 @@ def build_http_app(core: ServingCore) -> web.Application:
     app.router.add_get("/v2/health/live", _live)
     app.router.add_get("/v2/health/ready", _ready)
     app.router.add_get("/metrics", _metrics)
+    # Triton's statistics, model configuration and model repository extensions; the
+    # all-models statistics route comes before the model routes it would otherwise match.
+    app.router.add_get("/v2/models/stats", _model_stats)
+    for repo in ("/v2/repository", "/v2/repository/{repository}"):
+        app.router.add_post(repo + "/index", _repository_index)
+        app.router.add_post(repo + "/models/{model}/load", _repository_load)
+        app.router.add_post(repo + "/models/{model}/unload", _repository_unload)
+    app.router.add_get("/v2/debug/outputs", _outputs)
     for prefix in (base, base + "/versions/{version}"):
         app.router.add_get(prefix, _model_metadata)
         app.router.add_get(prefix + "/ready", _model_ready)
+        app.router.add_get(prefix + "/config", _model_config)
+        app.router.add_get(prefix + "/stats", _model_stats)
         app.router.add_post(prefix + "/infer", _infer)
     return app

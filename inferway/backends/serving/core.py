@@ -14,19 +14,21 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import numpy as np
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, INVALID_SPAN_CONTEXT, Span, TracerProvider
 
 from inferway.backends.batching.errors import DeadlineExceededError
+from inferway.backends.models.index import repository_index
 from inferway.backends.serving.deadline import resolve_timeout_param, run_inference
 from inferway.backends.serving.failures import (
     CLIENT_GONE,
     Failure,
     NotReadyError,
     PayloadTooLargeError,
+    UnsupportedRequestError,
     classify_error,
 )
 from inferway.backends.serving.request import (
@@ -37,6 +39,7 @@ from inferway.backends.serving.request import (
 from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry import orca, tracing
 from inferway.backends.telemetry.metrics import BackendMetrics
+from inferway.backends.telemetry.output_digest import OutputRecorder
 
 if TYPE_CHECKING:
     from inferway.backends.models.repository import ModelRepository
@@ -83,10 +86,13 @@ class InferCall(Protocol[ResponseT_co]):
 @dataclass(frozen=True, slots=True)
 class Transport:
     """How one front end is labelled: ``protocol`` in metrics (http, grpc, grpc_stream),
-    ``wire`` for the status codes and span attributes it reports."""
+    ``wire`` for the status codes and span attributes it reports. ``call_request_ids``: the
+    call's request id names one request (not a stream of many), so its answer's digest may be
+    recorded under it."""
 
     protocol: str
     wire: Literal["http", "grpc"]
+    call_request_ids: bool = True
 
     def code(self, failure: Failure | None) -> int | str:
         """The status label of an outcome on this wire (200 / OK on success)."""
@@ -118,6 +124,10 @@ class ServingCore:
         self.settings = settings if settings is not None else ServingSettings()
         self.tracer = tracing.backend_tracer(tracer_provider)
         self._orca = orca.LoadReporter(repository.models)
+        self.outputs: OutputRecorder | None = (
+            OutputRecorder(self.settings.record_outputs) if self.settings.record_outputs else None
+        )
+        """Digests of recent answers by request id (None: not recording)."""
 
     # -- what the non-inference endpoints ask ---------------------------------------------
 
@@ -140,6 +150,59 @@ class ServingCore:
         except Exception:
             log.exception("could not compute the ORCA load report")
             return None
+
+    # -- Triton's statistics and model repository extensions ------------------------------
+
+    def statistics(self, name: str, version: str) -> list[dict[str, Any]]:
+        """Triton's ``model_stats``: every served version, of ``name`` when given, only
+        ``version`` when given too (raises ModelNotFoundError for one not served)."""
+        if not name:
+            if version:
+                raise UnsupportedRequestError("statistics of a version need the model's name")
+            models = self.repository.models()
+        elif version:
+            models = [self.model(name, version)]
+        else:
+            self.model(name, None)
+            models = [m for m in self.repository.models() if m.name == name]
+        book = self.metrics.statistics
+        return [book.get(m.name, m.version).as_dict(m.name, m.version) for m in models]
+
+    def index(self, repository_name: str, ready_only: bool) -> list[dict[str, str]]:
+        """Triton's repository index entries (see models/index.py)."""
+        self._check_repository(repository_name)
+        return [e.as_dict() for e in repository_index(self.repository, ready_only=ready_only)]
+
+    async def load(self, repository_name: str, name: str, parameters: Sequence[str]) -> None:
+        """Load (or retry) one model on request; ``parameters`` are the request's names."""
+        self._check_control(repository_name, parameters, "load")
+        await self.repository.load_model(name)
+
+    async def unload(self, repository_name: str, name: str, parameters: Sequence[str]) -> None:
+        """Take one model out of service on request, until it is loaded again."""
+        known = {"unload_dependents"}  # inferway's models have no dependents: nothing to do
+        self._check_control(repository_name, [p for p in parameters if p not in known], "unload")
+        await self.repository.unload_model(name)
+
+    def _check_repository(self, repository_name: str) -> None:
+        if repository_name and repository_name != self.repository.root.name:
+            raise UnsupportedRequestError(
+                f"unknown repository {repository_name!r}: this server serves one, "
+                f"{self.repository.root.name!r} (an empty name means it too)"
+            )
+
+    def _check_control(self, repository_name: str, parameters: Sequence[str], what: str) -> None:
+        self._check_repository(repository_name)
+        if parameters:
+            raise UnsupportedRequestError(
+                f"{what} parameters {sorted(parameters)} are not supported: models load from "
+                "their files in the repository (config.yaml beside model.onnx)"
+            )
+        if self.metrics.shared_dir is not None:
+            raise UnsupportedRequestError(
+                f"model {what} is not supported with --workers: it would reach only the "
+                "worker that answered; edit the repository directory instead"
+            )
 
     # -- inference -------------------------------------------------------------------------
 
@@ -175,6 +238,8 @@ class ServingCore:
                 )
                 chosen = select_outputs(results, job.decoded.outputs, job.output_names)
                 response = call.encode(model, job.decoded, chosen)
+                if self.outputs is not None and request_id and transport.call_request_ids:
+                    self.outputs.record(request_id, model.name, str(model.version), chosen)
             except asyncio.CancelledError:  # the caller went away (or the server is stopping)
                 self._outcome(span, model, transport, started, CLIENT_GONE)
                 raise

@@ -14,16 +14,28 @@ from inferway.backends.batching.errors import (
     InvalidRequestError,
     QueueFullError,
 )
-from inferway.backends.models.served_model import ModelNotFoundError
+from inferway.backends.models.served_model import ModelLoadError, ModelNotFoundError
 from inferway.backends.serving.input_validation import InferInputError
 
-__all__ = ["CLIENT_GONE", "Failure", "NotReadyError", "PayloadTooLargeError", "classify_error"]
+__all__ = [
+    "CLIENT_GONE",
+    "Failure",
+    "NotReadyError",
+    "PayloadTooLargeError",
+    "UnsupportedRequestError",
+    "classify_error",
+]
 
 log = logging.getLogger("inferway.backends")
 
 
 class NotReadyError(Exception):
     """The server has not finished loading its models."""
+
+
+class UnsupportedRequestError(ValueError):
+    """A well-formed request asking for something this server does not do (a Triton load
+    parameter, another repository's name); the message says what and why."""
 
 
 class PayloadTooLargeError(Exception):
@@ -57,7 +69,9 @@ CLIENT_GONE = Failure(499, grpc.StatusCode.CANCELLED, "the client went away befo
 def classify_error(exc: BaseException) -> Failure:
     """Map an exception to its protocol answer; anything unexpected is a logged 500."""
     msg = str(exc) or type(exc).__name__
-    if isinstance(exc, InferInputError | InvalidRequestError):
+    if isinstance(exc, InferInputError | InvalidRequestError | UnsupportedRequestError):
+        return Failure(400, grpc.StatusCode.INVALID_ARGUMENT, msg)
+    if isinstance(exc, ModelLoadError):
         return Failure(400, grpc.StatusCode.INVALID_ARGUMENT, msg)
     if isinstance(exc, ModelNotFoundError):
         return Failure(404, grpc.StatusCode.NOT_FOUND, msg)

@@ -32,10 +32,13 @@ net.core.somaxconn, 4096 on current kernels.)"""
 @dataclass(frozen=True, slots=True)
 class ServingSettings:
     """``max_body_bytes`` caps every request (a model's ``max_input_bytes`` can only lower it);
-    ``default_timeout_s`` bounds requests that name no deadline of their own (None: unbounded)."""
+    ``default_timeout_s`` bounds requests that name no deadline of their own (None: unbounded);
+    ``record_outputs`` > 0 keeps digests of that many recent answers by request id, for a
+    rollout's output-agreement check (telemetry/output_digest.py; 0: off)."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     default_timeout_s: float | None = None
+    record_outputs: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.max_body_bytes, bool) or self.max_body_bytes < 1:
@@ -44,6 +47,8 @@ class ServingSettings:
             raise ValueError(
                 f"default_timeout_s must be > 0 seconds or None, got {self.default_timeout_s!r}"
             )
+        if isinstance(self.record_outputs, bool) or self.record_outputs < 0:
+            raise ValueError(f"record_outputs must be >= 0, got {self.record_outputs!r}")
 
     def body_limit(self, config: ModelConfig) -> int:
         """The largest request body accepted for a model with this config."""

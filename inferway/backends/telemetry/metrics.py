@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from inferway.backends.batching.records import BatchRecord
+from inferway.backends.telemetry.statistics import InferenceStatistics
 from inferway.observability.gpu_memory import GpuMemoryCollector
 
 __all__ = ["CONTENT_TYPE", "BackendMetrics"]
@@ -114,6 +115,8 @@ class BackendMetrics:
         self._models = models
         self._ready = ready
         self._gpu = gpu if gpu is not None else GpuMemoryCollector()
+        self.statistics = InferenceStatistics()
+        """The same events as Triton's statistics extension reports them (this process's)."""
         self.requests = Counter(
             f"{_PREFIX}_requests",
             "Inference requests answered, by status code (HTTP status or gRPC code name).",
@@ -175,6 +178,8 @@ class BackendMetrics:
             self._request_children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+        if version:  # a request for no served model belongs to no model's statistics
+            self.statistics.observe_request(model, version, code in (200, "OK"), seconds)
 
     def on_batch(self, record: BatchRecord) -> None:
         """BatchExecutor's ``on_batch`` hook."""
@@ -192,6 +197,7 @@ class BackendMetrics:
         compute.observe(record.compute_s)
         for seconds in record.queue_wait_s:
             wait.observe(seconds)
+        self.statistics.observe_batch(*_split_name(record.name), record)
 
     def refresh(self) -> None:
         """Write this worker's gauges to the shared files (multi-worker mode only)."""

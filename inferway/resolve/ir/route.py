@@ -1,4 +1,5 @@
-"""IR of a route: match, weighted backends (overrides applied), retries, limits, affinity."""
+"""IR of a route: match, weighted backends (overrides applied), retries, limits, affinity,
+and the traffic tools (mirror, fault) of route_traffic.py."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inferway.resolve.ir.access import AccessIR
+from inferway.resolve.ir.route_traffic import CookieMatchIR, FaultIR, MirrorIR
 
 __all__ = [
+    "WEIGHT_TOTAL",
     "BackendIR",
     "CookieIR",
     "HashPolicyIR",
@@ -18,6 +21,11 @@ __all__ = [
     "RouteIR",
     "RouteMatchIR",
 ]
+
+WEIGHT_TOTAL = 10_000
+"""A route's backend weights always add up to this, whatever the policy's numbers add up to:
+a sticky split (``use_hash_policy``) maps a hash onto the weights in order, so a constant
+total is what lets a growing canary keep every user it already had (ENVOY_NOTES)."""
 
 
 @dataclass(frozen=True)
@@ -42,13 +50,15 @@ class HeaderMatchIR:
 class RouteMatchIR:
     path: PathMatchIR
     headers: tuple[HeaderMatchIR, ...]
+    cookies: tuple[CookieMatchIR, ...] = ()
 
 
 @dataclass(frozen=True)
 class BackendIR:
     service: str
-    permille: int
-    """Weight in tenths of a percent (the policy's 0.1-resolution weight, or its override)."""
+    weight: int
+    """Parts of WEIGHT_TOTAL: the policy's relative weight (or its override), normalized so
+    the route's backends add up to exactly WEIGHT_TOTAL."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,8 @@ class RetryIR:
     """None: retries stay on the normal priority load."""
     per_try_timeout: float | None
     """None: each try may take the whole route timeout."""
+    hedge_on_per_try_timeout: bool = False
+    """True for the default per-try timeout: a timed-out try is not cancelled."""
 
 
 @dataclass(frozen=True)
@@ -102,4 +114,9 @@ class RouteIR:
     """None when the route is unrestricted (no access, or an empty one)."""
     rate_limit: RateLimitIR | None
     hash_policies: tuple[HashPolicyIR, ...]
-    """One per distinct ``hash_on`` of the route's hashing backends, in backend order."""
+    """The route's own ``hash`` first (when sticky), then one per distinct ``hash_on`` of the
+    route's hashing backends, in backend order."""
+    sticky: bool = False
+    """The weighted backend is picked by the hash policies, not at random."""
+    mirror: MirrorIR | None = None
+    fault: FaultIR | None = None

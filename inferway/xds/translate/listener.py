@@ -14,6 +14,7 @@ from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
+from inferway.xds.translate.fault import apply_fault
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.rate_limit import apply_rate_limit
@@ -51,6 +52,7 @@ def build_http_connection_manager(
         normalize_path=bool_value(True),
     )
     apply_access_control(manager, listener.routes)
+    apply_fault(manager, listener.routes)
     apply_rate_limit(manager, listener.routes)
     apply_identity_check(manager, listener)
     apply_observability(manager, observability)

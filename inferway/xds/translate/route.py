@@ -14,9 +14,13 @@ from inferway._xds_protos.envoy.extensions.retry.priority.previous_priorities.v3
 from inferway._xds_protos.envoy.type.matcher.v3 import regex_pb2, string_pb2
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.route import BackendIR, HeaderMatchIR, PathMatchIR, RetryIR, RouteIR
+from inferway.resolve.ir.route_traffic import CookieMatchIR
 from inferway.xds.translate import names
-from inferway.xds.translate._protos import duration, pack, uint32_value
+from inferway.xds.translate._protos import bool_value, duration, pack, uint32_value
+from inferway.xds.translate.cookie_match import build_cookie_matcher
+from inferway.xds.translate.fault import add_route_fault
 from inferway.xds.translate.load_balancing import ORCA_HEADER, build_hash_policy
+from inferway.xds.translate.mirror import add_route_mirror
 from inferway.xds.translate.rate_limit import add_route_rate_limit
 from inferway.xds.translate.rbac import add_route_access
 
@@ -51,17 +55,23 @@ def build_route(route: RouteIR) -> rc_pb2.Route:
     proto = rc_pb2.Route(
         name=route.name,
         stat_prefix=route.name,  # per-route stats: envoy_vhost_route_* {envoy_route=<name>}
-        match=build_route_match(route.match.path, route.match.headers),
+        match=build_route_match(route.match.path, route.match.headers, route.match.cookies),
         route=build_route_action(route),
     )
     add_route_access(proto, route)
     add_route_rate_limit(proto, route)
+    add_route_fault(proto, route)
     proto.route.hash_policy.extend(build_hash_policy(h) for h in route.hash_policies)
     return proto
 
 
-def build_route_match(path: PathMatchIR, headers: Sequence[HeaderMatchIR]) -> rc_pb2.RouteMatch:
-    match = rc_pb2.RouteMatch(headers=[build_header_matcher(h) for h in headers])
+def build_route_match(
+    path: PathMatchIR, headers: Sequence[HeaderMatchIR], cookies: Sequence[CookieMatchIR] = ()
+) -> rc_pb2.RouteMatch:
+    match = rc_pb2.RouteMatch(
+        headers=[build_header_matcher(h) for h in headers]
+        + [build_cookie_matcher(c) for c in cookies]
+    )
     if path.kind == "prefix":
         match.prefix = path.value
     elif path.kind == "exact":
@@ -87,22 +97,28 @@ def build_header_matcher(header: HeaderMatchIR) -> rc_pb2.HeaderMatcher:
 
 def build_route_action(route: RouteIR) -> rc_pb2.RouteAction:
     """A single backend is a plain ``cluster``; several become ``weighted_clusters`` with
-    weights in permille (99.9 / 0.1 -> 999 / 1), zero allowed (ENVOY_NOTES: weights are
-    relative; ``total_weight`` is deprecated and left unset)."""
+    weights in parts of 10,000 (99.9 / 0.1 -> 9990 / 10), zero allowed (ENVOY_NOTES: weights
+    are relative; ``total_weight`` is deprecated and left unset). A sticky route picks the
+    weighted cluster by its hash policies (``use_hash_policy``) instead of at random."""
     action = rc_pb2.RouteAction(timeout=duration(route.timeout))
     if len(route.backends) == 1:
         action.cluster = route.backends[0].service
     else:
         action.weighted_clusters.CopyFrom(build_weighted_clusters(route.backends))
+        if route.sticky:
+            action.weighted_clusters.use_hash_policy.CopyFrom(bool_value(True))
+    add_route_mirror(action, route)
     if route.retries is not None:
         action.retry_policy.CopyFrom(build_retry_policy(route.retries))
+        if route.retries.hedge_on_per_try_timeout:
+            action.hedge_policy.hedge_on_per_try_timeout = True
     return action
 
 
 def build_weighted_clusters(backends: Sequence[BackendIR]) -> rc_pb2.WeightedCluster:
     return rc_pb2.WeightedCluster(
         clusters=[
-            rc_pb2.WeightedCluster.ClusterWeight(name=b.service, weight=uint32_value(b.permille))
+            rc_pb2.WeightedCluster.ClusterWeight(name=b.service, weight=uint32_value(b.weight))
             for b in backends
         ]
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from inferway.gateway.controllers.autoscale.config import AutoscaleConfigError, ConfigReader
+from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError, ConfigReader
 from inferway.gateway.controllers.autoscale.params import (
     AutoscaleConfig,
     Limits,

@@ -1,0 +1,1 @@
+"""Actuators: thin shells at the edge that act on decisions (local replica processes)."""

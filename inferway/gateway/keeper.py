@@ -1,0 +1,221 @@
+"""``inferway run`` with an Envoy: the keeper, a small process that owns Envoy and keeps the
+control plane running beside it, so the data plane outlives a control-plane crash.
+
+    keeper (inferway run) ── Envoy                     (EnvoySupervisor: restarted on crash)
+                          └─ control plane process     (ControlPlaneProcess: restarted on crash)
+                               policy watcher, xDS server, admin API
+
+The keeper parses no policy and serves no request, so there is little in it to crash; the
+control plane, which does the work, may crash (even SIGKILL) without taking Envoy with it:
+Envoy keeps its last config, and the restarted control plane listens on the same xDS and admin
+ports, reloads the policy file (an edit saved meanwhile applies then) and Envoy resyncs.
+Start-up is in order (control plane ready, then Envoy) and fails loudly: a refused policy
+exits 1 before Envoy starts, an Envoy that exits before it is ready exits 2 with its output.
+SIGTERM/SIGINT stop everything at any point, start-up included: Envoy first, then the control
+plane. If the keeper itself is killed, ``PR_SET_PDEATHSIG`` takes both children with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from inferway.gateway.control_plane_process import ControlPlaneProcess, ControlPlaneSpec
+from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.foreground import EXIT_START_FAILED, unless_stopped
+from inferway.gateway.keeper_state import (
+    KEEPER_STATE_FILE,
+    KeeperState,
+    ProcessRecord,
+    write_keeper_state,
+)
+from inferway.gateway.supervisor import EnvoySupervisor
+from inferway.gateway.xds_mtls import XdsMtlsError, load_xds_mtls
+
+__all__ = ["ENVOY_READY_TIMEOUT_S", "run_keeper"]
+
+log = logging.getLogger("inferway")
+
+ENVOY_READY_TIMEOUT_S = 30.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_PUBLISH_INTERVAL_S = 0.5
+
+
+async def run_keeper(spec: ControlPlaneSpec) -> int:
+    """Run Envoy and the control plane until SIGTERM/SIGINT; returns the exit code (0 stopped,
+    1 the policy was refused at start, 2 something could not start)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        with contextlib.ExitStack() as files:
+            workdir = spec.options.workdir
+            if workdir is None:
+                temp = files.enter_context(tempfile.TemporaryDirectory(prefix="inferway-"))
+                workdir = Path(temp)
+            return await _Keeper(spec, workdir.absolute(), stop).run()
+    finally:
+        for sig in _STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+class _Keeper:
+    def __init__(self, spec: ControlPlaneSpec, workdir: Path, stop: asyncio.Event) -> None:
+        options = spec.options
+        # Fixed ports: a restarted control plane must listen where Envoy (and `status`) look.
+        self.options = replace(
+            options,
+            workdir=workdir,
+            with_envoy=False,
+            xds_port=options.xds_port or _free_port(options.host),
+            admin_port=options.admin_port or _free_port(options.admin_address),
+            envoy_admin_port=options.envoy_admin_port or _free_port("127.0.0.1"),
+            keeper_state_file=workdir / KEEPER_STATE_FILE,
+        )
+        self.workdir = workdir
+        self.stop_event = stop
+        # The first control plane checks the listener ports before Envoy binds them; once Envoy
+        # runs they are Envoy's, so a restarted control plane must not check them again.
+        first_spec = replace(spec, options=replace(self.options, check_listener_ports=True))
+        self._restart_spec = replace(spec, options=self.options)
+        self.child = ControlPlaneProcess(first_spec, on_change=self.publish)
+        self.envoy: EnvoySupervisor | None = None
+        self._published: str | None = None
+
+    async def run(self) -> int:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            return await self._run()
+        finally:
+            await self._stop_all()
+
+    async def _run(self) -> int:
+        options = self.options
+        try:
+            xds_client_tls = (
+                load_xds_mtls(options.xds_mtls, node_id=options.node_id)[1]
+                if options.xds_mtls is not None
+                else None
+            )
+        except XdsMtlsError as error:
+            log.error("cannot start the gateway: %s", error)
+            return EXIT_START_FAILED
+        self.publish()
+        code = await unless_stopped(self.child.start(), self.stop_event)
+        if self.stop_event.is_set():
+            log.info("stopped during start-up")
+            return 0
+        if code is not None:
+            log.error("the control plane exited with code %s before it was ready", code)
+            return code if code > 0 else EXIT_START_FAILED
+        self.child.spec = self._restart_spec
+
+        bootstrap = build_gateway_bootstrap(
+            options, xds_port=options.xds_port, workdir=self.workdir, xds_client_tls=xds_client_tls
+        )
+        self.envoy = EnvoySupervisor(
+            bootstrap,
+            workdir=self.workdir,
+            log_level=options.envoy_log_level,
+            concurrency=options.envoy_concurrency,
+            on_restart=lambda _restarts, _code: self.publish(),
+        )
+        try:
+            await self.envoy.start()
+        except OSError as error:
+            log.error("cannot start envoy: %s", error)
+            return EXIT_START_FAILED
+        self.publish()
+        failure = await unless_stopped(self._envoy_started(self.envoy), self.stop_event)
+        if self.stop_event.is_set():
+            log.info("stopped during start-up")
+            return 0
+        if failure is not None:
+            log.error("%s", failure)
+            return EXIT_START_FAILED
+        log.info("running (envoy pid %s, control plane pid %s); Ctrl-C to stop", *self._pids())
+        publisher = asyncio.create_task(self._publish_periodically())
+        try:
+            await self.stop_event.wait()
+        finally:
+            publisher.cancel()
+        log.info("stopping envoy, then the control plane")
+        return 0
+
+    def _pids(self) -> tuple[int | None, int | None]:
+        return (None if self.envoy is None else self.envoy.pid), self.child.pid
+
+    async def _envoy_started(self, envoy: EnvoySupervisor) -> str | None:
+        """None once Envoy answers /ready (or, with a warning, when it is merely slow); the
+        reason when it exited before it was ready: it cannot start, so neither can we."""
+        deadline = asyncio.get_running_loop().time() + ENVOY_READY_TIMEOUT_S
+        while asyncio.get_running_loop().time() < deadline:
+            if envoy.last_exit_code is not None:
+                tail = "\n  ".join(envoy.stderr_tail()[-15:]) or "(no output)"
+                return (
+                    f"envoy exited with code {envoy.last_exit_code} before it was ready; "
+                    f"cannot start the gateway. Envoy's last output:\n  {tail}"
+                )
+            if await envoy.wait_ready(0.5):
+                log.info("envoy is ready (admin on port %d)", envoy.admin_port)
+                return None
+        log.warning(
+            "envoy is not ready after %.0fs; last output:\n  %s",
+            ENVOY_READY_TIMEOUT_S,
+            "\n  ".join(envoy.stderr_tail()[-10:]) or "(none)",
+        )
+        return None
+
+    async def _stop_all(self) -> None:
+        """Envoy first: a data plane is never left without the process that keeps it."""
+        if self.envoy is not None:
+            await self.envoy.stop()
+        await self.child.stop()
+
+    def publish(self) -> None:
+        """Write the state file for the admin API when something changed."""
+        envoy = self.envoy
+        state = KeeperState(
+            keeper_pid=os.getpid(),
+            envoy_admin_port=self.options.envoy_admin_port,
+            envoy=ProcessRecord()
+            if envoy is None
+            else ProcessRecord(
+                pid=envoy.pid,
+                running=envoy.running,
+                restarts=envoy.restarts,
+                last_exit_code=envoy.last_exit_code,
+            ),
+            control_plane=self.child.record(),
+        )
+        text = state.to_json()
+        if text == self._published or not self.workdir.is_dir():
+            return
+        try:
+            write_keeper_state(self.workdir / KEEPER_STATE_FILE, state)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", KEEPER_STATE_FILE, exc)
+            return
+        self._published = text
+
+    async def _publish_periodically(self) -> None:
+        """Catches what no callback reports (Envoy down between a crash and its restart)."""
+        while True:
+            self.publish()
+            await asyncio.sleep(_PUBLISH_INTERVAL_S)
+
+
+def _free_port(host: str) -> int:
+    """A port free now, fixed for the keeper's lifetime (0 would move with every restart)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

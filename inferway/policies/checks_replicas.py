@@ -1,0 +1,71 @@
+"""Semantic checks of ``services[].replicas``: counts that cannot all hold, devices that
+cannot give every replica its own accelerator, placeholders with nothing to fill them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from inferway.policies.model import Policy
+from inferway.policies.replicas import Replicas, placeholders_in
+from inferway.policies.yaml_marks import Loc
+
+__all__ = ["check_replicas"]
+
+
+def check_replicas(policy: Policy) -> Iterator[tuple[Loc, str]]:
+    for s, service in enumerate(policy.services):
+        if service.replicas is not None:
+            yield from _one(service.replicas, ("services", s, "replicas"))
+
+
+def _one(spec: Replicas, loc: Loc) -> Iterator[tuple[Loc, str]]:
+    if spec.min > spec.max:
+        yield (
+            (*loc, "min"),
+            f"min {spec.min} is more than max {spec.max}; make min at most max",
+        )
+    elif spec.initial is not None and not spec.min <= spec.initial <= spec.max:
+        yield (
+            (*loc, "initial"),
+            f"initial {spec.initial} is outside min..max ({spec.min}..{spec.max})",
+        )
+    if spec.backoff.initial > spec.backoff.max:
+        yield (
+            (*loc, "backoff", "initial"),
+            f"initial backoff {spec.backoff.initial:g}s is longer than max {spec.backoff.max:g}s",
+        )
+    used = {n for word in _texts(spec) for n in placeholders_in(word)}
+    devices = spec.devices
+    if devices is None:
+        if "device" in used:
+            yield (
+                (*loc, "command"),
+                "the command uses {device} but no devices are listed; add devices: [...]",
+            )
+        if spec.share_devices:
+            yield (
+                (*loc, "share_devices"),
+                "share_devices has no effect without devices; list them or remove it",
+            )
+        return
+    if not devices:
+        yield (*loc, "devices"), "an empty device list; list at least one or remove devices"
+        return
+    first: dict[str, int] = {}
+    for index, device in enumerate(devices):
+        if device in first:
+            yield (
+                (*loc, "devices", index),
+                f"device '{device}' is listed twice (also devices[{first[device]}])",
+            )
+        first.setdefault(device, index)
+    if len(first) < spec.max and not spec.share_devices:
+        yield (
+            (*loc, "devices"),
+            f"{len(first)} device(s) for up to {spec.max} replicas: two replicas would share "
+            "a device; list more devices, lower max, or set share_devices: true",
+        )
+
+
+def _texts(spec: Replicas) -> list[str]:
+    return [spec.command, spec.readiness, *spec.env.values()]
