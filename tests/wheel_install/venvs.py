@@ -69,6 +69,9 @@ class Venv:
         self.path = path
         self.bin = path / "bin"
         self.python = self.bin / "python"
+        # the venv's bundled pip is as old as the interpreter; older resolvers backtrack for
+        # many minutes over bentoml's opentelemetry-instrumentation pins before they succeed
+        _pip(self.python, "install", "--quiet", "--upgrade", "pip")
 
     def install(self, *requirements: str) -> None:
         _pip(self.python, "install", "--quiet", *requirements)
