@@ -21,6 +21,11 @@ from inferway.backends.serving.settings import (
     ServingSettings,
 )
 from inferway.backends.tls import BackendTls
+from inferway.observability.log_format import (
+    LogFormatChoice,
+    install_log_handler,
+    resolve_log_format,
+)
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["serve"]
@@ -110,6 +115,15 @@ def serve(
     log_level: Annotated[
         str, typer.Option(help="debug, info, warning or error.", envvar="INFERWAY_LOG_LEVEL")
     ] = "info",
+    log_format: Annotated[
+        LogFormatChoice | None,
+        typer.Option(
+            case_sensitive=False,
+            help="json (one object per line) or text; default: json unless stderr is a terminal.",
+            envvar="INFERWAY_LOG_FORMAT",
+            show_default=False,
+        ),
+    ] = None,
     tls_cert: Annotated[
         Path | None, typer.Option(help="Serve HTTP and gRPC over TLS with this PEM certificate.")
     ] = None,
@@ -167,7 +181,8 @@ def serve(
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    chosen_format = resolve_log_format(log_format)
+    install_log_handler(level, chosen_format)
     install_redaction()  # credentials never reach the log
     if repository_argument and repository_option and repository_argument != repository_option:
         raise typer.BadParameter(
@@ -210,6 +225,7 @@ def serve(
             http_port=http_port,
             grpc_port=grpc_port,
             log_level=level,
+            log_format=chosen_format,
             tls=tls,
             otlp_endpoint=otlp_endpoint,
             serving=serving,

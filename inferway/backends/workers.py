@@ -37,6 +37,7 @@ from inferway.backends.serving.settings import (
     ServingSettings,
 )
 from inferway.backends.tls import BackendTls
+from inferway.observability.log_format import LogFormat
 
 __all__ = ["WorkerSettings", "run_workers"]
 
@@ -51,6 +52,18 @@ GIVE_UP_AFTER = 5
 STABLE_S = 10.0
 
 
+class _WorkerIndex(logging.Filter):
+    """Adds the ``worker`` field (the worker's index) to each line a worker logs."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     repository: Path
@@ -58,6 +71,7 @@ class WorkerSettings:
     http_port: int
     grpc_port: int
     log_level: int
+    log_format: LogFormat = "text"
     tls: BackendTls | None = None
     otlp_endpoint: str | None = None
     serving: ServingSettings = field(default_factory=ServingSettings)
@@ -69,10 +83,10 @@ def _worker_main(settings: WorkerSettings, index: int, events: Any, parent: int)
     from inferway.parent_death import set_parent_death_signal
 
     set_parent_death_signal(signal.SIGTERM, expected_parent=parent)
-    logging.basicConfig(
-        level=settings.log_level,
-        format=f"%(asctime)s %(levelname)s [worker {index}] %(name)s: %(message)s",
-    )
+    from inferway.observability.log_format import install_log_handler
+
+    handler = install_log_handler(settings.log_level, settings.log_format)
+    handler.addFilter(_WorkerIndex(index))  # every line says which worker wrote it
     from inferway.backends.process_tuning import tune_for_serving
     from inferway.observability.redaction import install_redaction
 

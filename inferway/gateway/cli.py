@@ -1,19 +1,19 @@
 """The ``inferway`` command: validate, render and run a policy; ask a gateway for its status;
 run the demo; serve models (the backend's ``serve``, when installed).
 
-Exit codes: 0 ok, 1 the policy was refused (errors printed as ``file:line:column: path:
-message``, one per line, on stderr), 2 usage or connection problems.
+Operator conventions (docs/cli.md): ``--version``; ``-o text|json|yaml`` on status, render and
+validate; ``--log-format json|text`` on run and serve; shell completion; exit codes 0 ok,
+1 invalid or refused (errors as ``file:line:column: path: message``, one per line, on stderr),
+2 usage, 3 the admin API unreachable (``gateway/exit_codes.py``).
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.text import Text
@@ -21,10 +21,21 @@ from rich.text import Text
 from inferway.backends.cli import serve
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.certs_cli import app as certs_app
-from inferway.gateway.console import configure_logging, make_console, print_issues, short_version
+from inferway.gateway.cli_conventions import LogFormatOption, VersionOption, run_app
+from inferway.gateway.console import configure_logging, make_console, print_issues
 from inferway.gateway.control_plane_process import ControlPlaneSpec
+from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.foreground import run_event_loop, serve_gateway
 from inferway.gateway.keeper import run_keeper
+from inferway.gateway.output import (
+    DocumentOutputOption,
+    OutputFormat,
+    OutputOption,
+    file_verdict,
+    validation_report,
+    write_document,
+)
+from inferway.gateway.rollouts.cli import app as rollout_app
 from inferway.gateway.runtime import (
     DEFAULT_ENVOY_ADMIN_PORT,
     DEFAULT_XDS_PORT,
@@ -32,13 +43,10 @@ from inferway.gateway.runtime import (
     GatewayPlan,
     plan_gateway,
 )
+from inferway.gateway.validation import check_policy_file, print_summary
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
-from inferway.policies import Policy, PolicyError
-from inferway.policies.errors import PolicyIssue
+from inferway.policies import PolicyError
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
-
-if TYPE_CHECKING:
-    from inferway.xds.resources import Resources
 
 __all__ = ["app", "main"]
 
@@ -48,9 +56,14 @@ app = typer.Typer(
     name="inferway",
     help="Sidecar gateway for AI inference: one policy YAML drives a supervised Envoy.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root(version: VersionOption = False) -> None:
+    """Sidecar gateway for AI inference: one policy YAML drives a supervised Envoy."""
 
 
 class XdsProtocolChoice(enum.StrEnum):
@@ -90,7 +103,7 @@ def _plan_or_exit(path: Path, endpoints_file: Path | None = None) -> GatewayPlan
         return plan_gateway(GatewayOptions(policy_path=path, endpoints_file=endpoints_file))
     except PolicyError as error:
         print_issues(make_console(stderr=True), error.issues)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_INVALID) from None
 
 
 PolicyFiles = Annotated[
@@ -115,89 +128,65 @@ EnvoyOption = Annotated[
 ]
 
 
-def _envoy_issues(path: Path, policy: Policy, resources: Resources) -> list[PolicyIssue]:
-    """``validate --envoy``: Envoy's verdict as issues located on the policy lines it is about
-    (none: Envoy accepts it); a missing Envoy binary is exit 2."""
-    from inferway.policies.checks_envoy import locate_envoy_message
-    from inferway.policies.errors import read_source_text
-    from inferway.policies.located import locate_issue, parse_located
-    from inferway.xds.envoy_validate import validate_with_envoy
-
-    try:
-        verdict = validate_with_envoy(resources)
-    except FileNotFoundError as error:
-        make_console(stderr=True).print(Text(f"--envoy: {error}", style="red"))
-        raise typer.Exit(2) from None
-    if verdict.ok:
-        return []
-    message = f"Envoy refuses this: {verdict.message}"
-    document, _ = parse_located(read_source_text(path), str(path))
-    locs = locate_envoy_message(policy, verdict.message)
-    return [locate_issue(document, str(path), loc, message) for loc in locs] or [
-        PolicyIssue(str(path), None, None, "", message)
-    ]
-
-
 @app.command()
 def validate(
-    files: PolicyFiles, endpoints_file: EndpointsFileOption = None, envoy: EnvoyOption = False
+    files: PolicyFiles,
+    endpoints_file: EndpointsFileOption = None,
+    envoy: EnvoyOption = False,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
     """Check policies as ``run`` would load them (schema, references, endpoints file,
     certificate files, Envoy consistency; with --envoy also the real Envoy's own check); print
-    every located problem of every file. Exit 0 ok, 1 invalid, 2 usage (or no Envoy binary for
-    --envoy)."""
-    refused = False
+    every located problem of every file (-o json: one report with each file's verdict). Exit 0
+    ok, 1 invalid, 2 usage (or no Envoy binary for --envoy)."""
+    verdicts = []
     for file in files:
         try:
-            plan = plan_gateway(GatewayOptions(policy_path=file, endpoints_file=endpoints_file))
-        except PolicyError as error:
-            print_issues(make_console(stderr=True), error.issues)
-            refused = True
+            issues, summary = check_policy_file(file, endpoints_file, envoy=envoy)
+        except FileNotFoundError as error:  # --envoy without an Envoy binary
+            make_console(stderr=True).print(Text(f"--envoy: {error}", style="red"))
+            raise typer.Exit(EXIT_CANNOT_START) from None
+        verdicts.append(file_verdict(str(file), issues, summary))
+        if output is not OutputFormat.text:
             continue
-        if envoy:
-            issues = _envoy_issues(file, plan.policy, plan.snapshot.resources)
-            if issues:
-                print_issues(make_console(stderr=True), issues)
-                refused = True
-                continue
-        _print_summary(file, plan, envoy=envoy)
-    if refused:
-        raise typer.Exit(1)
-
-
-def _print_summary(file: Path, plan: GatewayPlan, *, envoy: bool) -> None:
-    policy = plan.policy
-    summary = Text()
-    summary.append("ok ", style="green")
-    summary.append(
-        f"{file}: {len(policy.listeners)} listener(s), {len(policy.services)} service(s), "
-        f"{len(policy.routes)} route(s); snapshot {short_version(plan.snapshot.version)}"
-        + ("; envoy --mode validate: ok" if envoy else "")
-    )
-    make_console().print(summary)
-    for route in policy.routes:
-        split = " / ".join(f"{b.service} {b.weight:g}%" for b in route.backends)
-        make_console().print(Text(f"  route {route.name}: {split}"))
+        if issues:
+            print_issues(make_console(stderr=True), issues)
+        else:
+            print_summary(make_console(), str(file), summary or {})
+    report = validation_report(verdicts)
+    if output is not OutputFormat.text:
+        write_document(report, output)
+    if not report["ok"]:
+        raise typer.Exit(EXIT_INVALID)
 
 
 @app.command()
 def render(
     file: PolicyFile,
-    output: Annotated[
-        str, typer.Option("--output", "-o", help="Where to write the YAML; '-' is stdout.")
-    ] = "-",
+    output: DocumentOutputOption = OutputFormat.yaml,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write to this file instead of stdout.",
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
     endpoints_file: EndpointsFileOption = None,
 ) -> None:
-    """Print the Envoy resources a policy translates to (sorted YAML, as pushed over xDS),
-    with the endpoints of its endpoints file."""
-    from inferway.xds.resources import resources_to_yaml
+    """Print the Envoy resources a policy translates to (sorted, as pushed over xDS), with the
+    endpoints of its endpoints file: YAML (-o yaml, the default; text is the same) or JSON."""
+    from inferway.xds.resources import resources_to_dict
 
-    text = resources_to_yaml(_plan_or_exit(file, endpoints_file).snapshot.resources)
-    if output == "-":
-        sys.stdout.write(text)
-    else:
-        Path(output).write_text(text, encoding="utf-8")
-        make_console(stderr=True).print(Text(f"wrote {output}"))
+    document = resources_to_dict(_plan_or_exit(file, endpoints_file).snapshot.resources)
+    fmt = OutputFormat.json if output is OutputFormat.json else OutputFormat.yaml
+    if out is None:
+        write_document(document, fmt)
+        return
+    with out.open("w", encoding="utf-8") as stream:
+        write_document(document, fmt, stream)
+    make_console(stderr=True).print(Text(f"wrote {out}"))
 
 
 @app.command()
@@ -231,6 +220,7 @@ def run(
         Path | None, typer.Option(help="Where the Envoy bootstrap is written (default: temp).")
     ] = None,
     log_level: Annotated[str, typer.Option(help="inferway log level.")] = "info",
+    log_format: LogFormatOption = None,
     envoy_log_level: Annotated[str, typer.Option(help="Envoy's --log-level.")] = "warning",
     xds_protocol: Annotated[
         XdsProtocolChoice,
@@ -290,7 +280,7 @@ def run(
 
     With Envoy, this process is the keeper (gateway/keeper.py): it owns Envoy and runs the
     control plane as a child process it restarts, so Envoy outlives a control-plane crash."""
-    configure_logging(log_level)
+    chosen_log_format = configure_logging(log_level, log_format)
     try:
         xds_mtls = resolve_xds_mtls_files(
             directory=xds_mtls_dir,
@@ -305,7 +295,7 @@ def run(
         )
     except XdsMtlsError as error:
         make_console(stderr=True).print(Text(str(error), style="red"))
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_CANNOT_START) from None
     if otlp_endpoint and no_envoy:  # else the control-plane process sets it up
         from inferway.observability.otel import setup_tracing
 
@@ -330,7 +320,9 @@ def run(
     )
     if no_envoy:  # nothing to keep alive: the control plane runs in this process
         raise typer.Exit(run_event_loop(serve_gateway(options)))
-    spec = ControlPlaneSpec(options, log_level=log_level, otlp_endpoint=otlp_endpoint)
+    spec = ControlPlaneSpec(
+        options, log_level=log_level, log_format=chosen_log_format, otlp_endpoint=otlp_endpoint
+    )
     raise typer.Exit(run_event_loop(run_keeper(spec)))
 
 
@@ -339,9 +331,10 @@ def status(
     admin: Annotated[
         str, typer.Option(help="The gateway's admin API URL.")
     ] = f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+    output: OutputOption = OutputFormat.text,
 ) -> None:
-    """Show what a running gateway has live: policy version, refused edits, Envoy ACKs/NACKs."""
+    """Show what a running gateway has live: policy version, refused edits, Envoy ACKs/NACKs
+    (-o json|yaml: the admin API's GET /status document). Exit 3 when it cannot be reached."""
     from inferway.gateway.status_client import (
         StatusUnavailableError,
         fetch_status,
@@ -352,11 +345,11 @@ def status(
         document = fetch_status(admin)
     except StatusUnavailableError as error:
         make_console(stderr=True).print(Text(str(error), style="red"))
-        raise typer.Exit(2) from None
-    if as_json:
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    else:
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+    if output is OutputFormat.text:
         render_status(document, make_console(soft_wrap=False))
+    else:
+        write_document(document, output)
 
 
 @app.command()
@@ -383,6 +376,7 @@ def demo(
 
 app.command("serve")(serve)
 app.add_typer(certs_app, name="certs")
+app.add_typer(rollout_app, name="rollout")
 
 
 def main() -> None:
@@ -390,7 +384,7 @@ def main() -> None:
     # child that keeps using gRPC (Envoy execs at once), and they print a warning on every
     # fork. Set here, in the entry point, not on import: importing inferway changes nothing.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    app()
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterable
 
@@ -10,6 +11,12 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.text import Text
 
+from inferway.observability.log_format import (
+    JsonFormatter,
+    LogFormat,
+    TextFieldsFormatter,
+    resolve_log_format,
+)
 from inferway.observability.redaction import RedactingFilter
 from inferway.policies import PolicyIssue
 
@@ -29,20 +36,29 @@ def make_console(*, stderr: bool = False, soft_wrap: bool = True) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=soft_wrap)
 
 
-def configure_logging(level: str = "info", console: Console | None = None) -> None:
-    """Log through rich to stderr: a running gateway's log is for people first."""
-    handler = RichHandler(
-        console=console or make_console(stderr=True),
-        show_path=False,
-        rich_tracebacks=True,
-        markup=False,
-    )
+def configure_logging(
+    level: str = "info", log_format: str | None = None, console: Console | None = None
+) -> LogFormat:
+    """Log to stderr as ``log_format`` (json or text; None: json unless stderr is a
+    terminal): JSON lines for collectors, rich text for people. Returns the format chosen."""
+    chosen = resolve_log_format(log_format)
+    handler: logging.Handler
+    if chosen == "json":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler = RichHandler(
+            console=console or make_console(stderr=True),
+            show_path=False,
+            rich_tracebacks=True,
+            markup=False,
+        )
+        handler.setFormatter(TextFieldsFormatter("%(message)s", datefmt="[%X]"))
     handler.addFilter(RedactingFilter())  # credentials never reach the log
-    logging.basicConfig(
-        level=level.upper(), format="%(message)s", datefmt="[%X]", handlers=[handler], force=True
-    )
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # watchfiles logs every change it sees at INFO; the watchers log what they do with it.
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
+    return chosen
 
 
 def issue_text(issue: PolicyIssue) -> Text:

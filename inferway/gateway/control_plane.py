@@ -273,6 +273,7 @@ class ControlPlane:
             source,
             snapshot.version,
             "" if changed else " (unchanged)",
+            extra={"source": source, "snapshot": snapshot.version},
         )
         self._notify("on_applied", self._current, changed)
         return snapshot.version
@@ -337,7 +338,13 @@ class ControlPlane:
             self._rejected_since_applied = True
         self._refused_since_applied = True
         kept = f"; keeping snapshot {self.version}" if self._current else ""
-        log.warning("policy edit in %s refused (%d issue(s))%s", file, len(issues), kept)
+        log.warning(
+            "policy edit in %s refused (%d issue(s))%s",
+            file,
+            len(issues),
+            kept,
+            extra={"source": file, "issues": len(issues)},
+        )
         for line in refusal.lines():
             log.warning("  %s", line)
         self._notify("on_refused", refusal)

@@ -27,7 +27,7 @@ def main() -> None:
     spec = pickle.load(sys.stdin.buffer)
     if not isinstance(spec, ControlPlaneSpec):
         raise SystemExit(f"expected a ControlPlaneSpec on stdin, got {type(spec).__name__}")
-    configure_logging(spec.log_level)
+    configure_logging(spec.log_level, spec.log_format)
     if spec.otlp_endpoint:
         from inferway.observability.otel import setup_tracing
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from inferway.gateway.keeper_state import ProcessRecord
 from inferway.gateway.runtime import GatewayOptions
 from inferway.gateway.supervisor import Backoff
+from inferway.observability.log_format import LogFormat
 from inferway.parent_death import set_parent_death_signal
 
 __all__ = ["READY_LINE", "ControlPlaneProcess", "ControlPlaneSpec"]
@@ -40,6 +41,8 @@ class ControlPlaneSpec:
 
     options: GatewayOptions
     log_level: str = "info"
+    log_format: LogFormat = "text"
+    """The keeper's resolved ``--log-format``: both processes share its stderr."""
     otlp_endpoint: str | None = None
 
 

@@ -17,22 +17,18 @@ from typing import Any, TypeVar
 
 from inferway.gateway.console import make_console, print_issues
 from inferway.gateway.control_plane import PolicyRefusedError
+from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.gateway.xds_mtls import XdsMtlsError
 from inferway.policies import PolicyError
 
 __all__ = [
-    "EXIT_INVALID_POLICY",
-    "EXIT_START_FAILED",
     "run_event_loop",
     "serve_gateway",
     "unless_stopped",
 ]
 
 log = logging.getLogger("inferway")
-
-EXIT_INVALID_POLICY = 1
-EXIT_START_FAILED = 2
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _T = TypeVar("_T")
@@ -55,10 +51,10 @@ async def serve_gateway(
             err = make_console(stderr=True)
             err.print("[red]refusing to start: the policy is invalid[/red]")
             print_issues(err, issues)
-            return EXIT_INVALID_POLICY
+            return EXIT_INVALID
         except (OSError, XdsMtlsError) as error:
             log.error("cannot start the gateway: %s", error)
-            return EXIT_START_FAILED
+            return EXIT_CANNOT_START
         if started is None:
             log.info("stopped during start-up")
             return 0

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from inferway.gateway.control_plane_process import ControlPlaneProcess, ControlPlaneSpec
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
-from inferway.gateway.foreground import EXIT_START_FAILED, unless_stopped
+from inferway.gateway.exit_codes import EXIT_CANNOT_START
+from inferway.gateway.foreground import unless_stopped
 from inferway.gateway.keeper_state import (
     KEEPER_STATE_FILE,
     KeeperState,
@@ -107,7 +108,7 @@ class _Keeper:
             )
         except XdsMtlsError as error:
             log.error("cannot start the gateway: %s", error)
-            return EXIT_START_FAILED
+            return EXIT_CANNOT_START
         self.publish()
         code = await unless_stopped(self.child.start(), self.stop_event)
         if self.stop_event.is_set():
@@ -115,7 +116,7 @@ class _Keeper:
             return 0
         if code is not None:
             log.error("the control plane exited with code %s before it was ready", code)
-            return code if code > 0 else EXIT_START_FAILED
+            return code if code > 0 else EXIT_CANNOT_START
         self.child.spec = self._restart_spec
 
         bootstrap = build_gateway_bootstrap(
@@ -132,7 +133,7 @@ class _Keeper:
             await self.envoy.start()
         except OSError as error:
             log.error("cannot start envoy: %s", error)
-            return EXIT_START_FAILED
+            return EXIT_CANNOT_START
         self.publish()
         failure = await unless_stopped(self._envoy_started(self.envoy), self.stop_event)
         if self.stop_event.is_set():
@@ -140,7 +141,7 @@ class _Keeper:
             return 0
         if failure is not None:
             log.error("%s", failure)
-            return EXIT_START_FAILED
+            return EXIT_CANNOT_START
         log.info("running (envoy pid %s, control plane pid %s); Ctrl-C to stop", *self._pids())
         publisher = asyncio.create_task(self._publish_periodically())
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_en
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.policy_snapshot import build_policy_snapshot
+from inferway.gateway.rollouts.admin_routes import add_rollout_routes
+from inferway.gateway.rollouts.driver import RolloutDriver
+from inferway.gateway.rollouts.metrics import RolloutMetrics
+from inferway.gateway.rollouts.sample_source import build_rollout_source
+from inferway.gateway.rollouts.store import RolloutStore
 from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
@@ -170,6 +176,8 @@ class Gateway:
     """Watches the certificate files the live policy names (``rotations`` counts pushes)."""
     _stack: contextlib.AsyncExitStack = field(repr=False)
     _endpoints: EndpointsWatcher | EndpointsFollower | None = field(default=None, repr=False)
+    rollouts: RolloutDriver | None = None
+    """The policy's canary rollouts (state in <workdir>/rollouts/)."""
 
     @property
     def endpoints_watcher(self) -> EndpointsWatcher | None:
@@ -229,6 +237,26 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     plane = ControlPlane(cache, translate=options.translate or translate_ir)
     metrics = ControlPlaneMetrics.attach(plane)
     plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start
+    supervisor: EnvoySupervisor | None = None
+    keeper = _keeper_view(options)
+
+    def envoy_admin_port() -> int:  # the rollouts' metric source: ours, the keeper's, or given
+        if supervisor is not None:
+            return supervisor.admin_port
+        return keeper.admin_port if keeper is not None else options.envoy_admin_port
+
+    rollouts_dir = (
+        options.workdir / "rollouts"
+        if options.workdir is not None
+        else Path(tempfile.mkdtemp(prefix="inferway-rollouts-"))
+    )
+    rollouts = RolloutDriver(
+        plane,
+        RolloutStore(rollouts_dir),
+        lambda config: build_rollout_source(config, plane.policy, plane.state, envoy_admin_port),
+    )
+    RolloutMetrics.attach(metrics.registry, rollouts)
+    plane.add_observer(rollouts)  # resumes saved rollouts with the first apply
     certificates = CertificateSource(path.parent, source=str(path))
     certificates.follow(plan.policy)
     sources: list[StateSource] = [certificates.resolve_state]  # TLS files load with each edit
@@ -236,9 +264,15 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     if not external_endpoints:
         sources.append(follower.resolve_state)  # endpoints_file moves with edits
         plane.add_observer(follower)
-    plane.apply_policy(plan.policy, str(path), state=plan.state)
+    sources.append(rollouts.resolve_state)  # a policy edit keeps the rollouts' weights
+    # Saved rollouts' weights go into the first snapshot: Envoy never sees them reset.
+    plane.apply_policy(
+        plan.policy, str(path), state=rollouts.resolve_state(plan.policy, plan.state)
+    )
 
     stack = contextlib.AsyncExitStack()
+    if options.workdir is None:
+        stack.callback(shutil.rmtree, rollouts_dir, True)
     try:
         xds = await start_xds_server(
             cache,
@@ -276,7 +310,6 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             stack.push_async_callback(follower.stop)
             await follower.start(endpoints_text)
 
-        supervisor: EnvoySupervisor | None = None
         if options.with_envoy:
             workdir = options.workdir.absolute() if options.workdir is not None else None
             if workdir is None:
@@ -303,15 +336,17 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 "reach it (state-changing requests still need the admin token)",
                 options.admin_address,
             )
+        admin_app = build_admin_app(
+            plane,
+            supervisor or keeper,
+            metrics=metrics,
+            token=token,
+            reload=build_reload(watcher),
+            xds_refusals=xds.refusals.recent,
+        )
+        add_rollout_routes(admin_app, rollouts)
         admin = await start_admin_server(
-            build_admin_app(
-                plane,
-                supervisor or _keeper_view(options),
-                metrics=metrics,
-                token=token,
-                reload=build_reload(watcher),
-                xds_refusals=xds.refusals.recent,
-            ),
+            admin_app,
             host=options.admin_address,
             port=options.admin_port,
         )
@@ -323,6 +358,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             await supervisor.start()
             # Last in, first out: Envoy stops before everything else.
             stack.push_async_callback(supervisor.stop)
+        await rollouts.start()  # after Envoy: the first scrape finds it
+        stack.push_async_callback(rollouts.stop)
     except BaseException:
         await stack.aclose()
         raise
@@ -337,4 +374,5 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         certificates,
         stack,
         _endpoints=endpoints_source,
+        rollouts=rollouts,
     )

@@ -17,6 +17,7 @@ from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
 from inferway.policies.checks_replicas import check_replicas
+from inferway.policies.checks_rollouts import check_rollouts
 from inferway.policies.checks_route_traffic import check_route_traffic
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
@@ -259,4 +260,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_traffic,
     check_grpc_targets,
     check_route_traffic,
+    check_rollouts,
 ]

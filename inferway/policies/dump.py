@@ -71,4 +71,6 @@ def dump_policy(policy: Policy) -> str:
         data["observability"] = policy.observability.model_dump(exclude_none=True)
     if policy.grpc_targets:
         data["grpc_targets"] = [t.model_dump(exclude_none=True) for t in policy.grpc_targets]
+    if policy.rollouts:
+        data["rollouts"] = [r.model_dump(exclude_none=True) for r in policy.rollouts]
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

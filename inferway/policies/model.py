@@ -22,6 +22,7 @@ from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
 from inferway.policies.replicas import Replicas
+from inferway.policies.rollouts import Rollout
 from inferway.policies.route_traffic import CookieMatch, Fault, Mirror
 from inferway.policies.tls import ListenerTls, ServiceTls
 from inferway.policies.traffic import (
@@ -233,3 +234,5 @@ class Policy(_Model):
     observability: Observability | None = None
     grpc_targets: list[GrpcTarget] = Field(default_factory=list)
     """Names proxyless gRPC clients dial as ``xds:///<name>`` (grpc_targets.py)."""
+    rollouts: list[Rollout] = Field(default_factory=list)
+    """Canary rollouts driven by the rollout controller (rollouts.py, docs/rollouts.md)."""

@@ -203,10 +203,15 @@ class OutlierDetection(_Model):
 class RetryBudget(_Model):
     """Retries allowed at once as a percent of active requests (at least
     ``min_concurrency``), instead of a fixed count: retries scale with load without
-    becoming a retry storm."""
+    becoming a retry storm.
+
+    The floor is sized for a whole priority tier dying at once: every request then spends two
+    tries there, each retry waiting out Envoy's backoff (25 ms base, exponential), so about
+    ``rate x 0.05`` retries are in flight; a floor of 10 overflowed (503, no retry) at
+    200 req/s as soon as the CPU was busy. 100 covers that to about 2,000 req/s."""
 
     percent: Percent = 20.0
-    min_concurrency: int = Field(default=10, ge=1)
+    min_concurrency: int = Field(default=100, ge=1)
 
 
 class CircuitBreakers(_Model):
@@ -216,7 +221,7 @@ class CircuitBreakers(_Model):
     retries: Envoy allows only 3 concurrent retries per service, which overflow (503, no
     retry) as soon as a replica dies under load, so unless ``max_retries`` or
     ``retry_budget`` is given a service gets the default retry budget (20% of active
-    requests, at least 10)."""
+    requests, at least 100)."""
 
     max_connections: Positive | None = None
     max_pending_requests: Positive | None = None

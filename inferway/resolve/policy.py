@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from inferway.policies.access import ALWAYS_REDACTED_HEADERS
 from inferway.policies.model import Listener, Policy, Route, Service
+from inferway.resolve.canary_match import resolve_canary_routes
 from inferway.resolve.endpoints import resolve_endpoints, resolve_localities
 from inferway.resolve.grpc_targets import resolve_grpc_target
 from inferway.resolve.ir import IR
@@ -33,7 +34,15 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
     """Raises ResolveError when State contradicts the policy (a bad weight override)."""
     state = state or State()
     services = {s.name: s for s in policy.services}
-    routes = [(r, resolve_route(r, services, state.weights.get(r.name))) for r in policy.routes]
+    resolved = [(r, resolve_route(r, services, state.weights.get(r.name))) for r in policy.routes]
+    rollouts = {r.route: r for r in policy.rollouts}
+    routes: list[tuple[Route, RouteIR]] = []
+    for route, ir in resolved:
+        if route.name in rollouts:  # the canary's forced routes go first, or they never match
+            routes.extend(
+                (route, forced) for forced in resolve_canary_routes(ir, rollouts[route.name])
+            )
+        routes.append((route, ir))
     by_name = {route.name: ir for route, ir in routes}
     return IR(
         listeners=tuple(

@@ -115,6 +115,7 @@ async def _serve(
                         "node %s did not answer within %.0f s; sending the held changes",
                         handle.node_id,
                         HOLD_TIMEOUT_S,
+                        extra={"node_id": handle.node_id, "stream_id": handle.stream_id},
                     )
                     await _apply(cache, handle, state.release(), send, protocol)
                     continue
@@ -197,6 +198,13 @@ async def _apply(
             record.version,
             record.snapshot or "?",
             record.message,
+            extra={
+                "node_id": record.node_id,
+                "stream_id": handle.stream_id,
+                "type_url": record.type_url,
+                "version": record.version,
+                "nonce": nack.nonce,
+            },
         )
     for response in step.responses:
         if protocol == "sotw":

@@ -62,3 +62,18 @@ def test_canary_example_splits_999_to_1_sticky_and_forces_v2_by_header_or_cookie
         ("model-v2", 1),
     ]
     assert split.retries is not None and split.retries.attempts >= 1
+
+
+def test_rollout_example_walks_v1_to_v2_with_forced_testers() -> None:
+    policy = load_policy(EXAMPLES / "rollout.yaml")
+    (rollout,) = policy.rollouts
+    assert (rollout.route, rollout.stable, rollout.canary) == ("inference", "model-v1", "model-v2")
+    assert [s.weight for s in rollout.steps] == [0.1, 1, 5, 25, 50, 100]
+    assert rollout.steps[3].pause == 600.0
+    assert [m.name for m in rollout.analysis.metrics] == [
+        "error-rate",
+        "latency-p99",
+        "latency-quantile",
+    ]
+    (forced,) = rollout.match
+    assert [(h.name, h.exact) for h in forced.headers] == [("x-canary", "true")]

@@ -263,7 +263,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[
             def finish(response: Any, failure: Failure | None) -> None:
                 answer(request, response, failure)
 
-            fut = core.submit(_GrpcCall(request, context), GRPC_STREAM, finish)
+            fut = core.submit(_GrpcCall(request, context), GRPC_STREAM, finish, request_id)
             if fut is not None:
                 waiting.add(fut)
                 fut.add_done_callback(waiting.discard)

@@ -68,7 +68,9 @@ async def _guard(
             {"error": exc.reason if exc.text is None else exc.text}, status=exc.status
         )
     except Exception as exc:
-        resp = _error(classify_error(exc))
+        resp = _error(
+            classify_error(exc, request_id=request.headers.get(tracing.REQUEST_ID_HEADER))
+        )
     report = request.app[_CORE].load_report()
     if report is not None:
         resp.headers[orca.ORCA_HEADER] = report

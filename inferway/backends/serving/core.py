@@ -244,7 +244,7 @@ class ServingCore:
                 self._outcome(span, model, transport, started, CLIENT_GONE)
                 raise
             except Exception as exc:
-                failure = classify_error(exc)
+                failure = classify_error(exc, request_id=request_id, model=call.model_name)
             self._outcome(span, model, transport, started, failure)
         return response, failure
 
@@ -253,6 +253,7 @@ class ServingCore:
         call: InferCall[ResponseT],
         transport: Transport,
         finish: Callable[[ResponseT | None, Failure | None], None],
+        request_id: str | None = None,
     ) -> asyncio.Future[dict[str, np.ndarray]] | None:
         """``infer`` without a coroutine or a span, for streams that carry many requests:
         ``finish`` gets the outcome from the batch's callback. Returns the queued future
@@ -270,7 +271,7 @@ class ServingCore:
                 job.decoded.inputs, timeout=job.timeout_s, span_context=INVALID_SPAN_CONTEXT
             )
         except Exception as exc:
-            failure = classify_error(exc)
+            failure = classify_error(exc, request_id=request_id, model=call.model_name)
             self._count(model, transport.protocol, transport.code(failure), started)
             finish(None, failure)
             return None
@@ -286,7 +287,7 @@ class ServingCore:
                 chosen = select_outputs(fut.result(), job.decoded.outputs, job.output_names)
                 response = call.encode(served, job.decoded, chosen)
             except Exception as exc:
-                failure = classify_error(exc)
+                failure = classify_error(exc, request_id=request_id, model=served.name)
             self._count(served, transport.protocol, transport.code(failure), started)
             finish(response, failure)
 

@@ -66,8 +66,11 @@ CLIENT_GONE = Failure(499, grpc.StatusCode.CANCELLED, "the client went away befo
 (HTTP 499 as nginx logs it, gRPC CANCELLED) and, if still queued, never computed."""
 
 
-def classify_error(exc: BaseException) -> Failure:
-    """Map an exception to its protocol answer; anything unexpected is a logged 500."""
+def classify_error(
+    exc: BaseException, *, request_id: str | None = None, model: str | None = None
+) -> Failure:
+    """Map an exception to its protocol answer; anything unexpected is a logged 500, whose
+    line carries the request's ``request_id`` (x-request-id) and ``model`` fields."""
     msg = str(exc) or type(exc).__name__
     if isinstance(exc, InferInputError | InvalidRequestError | UnsupportedRequestError):
         return Failure(400, grpc.StatusCode.INVALID_ARGUMENT, msg)
@@ -83,5 +86,9 @@ def classify_error(exc: BaseException) -> Failure:
         return Failure(504, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded: " + msg)
     if isinstance(exc, NotReadyError | ExecutorClosedError):
         return Failure(503, grpc.StatusCode.UNAVAILABLE, msg)
-    log.error("inference request failed unexpectedly", exc_info=exc)
+    log.error(
+        "inference request failed unexpectedly",
+        exc_info=exc,
+        extra={"request_id": request_id, "model": model},
+    )
     return Failure(500, grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {msg}")

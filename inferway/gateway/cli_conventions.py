@@ -1,0 +1,72 @@
+"""The pieces of the ``inferway`` command that every operator tool has (docs/cli.md): the
+version flag, the ``--log-format`` option, and help that survives a pipe. Kept apart from
+the commands so each command module only declares what it does."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from typing import Annotated
+
+import typer
+
+from inferway.observability.log_format import LogFormatChoice
+
+__all__ = [
+    "PIPED_HELP_WIDTH",
+    "LogFormatOption",
+    "VersionOption",
+    "installed_version",
+    "run_app",
+]
+
+PIPED_HELP_WIDTH = 1000
+"""Help's line width when stdout is not a terminal: wide enough that nothing wraps or is cut."""
+
+
+def installed_version() -> str:
+    """The installed distribution's version, from its metadata (what pip and bug reports
+    name); a source tree that was never installed says so."""
+    try:
+        return importlib.metadata.version("inferway")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"inferway {installed_version()}\n")
+        raise typer.Exit()
+
+
+VersionOption = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        help="Print inferway's version and exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),
+]
+
+LogFormatOption = Annotated[
+    LogFormatChoice | None,
+    typer.Option(
+        case_sensitive=False,
+        help="json (one object per line: time, level, logger, message, fields) or text; "
+        "default: json unless stderr is a terminal.",
+        envvar="INFERWAY_LOG_FORMAT",
+        show_default=False,
+    ),
+]
+
+
+def run_app(app: typer.Typer) -> None:
+    """Run ``app`` as the ``inferway`` program. Piped or captured help (``--help | grep``, a
+    CI log) is plain text, one line per option and command, never cut to the 80 columns
+    rich assumes without a terminal; on a terminal it is rich's layout."""
+    if sys.stdout.isatty():
+        app(prog_name="inferway")
+        return
+    app.rich_markup_mode = None
+    app(prog_name="inferway", terminal_width=PIPED_HELP_WIDTH, max_content_width=PIPED_HELP_WIDTH)

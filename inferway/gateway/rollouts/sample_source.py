@@ -1,0 +1,68 @@
+"""A rollout's metric source: Envoy's per-cluster window, plus, for an ``output-agreement``
+check, the mirrored answers compared by the replicas' recorded digests
+(:mod:`inferway.gateway.agreement_source`), in the same WindowSample.
+
+Agreement counts that arrive while there is no Envoy window yet (the first scrape is only a
+baseline) are kept for the next window, never dropped. A replica whose records cannot be read
+is a source error: the rollout pauses with that reason rather than judge half the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inferway.gateway.agreement_source import AgreementSource
+from inferway.gateway.controllers.rollout.config import AgreementCheck, RolloutConfig
+from inferway.gateway.controllers.rollout.evidence import MirrorCounts, WindowSample
+from inferway.gateway.rollouts.envoy_stats import EnvoyStatsSource, ScrapeError
+from inferway.policies.model import Policy
+from inferway.resolve.endpoints import resolve_endpoints
+from inferway.state import State
+
+__all__ = ["RolloutSource", "build_rollout_source"]
+
+
+class RolloutSource:
+    def __init__(self, stats: EnvoyStatsSource, agreement: AgreementSource | None = None) -> None:
+        self.stats = stats
+        self.agreement = agreement
+        self._pending = MirrorCounts()
+
+    async def sample(self) -> WindowSample | None:
+        window = await self.stats.sample()
+        if self.agreement is not None:
+            polled = await self.agreement.poll()
+            self._pending.add(polled.mirror)
+            if polled.unreachable:
+                raise ScrapeError("output records unreachable: " + "; ".join(polled.unreachable))
+        if window is None:
+            return None
+        mirror, self._pending = self._pending, MirrorCounts()
+        return WindowSample(window.stable, window.canary, mirror)
+
+
+def _urls(policy: Policy | None, state: State, service: str) -> list[str]:
+    for candidate in policy.services if policy is not None else ():
+        if candidate.name == service:
+            return [
+                f"http://[{e.host}]:{e.port}" if ":" in e.host else f"http://{e.host}:{e.port}"
+                for e in resolve_endpoints(candidate, state)
+            ]
+    return []
+
+
+def build_rollout_source(
+    config: RolloutConfig,
+    policy: Policy | None,
+    state: State,
+    envoy_admin_port: Callable[[], int | None],
+) -> RolloutSource:
+    """The source for ``config``: Envoy's stats, and the replicas' answer digests when it has
+    an output-agreement check (the replicas as the live policy and state name them now)."""
+    stats = EnvoyStatsSource(envoy_admin_port, stable=config.stable, canary=config.canary)
+    if not any(isinstance(c, AgreementCheck) for c in config.analysis.checks):
+        return RolloutSource(stats)
+    agreement = AgreementSource(
+        stable=_urls(policy, state, config.stable), canary=_urls(policy, state, config.canary)
+    )
+    return RolloutSource(stats, agreement)

@@ -1,0 +1,101 @@
+"""Semantic checks for ``rollouts``: each names a route of the policy and two of its backends,
+walks strictly increasing steps, and no route is moved by two rollouts at once (their weight
+overrides would fight)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+
+from inferway.policies.model import Policy
+from inferway.policies.rollouts import Rollout
+from inferway.policies.yaml_marks import Loc
+
+__all__ = ["check_rollouts"]
+
+
+def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
+    routes = {r.name: r for r in policy.routes}
+    services = [s.name for s in policy.services]
+    names: dict[str, int] = {}
+    on_route: dict[str, int] = {}
+    for i, rollout in enumerate(policy.rollouts):
+        loc: Loc = ("rollouts", i)
+        if rollout.name in names:
+            yield (
+                (*loc, "name"),
+                f"duplicate rollout name '{rollout.name}' (also rollouts[{names[rollout.name]}])",
+            )
+        names.setdefault(rollout.name, i)
+        yield from _steps(loc, rollout)
+        yield from _metrics(loc, rollout)
+        if rollout.analysis.interval <= 0:
+            yield (*loc, "analysis", "interval"), "the analysis interval must be above 0"
+        route = routes.get(rollout.route)
+        if route is None:
+            yield (*loc, "route"), f"unknown route '{rollout.route}'{_hint(rollout.route, routes)}"
+            continue
+        if rollout.route in on_route:
+            yield (
+                (*loc, "route"),
+                f"route '{rollout.route}' already has a rollout "
+                f"(rollouts[{on_route[rollout.route]}]); one rollout per route, or their "
+                "weights would fight",
+            )
+        on_route.setdefault(rollout.route, i)
+        backends = [b.service for b in route.backends]
+        for role in ("stable", "canary"):
+            name = getattr(rollout, role)
+            if name not in services:
+                yield (*loc, role), f"unknown service '{name}'{_hint(name, services)}"
+            elif name not in backends:
+                yield (
+                    (*loc, role),
+                    f"{role} '{name}' is not a backend of route '{route.name}' (its backends: "
+                    f"{', '.join(backends)}); add it to the route's backends",
+                )
+        if rollout.stable == rollout.canary:
+            yield (*loc, "canary"), f"canary and stable are both '{rollout.canary}'"
+        for m, metric in enumerate(rollout.analysis.metrics):
+            mirror = route.mirror
+            if metric.name == "output-agreement" and (
+                mirror is None or mirror.service != rollout.canary
+            ):
+                yield (
+                    (*loc, "analysis", "metrics", m, "via"),
+                    f"output-agreement compares mirrored answers, but route '{route.name}' does "
+                    f"not mirror to the canary '{rollout.canary}'; add "
+                    f"'mirror: {{service: {rollout.canary}}}' to the route",
+                )
+
+
+def _steps(loc: Loc, rollout: Rollout) -> Iterator[tuple[Loc, str]]:
+    for s in range(1, len(rollout.steps)):
+        before, now = rollout.steps[s - 1].weight, rollout.steps[s].weight
+        if now <= before:
+            yield (
+                (*loc, "steps", s),
+                f"steps must increase: {now:g}% comes after {before:g}% (steps[{s - 1}])",
+            )
+
+
+def _metrics(loc: Loc, rollout: Rollout) -> Iterator[tuple[Loc, str]]:
+    seen: dict[str, int] = {}
+    for m, metric in enumerate(rollout.analysis.metrics):
+        where = (*loc, "analysis", "metrics", m)
+        if metric.name in seen and metric.name in ("error-rate", "latency-p99"):
+            yield (
+                (*where, "name"),
+                f"metric {metric.name} is already given (metrics[{seen[metric.name]}])",
+            )
+        seen.setdefault(metric.name, m)
+        big = metric.max_increase is not None and metric.max_increase >= 100
+        if metric.name == "error-rate" and big:
+            yield (*where, "max_increase"), "an error rate cannot grow by 100% or more"
+
+
+def _hint(name: str, known: object) -> str:
+    names = list(known)  # type: ignore[call-overload]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{hint}; known: {', '.join(names) if names else 'none defined'}"

@@ -1,0 +1,308 @@
+"""The rollout wiring's pure parts: Envoy's Prometheus text -> window samples (counter
+resets included), the persisted state, policy -> controller config, located policy errors,
+the canary's forced routes, and the driver writing weights into a real ControlPlane."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.controllers.rollout.config import (
+    AgreementCheck,
+    ErrorRateCheck,
+    LatencyCheck,
+)
+from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.gateway.controllers.rollout.state import Phase, RolloutState
+from inferway.gateway.rollouts.config import build_rollout_config
+from inferway.gateway.rollouts.driver import RolloutDriver
+from inferway.gateway.rollouts.envoy_stats import (
+    ScrapeError,
+    build_window,
+    parse_cluster_totals,
+)
+from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
+from inferway.policies import PolicyError, load_policy_text
+from inferway.resolve import resolve_policy
+from inferway.xds.cache import SnapshotCache
+
+
+def _stats(cluster: str, ok: int, bad: int, buckets: dict[str, int]) -> str:
+    xx = "envoy_cluster_upstream_rq_xx{envoy_response_code_class="
+    lines = [
+        "# TYPE envoy_cluster_upstream_rq_xx counter",
+        f'{xx}"2",envoy_cluster_name="{cluster}"}} {ok}',
+        f'{xx}"5",envoy_cluster_name="{cluster}"}} {bad}',
+        f'envoy_cluster_upstream_rq_completed{{envoy_cluster_name="{cluster}"}} {ok + bad}',
+        "# TYPE envoy_cluster_upstream_rq_time histogram",
+    ]
+    lines += [
+        f'envoy_cluster_upstream_rq_time_bucket{{envoy_cluster_name="{cluster}",le="{le}"}} {n}'
+        for le, n in buckets.items()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_envoy_text_becomes_totals_per_cluster() -> None:
+    text = _stats("v1", 90, 10, {"1": 50, "5": 95, "+Inf": 100}) + _stats(
+        "other", 5, 0, {"+Inf": 5}
+    )
+    totals = parse_cluster_totals(text, ["v1", "v2"])
+    assert totals["v1"].requests == 100 and totals["v1"].errors == 10
+    assert totals["v1"].buckets == {1.0: 50, 5.0: 95, math.inf: 100}
+    assert totals["v2"].requests == 0, "a cluster Envoy does not report has zero totals"
+    with pytest.raises(ScrapeError, match="not Prometheus text"):
+        parse_cluster_totals("{not: prometheus}", ["v1"])
+
+
+def test_a_window_is_the_difference_between_scrapes_with_bucket_counts() -> None:
+    before = parse_cluster_totals(
+        _stats("v1", 90, 10, {"1": 50, "5": 95, "+Inf": 100})
+        + _stats("v2", 9, 1, {"1": 5, "5": 10, "+Inf": 10}),
+        ["v1", "v2"],
+    )
+    now = parse_cluster_totals(
+        _stats("v1", 180, 20, {"1": 100, "5": 190, "+Inf": 200})
+        + _stats("v2", 19, 1, {"1": 5, "5": 19, "+Inf": 20}),
+        ["v1", "v2"],
+    )
+    window = build_window(before, now, stable="v1", canary="v2")
+    assert window.stable == VersionCounts(100, 10, {1.0: 50, 5.0: 45, 10.0: 5})
+    assert window.canary == VersionCounts(10, 0, {5.0: 9, 10.0: 1})
+
+
+def test_an_envoy_restart_resetting_counters_counts_from_zero_never_negative() -> None:
+    before = parse_cluster_totals(_stats("v2", 1000, 50, {"5": 1050, "+Inf": 1050}), ["v2"])
+    after_restart = parse_cluster_totals(_stats("v2", 30, 2, {"5": 32, "+Inf": 32}), ["v2"])
+    window = build_window(before, after_restart, stable="v1", canary="v2")
+    assert window.canary == VersionCounts(32, 2, {5.0: 32})
+    assert window.stable == VersionCounts(0, 0, {})
+
+
+def test_state_is_saved_atomically_and_read_back(tmp_path: Path) -> None:
+    store = RolloutStore(tmp_path / "rollouts")
+    assert store.load("r") is None
+    state = RolloutState(name="r", phase=Phase.PROGRESSING, step=2, weight=2500, reason="x")
+    target = RolloutTarget("inference", "v1", "v2")
+    store.save(target, state)
+    state.step = 3
+    store.save(target, state)
+    saved = store.load("r")
+    assert saved is not None and saved[0] == target
+    loaded = saved[1]
+    assert (loaded.step, loaded.weight, loaded.phase) == (
+        3,
+        2500,
+        Phase.PROGRESSING,
+    )
+    assert sorted(p.name for p in store.directory.iterdir()) == ["r.json"], "no temp file left"
+    store.path("r").write_text("{broken")
+    with pytest.raises(ValueError, match=r"r\.json: Expecting"):
+        store.load("r")
+
+
+POLICY = """version: 1
+listeners: [{name: edge, port: 18080}]
+services:
+  - {name: v1, endpoints: ["127.0.0.1:1"]}
+  - {name: v2, endpoints: ["127.0.0.1:2"]}
+routes:
+  - name: inference
+    backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]
+rollouts:
+  - name: demo-v2
+    route: inference
+    stable: v1
+    canary: v2
+    steps: [0.1, 1, {weight: 5, pause: 10m}, 100]
+    analysis:
+      interval: 2s
+      min_requests: 50
+      metrics:
+        - {name: error-rate, max_increase: 0.5%}
+        - {name: latency-p99, max_increase: 20%}
+    match: [{headers: [{name: x-canary, exact: "true"}]}]
+"""
+
+
+def test_the_policy_becomes_the_controllers_config_in_its_units() -> None:
+    config = build_rollout_config(load_policy_text(POLICY, "p.yaml").rollouts[0])
+    assert config.step_parts == (10, 100, 500, 10_000)
+    assert config.steps[2].pause_s == 600.0
+    assert config.analysis.interval_s == 2.0 and config.analysis.min_requests == 50
+    assert config.analysis.checks == (ErrorRateCheck(0.005), LatencyCheck(0.2))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("route: inference", "route: inferenc", "p.yaml:11:12: rollouts[0].route: unknown route"),
+        ("canary: v2", "canary: v9", "p.yaml:13:13: rollouts[0].canary: unknown service 'v9'"),
+        ("0.1, 1,", "1, 0.5,", "p.yaml:14:16: rollouts[0].steps[1]: steps must increase"),
+        ("0.1, 1,", "0.15, 1,", "p.yaml:14:13: rollouts[0].steps[0]: step weight must be"),
+        ("0.5%", "half", "rollouts[0].analysis.metrics[0].max_increase: expected a percentage"),
+    ],
+)
+def test_bad_rollouts_are_refused_with_file_and_line(old: str, new: str, expected: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(POLICY.replace(old, new), "p.yaml")
+    assert expected in str(caught.value), str(caught.value)
+
+
+def test_a_canary_off_the_route_and_two_rollouts_on_one_route_are_refused() -> None:
+    text = POLICY.replace("routes:\n", '  - {name: v3, endpoints: ["127.0.0.1:3"]}\nroutes:\n') + (
+        "  - name: second\n    route: inference\n    stable: v1\n    canary: v3\n    steps: [50]\n"
+    )
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(text, "p.yaml")
+    message = str(caught.value)
+    assert "rollouts[1].route: route 'inference' already has a rollout (rollouts[0])" in message
+    assert "rollouts[1].canary: canary 'v3' is not a backend of route 'inference'" in message
+
+
+def test_match_headers_route_to_the_canary_ahead_of_the_weighted_route() -> None:
+    ir = resolve_policy(load_policy_text(POLICY, "p.yaml"))
+    routes = ir.listeners[0].routes
+    assert [r.name for r in routes] == ["inference-canary-0", "inference"]
+    forced = routes[0]
+    assert [(b.service, b.weight) for b in forced.backends] == [("v2", 10_000)]
+    assert [(h.name, h.exact) for h in forced.match.headers] == [("x-canary", "true")]
+
+
+class _Script:
+    """A metric source replaying windows (the driver's only input besides commands)."""
+
+    def __init__(self, windows: list[WindowSample | None]) -> None:
+        self.windows = windows
+
+    async def sample(self) -> WindowSample | None:
+        return self.windows.pop(0) if self.windows else None
+
+
+def _good(n: int) -> WindowSample:
+    return WindowSample(stable=VersionCounts(n, 0, {5.0: n}), canary=VersionCounts(n, 0, {1.0: n}))
+
+
+def test_the_driver_writes_weights_into_state_and_resumes_from_disk(tmp_path: Path) -> None:
+    policy = load_policy_text(POLICY.replace("min_requests: 50", "min_requests: auto"), "p.yaml")
+    now = [1000.0]
+
+    def make_driver() -> tuple[ControlPlane, RolloutDriver]:
+        plane = ControlPlane(SnapshotCache())
+        driver = RolloutDriver(
+            plane,
+            RolloutStore(tmp_path),
+            lambda config: _Script([_good(2000) for _ in range(3)]),
+            clock=lambda: now[0],
+        )
+        plane.add_observer(driver)
+        plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+        return plane, driver
+
+    plane, driver = make_driver()
+    assert dict(plane.state.weights) == {}, "not started: the policy's weights apply"
+    start = asyncio.run(driver.tick("demo-v2"))
+    assert start is not None and start.action == "start"
+    assert dict(plane.state.weights["inference"]) == {"v1": 99.9, "v2": 0.1}
+    now[0] += 5
+    advance = asyncio.run(driver.tick("demo-v2"))
+    assert advance is not None and advance.action == "advance", advance
+    assert dict(plane.state.weights["inference"]) == {"v1": 99.0, "v2": 1.0}
+
+    plane2, driver2 = make_driver()  # a restart: same workdir, fresh control plane
+    assert dict(plane2.state.weights["inference"]) == {"v1": 99.0, "v2": 1.0}
+    assert driver2.status("demo-v2")["step"] == 1
+    assert driver2.command("demo-v2", "abort").action == "abort"
+    assert dict(plane2.state.weights["inference"]) == {"v1": 100.0, "v2": 0.0}
+
+    edited = load_policy_text(POLICY.split("rollouts:")[0], "p.yaml")
+    plane2.apply_policy(edited, "p.yaml", state=driver2.resolve_state(edited, plane2.state))
+    assert dict(plane2.state.weights) == {}, "a removed rollout drops its weights"
+    assert driver2.names() == []
+
+
+def test_saved_state_of_another_target_is_not_resumed(tmp_path: Path) -> None:
+    policy = load_policy_text(POLICY, "p.yaml")
+    saved = RolloutState(name="demo-v2", phase=Phase.PROGRESSING, step=1, weight=100)
+    RolloutStore(tmp_path).save(RolloutTarget("inference", "v1", "v9"), saved)
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(plane, RolloutStore(tmp_path), lambda config: _Script([]))
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    assert dict(plane.state.weights) == {}
+    assert driver.status("demo-v2")["phase"] == "waiting"
+
+
+def test_saved_state_beyond_the_policys_steps_starts_over(tmp_path: Path) -> None:
+    policy = load_policy_text(POLICY, "p.yaml")
+    saved = RolloutState(name="demo-v2", phase=Phase.PROGRESSING, step=7, weight=100)
+    RolloutStore(tmp_path).save(RolloutTarget("inference", "v1", "v2"), saved)
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(plane, RolloutStore(tmp_path), lambda config: _Script([]))
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    assert dict(plane.state.weights) == {}, "no weight from a state the controller refuses"
+    assert driver.status("demo-v2")["phase"] == "waiting"
+
+
+def test_every_decision_is_logged_with_its_numbers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = load_policy_text(POLICY.replace("min_requests: 50", "min_requests: auto"), "p.yaml")
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(
+        plane, RolloutStore(tmp_path), lambda config: _Script([_good(2000), _good(2000)])
+    )
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    with caplog.at_level("DEBUG", logger="inferway.gateway.rollouts.driver"):
+        asyncio.run(driver.tick("demo-v2"))
+        asyncio.run(driver.tick("demo-v2"))
+    start, hold = [r for r in caplog.records if hasattr(r, "rollout_event")]
+    assert start.levelname == "INFO" and '"action": "start"' in start.getMessage()
+    assert hold.levelname == "DEBUG"
+    event = json.loads(hold.rollout_event)
+    assert event["window"]["canary_requests"] == 2000
+    assert {v["check"]: v["result"] for v in event["verdicts"]}["error-rate"] in (
+        "pass",
+        "need_more",
+    )
+    assert '"verdicts": {"error-rate"' in hold.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("metric", "expected"),
+    [
+        ("{name: output-agreement, min: 99%}", "output-agreement needs 'via: mirror'"),
+        ("{name: error-rate, max_increase: 1%, via: mirror}", "no other metric takes 'via'"),
+        ("{name: output-agreement, min: 100%, via: mirror}", "must be below 100%"),
+        (
+            "{name: output-agreement, min: 99%, via: mirror}",
+            "p.yaml:19:51: rollouts[0].analysis.metrics[0].via: output-agreement compares "
+            "mirrored answers, but route 'inference' does not mirror to the canary 'v2'",
+        ),
+    ],
+)
+def test_output_agreement_needs_a_mirror_to_the_canary(metric: str, expected: str) -> None:
+    text = POLICY.replace("- {name: error-rate, max_increase: 0.5%}", f"- {metric}")
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(text, "p.yaml")
+    assert expected in str(caught.value), str(caught.value)
+
+
+def test_output_agreement_becomes_the_controllers_agreement_check() -> None:
+    text = POLICY.replace(
+        "backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]",
+        "backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]\n"
+        "    mirror: {service: v2}",
+    ).replace(
+        "- {name: error-rate, max_increase: 0.5%}",
+        "- {name: output-agreement, min: 99%, via: mirror}",
+    )
+    config = build_rollout_config(load_policy_text(text, "p.yaml").rollouts[0])
+    assert config.analysis.checks == (AgreementCheck(0.99), LatencyCheck(0.2))
