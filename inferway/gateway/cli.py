@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -380,10 +379,8 @@ app.add_typer(rollout_app, name="rollout")
 
 
 def main() -> None:
-    # The gateway forks Envoy while gRPC threads run; gRPC's fork handlers only matter to a
-    # child that keeps using gRPC (Envoy execs at once), and they print a warning on every
-    # fork. Set here, in the entry point, not on import: importing inferway changes nothing.
-    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    """The CLI itself; the ``inferway`` command enters through ``gateway/entry.py``, which sets
+    the process environment first (``python -m inferway.gateway.cli`` skips that)."""
     run_app(app)
 
 
