@@ -365,12 +365,23 @@ def demo(
     mtls: Annotated[
         bool, typer.Option("--mtls", help="Mutual TLS on the listener (development CA).")
     ] = False,
+    rollout: Annotated[
+        bool,
+        typer.Option(
+            "--rollout",
+            help="Then a rollout scene: v2 promoted step by step, a bad v3 rolled back.",
+        ),
+    ] = False,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
     from inferway.devtools.demo import run_demo
 
     configure_logging("warning")
-    raise typer.Exit(run_event_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
+    raise typer.Exit(
+        run_event_loop(
+            run_demo(once=once, requests=requests, trace=trace, mtls=mtls, rollout=rollout)
+        )
+    )
 
 
 app.command("serve")(serve)
