@@ -28,6 +28,7 @@ from inferway.gateway.admin import (
     start_admin_server,
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
+from inferway.gateway.autoscale_policy import autoscale_configs
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
@@ -146,6 +147,7 @@ def plan_gateway(options: GatewayOptions) -> GatewayPlan:
     text = read_source_text(path)
     external_endpoints = options.endpoints_file is not None
     policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
+    autoscale_configs(policy, text, str(path))  # located errors before any socket opens
     endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
     state = State()
     endpoints_text = ""

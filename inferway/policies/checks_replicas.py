@@ -16,6 +16,12 @@ def check_replicas(policy: Policy) -> Iterator[tuple[Loc, str]]:
     for s, service in enumerate(policy.services):
         if service.replicas is not None:
             yield from _one(service.replicas, ("services", s, "replicas"))
+        elif service.autoscale is not None:
+            yield (
+                ("services", s, "autoscale"),
+                f"service '{service.name}' has autoscale but no replicas: the autoscaler "
+                "scales replicas the gateway runs itself; add a replicas: section",
+            )
 
 
 def _one(spec: Replicas, loc: Loc) -> Iterator[tuple[Loc, str]]:

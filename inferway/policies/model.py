@@ -8,7 +8,7 @@ Backend weights are relative percentages with 0.1% resolution (``99.9`` / ``0.1`
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -110,6 +110,8 @@ class Service(_Model):
     outlier_detection: OutlierDetection | None = None  # None = on, with defaults
     circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
     replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
+    # read by gateway/autoscale_policy.py (the autoscaler's own config reader); needs replicas
+    autoscale: dict[str, Any] | None = None
 
 
 class PathMatch(_Model):

@@ -1,0 +1,56 @@
+"""Each service's ``autoscale:`` block, read into an AutoscaleConfig with located errors.
+
+The policy layer only knows ``autoscale:`` is a mapping on a service with ``replicas:``; the
+autoscaler's own reader (controllers/autoscale) lives above it, so the gateway reads the block
+here, after the policy loaded, and places each problem on its line of the policy file. Both
+forms are accepted: the native one (``build_autoscale_config``) and the issue's
+``scaling_policy`` rule (``build_from_scaling_policy``).
+"""
+
+from __future__ import annotations
+
+from inferway.gateway.controllers.autoscale.config import build_autoscale_config
+from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
+from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
+from inferway.gateway.controllers.autoscale.rule import (
+    build_from_scaling_policy,
+    is_scaling_policy,
+)
+from inferway.policies import PolicyError
+from inferway.policies.errors import PolicyIssue
+from inferway.policies.located import place_issues
+from inferway.policies.model import Policy
+
+__all__ = ["autoscale_configs"]
+
+
+def autoscale_configs(policy: Policy, text: str, source: str) -> dict[str, AutoscaleConfig]:
+    """Service name -> its autoscale config. Raises PolicyError with every problem of every
+    block, each on its field in ``source`` (whose content is ``text``)."""
+    configs: dict[str, AutoscaleConfig] = {}
+    issues: list[PolicyIssue] = []
+    for index, service in enumerate(policy.services):
+        if service.autoscale is None:
+            continue
+        build = (
+            build_from_scaling_policy
+            if is_scaling_policy(service.autoscale)
+            else build_autoscale_config
+        )
+        try:
+            configs[service.name] = build(service.name, service.autoscale)
+        except AutoscaleConfigError as error:
+            issues.extend(
+                PolicyIssue(source, None, None, _path(field, service.name, index), message)
+                for field, message in error.problems
+            )
+    if issues:
+        raise PolicyError(place_issues(text, source, issues))
+    return configs
+
+
+def _path(field: str, service: str, index: int) -> str:
+    """``services.NAME.autoscale.cooldown.up`` -> ``services[3].autoscale.cooldown.up``."""
+    prefix = f"services.{service}."
+    rest = field[len(prefix) :] if field.startswith(prefix) else field
+    return f"services[{index}].{rest.rstrip('.')}"
