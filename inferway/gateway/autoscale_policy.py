@@ -9,6 +9,9 @@ forms are accepted: the native one (``build_autoscale_config``) and the issue's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from inferway.gateway.controllers.autoscale.config import build_autoscale_config
 from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
 from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
@@ -21,7 +24,7 @@ from inferway.policies.errors import PolicyIssue
 from inferway.policies.located import place_issues
 from inferway.policies.model import Policy
 
-__all__ = ["autoscale_configs"]
+__all__ = ["autoscale_configs", "build_config"]
 
 
 def autoscale_configs(policy: Policy, text: str, source: str) -> dict[str, AutoscaleConfig]:
@@ -32,13 +35,8 @@ def autoscale_configs(policy: Policy, text: str, source: str) -> dict[str, Autos
     for index, service in enumerate(policy.services):
         if service.autoscale is None:
             continue
-        build = (
-            build_from_scaling_policy
-            if is_scaling_policy(service.autoscale)
-            else build_autoscale_config
-        )
         try:
-            configs[service.name] = build(service.name, service.autoscale)
+            configs[service.name] = build_config(service.name, service.autoscale)
         except AutoscaleConfigError as error:
             issues.extend(
                 PolicyIssue(source, None, None, _path(field, service.name, index), message)
@@ -47,6 +45,13 @@ def autoscale_configs(policy: Policy, text: str, source: str) -> dict[str, Autos
     if issues:
         raise PolicyError(place_issues(text, source, issues))
     return configs
+
+
+def build_config(service: str, block: Mapping[str, Any]) -> AutoscaleConfig:
+    """One block in either form; raises AutoscaleConfigError (fields named by service)."""
+    if is_scaling_policy(block):
+        return build_from_scaling_policy(service, block)
+    return build_autoscale_config(service, block)
 
 
 def _path(field: str, service: str, index: int) -> str:

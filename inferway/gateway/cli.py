@@ -42,6 +42,7 @@ from inferway.gateway.runtime import (
     GatewayPlan,
     plan_gateway,
 )
+from inferway.gateway.scale_cli import app as scale_app
 from inferway.gateway.validation import check_policy_file, print_summary
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.policies import PolicyError
@@ -387,6 +388,7 @@ def demo(
 app.command("serve")(serve)
 app.add_typer(certs_app, name="certs")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(scale_app, name="scale")
 
 
 def main() -> None:

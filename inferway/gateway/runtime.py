@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from inferway.gateway.actuators.attach import attach_replica_manager
+from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.admin import (
     DEFAULT_ADMIN_PORT,
     AdminServer,
@@ -28,7 +30,9 @@ from inferway.gateway.admin import (
     start_admin_server,
 )
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
+from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
 from inferway.gateway.autoscale_policy import autoscale_configs
+from inferway.gateway.autoscaling import AutoscaleDriver
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
@@ -180,6 +184,10 @@ class Gateway:
     _endpoints: EndpointsWatcher | EndpointsFollower | None = field(default=None, repr=False)
     rollouts: RolloutDriver | None = None
     """The policy's canary rollouts (state in <workdir>/rollouts/)."""
+    replicas: ReplicaManager | None = None
+    """The replicas the gateway runs itself (None: no service had ``replicas:`` at start)."""
+    autoscale: AutoscaleDriver | None = None
+    """The autoscaling loop over those replicas (with the replica manager or not at all)."""
 
     @property
     def endpoints_watcher(self) -> EndpointsWatcher | None:
@@ -207,6 +215,26 @@ def _keeper_view(options: GatewayOptions) -> KeeperView | None:
     if options.keeper_state_file is None:
         return None
     return KeeperView(options.keeper_state_file, envoy_admin_port=options.envoy_admin_port)
+
+
+def _start_replicas(
+    plane: ControlPlane,
+    options: GatewayOptions,
+    envoy_admin_port: Callable[[], int | None],
+    supervisor: EnvoySupervisor | None,
+) -> tuple[ReplicaManager | None, AutoscaleDriver | None]:
+    """The replica manager and its autoscaling loop, when a service has ``replicas:``.
+    A replica leaves only once our Envoy no longer lists it (when we run Envoy)."""
+    policy = plane.policy
+    if policy is None or not any(s.replicas is not None for s in policy.services):
+        return None, None
+    urls = [f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor is not None else []
+    log_dir = options.workdir / "replicas" if options.workdir is not None else None
+    manager = attach_replica_manager(plane, envoy_admin_urls=urls, log_dir=log_dir)
+    driver = AutoscaleDriver(manager, envoy_admin_port)
+    driver.configure(policy)
+    plane.add_observer(driver)
+    return manager, driver
 
 
 async def start_gateway(options: GatewayOptions) -> Gateway:
@@ -273,6 +301,9 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     )
 
     stack = contextlib.AsyncExitStack()
+    replicas: ReplicaManager | None = None
+    autoscale: AutoscaleDriver | None = None
+    replicas_owned = True  # closed here on failure until the stack owns it
     if options.workdir is None:
         stack.callback(shutil.rmtree, rollouts_dir, True)
     try:
@@ -347,6 +378,10 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             xds_refusals=xds.refusals.recent,
         )
         add_rollout_routes(admin_app, rollouts)
+        replicas, autoscale = _start_replicas(plane, options, envoy_admin_port, supervisor)
+        if replicas is not None and autoscale is not None:
+            add_autoscale_routes(admin_app, autoscale)
+            register_autoscale_metrics(metrics.registry, autoscale)
         admin = await start_admin_server(
             admin_app,
             host=options.admin_address,
@@ -362,7 +397,15 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             stack.push_async_callback(supervisor.stop)
         await rollouts.start()  # after Envoy: the first scrape finds it
         stack.push_async_callback(rollouts.stop)
+        if replicas is not None and autoscale is not None:
+            # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
+            stack.push_async_callback(replicas.close)
+            replicas_owned = False
+            await autoscale.start()
+            stack.push_async_callback(autoscale.stop)
     except BaseException:
+        if replicas_owned and replicas is not None:
+            await replicas.close()
         await stack.aclose()
         raise
     return Gateway(
@@ -377,4 +420,6 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         stack,
         _endpoints=endpoints_source,
         rollouts=rollouts,
+        replicas=replicas,
+        autoscale=autoscale,
     )
