@@ -94,3 +94,14 @@ def test_the_autoscale_example_builds() -> None:
     text = path.read_text()
     policy = load_policy_text(text, str(path))
     assert set(autoscale_configs(policy, text, str(path))) == {"model"}
+
+
+def test_validate_reports_a_bad_block_located(tmp_path: Path) -> None:
+    from inferway.gateway.validation import check_policy_file
+
+    path = tmp_path / "p.yaml"
+    path.write_text(_text("metric: qps"))
+    issues, summary = check_policy_file(path, None, envoy=False)
+    assert summary is None
+    (metric,) = [i for i in issues if i.path == "services[0].autoscale.metric"]
+    assert metric.line == 6 and "unknown metric 'qps'" in metric.message
