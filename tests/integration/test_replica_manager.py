@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from inferway.devtools.demo_models import write_demo_repository
-from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replica_plan import ReplicaState, ServiceReplicasStatus
 from inferway.gateway.actuators.replicas import ReplicaManager
 from tests.traffic_harness import Result, TrafficGateway, poll_until
@@ -55,7 +54,8 @@ def _template(
 ) -> str:
     """The policy as a TrafficGateway template (braces escaped, but {listener_port})."""
     if command is None:
-        command = f"{sys.executable} -m tests.replica_server --port {{port}} {args}".strip()
+        server = ROOT / "tests" / "replica_server.py"
+        command = f"{sys.executable} {server} --port {{port}} {args}".strip()
     text = (
         POLICY.replace("@COMMAND@", command)
         .replace("@READY@", ready_timeout)
@@ -68,20 +68,13 @@ def _template(
 async def managed(
     template: str, tmp_path: Path
 ) -> AsyncIterator[tuple[TrafficGateway, ReplicaManager]]:
+    """The replica manager the composition root attached (start_gateway does, for a policy
+    with ``replicas:``); the gateway's stop drains and stops its replicas."""
     async with TrafficGateway(template, []) as gw:
-        assert gw.envoy is not None
-        manager = attach_replica_manager(
-            gw.control_plane,
-            envoy_admin_urls=[gw.envoy.admin_url],
-            probe_interval=0.05,
-            workdir=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            log_dir=tmp_path,
-        )
-        try:
-            yield gw, manager
-        finally:
-            await manager.close()
+        assert gw.envoy is not None and gw.gateway is not None
+        manager = gw.gateway.replicas
+        assert manager is not None
+        yield gw, manager
 
 
 def _model(manager: ReplicaManager) -> ServiceReplicasStatus:
