@@ -35,9 +35,15 @@ DEFAULT_QUERIES = {
         'sum(increase(envoy_cluster_upstream_rq_completed{envoy_cluster_name="{cluster}"}'
         "[{interval}]))"
     ),
+    # Envoy creates a response-class counter with its first such response, and increase()
+    # of a series that appeared in the window misses its first value: a series absent a
+    # window ago counts with its whole value (it started from zero inside the window).
     "errors": (
-        "sum(increase(envoy_cluster_upstream_rq_xx"
-        '{envoy_cluster_name="{cluster}",envoy_response_code_class="5"}[{interval}]))'
+        "sum((increase({errors}[{interval}]) and {errors} offset {interval})"
+        " or ({errors} unless {errors} offset {interval}))"
+    ).replace(
+        "{errors}",
+        'envoy_cluster_upstream_rq_xx{envoy_cluster_name="{cluster}",envoy_response_code_class="5"}',
     ),
     "latency": (
         "sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket"
