@@ -17,16 +17,39 @@ import httpx
 import pytest
 from aiohttp import web
 
+from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.controllers.rollout.evidence import WindowSample
+from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, EnvoyStatsSource, ScrapeError
 from inferway.gateway.rollouts.prometheus_source import PrometheusSource
+from inferway.gateway.rollouts.sample_source import build_rollout_source
+from inferway.gateway.rollouts.store import RolloutStore
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.policies import load_policy_text
 from inferway.policies.rollout_prometheus import PrometheusAnalysis, PrometheusQueries
+from inferway.xds.cache import SnapshotCache
 from tests.e2e.conftest import render_policy
 from tests.envoy_process import free_port
 from tests.prometheus_server import PROMETHEUS, PrometheusServer
 
 T = TypeVar("T")
+
+POLICY = """version: 1
+listeners: [{name: edge, port: 18080}]
+services:
+  - {name: v1, endpoints: ["127.0.0.1:1"]}
+  - {name: v2, endpoints: ["127.0.0.1:2"]}
+routes:
+  - name: inference
+    backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]
+rollouts:
+  - name: demo-v2
+    route: inference
+    stable: v1
+    canary: v2
+    steps: [1, 100]
+    analysis: {interval: 1s, source: prometheus, prometheus: {url: PROMETHEUS_URL}}
+"""
 
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None,
@@ -174,3 +197,27 @@ async def test_an_unreachable_prometheus_is_a_source_error() -> None:
     closed = free_port()
     with pytest.raises(ScrapeError, match=f"Prometheus http://127.0.0.1:{closed}/api/v1/query"):
         await _source(f"http://127.0.0.1:{closed}").sample()
+
+
+async def test_a_rollout_on_an_unreachable_prometheus_pauses_with_that_reason(
+    tmp_path: Path,
+) -> None:
+    closed = free_port()
+    policy = load_policy_text(
+        POLICY.replace("PROMETHEUS_URL", f"http://127.0.0.1:{closed}"), "p.yaml"
+    )
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(
+        plane,
+        RolloutStore(tmp_path),
+        lambda config: build_rollout_source(config, plane.policy, plane.state, lambda: None),
+    )
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    for _ in range(2):
+        await driver.tick("demo-v2")
+    status = driver.status("demo-v2")
+    assert status["phase"] == "paused" and status["paused_by"] == "source", status
+    assert f"Prometheus http://127.0.0.1:{closed}/api/v1/query" in str(status["reason"]), status
+    assert status["step"] == 0, "no step taken on no evidence"
+    assert dict(plane.state.weights["inference"]) == {"v1": 99.0, "v2": 1.0}
