@@ -112,6 +112,19 @@ class RunProcess:
         assert not alive, f"left behind: {alive}\n{self.output()}"
         return code
 
+    def wait_for_exit(self, timeout: float = 40.0) -> int:
+        """The exit code of a run expected to end by itself (recording its children on the
+        way, to check none survives); killed afterwards whatever happened."""
+        assert self.proc is not None
+        try:
+            deadline = time.monotonic() + timeout
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                self.descendants()
+                time.sleep(0.05)
+            return self.proc.wait(1)
+        finally:
+            self.kill()
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.descendants()
@@ -292,16 +305,7 @@ def test_an_envoy_that_cannot_start_fails_the_start_loudly(tmp_path: Path) -> No
     with socket.socket() as taken:  # Envoy's admin port, already in use
         taken.bind(("127.0.0.1", run.envoy_admin_port))
         taken.listen()
-        run.start()
-        try:
-            assert run.proc is not None
-            deadline = time.monotonic() + 40
-            while run.proc.poll() is None and time.monotonic() < deadline:
-                run.descendants()  # remember every child, to check none survives
-                time.sleep(0.05)
-            code = run.proc.wait(1)
-        finally:
-            run.kill()
+        code = run.start().wait_for_exit()
     out = run.output()
     assert code == 2, out
     assert "envoy exited with code" in out and "before it was ready" in out, out
@@ -314,15 +318,7 @@ def test_a_refused_policy_exits_1_before_envoy_starts(tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.format(listener_port=70000, v1=1, v2=2, w1=50, w2=50))
     run = RunProcess(tmp_path, policy).start()
-    try:
-        assert run.proc is not None
-        deadline = time.monotonic() + 40
-        while run.proc.poll() is None and time.monotonic() < deadline:
-            run.descendants()
-            time.sleep(0.05)
-        code = run.proc.wait(1)
-    finally:
-        run.kill()
+    code = run.wait_for_exit()
     out = run.output()
     assert code == 1, out
     assert f"{policy}:4:11: listeners[0].port: must be at most 65535, got 70000" in out, out
@@ -342,15 +338,7 @@ def test_a_listener_port_taken_by_another_process_exits_1_with_its_location(
         port = taken.getsockname()[1]
         policy.write_text(POLICY.format(listener_port=port, v1=1, v2=2, w1=50, w2=50))
         run = RunProcess(tmp_path, policy).start()
-        try:
-            assert run.proc is not None
-            deadline = time.monotonic() + 40
-            while run.proc.poll() is None and time.monotonic() < deadline:
-                run.descendants()
-                time.sleep(0.05)
-            code = run.proc.wait(1)
-        finally:
-            run.kill()
+        code = run.wait_for_exit()
     out = run.output()
     assert code == 1, out
     assert f"{policy}:4:11: listeners[0].port: listener 'edge' cannot bind" in out, out
