@@ -6,14 +6,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint fmt golden bench clean
 
-$(STAMP): pyproject.toml
+# The editable install runs hatch_build.py, which generates the git-ignored modules (the OIP
+# gRPC code, the private Envoy API copy): a changed .proto or build_support/ reinstalls.
+$(STAMP): pyproject.toml hatch_build.py $(wildcard build_support/*.py inferway/backends/protocol/*.proto)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@# xds-protos ships stale copies of opentelemetry/proto/* that overwrite opentelemetry-proto's
-	@# files (the OTLP exporter then fails to import); put the real ones back.
-	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps \
-	  "opentelemetry-proto==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -81,7 +81,8 @@ async def _run_clients(
     port: int, protocol: str, node_ids: list[str], names: dict[str, list[str]], stop: MpEvent
 ) -> dict[str, int]:
     import grpc
-    from envoy.service.discovery.v3 import ads_pb2_grpc
+
+    from inferway._xds_protos.envoy.service.discovery.v3 import ads_pb2_grpc
 
     counts = {"responses": 0, "errors": 0}
     options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
@@ -101,8 +102,8 @@ async def _run_clients(
 async def _sotw_client(
     stub: Any, node_id: str, names: dict[str, list[str]], counts: dict[str, int]
 ) -> None:
-    from envoy.config.core.v3 import base_pb2
-    from envoy.service.discovery.v3 import discovery_pb2
+    from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+    from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 
     call = stub.StreamAggregatedResources()
     node = base_pb2.Node(id=node_id, cluster="bench")
@@ -138,8 +139,8 @@ async def _sotw_client(
 async def _delta_client(
     stub: Any, node_id: str, names: dict[str, list[str]], counts: dict[str, int]
 ) -> None:
-    from envoy.config.core.v3 import base_pb2
-    from envoy.service.discovery.v3 import discovery_pb2
+    from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+    from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 
     call = stub.DeltaAggregatedResources()
     node = base_pb2.Node(id=node_id, cluster="bench")

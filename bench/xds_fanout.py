@@ -72,7 +72,8 @@ def _client_process(port: int, node_ids: list[str], stop: MpEvent, report: Conne
 
 async def _run_clients(port: int, node_ids: list[str], stop: MpEvent) -> dict[str, int]:
     import grpc
-    from envoy.service.discovery.v3 import ads_pb2_grpc
+
+    from inferway._xds_protos.envoy.service.discovery.v3 import ads_pb2_grpc
 
     counts = {"responses": 0, "acks": 0, "errors": 0}
     options = [
@@ -109,8 +110,8 @@ class _TypeState:
 
 async def _simulated_envoy(stub: Any, node_id: str, counts: dict[str, int]) -> None:
     """One ADS stream behaving like Envoy's state-of-the-world client."""
-    from envoy.config.core.v3 import base_pb2
-    from envoy.service.discovery.v3 import discovery_pb2
+    from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+    from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 
     node = base_pb2.Node(id=node_id, cluster="bench")
     state = {t: _TypeState() for t in type_urls.PUSH_ORDER if t != type_urls.SECRET}
@@ -161,7 +162,7 @@ async def _simulated_envoy(stub: Any, node_id: str, counts: dict[str, int]) -> N
 
 
 def _eds_names(response: Any) -> list[str]:
-    from envoy.config.cluster.v3 import cluster_pb2
+    from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 
     names = []
     for any_msg in response.resources:
@@ -172,8 +173,8 @@ def _eds_names(response: Any) -> list[str]:
 
 
 def _rds_names(response: Any) -> list[str]:
-    from envoy.config.listener.v3 import listener_pb2
-    from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
+    from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
         http_connection_manager_pb2 as hcm_pb2,
     )
 

@@ -3,18 +3,18 @@ everything to one EDS cluster whose endpoints are given."""
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import address_pb2, config_source_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
-from envoy.config.route.v3 import route_components_pb2, route_pb2
-from envoy.extensions.filters.http.router.v3 import router_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
-    http_connection_manager_pb2 as hcm_pb2,
-)
 from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import Message
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import address_pb2, config_source_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from inferway._xds_protos.envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2, route_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.router.v3 import router_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot

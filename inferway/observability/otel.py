@@ -80,12 +80,12 @@ def setup_tracing(
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError as exc:
-            # xds-protos ships older copies of opentelemetry/proto/*; installed after
-            # opentelemetry-proto, they overwrite its files and the exporter cannot import.
+            # inferway needs no xds-protos at run time, but another package may still install
+            # it, and its stale opentelemetry/proto/* copies then break the exporter's import.
             raise RuntimeError(
-                f"cannot export traces to {otlp_endpoint}: {exc}. The opentelemetry-proto "
-                "files were probably overwritten by xds-protos; reinstall them with "
-                "`pip install --force-reinstall --no-deps opentelemetry-proto`"
+                f"cannot export traces to {otlp_endpoint}: {exc}. If xds-protos is installed "
+                "in this environment it may have overwritten opentelemetry-proto's files: "
+                "`pip install --force-reinstall --no-deps opentelemetry-proto` restores them"
             ) from exc
 
         insecure = not otlp_endpoint.startswith("https://")

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from envoy.config.core.v3 import base_pb2
-
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.xds import type_urls
 from inferway.xds.history import SnapshotHistory
 from inferway.xds.hooks import HOOK_METHODS, call_hooks

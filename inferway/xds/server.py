@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
+from inferway._xds_protos.envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from inferway.xds.auth import (
     NodeIdentityError,
     PeerRefusals,

@@ -11,13 +11,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.listener.v3 import listener_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
-    http_connection_manager_pb2 as hcm_pb2,
-)
 from google.protobuf.message import Message
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources, content_hash
 

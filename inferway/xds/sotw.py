@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
+from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 from inferway.xds import type_urls
 from inferway.xds.resources import content_hash
 from inferway.xds.snapshot import Snapshot

@@ -15,8 +15,7 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Protocol
 
-from envoy.service.discovery.v3 import discovery_pb2
-
+from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 from inferway.xds.cache import SnapshotCache, StreamHandle
 from inferway.xds.delta import DeltaState
 from inferway.xds.snapshot import Snapshot

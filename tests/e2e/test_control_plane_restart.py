@@ -7,8 +7,8 @@ import asyncio
 from collections import Counter
 
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway.xds import type_urls
 from inferway.xds.records import NackRecord
 from inferway.xds.resources import Resources

@@ -17,8 +17,8 @@ from pathlib import Path
 import aiohttp
 import httpx
 import pytest
-from envoy.config.route.v3 import route_pb2
 
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
 from inferway.gateway.admin import build_admin_app, build_status, start_admin_server
 from inferway.gateway.control_plane import DEGRADED_REJECTED
 from inferway.resolve import IR

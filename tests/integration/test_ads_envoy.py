@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 from aiohttp import web
-from envoy.config.cluster.v3 import cluster_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache

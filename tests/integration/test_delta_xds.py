@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.server import start_xds_server

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from envoy.extensions.access_loggers.file.v3 import file_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+
+from inferway._xds_protos.envoy.extensions.access_loggers.file.v3 import file_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.observability.redaction import REDACTED, RedactingFilter, redact_text
 from inferway.policies import PolicyError, load_policy_text

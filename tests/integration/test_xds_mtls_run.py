@@ -13,9 +13,9 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from typer.testing import CliRunner
 
+from inferway._xds_protos.envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.cli import app as inferway_app
 from inferway.gateway.runtime import GatewayOptions, start_gateway

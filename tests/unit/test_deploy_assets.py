@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from envoy.config.core.v3 import base_pb2
 
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.backends.batching.records import BatchRecord
 from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.gateway.control_plane import ControlPlane

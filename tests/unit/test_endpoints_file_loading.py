@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from envoy.config.endpoint.v3 import endpoint_pb2
 
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.policies import PolicyError, load_policy_text

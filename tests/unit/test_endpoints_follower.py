@@ -8,8 +8,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from envoy.config.endpoint.v3 import endpoint_pb2
-
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import load_initial_endpoints

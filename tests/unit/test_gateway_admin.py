@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 import yaml
-from envoy.config.core.v3 import base_pb2
 from rich.console import Console
 
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.gateway.admin import build_admin_app, build_status, start_admin_server
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.status_client import render_status

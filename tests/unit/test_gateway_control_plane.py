@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Endpoint, Policy
@@ -183,8 +183,7 @@ def _ack_all(cache: SnapshotCache, handle, snapshot) -> None:
 
 
 def test_a_snapshot_envoy_rejects_is_refused_and_the_last_good_policy_is_live_again() -> None:
-    from envoy.config.core.v3 import base_pb2
-
+    from inferway._xds_protos.envoy.config.core.v3 import base_pb2
     from inferway.gateway.control_plane import DEGRADED_REJECTED
 
     cache = SnapshotCache()
@@ -230,7 +229,7 @@ def test_a_snapshot_envoy_rejects_is_refused_and_the_last_good_policy_is_live_ag
 
 
 def test_a_rejection_of_a_snapshot_the_plane_did_not_push_is_not_its_refusal() -> None:
-    from envoy.config.core.v3 import base_pb2
+    from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 
     cache = SnapshotCache()
     plane = ControlPlane(cache, clock=Clock())
@@ -241,7 +240,7 @@ def test_a_rejection_of_a_snapshot_the_plane_did_not_push_is_not_its_refusal() -
 
 
 def test_a_rejection_of_an_already_replaced_snapshot_does_not_degrade_the_live_one() -> None:
-    from envoy.config.core.v3 import base_pb2
+    from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 
     cache = SnapshotCache()
     plane = ControlPlane(cache, clock=Clock())

@@ -4,10 +4,6 @@ and the control plane's own spans."""
 from __future__ import annotations
 
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.trace.v3 import opentelemetry_pb2
-from envoy.extensions.access_loggers.file.v3 import file_pb2
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision
@@ -15,6 +11,12 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from pydantic import ValidationError
 from rich.console import Console
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.trace.v3 import opentelemetry_pb2
+from inferway._xds_protos.envoy.extensions.access_loggers.file.v3 import file_pb2
+from inferway._xds_protos.envoy.extensions.upstreams.http.v3 import (
+    http_protocol_options_pb2 as hpo_pb2,
+)
 from inferway.devtools.otlp_receiver import ReceivedSpan
 from inferway.devtools.trace_tree import build_trace_tree, find_trace_id, render_trace_tree
 from inferway.gateway.control_plane import ControlPlane

@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
-from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 
+from inferway._xds_protos.envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from inferway.policies import PolicyError, dump_policy, load_policy_text
 from inferway.policies.access import Access, AccessRule
 from inferway.policies.checks_access import listener_requires_client_certificate

@@ -8,11 +8,11 @@ import re
 from typing import Any
 
 import pytest
-from envoy.extensions.filters.http.fault.v3 import fault_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+
+from inferway._xds_protos.envoy.extensions.filters.http.fault.v3 import fault_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.policies import Policy, PolicyError, check_policy, load_policy_text
 from inferway.resolve import resolve_policy
 from inferway.resolve.errors import ResolveError

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envoy.config.core.v3 import base_pb2
 from rich.console import Console
 
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.gateway.admin import build_status
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.keeper_state import KeeperState, KeeperView, ProcessRecord, write_keeper_state

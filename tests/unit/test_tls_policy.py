@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
-from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
-from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+
+from inferway._xds_protos.envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
-
+from inferway._xds_protos.envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.watcher import PolicyWatcher

@@ -6,14 +6,16 @@ from typing import Any
 
 import pytest
 import yaml
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.listener.v3 import listener_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
-
+from inferway._xds_protos.envoy.extensions.upstreams.http.v3 import (
+    http_protocol_options_pb2 as hpo_pb2,
+)
 from inferway.policies.model import Policy
 from inferway.resolve import resolve_policy
 from inferway.xds import type_urls

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.extensions.filters.http.header_mutation.v3 import (
+    header_mutation_pb2,
+)
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.backends.telemetry.orca import ORCA_HEADER as BACKEND_ORCA_HEADER
 from inferway.policies import Policy
 from inferway.resolve import resolve_policy

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from envoy.config.core.v3 import base_pb2
 
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache, node_in_sync
 from inferway.xds.snapshot import build_snapshot

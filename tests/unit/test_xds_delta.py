@@ -8,10 +8,10 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-from envoy.config.core.v3 import base_pb2
-from envoy.service.discovery.v3 import discovery_pb2
 from google.rpc import status_pb2
 
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache

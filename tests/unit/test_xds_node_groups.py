@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from envoy.config.core.v3 import base_pb2
-from envoy.config.endpoint.v3 import endpoint_pb2
 from google.protobuf import struct_pb2
 
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway.gateway.control_plane import ControlPlane
 from inferway.policies.model import Policy
 from inferway.resolve import resolve_policy

@@ -4,10 +4,9 @@ cluster the routes stop using is removed only after the routes changed, in SotW 
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.service.discovery.v3 import discovery_pb2
-
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 from inferway.xds import type_urls
 from inferway.xds.delta import DeltaState
 from inferway.xds.snapshot import Snapshot

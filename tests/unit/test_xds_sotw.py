@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from envoy.service.discovery.v3 import discovery_pb2
-
+from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 from inferway.xds import type_urls
 from inferway.xds.snapshot import build_snapshot
 from inferway.xds.sotw import SotwState, counter_nonces

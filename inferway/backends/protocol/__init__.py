@@ -1,23 +1,27 @@
 """The Open Inference Protocol's gRPC messages, compiled from ``grpc_predict_v2.proto``.
 
-The generated modules are build output (git-ignored). The wheel build compiles them
-(``hatch_build.py``), so an installed package never writes into itself; in a source tree they
-are compiled on first import, and again whenever the ``.proto`` is newer than them.
+The generated modules are build output (git-ignored), written by the wheel build and by
+editable installs (``hatch_build.py`` -> ``build_support/oip_protos.py``); an installed
+package never compiles or writes into itself. Their messages live in a private descriptor
+pool, so tritonclient's or kserve's copy of the same protocol can be imported beside them.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from .compile import build_generated
-
-__all__ = ["build_generated", "pb2", "pb2_grpc"]
+__all__ = ["pb2", "pb2_grpc"]
 
 
 def _load() -> tuple[ModuleType, ModuleType]:
-    build_generated()
-    from ._generated import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
-
+    try:
+        from ._generated import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
+    except ModuleNotFoundError as exc:
+        raise ImportError(
+            "inferway's generated gRPC modules are missing (inferway/backends/protocol/"
+            "_generated): they are built by the package build; in a source checkout run "
+            "`python -m build_support` or reinstall with `pip install -e .`"
+        ) from exc
     return grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
 
 

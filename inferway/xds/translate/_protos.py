@@ -1,10 +1,11 @@
 """Small proto helpers shared by the build_* modules (durations, ADS config sources)."""
 
-from envoy.config.core.v3 import config_source_pb2
 from google.protobuf.any_pb2 import Any
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.protobuf.wrappers_pb2 import BoolValue, UInt32Value
+
+from inferway._xds_protos.envoy.config.core.v3 import config_source_pb2
 
 __all__ = ["ads_config_source", "bool_value", "duration", "pack", "uint32_value"]
 

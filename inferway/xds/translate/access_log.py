@@ -8,14 +8,16 @@ extra fields that would. Paths are logged without their query string, which can 
 
 from __future__ import annotations
 
-from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import extension_pb2
-from envoy.config.core.v3 import substitution_format_string_pb2 as sfs_pb2
-from envoy.extensions.access_loggers.file.v3 import file_pb2
-from envoy.extensions.access_loggers.stream.v3 import stream_pb2
-from envoy.extensions.formatter.req_without_query.v3 import req_without_query_pb2
 from google.protobuf import struct_pb2
 
+from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
+from inferway._xds_protos.envoy.config.core.v3 import extension_pb2
+from inferway._xds_protos.envoy.config.core.v3 import substitution_format_string_pb2 as sfs_pb2
+from inferway._xds_protos.envoy.extensions.access_loggers.file.v3 import file_pb2
+from inferway._xds_protos.envoy.extensions.access_loggers.stream.v3 import stream_pb2
+from inferway._xds_protos.envoy.extensions.formatter.req_without_query.v3 import (
+    req_without_query_pb2,
+)
 from inferway.resolve.ir.observability import AccessLogIR
 from inferway.xds.translate._protos import pack
 

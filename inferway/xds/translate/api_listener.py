@@ -10,13 +10,12 @@ and reads ``max_stream_duration`` instead, so the route timeout is written there
 
 from __future__ import annotations
 
-from envoy.config.listener.v3 import api_listener_pb2, listener_pb2
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.config.listener.v3 import api_listener_pb2, listener_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.resolve.ir.grpc_target import GrpcTargetIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.xds.translate._protos import ads_config_source, duration, pack

@@ -11,10 +11,9 @@ counters."""
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import circuit_breaker_pb2
-from envoy.config.core.v3 import base_pb2
-from envoy.type.v3 import percent_pb2
-
+from inferway._xds_protos.envoy.config.cluster.v3 import circuit_breaker_pb2
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.type.v3 import percent_pb2
 from inferway.resolve.ir.traffic import CircuitBreakersIR
 from inferway.xds.translate._protos import uint32_value
 

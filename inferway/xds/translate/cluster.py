@@ -6,10 +6,11 @@ becomes a STRICT_DNS cluster with its load assignment inlined, and gets no EDS r
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import protocol_pb2
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
-
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import protocol_pb2
+from inferway._xds_protos.envoy.extensions.upstreams.http.v3 import (
+    http_protocol_options_pb2 as hpo_pb2,
+)
 from inferway.resolve.ir.service import ServiceIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, duration, pack

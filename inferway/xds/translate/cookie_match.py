@@ -4,9 +4,8 @@ becomes a regex on the ``cookie`` header: the name at the start of the header or
 
 from __future__ import annotations
 
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.type.matcher.v3 import regex_pb2, string_pb2
-
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.type.matcher.v3 import regex_pb2, string_pb2
 from inferway.resolve.ir.route_traffic import CookieMatchIR
 
 __all__ = ["build_cookie_matcher", "cookie_pattern"]

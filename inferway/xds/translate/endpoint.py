@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import address_pb2, base_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec_pb2
-from envoy.config.endpoint.v3 import endpoint_pb2
-
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import address_pb2, base_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_components_pb2 as ec_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway.resolve.ir.service import EndpointIR, LocalityIR, ServiceIR
 from inferway.xds.translate._protos import uint32_value
 from inferway.xds.translate.load_balancing import build_assignment_policy

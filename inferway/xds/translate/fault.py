@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.extensions.filters.common.fault.v3 import fault_pb2 as common_fault_pb2
-from envoy.extensions.filters.http.fault.v3 import fault_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.extensions.filters.common.fault.v3 import (
+    fault_pb2 as common_fault_pb2,
+)
+from inferway._xds_protos.envoy.extensions.filters.http.fault.v3 import fault_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.ir.route_traffic import FaultIR
 from inferway.xds.translate import names

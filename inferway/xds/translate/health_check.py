@@ -6,9 +6,8 @@ once a minute (ENVOY_NOTES)."""
 
 from __future__ import annotations
 
-from envoy.config.core.v3 import health_check_pb2
-from envoy.type.v3 import http_pb2
-
+from inferway._xds_protos.envoy.config.core.v3 import health_check_pb2
+from inferway._xds_protos.envoy.type.v3 import http_pb2
 from inferway.resolve.ir.traffic import HealthCheckIR
 from inferway.xds.translate._protos import duration, uint32_value
 

@@ -3,14 +3,13 @@ routes by RDS over the ADS stream, so a route change never drains a listener."""
 
 from __future__ import annotations
 
-from envoy.config.core.v3 import address_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.extensions.filters.http.router.v3 import router_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.config.core.v3 import address_pb2
+from inferway._xds_protos.envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.router.v3 import router_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate import names

@@ -9,18 +9,20 @@ wrapped in ``wrr_locality``, which weights the zones itself.
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import extension_pb2
-from envoy.config.endpoint.v3 import endpoint_pb2
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
-    client_side_weighted_round_robin_pb2 as cswrr_pb2,
-)
-from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
-from envoy.type.v3 import percent_pb2
 from google.protobuf.message import Message
 from google.protobuf.wrappers_pb2 import BoolValue, FloatValue
 
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import extension_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (  # noqa: E501
+    client_side_weighted_round_robin_pb2 as cswrr_pb2,
+)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.wrr_locality.v3 import (
+    wrr_locality_pb2,
+)
+from inferway._xds_protos.envoy.type.v3 import percent_pb2
 from inferway.resolve.ir.route import HashPolicyIR
 from inferway.resolve.ir.traffic import LoadAwareIR, LoadBalancingIR
 from inferway.xds.translate._protos import duration, pack, uint32_value

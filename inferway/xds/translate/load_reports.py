@@ -10,12 +10,13 @@ the router has read it) drops the trailer.
 
 from __future__ import annotations
 
-from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
-from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.header_mutation.v3 import (
+    header_mutation_pb2,
+)
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.xds.translate._protos import pack
 from inferway.xds.translate.load_balancing import ORCA_HEADER
 

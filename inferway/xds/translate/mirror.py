@@ -5,10 +5,9 @@ client seeing what it says. The copy keeps the request's ``x-request-id`` (its H
 
 from __future__ import annotations
 
-from envoy.config.core.v3 import base_pb2
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.type.v3 import percent_pb2
-
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.type.v3 import percent_pb2
 from inferway.resolve.ir.route import RouteIR
 
 __all__ = ["add_route_mirror", "build_mirror_policy", "per_million"]

@@ -3,11 +3,10 @@ connection manager, plus the collector cluster tracing needs."""
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate._protos import bool_value
 from inferway.xds.translate.access_log import build_access_log

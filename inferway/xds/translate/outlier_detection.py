@@ -8,8 +8,7 @@ traffic back in at once (ENVOY_NOTES)."""
 
 from __future__ import annotations
 
-from envoy.config.cluster.v3 import outlier_detection_pb2
-
+from inferway._xds_protos.envoy.config.cluster.v3 import outlier_detection_pb2
 from inferway.resolve.ir.traffic import OutlierDetectionIR
 from inferway.xds.translate._protos import bool_value, duration, uint32_value
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.endpoint.v3 import endpoint_pb2
-
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway.resolve.ir import IR
 from inferway.resolve.ir.service import ServiceIR
 from inferway.resolve.ir.traffic import LoadBalancingIR

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
-from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2 as lrl_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.local_ratelimit.v3 import (
+    local_rate_limit_pb2 as lrl_pb2,
+)
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.type.v3 import percent_pb2, token_bucket_pb2
-
+from inferway._xds_protos.envoy.type.v3 import percent_pb2, token_bucket_pb2
 from inferway.resolve.ir.route import RateLimitIR, RouteIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack, uint32_value

@@ -19,17 +19,21 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
-from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import address_pb2, base_pb2, substitution_format_string_pb2
-from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
-    http_connection_manager_pb2 as hcm_pb2,
-)
-from envoy.type.matcher.v3 import string_pb2
 from google.protobuf.wrappers_pb2 import UInt32Value
 
+from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
+from inferway._xds_protos.envoy.config.core.v3 import (
+    address_pb2,
+    base_pb2,
+    substitution_format_string_pb2,
+)
+from inferway._xds_protos.envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from inferway._xds_protos.envoy.type.matcher.v3 import string_pb2
 from inferway.resolve.ir.access import AccessHeaderIR, AccessIR, AccessRuleIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.xds.translate._protos import pack

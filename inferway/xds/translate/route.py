@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
-from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2
-from envoy.type.matcher.v3 import regex_pb2, string_pb2
-
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
+from inferway._xds_protos.envoy.extensions.retry.priority.previous_priorities.v3 import (
+    previous_priorities_config_pb2,
+)
+from inferway._xds_protos.envoy.type.matcher.v3 import regex_pb2, string_pb2
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.route import BackendIR, HeaderMatchIR, PathMatchIR, RetryIR, RouteIR
 from inferway.resolve.ir.route_traffic import CookieMatchIR

@@ -16,18 +16,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
-from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
-from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
-from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
-    http_connection_manager_pb2 as hcm_pb2,
-)
-from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
-from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from google.protobuf.wrappers_pb2 import BoolValue, UInt32Value
 
+from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2, substitution_format_string_pb2
+from inferway._xds_protos.envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from inferway._xds_protos.envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from inferway._xds_protos.envoy.extensions.transport_sockets.tls.v3 import (
+    common_pb2,
+    secret_pb2,
+    tls_pb2,
+)
+from inferway._xds_protos.envoy.type.matcher.v3 import regex_pb2, string_pb2
 from inferway.resolve.ir import SecretIR
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.service import ServiceIR

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from envoy.config.bootstrap.v3 import bootstrap_pb2
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
 from google.protobuf.message import Message
 
+from inferway._xds_protos.envoy.config.bootstrap.v3 import bootstrap_pb2
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
 from inferway.pki.mint import build_ca, build_certificate
 from inferway.state.model import TlsMaterial
 from inferway.xds import type_urls

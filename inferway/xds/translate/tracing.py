@@ -14,17 +14,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import address_pb2, grpc_service_pb2, protocol_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.config.trace.v3 import http_tracer_pb2, opentelemetry_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import address_pb2, grpc_service_pb2, protocol_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from inferway._xds_protos.envoy.config.trace.v3 import http_tracer_pb2, opentelemetry_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo_pb2
-from envoy.type.tracing.v3 import custom_tag_pb2
-from envoy.type.v3 import percent_pb2
-
+from inferway._xds_protos.envoy.extensions.upstreams.http.v3 import (
+    http_protocol_options_pb2 as hpo_pb2,
+)
+from inferway._xds_protos.envoy.type.tracing.v3 import custom_tag_pb2
+from inferway._xds_protos.envoy.type.v3 import percent_pb2
 from inferway.resolve.ir.observability import TracingIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack

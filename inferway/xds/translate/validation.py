@@ -12,17 +12,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envoy.config.bootstrap.v3 import bootstrap_pb2
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import address_pb2
-from envoy.config.endpoint.v3 import endpoint_pb2
-from envoy.config.listener.v3 import listener_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
-    http_connection_manager_pb2 as hcm_pb2,
-)
 from google.protobuf import json_format
 
+from inferway._xds_protos.envoy.config.bootstrap.v3 import bootstrap_pb2
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import address_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
+from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.translate import names

@@ -19,12 +19,11 @@ any traffic level:
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
-
-import numpy as np
 
 __all__ = [
     "MannWhitney",
@@ -129,9 +128,9 @@ POSTERIOR_DRAWS = 512
 _POSTERIOR_SEED = 20261201
 
 
-def _logsumexp(x: np.ndarray) -> float:
-    top = float(x.max())
-    return top + math.log(float(np.exp(x - top).sum()))
+def _logsumexp(x: list[float]) -> float:
+    top = max(x)
+    return top + math.log(math.fsum(math.exp(v - top) for v in x))
 
 
 def sprt_vs_stable(
@@ -158,12 +157,13 @@ def sprt_vs_stable(
     if not 0 < increase < 1 or not 0 < floor < 1:
         raise ValueError(f"SPRT needs 0 < increase, floor < 1, got {increase!r}, {floor!r}")
     a, b = stable_events + 0.5, stable_trials - stable_events + 0.5
-    rng = np.random.default_rng(_POSTERIOR_SEED)
-    p = np.clip(rng.beta(a, b, POSTERIOR_DRAWS), floor, 1 - increase - 1e-12)
-    q = p + increase
+    # the standard library's generator, not numpy's: the gateway installs without numerics
+    rng = random.Random(_POSTERIOR_SEED)
+    top = 1 - increase - 1e-12
+    p = [min(max(rng.betavariate(a, b), floor), top) for _ in range(POSTERIOR_DRAWS)]
     misses = trials - events
-    ll0 = events * np.log(p) + misses * np.log1p(-p)
-    ll1 = events * np.log(q) + misses * np.log1p(-q)
+    ll0 = [events * math.log(x) + misses * math.log1p(-x) for x in p]
+    ll1 = [events * math.log(x + increase) + misses * math.log1p(-x - increase) for x in p]
     llr = _logsumexp(ll1) - _logsumexp(ll0)
     p0 = min(max(a / (a + b), floor), 1 - increase - 1e-12)
     p1 = p0 + increase
