@@ -3,12 +3,14 @@
 Two real inference backends (version 1 and version 2 of the demo model, ONNX Runtime behind
 adaptive batching) run behind a real, supervised Envoy configured by the control plane from
 a policy file at 10% canary. The demo measures the split through Envoy, then edits the file
-to 50% the way a person would, and times how long Envoy takes to apply it.
+to 50% the way a person would, and times how long Envoy takes to apply it. With ``rollout``,
+the rollout controller takes over (``demo_rollout``): a good v2 is promoted step by step, a
+bad v3 (a third backend failing 5% of its requests) is rolled back.
 
 This module is the order of events; the steps live next to it, so each can be read and
 tested alone: ``demo_traffic`` (requests and the split check), ``demo_trace`` (one request's
 trace tree), ``demo_output`` (tables and the "keeps running" panel), ``demo_mtls``
-(``--mtls`` certificates).
+(``--mtls`` certificates), ``demo_rollout`` (the ``--rollout`` scene).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rich.panel import Panel
 from inferway.devtools.demo_backend import DEMO_MODEL, start_demo_backends
 from inferway.devtools.demo_mtls import CurlTls, setup_demo_mtls
 from inferway.devtools.demo_output import build_keep_running_text, build_split_table, keep_running
+from inferway.devtools.demo_rollout import BAD_CANARY_FAULT, run_rollout_scene
 from inferway.devtools.demo_trace import BACKEND_SERVICE, GATEWAY_SERVICE, show_trace
 from inferway.devtools.demo_traffic import build_infer_request, sample_traffic, split_ok
 from inferway.devtools.otlp_receiver import OtlpReceiver, start_otlp_receiver
@@ -102,13 +105,20 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 async def run_demo(
-    *, once: bool = False, requests: int = 400, trace: bool = True, mtls: bool = False
+    *,
+    once: bool = False,
+    requests: int = 400,
+    trace: bool = True,
+    mtls: bool = False,
+    rollout: bool = False,
 ) -> int:
     console = make_console(soft_wrap=False)
+    scenes = "two model versions · policy at 10% canary · live edit to 50%"
+    if rollout:
+        scenes += "\nrollout: v2 promoted step by step · a bad v3 rolled back"
     console.print(
         Panel.fit(
-            "[bold]inferway demo[/bold]: a canary release through a real Envoy\n"
-            "two model versions · policy at 10% canary · live edit to 50%",
+            f"[bold]inferway demo[/bold]: a canary release through a real Envoy\n{scenes}",
             border_style="cyan",
         )
     )
@@ -122,8 +132,11 @@ async def run_demo(
                 BACKEND_SERVICE, f"http://{receiver.endpoint}", set_global=False
             )
         collector = receiver.endpoint if receiver is not None else None
-        with console.status("writing the demo model and starting two inference backends"):
-            backends = await start_demo_backends(workdir, tracer_provider=provider)
+        versions, faults = ((1, 2, 3), {3: BAD_CANARY_FAULT}) if rollout else ((1, 2), {})
+        with console.status("writing the demo model and starting the inference backends"):
+            backends = await start_demo_backends(
+                workdir, versions, tracer_provider=provider, faults=faults
+            )
         console.print(
             f"[green]✓[/green] backends (model {DEMO_MODEL!r}, ONNX Runtime): "
             + ", ".join(f"{v} on 127.0.0.1:{p}" for v, p in backends.ports.items())
@@ -203,10 +216,21 @@ async def run_demo(
                 console.print("[yellow]! the observed split is outside the expected range[/yellow]")
             if receiver is not None and provider is not None:
                 await show_trace(console, url, receiver, provider, client_options)
+            rolled = True
+            if rollout:
+                assert gateway.rollouts is not None  # start_gateway always makes the driver
+                rolled = await run_rollout_scene(
+                    console,
+                    url,
+                    gateway.rollouts,
+                    new_policy,
+                    lambda p: _write_atomically(policy_path, dump_policy(p)),
+                    client_options,
+                )
 
             if not once:
                 await keep_running(console, url, gateway, policy_path, curl_tls)
-            return 0 if first_ok and second_ok else 1
+            return 0 if first_ok and second_ok and rolled else 1
         finally:
             with console.status("stopping Envoy, the control plane and the backends"):
                 if gateway is not None:

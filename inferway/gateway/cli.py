@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -366,12 +365,23 @@ def demo(
     mtls: Annotated[
         bool, typer.Option("--mtls", help="Mutual TLS on the listener (development CA).")
     ] = False,
+    rollout: Annotated[
+        bool,
+        typer.Option(
+            "--rollout",
+            help="Then a rollout scene: v2 promoted step by step, a bad v3 rolled back.",
+        ),
+    ] = False,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
     from inferway.devtools.demo import run_demo
 
     configure_logging("warning")
-    raise typer.Exit(run_event_loop(run_demo(once=once, requests=requests, trace=trace, mtls=mtls)))
+    raise typer.Exit(
+        run_event_loop(
+            run_demo(once=once, requests=requests, trace=trace, mtls=mtls, rollout=rollout)
+        )
+    )
 
 
 app.command("serve")(serve)
@@ -380,10 +390,8 @@ app.add_typer(rollout_app, name="rollout")
 
 
 def main() -> None:
-    # The gateway forks Envoy while gRPC threads run; gRPC's fork handlers only matter to a
-    # child that keeps using gRPC (Envoy execs at once), and they print a warning on every
-    # fork. Set here, in the entry point, not on import: importing inferway changes nothing.
-    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    """The CLI itself; the ``inferway`` command enters through ``gateway/entry.py``, which sets
+    the process environment first (``python -m inferway.gateway.cli`` skips that)."""
     run_app(app)
 
 

@@ -1,6 +1,6 @@
 """Semantic checks for ``rollouts``: each names a route of the policy and two of its backends,
-walks strictly increasing steps, and no route is moved by two rollouts at once (their weight
-overrides would fight)."""
+walks strictly increasing steps, no route is moved by two rollouts at once (their weight
+overrides would fight), and a rollout's ``sticky`` agrees with its route's own ``hash``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from inferway.policies.model import Policy
 from inferway.policies.rollouts import Rollout
+from inferway.policies.traffic import HashOn
 from inferway.policies.yaml_marks import Loc
 
 __all__ = ["check_rollouts"]
@@ -54,6 +55,13 @@ def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
                     f"{role} '{name}' is not a backend of route '{route.name}' (its backends: "
                     f"{', '.join(backends)}); add it to the route's backends",
                 )
+        if rollout.sticky is not None and route.hash is not None and route.hash != rollout.sticky:
+            yield (
+                (*loc, "sticky"),
+                f"route '{route.name}' already hashes on {_hash_text(route.hash)}, the "
+                f"rollout's sticky on {_hash_text(rollout.sticky)}; a route has one sticky "
+                "hash: remove one of them, or make them the same",
+            )
         if rollout.stable == rollout.canary:
             yield (*loc, "canary"), f"canary and stable are both '{rollout.canary}'"
         for m, metric in enumerate(rollout.analysis.metrics):
@@ -99,3 +107,11 @@ def _hint(name: str, known: object) -> str:
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"{hint}; known: {', '.join(names) if names else 'none defined'}"
+
+
+def _hash_text(hash_on: HashOn) -> str:
+    if hash_on.header is not None:
+        return f"header '{hash_on.header}'"
+    if hash_on.cookie is not None:
+        return f"cookie '{hash_on.cookie.name}'"
+    return "the client IP"

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from inferway.policies.rollout_prometheus import PrometheusAnalysis
+from inferway.policies.traffic import HashOn
 from inferway.policies.types import Duration, Name
 
 __all__ = [
@@ -198,3 +199,7 @@ class Rollout(_Model):
     on_failure: Literal["rollback", "pause"] = "rollback"
     match: list[RolloutMatch] = Field(default_factory=list)
     webhooks: list[RolloutWebhook] = Field(default_factory=list)
+    sticky: HashOn | None = None
+    """A user stays on one version while the canary grows: the route's ``hash`` (header,
+    cookie or client IP), set here so it travels with the rollout; resolve gives the route
+    this hash policy (``use_hash_policy``), and a route with a different ``hash`` is refused."""

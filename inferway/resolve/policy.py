@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from inferway.policies.access import ALWAYS_REDACTED_HEADERS
 from inferway.policies.model import Listener, Policy, Route, Service
+from inferway.policies.rollouts import Rollout
 from inferway.resolve.canary_match import resolve_canary_routes
 from inferway.resolve.endpoints import resolve_endpoints, resolve_localities
 from inferway.resolve.grpc_targets import resolve_grpc_target
@@ -34,8 +35,16 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
     """Raises ResolveError when State contradicts the policy (a bad weight override)."""
     state = state or State()
     services = {s.name: s for s in policy.services}
-    resolved = [(r, resolve_route(r, services, state.weights.get(r.name))) for r in policy.routes]
     rollouts = {r.route: r for r in policy.rollouts}
+    resolved = [
+        (
+            r,
+            resolve_route(
+                _with_sticky(r, rollouts.get(r.name)), services, state.weights.get(r.name)
+            ),
+        )
+        for r in policy.routes
+    ]
     routes: list[tuple[Route, RouteIR]] = []
     for route, ir in resolved:
         if route.name in rollouts:  # the canary's forced routes go first, or they never match
@@ -57,6 +66,14 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
         ),
         grpc_targets=tuple(resolve_grpc_target(t, by_name, services) for t in policy.grpc_targets),
     )
+
+
+def _with_sticky(route: Route, rollout: Rollout | None) -> Route:
+    """A rollout's ``sticky`` is its route's ``hash`` (the checks refused a different one), so
+    the route gets the hash policy and ``use_hash_policy`` like a route-level ``hash``."""
+    if rollout is None or rollout.sticky is None or route.hash is not None:
+        return route
+    return route.model_copy(update={"hash": rollout.sticky})
 
 
 def _served_on(route: Route, listener: Listener) -> bool:

@@ -174,6 +174,33 @@ def test_match_headers_route_to_the_canary_ahead_of_the_weighted_route() -> None
     assert [(h.name, h.exact) for h in forced.match.headers] == [("x-canary", "true")]
 
 
+STICKY = POLICY.replace(
+    "    match: [{headers:", "    sticky: {header: x-user-id}\n    match: [{headers:"
+)
+
+
+def test_a_rollouts_sticky_becomes_its_routes_hash_policy() -> None:
+    ir = resolve_policy(load_policy_text(STICKY, "p.yaml"))
+    route = ir.listeners[0].routes[1]
+    assert route.name == "inference" and route.sticky, "use_hash_policy on the weighted route"
+    assert [h.header for h in route.hash_policies] == ["x-user-id"]
+    same = STICKY.replace("    backends: [{", "    hash: {header: x-user-id}\n    backends: [{")
+    assert resolve_policy(load_policy_text(same, "p.yaml")).listeners[0].routes[1].sticky
+
+
+def test_a_sticky_that_contradicts_the_routes_hash_is_refused_where_it_is_written() -> None:
+    text = STICKY.replace(
+        "    backends: [{", "    hash: {cookie: {name: session}}\n    backends: [{"
+    )
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(text, "p.yaml")
+    message = str(caught.value)
+    assert "p.yaml:22:13: rollouts[0].sticky: route 'inference' already hashes on cookie " in (
+        message
+    ), message
+    assert "header 'x-user-id'" in message
+
+
 class _Script:
     """A metric source replaying windows (the driver's only input besides commands)."""
 
