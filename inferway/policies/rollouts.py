@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from inferway.policies.rollout_prometheus import PrometheusAnalysis
 from inferway.policies.traffic import HashOn
 from inferway.policies.types import Duration, Name
 
@@ -131,12 +132,22 @@ def _default_metrics() -> list[RolloutMetric]:
 
 class RolloutAnalysis(_Model):
     """How often to judge and what: canary vs stable over the same windows, from Envoy's
-    own per-cluster stats (``source: envoy``)."""
+    own per-cluster stats (``source: envoy``) or PromQL against a Prometheus that scrapes
+    Envoy (``source: prometheus`` with its ``prometheus:`` settings)."""
 
     interval: Duration = 30.0
     min_requests: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"
     metrics: list[RolloutMetric] = Field(default_factory=_default_metrics, min_length=1)
-    source: Literal["envoy"] = "envoy"
+    source: Literal["envoy", "prometheus"] = "envoy"
+    prometheus: PrometheusAnalysis | None = None
+
+    @model_validator(mode="after")
+    def _source_settings(self) -> RolloutAnalysis:
+        if self.source == "prometheus" and self.prometheus is None:
+            raise ValueError("source: prometheus needs 'prometheus: {url: ...}'")
+        if self.source != "prometheus" and self.prometheus is not None:
+            raise ValueError("'prometheus:' settings are used only with source: prometheus")
+        return self
 
 
 class CanaryHeader(_Model):

@@ -1,4 +1,5 @@
-"""A rollout's metric source: Envoy's per-cluster window, plus, for an ``output-agreement``
+"""A rollout's metric source, picked by ``analysis.source``: Envoy's per-cluster window
+(``envoy``) or PromQL against Prometheus (``prometheus``), plus, for an ``output-agreement``
 check, the mirrored answers compared by the replicas' recorded digests
 (:mod:`inferway.gateway.agreement_source`), in the same WindowSample.
 
@@ -15,6 +16,7 @@ from inferway.gateway.agreement_source import AgreementSource
 from inferway.gateway.controllers.rollout.config import AgreementCheck, RolloutConfig
 from inferway.gateway.controllers.rollout.evidence import MirrorCounts, WindowSample
 from inferway.gateway.rollouts.envoy_stats import EnvoyStatsSource, ScrapeError
+from inferway.gateway.rollouts.prometheus_source import PrometheusSource
 from inferway.policies.model import Policy
 from inferway.resolve.endpoints import resolve_endpoints
 from inferway.state import State
@@ -23,7 +25,9 @@ __all__ = ["RolloutSource", "build_rollout_source"]
 
 
 class RolloutSource:
-    def __init__(self, stats: EnvoyStatsSource, agreement: AgreementSource | None = None) -> None:
+    def __init__(
+        self, stats: EnvoyStatsSource | PrometheusSource, agreement: AgreementSource | None = None
+    ) -> None:
         self.stats = stats
         self.agreement = agreement
         self._pending = MirrorCounts()
@@ -51,15 +55,30 @@ def _urls(policy: Policy | None, state: State, service: str) -> list[str]:
     return []
 
 
+def _window_source(
+    config: RolloutConfig, policy: Policy | None, envoy_admin_port: Callable[[], int | None]
+) -> EnvoyStatsSource | PrometheusSource:
+    for rollout in policy.rollouts if policy is not None else ():
+        if rollout.name == config.name and rollout.analysis.prometheus is not None:
+            return PrometheusSource(
+                rollout.analysis.prometheus,
+                stable=config.stable,
+                canary=config.canary,
+                interval_s=config.analysis.interval_s,
+            )
+    return EnvoyStatsSource(envoy_admin_port, stable=config.stable, canary=config.canary)
+
+
 def build_rollout_source(
     config: RolloutConfig,
     policy: Policy | None,
     state: State,
     envoy_admin_port: Callable[[], int | None],
 ) -> RolloutSource:
-    """The source for ``config``: Envoy's stats, and the replicas' answer digests when it has
-    an output-agreement check (the replicas as the live policy and state name them now)."""
-    stats = EnvoyStatsSource(envoy_admin_port, stable=config.stable, canary=config.canary)
+    """The source for ``config``: Envoy's stats or Prometheus, as the policy's rollout of
+    that name says, and the replicas' answer digests when it has an output-agreement check
+    (the replicas as the live policy and state name them now)."""
+    stats = _window_source(config, policy, envoy_admin_port)
     if not any(isinstance(c, AgreementCheck) for c in config.analysis.checks):
         return RolloutSource(stats)
     agreement = AgreementSource(
