@@ -19,20 +19,28 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replicas import ReplicaManager, UnknownServiceError
 from inferway.gateway.autoscale_policy import build_config
-from inferway.gateway.control_plane import AppliedPolicy
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.controllers.autoscale.autoscaler import Autoscaler
 from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
 from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
 from inferway.gateway.controllers.autoscale.samples import MetricSample
 from inferway.policies.model import Policy
 
-__all__ = ["AutoscaleDriver", "ClusterLoad", "StatsError", "parse_cluster_load"]
+__all__ = [
+    "AutoscaleDriver",
+    "ClusterLoad",
+    "StatsError",
+    "parse_cluster_load",
+    "start_replica_autoscaling",
+]
 
 log = logging.getLogger(__name__)
 
@@ -253,3 +261,24 @@ class AutoscaleDriver:
             "decisions": list(self.history),
             "replicas": self.manager.status_json(),
         }
+
+
+def start_replica_autoscaling(
+    plane: ControlPlane,
+    *,
+    workdir: Path | None,
+    envoy_admin_urls: list[str],
+    envoy_admin_port: Callable[[], int | None],
+) -> tuple[ReplicaManager | None, AutoscaleDriver | None]:
+    """The replica manager and its autoscaling loop, when a service of the live policy has
+    ``replicas:`` (else neither). A replica leaves only once the Envoys at
+    ``envoy_admin_urls`` no longer list it; logs go to ``<workdir>/replicas``."""
+    policy = plane.policy
+    if policy is None or not any(s.replicas is not None for s in policy.services):
+        return None, None
+    log_dir = workdir / "replicas" if workdir is not None else None
+    manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
+    driver = AutoscaleDriver(manager, envoy_admin_port)
+    driver.configure(policy)
+    plane.add_observer(driver)
+    return manager, driver

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.admin import (
     DEFAULT_ADMIN_PORT,
@@ -32,14 +31,15 @@ from inferway.gateway.admin import (
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
 from inferway.gateway.autoscale_policy import autoscale_configs
-from inferway.gateway.autoscaling import AutoscaleDriver
+from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscaling
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
+from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.keeper_state import KeeperView
+from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -50,7 +50,6 @@ from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
 from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_xds_mtls
-from inferway.observability.redaction import install_redaction
 from inferway.policies import load_policy_text
 from inferway.policies.checks_bind import listener_bind_issues
 from inferway.policies.endpoints import endpoints_file_path
@@ -72,7 +71,6 @@ __all__ = [
     "Gateway",
     "GatewayOptions",
     "GatewayPlan",
-    "LogRedaction",
     "plan_gateway",
     "start_gateway",
 ]
@@ -199,42 +197,11 @@ class Gateway:
         await self._stack.aclose()
 
 
-class LogRedaction:
-    """Keeps inferway's own log filter in step with the live policy: its ``redact_headers``
-    stay out of the gateway's log lines, not only out of Envoy's access logs and traces."""
-
-    def __init__(self, logger: logging.Logger | None = None) -> None:
-        self.logger = logger  # None: the root logger, whose handlers configure_logging sets
-
-    def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
-        install_redaction(applied.policy.redact_headers, self.logger)
-
-
 def _keeper_view(options: GatewayOptions) -> KeeperView | None:
     """The keeper's Envoy, for the admin API of its control-plane process."""
     if options.keeper_state_file is None:
         return None
     return KeeperView(options.keeper_state_file, envoy_admin_port=options.envoy_admin_port)
-
-
-def _start_replicas(
-    plane: ControlPlane,
-    options: GatewayOptions,
-    envoy_admin_port: Callable[[], int | None],
-    supervisor: EnvoySupervisor | None,
-) -> tuple[ReplicaManager | None, AutoscaleDriver | None]:
-    """The replica manager and its autoscaling loop, when a service has ``replicas:``.
-    A replica leaves only once our Envoy no longer lists it (when we run Envoy)."""
-    policy = plane.policy
-    if policy is None or not any(s.replicas is not None for s in policy.services):
-        return None, None
-    urls = [f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor is not None else []
-    log_dir = options.workdir / "replicas" if options.workdir is not None else None
-    manager = attach_replica_manager(plane, envoy_admin_urls=urls, log_dir=log_dir)
-    driver = AutoscaleDriver(manager, envoy_admin_port)
-    driver.configure(policy)
-    plane.add_observer(driver)
-    return manager, driver
 
 
 async def start_gateway(options: GatewayOptions) -> Gateway:
@@ -378,7 +345,12 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             xds_refusals=xds.refusals.recent,
         )
         add_rollout_routes(admin_app, rollouts)
-        replicas, autoscale = _start_replicas(plane, options, envoy_admin_port, supervisor)
+        replicas, autoscale = start_replica_autoscaling(
+            plane,
+            workdir=options.workdir,
+            envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
+            envoy_admin_port=envoy_admin_port,
+        )
         if replicas is not None and autoscale is not None:
             add_autoscale_routes(admin_app, autoscale)
             register_autoscale_metrics(metrics.registry, autoscale)

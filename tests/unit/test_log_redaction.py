@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.runtime import LogRedaction
+from inferway.gateway.log_redaction import LogRedaction
 from inferway.observability.redaction import REDACTED, RedactingFilter
 from inferway.policies import load_policy_text
 from inferway.xds.cache import SnapshotCache
