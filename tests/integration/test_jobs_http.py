@@ -10,7 +10,12 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
+from inferway.backends.app import start_backend
 from inferway.backends.jobs.settings import JobSettings
 from inferway.devtools.demo_models import mlp_reference
 from tests.backend_helpers import http_session, running_backend
@@ -173,3 +178,33 @@ async def test_the_store_refuses_a_job_past_its_limit_with_429(tmp_path: Path) -
         assert headers["Retry-After"] == "1"
         assert await metric(s, "inferway_backend_jobs_refused_total", reason="full") == 1
         assert await metric(s, "inferway_backend_jobs_submitted_total") == 2
+
+
+async def test_a_job_runs_under_its_own_span_linked_to_the_submitting_request(
+    tmp_path: Path,
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    client_trace, client_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    traceparent = {"traceparent": f"00-{client_trace}-{client_span}-01"}
+    handle = await start_backend(
+        write_job_repository(tmp_path), watch=False, jobs=JobSettings(), tracer_provider=provider
+    )
+    try:
+        async with http_session(handle) as s:
+            status, doc, _ = await submit(s, "demo", MLP_BODY, traceparent)
+            assert status == 202
+            await wait_for_job(s, doc["id"], {"succeeded"})
+    finally:
+        await handle.stop()
+    by_name = {span.name: span for span in exporter.get_finished_spans()}
+    submitted, job, infer = by_name["submit demo"], by_name["job demo"], by_name["infer demo"]
+    assert submitted.kind is SpanKind.SERVER and submitted.parent is not None
+    assert f"{submitted.context.trace_id:032x}" == client_trace
+    assert f"{submitted.parent.span_id:016x}" == client_span
+    assert job.kind is SpanKind.CONSUMER and job.parent is None  # a trace of its own ...
+    assert [link.context.span_id for link in job.links] == [submitted.context.span_id]  # ... linked
+    assert job.attributes["inferway.job_id"] == submitted.attributes["inferway.job_id"] == doc["id"]
+    assert infer.parent is not None and infer.parent.span_id == job.context.span_id
+    assert infer.attributes["inferway.status_code"] == "200"
