@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S, JobSettings
+from inferway.backends.jobs.store import JobStoreUnavailableError
 from inferway.backends.process_tuning import tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
@@ -30,6 +31,10 @@ from inferway.observability.log_format import (
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["serve"]
+
+_EXIT_CANNOT_START = 2
+"""docs/cli.md's exit code for a precondition not met here (the gateway's EXIT_CANNOT_START;
+the backend does not import the gateway)."""
 
 
 async def _serve(
@@ -291,6 +296,9 @@ def serve(
             asyncio.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
         else:
             uvloop.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
+    except JobStoreUnavailableError as exc:
+        typer.echo(f"error: {exc} (--jobs-redis)", err=True)
+        raise typer.Exit(_EXIT_CANNOT_START) from None
     finally:
         if provider is not None:
             provider.shutdown()

@@ -86,6 +86,22 @@ async def test_a_submitted_job_is_accepted_at_once_and_answers_what_the_request_
     assert await metric(session, "inferway_backend_requests_total", protocol="job", code="200") >= 1
 
 
+async def test_a_binary_answer_is_fetched_from_the_result_url_as_the_request_would_get_it(
+    session: aiohttp.ClientSession,
+) -> None:
+    body = {**MLP_BODY, "parameters": {"binary_data_output": True}}
+    _, doc, _ = await submit(session, "demo", body)
+    done = await wait_for_job(session, doc["id"], {"succeeded"})
+    assert "result" not in done and done["result_url"] == f"/v2/jobs/{doc['id']}/result"
+    async with session.post("/v2/models/demo/infer", json=body) as sync:
+        sync_header = sync.headers["Inference-Header-Content-Length"]
+        sync_answer = await sync.read()
+    async with session.get(done["result_url"]) as result:
+        assert result.content_type == "application/octet-stream"
+        assert result.headers["Inference-Header-Content-Length"] == sync_header
+        assert await result.read() == sync_answer
+
+
 async def test_a_bad_request_is_refused_at_submission_as_the_synchronous_one_is(
     session: aiohttp.ClientSession,
 ) -> None:
