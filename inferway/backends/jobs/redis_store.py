@@ -230,6 +230,7 @@ class RedisJobStore:
         self._claim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
         if self._claim_cursor == "0-0":  # a full pass: rest until the next period
             self._next_claim = self._clock() + self.claim_idle_s / 2
+            await self._forget_dead_consumers()
         for entry, fields in entries:
             if fields is None:  # the entry was deleted under its pending record
                 continue
@@ -241,6 +242,16 @@ class RedisJobStore:
                 fields[b"job"].decode(),
                 self.claim_idle_s,
             )
+
+    async def _forget_dead_consumers(self) -> None:
+        """Drop consumers (backends gone) with nothing pending, silent for ten claim periods,
+        so the group's list does not grow with every restart. A live one dropped by mistake
+        is recreated by its next read."""
+        silent_ms = 10 * self.claim_idle_s * 1000
+        for consumer in await self._redis.xinfo_consumers(self._stream, GROUP):
+            name = consumer["name"].decode()
+            if name != self.consumer and consumer["pending"] == 0 and consumer["idle"] > silent_ms:
+                await self._redis.xgroup_delconsumer(self._stream, GROUP, name)
 
     async def _keep_fresh(self) -> None:
         """Reset the idle time of this worker's pending entries, so no other takes them."""
