@@ -57,6 +57,14 @@ def test_a_running_job_is_started_again_only_when_taken_over_from_a_dead_worker(
     assert (again.state, again.attempts, again.started_at) == (JobState.RUNNING, 2, 150.0)
 
 
+def test_a_running_job_given_back_waits_again_with_its_attempt_counted() -> None:
+    back = records.requeue(_start(_job()))
+    assert (back.state, back.attempts) == (JobState.QUEUED, 1)
+    assert _start(back).attempts == 2
+    cancelled = _job(state=JobState.CANCELLED)
+    assert records.requeue(cancelled) is cancelled
+
+
 def test_a_job_whose_workers_keep_dying_fails_after_max_attempts() -> None:
     job = _job(state=JobState.RUNNING, attempts=3)
     failed = _start(job, reclaimed=True, now=200.0)

@@ -31,6 +31,7 @@ __all__ = [
     "job_from_json",
     "job_to_json",
     "record_delivery",
+    "requeue",
     "start",
     "succeed",
 ]
@@ -136,6 +137,14 @@ def start(
     return dataclasses.replace(
         job, state=JobState.RUNNING, started_at=now, attempts=job.attempts + 1, worker=worker
     )
+
+
+def requeue(job: Job) -> Job:
+    """A running job given back by its worker, unsettled, to wait for the next one (its
+    attempt stays counted); any other job is left as it is."""
+    if job.state is not JobState.RUNNING:
+        return job
+    return dataclasses.replace(job, state=JobState.QUEUED)
 
 
 def succeed(

@@ -9,12 +9,11 @@ store loses everything with its process; the Redis store (redis_store.py) keeps 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from inferway.backends.jobs.records import Job, JobNotFoundError, JobState
+from inferway.backends.jobs.records import Job, JobNotFoundError, JobState, requeue
 
 __all__ = [
     "Delivery",
@@ -158,10 +157,9 @@ class MemoryJobStore:
 
     async def abandon(self, delivery: Delivery) -> None:
         job = self._jobs.get(delivery.job_id)
-        if job is not None and job.state is JobState.RUNNING:
-            # back to the queue as a restart would find it (attempts counted, like Redis)
-            self._jobs[job.id] = dataclasses.replace(job, state=JobState.QUEUED)
-        self._queue.put_nowait(delivery.job_id)
+        if job is not None:
+            self._jobs[job.id] = requeue(job)
+            self._queue.put_nowait(job.id)
 
     async def sweep(self, now: float) -> None:
         for job_id in [
