@@ -31,6 +31,7 @@ from inferway.gateway.output import (
     validation_report,
     write_document,
 )
+from inferway.gateway.profile_cli import profile
 from inferway.gateway.rollouts.cli import app as rollout_app
 from inferway.gateway.run_cli import run
 from inferway.gateway.runtime import (
@@ -227,6 +228,7 @@ def demo(
 
 app.command("serve")(serve)
 app.command()(run)
+app.command("profile")(profile)
 app.add_typer(certs_app, name="certs")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(scale_app, name="scale")
