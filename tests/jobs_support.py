@@ -39,26 +39,30 @@ __all__ = [
 REDIS_SERVER = shutil.which("redis-server")
 """The binary, or None where Debian's redis-server package is not installed."""
 SIZES = (8, 16, 4)
-SLOW_WINDOW_S = 3.0
-"""The slow model's batching window: a lone request waits this long before it is computed, so
-a job stays running long enough to be cancelled or to outlive its backend."""
+SLOW_WINDOW_S = 10.0
+"""The slow model's batching window: a one-row request waits this long for a second row before
+it is computed, so its job stays running long enough to be cancelled or to outlive its backend
+(with seconds to spare on a loaded machine); two rows (or two one-row jobs at once) fill the
+batch and are computed at once."""
 
 
 def write_job_repository(root: Path) -> Path:
-    """``demo`` (the MLP, SIZES) and ``slow`` (a + b, computed only after SLOW_WINDOW_S)."""
+    """``demo`` (the MLP, SIZES) and ``slow`` (a + b in batches of 2 rows; a lone row waits
+    SLOW_WINDOW_S)."""
     models = root / "models"
     write_demo_repository(models, versions=(1,), sizes=SIZES)
     build_add(models / "slow" / "1" / "model.onnx")
-    batching = {"mode": "fixed", "max_batch_size": 64, "max_queue_delay_s": SLOW_WINDOW_S}
+    batching = {"mode": "fixed", "max_batch_size": 2, "max_queue_delay_s": SLOW_WINDOW_S}
     (models / "slow" / "config.yaml").write_text(json.dumps({"batching": batching}))
     return models
 
 
-def slow_body(value: float) -> dict[str, Any]:
-    data = [value] * 4
+def slow_body(value: float, rows: int = 1) -> dict[str, Any]:
+    """``slow``'s request: one row waits out the window, two are computed at once."""
+    data = [value] * 4 * rows
     return {
         "inputs": [
-            {"name": n, "shape": [1, 4], "datatype": "FP32", "data": data} for n in ("a", "b")
+            {"name": n, "shape": [rows, 4], "datatype": "FP32", "data": data} for n in ("a", "b")
         ]
     }
 

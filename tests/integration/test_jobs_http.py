@@ -21,7 +21,6 @@ from inferway.devtools.demo_models import mlp_reference
 from tests.backend_helpers import http_session, running_backend
 from tests.jobs_support import (
     SIZES,
-    SLOW_WINDOW_S,
     CallbackReceiver,
     ServeProcess,
     metric,
@@ -135,12 +134,13 @@ async def test_a_cancelled_queued_job_is_never_computed_and_a_running_one_is_aba
         assert resp.status == 200
     async with session.delete(f"/v2/jobs/{running['id']}") as again:  # idempotent
         assert again.status == 200
-    # the next job runs once the abandoned one has freed the worker; it is alone in its batch
-    _, after, _ = await submit(session, "slow", slow_body(3.0))
-    done = await wait_for_job(session, after["id"], {"succeeded"}, timeout=SLOW_WINDOW_S + 30)
-    assert done["result"]["outputs"][0]["data"] == [6.0] * 4
+    # the next job (two rows: a full batch, computed at once) runs once the abandoned one has
+    # freed the worker; it is all that is ever computed
+    _, after, _ = await submit(session, "slow", slow_body(3.0, rows=2))
+    done = await wait_for_job(session, after["id"], {"succeeded"})
+    assert done["result"]["outputs"][0]["data"] == [6.0] * 8
     rows = await metric(session, "inferway_backend_batch_size_sum", model="slow") - rows_before
-    assert rows == 1, "a cancelled job was computed"
+    assert rows == 2, "a cancelled job was computed"
     never = await wait_for_job(session, queued["id"], {"cancelled"})
     assert never["started_at"] is None and never["attempts"] == 0
     abandoned = await wait_for_job(session, running["id"], {"cancelled"})

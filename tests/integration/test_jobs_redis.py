@@ -77,11 +77,11 @@ def _pending(redis_server: RedisServer, db: int) -> int:
 async def test_a_job_in_redis_is_submitted_polled_and_acknowledged_once_stored(
     session: aiohttp.ClientSession, redis_server: RedisServer
 ) -> None:
-    status, doc, headers = await submit(session, "slow", slow_body(1.5))
+    status, doc, headers = await submit(session, "slow", slow_body(1.5, rows=2))
     assert status == 202 and headers["Location"] == f"/v2/jobs/{doc['id']}"
-    done = await wait_for_job(session, doc["id"], {"succeeded", "failed"}, SLOW_WINDOW_S + 30)
+    done = await wait_for_job(session, doc["id"], {"succeeded", "failed"})
     assert done["status"] == "succeeded", done
-    assert done["result"]["outputs"][0]["data"] == [3.0] * 4
+    assert done["result"]["outputs"][0]["data"] == [3.0] * 8
     assert _pending(redis_server, 0) == 0, "a stored job is still pending in the stream"
     client = redis.Redis(port=redis_server.port)
     try:
@@ -122,9 +122,10 @@ async def test_jobs_of_a_backend_killed_mid_job_are_finished_by_the_next_one(
     redis_server: RedisServer, models: Path
 ) -> None:
     # a database of its own: the module's backend must not take these jobs over
-    extra = ["--jobs-redis", f"{redis_server.url}/1", "--jobs-concurrency", "1"]
-    extra += ["--jobs-claim-idle", "1"]
-    first = ServeProcess(models, models.parent / "first.log", extra).wait_ready()
+    extra = ["--jobs-redis", f"{redis_server.url}/1", "--jobs-claim-idle", "1"]
+    first = ServeProcess(
+        models, models.parent / "first.log", [*extra, "--jobs-concurrency", "1"]
+    ).wait_ready()
     second: ServeProcess | None = None
     try:
         async with aiohttp.ClientSession(base_url=first.url) as s:
@@ -133,9 +134,12 @@ async def test_jobs_of_a_backend_killed_mid_job_are_finished_by_the_next_one(
             _, queued, _ = await submit(s, "slow", slow_body(2.0))
         first.kill()  # mid-job: one running (in the model's window), one queued behind it
         assert _pending(redis_server, 1) == 1
-        second = ServeProcess(models, models.parent / "second.log", extra).wait_ready()
+        # two at once: the taken-over job and the one that waited fill one batch together
+        second = ServeProcess(
+            models, models.parent / "second.log", [*extra, "--jobs-concurrency", "2"]
+        ).wait_ready()
         async with aiohttp.ClientSession(base_url=second.url) as s:
-            timeout = 2 * SLOW_WINDOW_S + 30
+            timeout = SLOW_WINDOW_S + 30
             taken_over = await wait_for_job(s, running["id"], {"succeeded", "failed"}, timeout)
             assert taken_over["status"] == "succeeded", taken_over
             assert taken_over["attempts"] == 2
