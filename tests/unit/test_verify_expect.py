@@ -12,6 +12,7 @@ import pytest
 
 from inferway.gateway.verify.expect import Outcome, Probe, expect
 from inferway.gateway.verify.features import FeatureRule, Verdict, match_features
+from inferway.gateway.verify.live import rollout_weights
 from inferway.gateway.verify.routes import VerifyRoute, load_verify_routes
 from inferway.policies.errors import PolicyError
 
@@ -193,3 +194,16 @@ def test_numeric_fields_and_present_rules() -> None:
     assert match_features(rule, b'{"a": {"b": true}}') is Verdict.miss
     assert match_features(rule, b'{"a": {"b": 1}, "c": 1}') is Verdict.miss
     assert match_features(rule, b"[1, 2]") is Verdict.malformed
+
+
+def test_a_live_rollout_weight_replaces_the_policy_split(tmp_path: Path) -> None:
+    document = {"rollouts": [{"route": "default", "stable": "gpu-pool", "canary": "canary",
+                              "weight_percent": 25.0}]}  # fmt: skip
+    weights = rollout_weights(document)
+    assert weights == {"default": {"gpu-pool": 75.0, "canary": 25.0}}
+    path = tmp_path / "policy.yaml"
+    path.write_text(FEATURES, encoding="utf-8")
+    routes = load_verify_routes(path, 10000, weights)[1]
+    shares = {p.service: p.share for p in routes[1].pools}
+    assert shares == {"gpu-pool": 0.75, "canary": 0.25}
+    assert [p.share for p in routes[0].pools] == [1.0]  # other routes keep the policy's

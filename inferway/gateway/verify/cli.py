@@ -1,8 +1,9 @@
 """``inferway verify``: the functional, load and cost checks of a live gateway against the
 policy it should be running, with an exit code a rollout gate reads (docs/verify.md).
 
-The checks' libraries (rstr, scipy, locust, matplotlib) are the ``verify`` extra and are
-imported only when the command runs, so a gateway installed without them starts as before.
+The checks' libraries (rstr, scipy, locust, matplotlib) are the ``verify`` extra, imported
+by the modules that use them only when they run, so a gateway without them starts as
+before and ``verify`` says which extra it needs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from inferway.gateway.console import make_console, print_issues
 from inferway.gateway.exit_codes import (
     EXIT_BAR_MISSED,
     EXIT_CANNOT_START,
@@ -25,8 +27,14 @@ from inferway.gateway.exit_codes import (
     EXIT_UNREACHABLE,
 )
 from inferway.gateway.output import OutputFormat, OutputOption, write_document
+from inferway.gateway.verify.live import LiveWeightsError, fetch_live_weights
+from inferway.gateway.verify.load import is_loopback
+from inferway.gateway.verify.report import render_run
+from inferway.gateway.verify.routes import load_verify_routes
+from inferway.gateway.verify.run import VerifySettings, run_verify
 from inferway.policies.errors import PolicyError
 from inferway.policies.types import parse_duration
+from inferway.resolve.errors import ResolveError
 
 __all__ = ["verify"]
 
@@ -93,7 +101,8 @@ def verify(
         str | None, typer.Option(help="Prometheus with inferway_cost_* / utilisation series.")
     ] = None,
     admin: Annotated[
-        str | None, typer.Option(help="The gateway's admin API (its /metrics), if no Prometheus.")
+        str | None,
+        typer.Option(help="The gateway's admin API: live rollout weights, and /metrics for cost."),
     ] = None,
     min_utilization: Annotated[
         float | None, typer.Option(min=0, max=100, help="Utilisation bar, % (none by default).")
@@ -125,22 +134,6 @@ def verify(
             f"{', '.join(missing)} not installed"
         )
         raise _fail(message, EXIT_CANNOT_START)
-    from inferway.gateway.verify.load import is_loopback
-
-    if users is not None and not allow_remote and not is_loopback(gateway):
-        message = f"{gateway} is not a loopback address: load only with --allow-remote"
-        raise _fail(message, EXIT_CANNOT_START)
-    from inferway.gateway.console import make_console, print_issues
-    from inferway.gateway.verify.routes import load_verify_routes
-
-    try:
-        _, routes = load_verify_routes(file, urlsplit(gateway).port)
-    except PolicyError as error:
-        print_issues(make_console(stderr=True), error.issues)
-        raise typer.Exit(EXIT_INVALID) from None
-    _reachable(gateway)
-    from inferway.gateway.verify.run import VerifySettings, run_verify
-
     settings = VerifySettings(
         requests=requests,
         concurrency=concurrency,
@@ -158,13 +151,28 @@ def verify(
         png=png,
         seed=seed,
     )
+    if users is not None and not allow_remote and not is_loopback(gateway):
+        message = f"{gateway} is not a loopback address: load only with --allow-remote"
+        raise _fail(message, EXIT_CANNOT_START)
+    try:
+        weights = fetch_live_weights(admin) if admin else {}
+    except LiveWeightsError as error:
+        raise _fail(str(error), EXIT_UNREACHABLE) from None
+    try:
+        _, routes = load_verify_routes(file, urlsplit(gateway).port, weights)
+    except (PolicyError, ResolveError) as error:
+        issues = error.issues if isinstance(error, PolicyError) else []
+        if issues:
+            print_issues(make_console(stderr=True), issues)
+        else:
+            make_console(stderr=True).print(Text(f"{file}: {error}", style="red"))
+        raise typer.Exit(EXIT_INVALID) from None
+    _reachable(gateway)
     document = asyncio.run(run_verify(str(file), gateway, routes, settings))
     if json_file is not None:
         with json_file.open("w", encoding="utf-8") as stream:
             write_document(document, OutputFormat.json, stream)
     if output is OutputFormat.text:
-        from inferway.gateway.verify.report import render_run
-
         render_run(document, Console(soft_wrap=False))
     else:
         write_document(document, output)

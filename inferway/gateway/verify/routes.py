@@ -9,6 +9,7 @@ routes differently from what the policy says is caught rather than mirrored.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,8 @@ from inferway.policies.located import parse_located, place_issues
 from inferway.policies.model import HeaderMatch, PathMatch, Policy, Route, RouteMatch
 from inferway.policies.route_traffic import CookieMatch
 from inferway.policies.traffic import HashOn
+from inferway.resolve.ir.route import WEIGHT_TOTAL
+from inferway.resolve.weights import resolve_backends
 
 __all__ = ["Pool", "VerifyRoute", "load_verify_routes", "routes_of"]
 
@@ -52,11 +55,12 @@ class VerifyRoute:
     """The policy route this comes from (itself, or the rollout's route for a canary match)."""
 
 
-def _pools(route: Route) -> tuple[Pool, ...]:
-    total = sum(b.permille for b in route.backends)
-    if total == 0:
+def _pools(route: Route, override: Mapping[str, float] | None) -> tuple[Pool, ...]:
+    """The route's weights as resolve makes them (a live rollout's override on top)."""
+    if sum(b.permille for b in route.backends) == 0 and not override:
         return ()
-    return tuple(Pool(b.service, b.permille / total) for b in route.backends if b.permille > 0)
+    backends = resolve_backends(route, override)
+    return tuple(Pool(b.service, b.weight / WEIGHT_TOTAL) for b in backends if b.weight > 0)
 
 
 def _sticky(hash_on: HashOn | None) -> tuple[Sticky, str]:
@@ -70,10 +74,15 @@ def _sticky(hash_on: HashOn | None) -> tuple[Sticky, str]:
 
 
 def routes_of(
-    policy: Policy, features: dict[str, FeatureRule], listener_port: int | None = None
+    policy: Policy,
+    features: dict[str, FeatureRule],
+    listener_port: int | None = None,
+    weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[VerifyRoute]:
     """The policy's routes served on the listener at ``listener_port`` (every route when no
-    listener has that port), in match order; ``features``: route name -> its feature rule."""
+    listener has that port), in match order; ``features``: route name -> its feature rule;
+    ``weights``: route name -> service -> weight, the live overrides (a rollout's step)."""
+    weights = weights or {}
     names = {lst.name for lst in policy.listeners if lst.port == listener_port}
     rollouts = {r.route: r for r in policy.rollouts}
     out: list[VerifyRoute] = []
@@ -88,7 +97,7 @@ def routes_of(
             headers=tuple(route.match.headers),
             cookies=tuple(route.match.cookies),
             features=features.get(route.name),
-            pools=_pools(route),
+            pools=_pools(route, weights.get(route.name)),
             sticky=sticky,
             sticky_key=key,
             origin=route.name,
@@ -128,7 +137,9 @@ def _features_of(route: Route) -> dict[str, Any] | None:
 
 
 def load_verify_routes(
-    path: str | Path, listener_port: int | None = None
+    path: str | Path,
+    listener_port: int | None = None,
+    weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[Policy, list[VerifyRoute]]:
     """Load the policy at ``path`` as the gateway would (every located error at once) and
     its routes for the listener at ``listener_port``.
@@ -160,7 +171,7 @@ def load_verify_routes(
                 issues.append(PolicyIssue(source, None, None, field, item["msg"]))
     if issues:
         raise PolicyError(place_issues(text, source, issues))
-    return policy, routes_of(policy, features, listener_port)
+    return policy, routes_of(policy, features, listener_port, weights)
 
 
 def _load_without_features(text: str, source: str) -> tuple[Policy, dict[str, dict[str, Any]]]:
