@@ -207,3 +207,23 @@ def test_a_live_rollout_weight_replaces_the_policy_split(tmp_path: Path) -> None
     shares = {p.service: p.share for p in routes[1].pools}
     assert shares == {"gpu-pool": 0.75, "canary": 0.25}
     assert [p.share for p in routes[0].pools] == [1.0]  # other routes keep the policy's
+
+
+def test_exact_matches_a_field_of_its_own_type_and_numbers_index_lists() -> None:
+    rule = FeatureRule.model_validate(
+        {"fields": [{"path": "n", "exact": 2}, {"path": "b", "exact": True},
+                    {"path": "inputs.0.datatype", "exact": "FP32"}]}
+    )  # fmt: skip
+    good = b'{"n": 2.0, "b": true, "inputs": [{"datatype": "FP32"}]}'
+    assert match_features(rule, good) is Verdict.match
+    assert match_features(rule, good.replace(b"2.0", b'"2"')) is Verdict.miss
+    assert match_features(rule, good.replace(b"true", b"1")) is Verdict.miss
+    assert match_features(rule, good.replace(b"FP32", b"INT8")) is Verdict.miss
+
+
+def test_a_rows_rule_needs_an_inference_request_else_the_body_is_malformed() -> None:
+    rows = FeatureRule.model_validate({"rows": {"max": 4}, "on_malformed": "reject"})
+    assert match_features(rows, b'{"parameters": {}}') is Verdict.malformed
+    assert match_features(rows, _body(2)) is Verdict.match
+    size = FeatureRule.model_validate({"input_bytes": {"max": 100}})
+    assert match_features(size, b'{"parameters": {}}') is Verdict.match

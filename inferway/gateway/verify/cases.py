@@ -140,15 +140,36 @@ def _in_bounds(bounds: Bounds) -> float:
     return bounds.max if bounds.max is not None else 0
 
 
+def _other(exact: bool | int | float | str) -> bool | int | float | str:
+    """A value of the same JSON type that is not ``exact``."""
+    if isinstance(exact, bool):
+        return not exact
+    if isinstance(exact, int | float):
+        return exact + 1
+    return exact + "-not"
+
+
 def _set(document: dict[str, Any], path: str, value: Any, *, present: bool = True) -> None:
-    parts = path.split(".")
-    node = document
-    for part in parts[:-1]:
-        node = node.setdefault(part, {}) if isinstance(node.get(part), dict | None) else {}
-    if present:
-        node[parts[-1]] = value
-    else:
-        node.pop(parts[-1], None)
+    """Set (or, not ``present``, remove) a dotted path; a number indexes an existing list."""
+    *parents, last = path.split(".")
+    node: Any = document
+    for part in parents:
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            if not isinstance(node.get(part), dict | list):
+                node[part] = {}
+            node = node[part]
+        else:
+            return
+    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        if present:
+            node[int(last)] = value
+    elif isinstance(node, dict):
+        if present:
+            node[last] = value
+        else:
+            node.pop(last, None)
 
 
 def _body(rows: int, fields: dict[str, tuple[bool, Any]], size: int | None = None) -> bytes | None:
@@ -296,6 +317,9 @@ def _feature_variants(n: str, rule: FeatureRule, base: _Base) -> Iterator[tuple[
         yield from _field_variants(n, f, base)
     label = f"{n}: body not JSON (on_malformed: {rule.on_malformed})"
     yield label, base.probe(label, body=b"not json {")
+    if rule.rows is not None:
+        label = f"{n}: JSON but no inference request (on_malformed: {rule.on_malformed})"
+        yield label, base.probe(label, body=b'{"parameters": {}}')
 
 
 def _field_variants(n: str, f: FieldRule, base: _Base) -> Iterator[tuple[str, Probe | None]]:
@@ -310,7 +334,7 @@ def _field_variants(n: str, f: FieldRule, base: _Base) -> Iterator[tuple[str, Pr
     yield label, base.probe(label, fields=with_field(False, None))
     if f.exact is not None:
         label = f"{n}: field {f.path} not {f.exact!r}"
-        yield label, base.probe(label, fields=with_field(True, f.exact + "-not"))
+        yield label, base.probe(label, fields=with_field(True, _other(f.exact)))
     elif f.regex is not None:
         value = _no_match(f.regex)
         label = f"{n}: field {f.path} not matching {f.regex!r}"

@@ -3,7 +3,11 @@ whether a request body satisfies it.
 
 verify keeps its own small reading of the rule so it can compute the expected pool of a
 request independently of the gateway's implementation: a bug there shows up as a mismatch
-here. Bounds are inclusive; a field's ``regex`` is RE2 and must match the whole value.
+here. Bounds are inclusive; a field's ``regex`` is RE2 and must match the whole value; an
+``exact`` value matches a field of its own JSON type (a string a string, a number a number,
+true/false a boolean); a number in a dotted path indexes a list (``inputs.0.name``). A body
+is well formed when it is a JSON object, and, for a rule on ``rows``, an inference request
+(``inputs[0].shape[0]`` a whole number); anything else is malformed for that rule.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ class FieldRule(_Model):
     """One JSON body field by dotted path: ``exact``, ``regex``, ``present`` or ``min``/``max``."""
 
     path: str = Field(min_length=1)
-    exact: str | None = None
+    exact: bool | int | float | str | None = None
     regex: str | None = None
     present: bool | None = None
     min: float | None = None
@@ -71,12 +75,25 @@ class FieldRule(_Model):
         if not found:
             return False
         if self.exact is not None:
-            return isinstance(value, str) and value == self.exact
+            return _same(value, self.exact)
         if self.regex is not None:
             return isinstance(value, str) and re2.fullmatch(self.regex, value) is not None
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not _number(value):
             return False
         return Bounds(min=self.min, max=self.max).holds(float(value))
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _same(value: object, exact: bool | int | float | str) -> bool:
+    """Equal and of one JSON type (1 and 1.0 are one number; true is not 1)."""
+    if isinstance(exact, bool) or isinstance(value, bool):
+        return isinstance(exact, bool) and isinstance(value, bool) and value is exact
+    if _number(exact):
+        return _number(value) and float(value) == float(exact)  # type: ignore[arg-type]
+    return isinstance(value, str) and value == exact
 
 
 class FeatureRule(_Model):
@@ -113,16 +130,22 @@ def rows_of(document: dict[str, Any]) -> int | None:
     if not isinstance(shape, list) or not shape:
         return None
     first = shape[0]
-    return first if isinstance(first, int) and not isinstance(first, bool) else None
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        return None
+    return first
 
 
 def field_value(document: dict[str, Any], path: str) -> tuple[bool, Any]:
-    """(found, value) of a dotted path such as ``parameters.priority``."""
+    """(found, value) of a dotted path such as ``parameters.priority`` (``inputs.0``: the
+    first item of a list)."""
     node: Any = document
     for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
             return False, None
-        node = node[part]
     return True, node
 
 
@@ -131,12 +154,13 @@ def match_features(rule: FeatureRule, body: bytes) -> Verdict:
     document = body_document(body)
     if document is None:
         return Verdict.malformed
+    rows = rows_of(document)
+    if rule.rows is not None and rows is None:
+        return Verdict.malformed  # a rule on rows needs an inference request
     if rule.input_bytes is not None and not rule.input_bytes.holds(len(body)):
         return Verdict.miss
-    if rule.rows is not None:
-        rows = rows_of(document)
-        if rows is None or not rule.rows.holds(rows):
-            return Verdict.miss
+    if rule.rows is not None and (rows is None or not rule.rows.holds(rows)):
+        return Verdict.miss
     if not all(f.holds(document) for f in rule.fields):
         return Verdict.miss
     return Verdict.match

@@ -53,6 +53,8 @@ class VerifyRoute:
     """The header or cookie a sticky split hashes on (verify varies it per request)."""
     origin: str = ""
     """The policy route this comes from (itself, or the rollout's route for a canary match)."""
+    served_by: bool = True
+    """Whether its answers carry the served-by headers (a policy may turn them off)."""
 
 
 def _pools(route: Route, override: Mapping[str, float] | None) -> tuple[Pool, ...]:
@@ -91,6 +93,11 @@ def routes_of(
             continue
         rollout = rollouts.get(route.name)
         sticky, key = _sticky(route.hash or (rollout.sticky if rollout else None))
+        # served_by_headers: the policy's and the route's (read by name: schemas before the
+        # served-by headers have neither, and every answer is then assumed to carry them)
+        served_by = getattr(route, "served_by_headers", None)
+        if served_by is None:
+            served_by = getattr(policy, "served_by_headers", True)
         base = VerifyRoute(
             name=route.name,
             path=route.match.path,
@@ -101,6 +108,7 @@ def routes_of(
             sticky=sticky,
             sticky_key=key,
             origin=route.name,
+            served_by=bool(served_by),
         )
         for i, entry in enumerate(rollout.match if rollout is not None else ()):
             assert rollout is not None

@@ -47,6 +47,10 @@ async def run_verify(
 ) -> dict[str, Any]:
     """The verdict document (docs/verify.md) of ``gateway`` against ``routes``."""
     probes, coverage = generate_probes(routes, seed=settings.seed)
+    silent = {r.name for r in routes if not r.served_by}
+    for name in sorted(silent):
+        coverage.uncovered.append(f"route {name}: served_by_headers off, its pool is not visible")
+    probes = [p for p in probes if expect(routes, p).route not in silent]
     observations = await run_functional(
         gateway,
         routes,
