@@ -70,7 +70,9 @@ def _backends() -> list[ControlledBackend]:
     ]
 
 
-async def _verify(*args: str) -> tuple[int, str, str]:
+async def run_verify_cli(*args: str) -> tuple[int, str, str]:
+    """``inferway verify ARGS`` as a process (exit code, stdout, stderr); the test's event
+    loop, which runs the gateway, keeps turning meanwhile."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -94,7 +96,7 @@ async def test_verify_passes_against_the_policy_the_gateway_runs_and_its_load_ru
         policy = tmp_path / "policy.yaml"
         policy.write_text(gw.render(), encoding="utf-8")
         png, document_file = tmp_path / "latency.png", tmp_path / "verify.json"
-        code, out, err = await _verify(
+        code, out, err = await run_verify_cli(
             "-f", str(policy), "--gateway", gw.url, "--requests", "600",
             "--users", "20", "--duration", "5s", "--sla-p99", "2s",
             "--png", str(png), "--json", str(document_file),
@@ -129,7 +131,7 @@ async def test_verify_catches_a_rule_the_gateway_routes_elsewhere(tmp_path: Path
         policy = tmp_path / "policy.yaml"
         policy.write_text(gw.render().replace("service: gpu-pool}]", "service: cpu-pool}]"))
         assert policy.read_text().count("cpu-pool}]") == 1
-        code, out, err = await _verify(
+        code, out, err = await run_verify_cli(
             "-f", str(policy), "--gateway", gw.url, "--requests", "300", "-o", "json"
         )  # fmt: skip
     assert code == 4, out + err
@@ -149,7 +151,7 @@ async def test_verify_refuses_load_on_a_remote_gateway(tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.format(listener_port=10000, cpu=1, gpu1=2, gpu2=3, canary=4,
                                     gold_pool="cpu-pool"))  # fmt: skip
-    code, _, err = await _verify(
+    code, _, err = await run_verify_cli(
         "-f", str(policy), "--gateway", "http://192.0.2.1:10000", "--users", "5"
     )  # fmt: skip
     assert code == 2, err
