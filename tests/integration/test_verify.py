@@ -97,7 +97,8 @@ async def test_verify_passes_against_the_policy_the_gateway_runs_and_its_load_ru
         policy.write_text(gw.render(), encoding="utf-8")
         png, document_file = tmp_path / "latency.png", tmp_path / "verify.json"
         code, out, err = await run_verify_cli(
-            "-f", str(policy), "--gateway", gw.url, "--requests", "600",
+            # a correct gateway fails a chi-square test at --alpha A with probability A
+            "-f", str(policy), "--gateway", gw.url, "--requests", "600", "--alpha", "1e-6",
             "--users", "20", "--duration", "5s", "--sla-p99", "2s",
             "--png", str(png), "--json", str(document_file),
         )  # fmt: skip
@@ -109,7 +110,7 @@ async def test_verify_passes_against_the_policy_the_gateway_runs_and_its_load_ru
         assert functional["requests"] >= 600 and not functional["mismatches"]
         assert set(functional["routes"]) == {"gold-tier", "beta-testers", "default", "no route"}
         split = functional["splits"]["default"]
-        assert split["ok"] is True and split["p_value"] >= 0.001
+        assert split["ok"] is True and split["p_value"] >= 1e-6
         assert set(split["pools"]) == {"gpu-pool", "canary"}
         assert set(functional["replicas"]["gpu-pool"]) == {
             f"127.0.0.1:{gw.backends['gpu1'].port}",
@@ -145,6 +146,27 @@ async def test_verify_catches_a_rule_the_gateway_routes_elsewhere(tmp_path: Path
     assert {m["observed"] for m in functional["mismatches"]} == {"gpu-pool (HTTP 200)"}
     bar = next(b for b in document["bars"] if b["name"] == "routed correctly")
     assert bar["ok"] is False
+
+
+async def test_verify_catches_a_split_whose_frequencies_are_off_the_weights(
+    tmp_path: Path,
+) -> None:
+    # Both pools are the route's, so every request is "correct"; only the frequencies tell.
+    async with TrafficGateway(POLICY.replace("{gold_pool}", "cpu-pool"), _backends()) as gw:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(
+            gw.render().replace("weight: 80", "weight: 50").replace("weight: 20", "weight: 50")
+        )
+        code, out, err = await run_verify_cli(
+            "-f", str(policy), "--gateway", gw.url, "--requests", "600", "-o", "json"
+        )  # fmt: skip
+    assert code == 4, out + err
+    document = json.loads(out)
+    assert document["functional"]["correctness_percent"] == 100.0
+    split = document["functional"]["splits"]["default"]
+    assert split["ok"] is False and split["p_value"] < 1e-6
+    failed = {b["name"] for b in document["bars"] if b["ok"] is False}
+    assert failed == {"activation frequency (all pools)", "activation frequency (default)"}
 
 
 async def test_verify_refuses_load_on_a_remote_gateway(tmp_path: Path) -> None:

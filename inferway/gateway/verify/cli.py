@@ -151,6 +151,8 @@ def verify(
         png=png,
         seed=seed,
     )
+    if png is not None and users is None:
+        raise _fail("--png draws the load run: give --users too", EXIT_CANNOT_START)
     if users is not None and not allow_remote and not is_loopback(gateway):
         message = f"{gateway} is not a loopback address: load only with --allow-remote"
         raise _fail(message, EXIT_CANNOT_START)
