@@ -169,10 +169,12 @@ def render_run(document: dict[str, Any], console: Console, *, mismatches: int = 
         routes.add_row(name, str(counts["requests"]), str(counts["correct"]))
     console.print(routes)
     pools = Table(title="activation per pool", title_justify="left")
-    for column in ("pool", "observed", "expected"):
+    for column in ("pool", "observed", "expected", "replicas (requests)"):
         pools.add_column(column)
     for pool, counts in f["activation"]["pools"].items():
-        pools.add_row(pool, str(counts["observed"]), f"{counts['expected']:.1f}")
+        replicas = f["replicas"].get(pool, {})
+        served = ", ".join(f"{r} ({n})" for r, n in sorted(replicas.items()))
+        pools.add_row(pool, str(counts["observed"]), f"{counts['expected']:.1f}", served)
     console.print(pools)
     if f["mismatches"]:
         table = Table(title="mis-routed requests", title_justify="left")
