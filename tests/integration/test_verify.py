@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from inferway.policies.model import Policy
 from tests.traffic_harness import ControlledBackend, TrafficGateway
 
 pytestmark = pytest.mark.integration
@@ -19,10 +20,15 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
+GATEWAY_NAMES_THE_POOL = "served_by_headers" in Policy.model_fields
+"""Whether this gateway sets ``x-inferway-pool`` / ``x-inferway-replica`` itself (and strips
+whatever an upstream sends under those names)."""
+
+
 class PoolBackend(ControlledBackend):
-    """A replica that names its pool and itself in the served-by headers (as the gateway's
-    own ``x-inferway-pool`` / ``x-inferway-replica`` will), so routing is checked from
-    outside exactly as verify checks it."""
+    """A replica that names its pool and itself in the served-by headers on a gateway that
+    does not set them yet; where the gateway does, Envoy's own headers are what verify
+    reads (it replaces the upstream's)."""
 
     def __init__(self, name: str, pool: str) -> None:
         super().__init__(name)
@@ -30,8 +36,9 @@ class PoolBackend(ControlledBackend):
 
     async def _answer(self, request: web.Request) -> web.Response:
         response = await super()._answer(request)
-        response.headers["x-inferway-pool"] = self.pool
-        response.headers["x-inferway-replica"] = f"127.0.0.1:{self.port}"
+        if not GATEWAY_NAMES_THE_POOL:
+            response.headers["x-inferway-pool"] = self.pool
+            response.headers["x-inferway-replica"] = f"127.0.0.1:{self.port}"
         return response
 
 
