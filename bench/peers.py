@@ -143,6 +143,15 @@ def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Pe
         return Peer(name, port, "/inference", process.stop, versions)
     if name == "pytriton":
         env |= {"PEER_HTTP_PORT": str(port), "PEER_GRPC_PORT": str(free_port())}
+        # Triton's Python-backend stub links libpython3.X.so: make it the venv interpreter's
+        # own (a distribution's older libpython beside a newer stdlib breaks multiprocessing)
+        libdir = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH")) if p)
         env["PEER_METRICS_PORT"] = str(free_port())
         script = str(HERE / "peer_servers" / "pytriton_mlp.py")
         process = _Subprocess([str(python), script], env, logs / "pytriton.log")
