@@ -1,10 +1,6 @@
 """The ``inferway`` command: validate, render and run a policy; ask a gateway for its status;
-run the demo; serve models (the backend's ``serve``, when installed).
-
-Operator conventions (docs/cli.md): ``--version``; ``-o text|json|yaml`` on status, render and
-validate; ``--log-format json|text`` on run and serve; shell completion; exit codes 0 ok,
-1 invalid or refused (errors as ``file:line:column: path: message``, one per line, on stderr),
-2 usage, 3 the admin API unreachable (``gateway/exit_codes.py``).
+run the demo; serve, optimize and encrypt models. Operator conventions (``--version``, ``-o``,
+``--log-format``, exit codes of ``gateway/exit_codes.py``): docs/cli.md.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from inferway.gateway.control_plane_process import ControlPlaneSpec
 from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.foreground import run_event_loop, serve_gateway
 from inferway.gateway.keeper import run_keeper
+from inferway.gateway.model_cli import register_model_tools
 from inferway.gateway.output import (
     DocumentOutputOption,
     OutputFormat,
@@ -389,6 +386,7 @@ app.command("serve")(serve)
 app.add_typer(certs_app, name="certs")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(scale_app, name="scale")
+register_model_tools(app)
 
 
 def main() -> None:
