@@ -35,6 +35,13 @@ class OutputDeviation:
     top1_rows: int = 0
     top1_agree: int = 0
     is_classifier: bool = False
+    max_abs_by_category: dict[str, float] = field(default_factory=dict)
+
+    def deviation_by_category(self) -> dict[str, float]:
+        """Each input category's largest error on the output's (whole-run) scale: which
+        kind of input broke the version."""
+        scale = self.scale or 1.0
+        return {k: v / scale for k, v in sorted(self.max_abs_by_category.items())}
 
     @property
     def normalized(self) -> float:
@@ -61,7 +68,9 @@ class Comparison:
     """Cases the old version itself refused (outside what the model accepts)."""
 
 
-def _update(dev: OutputDeviation, ref: np.ndarray, new: np.ndarray) -> list[np.ndarray]:
+def _update(
+    dev: OutputDeviation, category: str, ref: np.ndarray, new: np.ndarray
+) -> list[np.ndarray]:
     """Fold one batch into ``dev``; returns the finite parts for the relative pass."""
     if ref.shape != new.shape:
         dev.nonfinite_mismatches += int(ref.size)
@@ -76,7 +85,10 @@ def _update(dev: OutputDeviation, ref: np.ndarray, new: np.ndarray) -> list[np.n
     dev.nonfinite_mismatches += int(np.count_nonzero(finite & ~np.isfinite(b)))
     both = finite & np.isfinite(b)
     if both.any():
-        dev.max_abs = max(dev.max_abs, float(np.abs(a[both] - b[both]).max()))
+        worst = float(np.abs(a[both] - b[both]).max())
+        dev.max_abs = max(dev.max_abs, worst)
+        known = dev.max_abs_by_category.get(category, 0.0)
+        dev.max_abs_by_category[category] = max(known, worst)
         dev.scale = max(dev.scale, float(np.abs(a[both]).max()))
     if dev.is_classifier and a.ndim == 2:
         rows = np.all(np.isfinite(a), axis=1) & np.all(np.isfinite(b), axis=1)
@@ -119,7 +131,7 @@ def compare_runners(
             if name not in out:
                 result.failures.append(f"{case.category}: the new version has no output {name!r}")
                 continue
-            part = _update(devs[name], ref[name], out[name])
+            part = _update(devs[name], case.category, ref[name], out[name])
             if part:
                 pairs[name].append(part)
     if progress is not None:

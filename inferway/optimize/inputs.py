@@ -4,8 +4,9 @@ the model's maximum, random and uniform values over the input domain, zeros, the
 extremes, and the edge values of the input dtype (signed zero, subnormals, the smallest
 normal, one step inside and outside the domain's bounds).
 
-The domain is the calibration data's range per input when there is some, else [-3, 3] for
-float inputs (standard-normal data) and [0, 10] for integer ones. Deterministic (seeded):
+The domain is the calibration data's range per input when there is some (random values then
+follow its mean and standard deviation), else [-3, 3] for float inputs (standard-normal
+data) and [0, 10] for integer ones. Deterministic (seeded):
 the same model and data give the same cases, so two reports compare.
 """
 
@@ -121,6 +122,11 @@ class _Generator:
         self.shapes = {s.name: _row_shape(s, calibration) for s in specs}
         self.domains = {s.name: _domain(s, calibration) for s in specs}
         self.dtypes = {s.name: numpy_dtype(s.datatype) for s in specs}
+        self.moments: dict[str, tuple[float, float]] = {}
+        for name, arr in (calibration or {}).items():
+            if arr.dtype.kind == "f" and np.isfinite(arr).any():
+                finite = arr[np.isfinite(arr)].astype(np.float64)
+                self.moments[name] = (float(finite.mean()), float(finite.std()))
 
     def _values(self, name: str, rows: int, kind: str) -> np.ndarray:
         shape = (rows, *self.shapes[name])
@@ -147,8 +153,10 @@ class _Generator:
             return self.rng.integers(int(lo), int(hi) + 1, size=shape).astype(dtype)
         if kind == "uniform":
             return self.rng.uniform(lo, hi, size=shape).astype(dtype)
-        # "random": centred normal data whose 3 sigma spans the domain.
-        centre, spread = (lo + hi) / 2, max((hi - lo) / 6, np.finfo(dtype).tiny)
+        # "random": normal data like the calibration's, else centred with 3 sigma spanning
+        # the domain; clipped to the domain either way.
+        centre, spread = self.moments.get(name, ((lo + hi) / 2, (hi - lo) / 6))
+        spread = max(spread, float(np.finfo(dtype).tiny))
         return np.clip(self.rng.normal(centre, spread, size=shape), lo, hi).astype(dtype)
 
     def batch(self, rows: int, kind: str) -> dict[str, np.ndarray]:

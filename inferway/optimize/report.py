@@ -31,9 +31,10 @@ class GateVerdict:
 
 
 def judge(comparison: Comparison, tolerance_percent: float, min_rows: int) -> GateVerdict:
-    """Accepted when every output's normalized error and every classifier's top-1
-    disagreement is within the tolerance, nothing non-finite moved, the new version
-    answered every case the old one did, and enough rows were compared."""
+    """Accepted when every output's deviation (normalized error) is within the tolerance,
+    nothing non-finite moved, the new version answered every case the old one did, and
+    enough rows were compared. Top-1 agreement is reported, not gated: on generated inputs
+    a classifier's scores are often near ties, where any rounding flips the arg-max."""
     tol = tolerance_percent / 100
     reasons: list[str] = []
     if comparison.failures:
@@ -45,15 +46,12 @@ def judge(comparison: Comparison, tolerance_percent: float, min_rows: int) -> Ga
         reasons.append(f"only {comparison.rows} rows compared (at least {min_rows} needed)")
     for dev in comparison.outputs:
         if dev.normalized > tol:
+            by_category = dev.deviation_by_category()
+            worst = max(by_category, key=lambda k: by_category[k]) if by_category else "-"
             reasons.append(
                 f"output {dev.name!r}: deviation {dev.normalized * 100:.3g}% of its range "
-                f"exceeds the tolerance {tolerance_percent:g}% (max abs error {dev.max_abs:.4g})"
-            )
-        agreement = dev.top1_agreement
-        if agreement is not None and 1 - agreement > tol:
-            reasons.append(
-                f"output {dev.name!r}: top-1 agreement {agreement * 100:.2f}% is below "
-                f"{100 - tolerance_percent:g}%"
+                f"exceeds the tolerance {tolerance_percent:g}% (max abs error "
+                f"{dev.max_abs:.4g}, worst on {worst} inputs)"
             )
         if dev.nonfinite_mismatches:
             reasons.append(
@@ -135,6 +133,9 @@ def build_report(
                     "max_abs_error": d.max_abs,
                     "max_rel_error": d.max_rel,
                     "deviation_percent": d.normalized * 100,
+                    "deviation_percent_by_category": {
+                        k: v * 100 for k, v in d.deviation_by_category().items()
+                    },
                     "reference_scale": d.scale,
                     "top1_agreement": d.top1_agreement,
                     "nonfinite_mismatches": d.nonfinite_mismatches,

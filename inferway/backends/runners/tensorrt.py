@@ -273,6 +273,11 @@ class TensorRTRunner:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
         if self.fp16:
             config.set_flag(trt.BuilderFlag.FP16)
+        if any(
+            network.get_layer(i).type == trt.LayerType.QUANTIZE for i in range(network.num_layers)
+        ):
+            # explicit INT8: Q/DQ pairs in the model (``inferway optimize --int8 --tensorrt``)
+            config.set_flag(trt.BuilderFlag.INT8)
         profile = builder.create_optimization_profile()
         dynamic = False
         for i in range(network.num_inputs):
