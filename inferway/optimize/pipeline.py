@@ -31,6 +31,7 @@ from inferway.backends.models.config import (
 )
 from inferway.backends.models.rejection import REJECTED_FILE, write_rejection
 from inferway.backends.models.scan import MODEL_FILE
+from inferway.backends.runners.base import TensorSpec
 from inferway.backends.runners.select import build_runner
 from inferway.backends.runners.tensorrt import tensorrt_unavailable_reason
 from inferway.optimize import convert
@@ -184,121 +185,136 @@ def optimize_model(request: OptimizeRequest, progress: Progress = lambda _: None
     steps = _steps(request)
     model_dir, source_dir = _resolve_source(request)
     config_path = resolve_model_config_path(model_dir, source_dir)
-    source_config = load_model_config(config_path) if config_path else ModelConfig()
     version = _next_version(model_dir)
-    staging = model_dir / f".optimize-{version}-{os.getpid()}"
-    staging.mkdir()
+    build = _Build(
+        request=request,
+        steps=steps,
+        source_dir=source_dir,
+        config_path=config_path,
+        source_config=load_model_config(config_path) if config_path else ModelConfig(),
+        version=version,
+        staging=model_dir / f".optimize-{version}-{os.getpid()}",
+        progress=progress,
+    )
+    build.staging.mkdir()
     try:
-        report = _build_and_validate(
-            request,
-            steps,
-            model_dir,
-            source_dir,
-            source_config,
-            config_path,
-            version,
-            staging,
-            progress,
-        )
+        report = build.run()
         target = model_dir / version
         if target.exists():
             raise OptimizeError(f"{target} appeared while optimising; not overwriting it")
-        staging.rename(target)
+        build.staging.rename(target)
         return report
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        if build.staging.exists():
+            shutil.rmtree(build.staging, ignore_errors=True)
 
 
-def _build_and_validate(
-    request: OptimizeRequest,
-    steps: list[str],
-    model_dir: Path,
-    source_dir: Path,
-    source_config: ModelConfig,
-    config_path: Path | None,
-    version: str,
-    staging: Path,
-    progress: Progress,
-) -> dict[str, Any]:
-    source = source_dir / MODEL_FILE
-    old = build_runner(source, source_config)
-    with contextlib.ExitStack() as stack:
-        stack.callback(old.close)
-        calibration = (
-            load_calibration(request.calibration, old.inputs) if request.calibration else None
+@dataclass
+class _Build:
+    """One new version in its staging directory: converted, configured, judged."""
+
+    request: OptimizeRequest
+    steps: list[str]
+    source_dir: Path
+    config_path: Path | None
+    source_config: ModelConfig
+    version: str
+    staging: Path
+    progress: Progress
+
+    @property
+    def max_batch(self) -> int:
+        return self.source_config.batching.max_batch_size
+
+    def run(self) -> dict[str, Any]:
+        request = self.request
+        old = build_runner(self.source_dir / MODEL_FILE, self.source_config)
+        with contextlib.ExitStack() as stack:
+            stack.callback(old.close)
+            calibration = (
+                load_calibration(request.calibration, old.inputs) if request.calibration else None
+            )
+            self._convert(old.inputs, calibration)
+            new_config = self._write_config()
+            if "tensorrt" in self.steps:
+                self.progress("tensorrt: building the engine (this can take minutes)")
+            new = build_runner(self.staging / MODEL_FILE, new_config)
+            stack.callback(new.close)
+            cases = build_validation_cases(
+                old.inputs, self.max_batch, min_rows=request.min_rows, calibration=calibration
+            )
+            self.progress(
+                f"validating on {sum(c.rows for c in cases)} rows in {len(cases)} batches"
+            )
+            marks = {len(cases) * q // 4 for q in (1, 2, 3)}
+
+            def tick(done: int, total: int) -> None:
+                if done in marks:
+                    self.progress(f"validated {done}/{total} batches")
+
+            comparison = compare_runners(old, new, cases, tick)
+            verdict = judge(comparison, request.tolerance_percent, request.min_rows)
+            self.progress("measuring latency and throughput")
+            sweep = {c.rows: c.feed for c in cases if c.category == "batch-size"}
+            before = measure_speed(old, sweep[1], sweep[self.max_batch], request.bench_runs)
+            after = measure_speed(new, sweep[1], sweep[self.max_batch], request.bench_runs)
+        model_dir = self.source_dir.parent
+        report = build_report(
+            model=model_dir.name,
+            source_version=self.source_dir.name,
+            version=self.version,
+            path=str(model_dir / self.version),
+            steps=self.steps,
+            tolerance_percent=request.tolerance_percent,
+            comparison=comparison,
+            verdict=verdict,
+            before=before,
+            after=after,
+            size_before=(self.source_dir / MODEL_FILE).stat().st_size,
+            size_after=_size(self.staging),
+            stanza=build_rollout_stanza(
+                model_dir.name, self.source_dir.name, self.version, request.route
+            ),
         )
-        max_batch = source_config.batching.max_batch_size
-        current = source
-        for step in steps:
-            if step == "tensorrt":  # the engine is built below, by the runner that serves it
+        (self.staging / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        if not verdict.accepted:
+            write_rejection(self.staging, verdict.reason, report=REPORT_FILE)
+        return report
+
+    def _convert(
+        self, inputs: tuple[TensorSpec, ...], calibration: dict[str, np.ndarray] | None
+    ) -> None:
+        """Each step from the previous one's file; the last becomes ``model.onnx``."""
+        current = self.source_dir / MODEL_FILE
+        for step in self.steps:
+            if step == "tensorrt":  # the engine is built by the runner that serves it
                 continue
             started = time.perf_counter()
-            out = staging / f".{step}.onnx"
+            out = self.staging / f".{step}.onnx"
             data = calibration
             if step == "int8-static" and data is None:  # generated over the default domain
-                generated = build_validation_cases(old.inputs, max_batch, min_rows=512, seed=1)
+                generated = build_validation_cases(inputs, self.max_batch, min_rows=512, seed=1)
                 data = {
                     k: np.concatenate([c.feed[k] for c in generated]) for k in generated[0].feed
                 }
             try:
-                _convert(step, current, out, data, max_batch, request.per_channel, steps)
+                _convert(
+                    step, current, out, data, self.max_batch, self.request.per_channel, self.steps
+                )
             except Exception as e:  # onnx / onnxruntime raise their own types
                 raise OptimizeError(f"{current}: {step} failed: {e}") from e
             current = out
-            progress(f"{step}: {time.perf_counter() - started:.1f}s")
-        current.rename(staging / MODEL_FILE)
-        for leftover in staging.glob(".*.onnx"):
+            self.progress(f"{step}: {time.perf_counter() - started:.1f}s")
+        current.rename(self.staging / MODEL_FILE)
+        for leftover in self.staging.glob(".*.onnx"):
             leftover.unlink()
-        own_config = config_path is not None and config_path.parent == source_dir
-        if own_config or "tensorrt" in steps:
-            data = _new_config(config_path, steps)
-            (staging / CONFIG_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
-        new_config = (
-            load_model_config(staging / CONFIG_FILE)
-            if (staging / CONFIG_FILE).is_file()
-            else source_config
-        )
-        if "tensorrt" in steps:
-            progress("tensorrt: building the engine (this can take minutes)")
-        new = build_runner(staging / MODEL_FILE, new_config)
-        stack.callback(new.close)
 
-        cases = build_validation_cases(
-            old.inputs, max_batch, min_rows=request.min_rows, calibration=calibration
-        )
-        total_rows = sum(c.rows for c in cases)
-        progress(f"validating on {total_rows} rows in {len(cases)} batches")
-        marks = {len(cases) * q // 4 for q in (1, 2, 3)}
-
-        def tick(done: int, total: int) -> None:
-            if done in marks:
-                progress(f"validated {done}/{total} batches")
-
-        comparison = compare_runners(old, new, cases, tick)
-        verdict = judge(comparison, request.tolerance_percent, request.min_rows)
-        progress("measuring latency and throughput")
-        one = next(c.feed for c in cases if c.category == "batch-size" and c.rows == 1)
-        full = next(c.feed for c in cases if c.category == "batch-size" and c.rows == max_batch)
-        before = measure_speed(old, one, full, request.bench_runs)
-        after = measure_speed(new, one, full, request.bench_runs)
-    stanza = build_rollout_stanza(model_dir.name, source_dir.name, version, request.route)
-    report = build_report(
-        model=model_dir.name,
-        source_version=source_dir.name,
-        version=version,
-        path=str(model_dir / version),
-        steps=steps,
-        tolerance_percent=request.tolerance_percent,
-        comparison=comparison,
-        verdict=verdict,
-        before=before,
-        after=after,
-        size_before=(source_dir / MODEL_FILE).stat().st_size,
-        size_after=_size(staging),
-        stanza=stanza,
-    )
-    (staging / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    if not verdict.accepted:
-        write_rejection(staging, verdict.reason, report=REPORT_FILE)
-    return report
+    def _write_config(self) -> ModelConfig:
+        """The new version's own ``config.yaml`` when it needs one: the source had its own,
+        or the engine changes. Otherwise the model-level file applies to it as to the source."""
+        own = self.config_path is not None and self.config_path.parent == self.source_dir
+        if not own and "tensorrt" not in self.steps:
+            return self.source_config
+        path = self.staging / CONFIG_FILE
+        path.write_text(yaml.safe_dump(_new_config(self.config_path, self.steps), sort_keys=False))
+        return load_model_config(path)
