@@ -32,7 +32,11 @@ def encrypt(
     model: Annotated[
         Path,
         typer.Argument(
-            help="The model.onnx to encrypt.", dir_okay=False, exists=True, show_default=False
+            metavar="MODEL",
+            help="The model.onnx to encrypt.",
+            dir_okay=False,
+            exists=True,
+            show_default=False,
         ),
     ],
     token: Annotated[

@@ -224,3 +224,16 @@ async def test_serve_loads_encrypted_models_and_refuses_a_tampered_new_version(
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert "authentication failed" in out
+
+
+def test_encrypt_refuses_an_unknown_token_or_key_and_writes_nothing(
+    hsm: SoftHsm, tmp_path: Path
+) -> None:
+    model = build_mlp(tmp_path / "model.onnx", SIZES, seed=0)
+    runner = CliRunner()
+    args = ["model", "encrypt", str(model), "--key", KEY]
+    result = runner.invoke(app, [*args, "--token", "no-such-token"])
+    assert result.exit_code == 1 and "no token labelled 'no-such-token'" in result.output
+    result = runner.invoke(app, [*args[:-1], "absent-key", "--token", TOKEN])
+    assert result.exit_code == 1 and "no AES key labelled 'absent-key'" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
