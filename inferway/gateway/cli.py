@@ -23,6 +23,7 @@ from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.cli_conventions import LogFormatOption, VersionOption, run_app
 from inferway.gateway.console import configure_logging, make_console, print_issues
 from inferway.gateway.control_plane_process import ControlPlaneSpec
+from inferway.gateway.cost.report_cli import app as report_app
 from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.foreground import run_event_loop, serve_gateway
 from inferway.gateway.keeper import run_keeper
@@ -389,6 +390,7 @@ app.command("serve")(serve)
 app.add_typer(certs_app, name="certs")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(scale_app, name="scale")
+app.add_typer(report_app, name="report")
 
 
 def main() -> None:
