@@ -62,7 +62,7 @@ def test_a_constant_spend_is_forecast_constant_and_warned_before_the_budget() ->
     assert budget_warning(forecast, 250.0) is None
     warning = budget_warning(forecast, 200.0)
     assert warning is not None and warning.day == 1 and warning.spend == pytest.approx(240)
-    assert "exceeds the budget of 200/day within 24 hours" in warning.message
+    assert "exceeds the budget of 200 USD/day within 24 hours" in warning.describe("USD")
 
 
 def test_a_rising_spend_warns_on_the_day_it_crosses_within_three_days() -> None:
@@ -73,7 +73,7 @@ def test_a_rising_spend_warns_on_the_day_it_crosses_within_three_days() -> None:
     day_two = forecast.daily[1]
     warning = budget_warning(forecast, (forecast.daily[0] + day_two) / 2)
     assert warning is not None and warning.day == 2
-    assert "in 2 days" in warning.message
+    assert warning.describe("EUR").endswith("EUR/day in 2 days")
     # crossing only on day 5: beyond the guide's 3 days, no warning yet
     assert budget_warning(forecast, (forecast.daily[3] + forecast.daily[4]) / 2) is None
 

@@ -49,7 +49,7 @@ class ServiceReport:
                 "method": self.forecast.method,
                 "daily_spend": list(self.forecast.daily),
             },
-            "warning": None if self.warning is None else self.warning.message,
+            "warning": None if self.warning is None else self.warning.describe(self.cost.currency),
         }
 
 
@@ -71,13 +71,13 @@ class CostReport:
         found = []
         for s in self.services:
             if s.warning is not None:
-                found.append(f"{s.cost.service}: {s.warning.message} {s.cost.currency}")
+                found.append(f"{s.cost.service}: {s.warning.describe(s.cost.currency)}")
             if s.budget_per_1k_exceeded:
                 over = s.cost.over_budget_per_1k or 0.0
                 found.append(
                     f"{s.cost.service}: cost per 1,000 requests {s.cost.cost_per_1k_requests:.4f} "
                     f"{s.cost.currency} is {over:.0%} over the budget of "
-                    f"{s.cost.budget_per_1k_requests:g}"
+                    f"{s.cost.budget_per_1k_requests:g} {s.cost.currency}"
                 )
         return found
 

@@ -87,7 +87,7 @@ def render_cost(report: CostReport, console: Console) -> None:
             _money(c.cost_per_1k_requests, 4),
             _money(c.budget_per_1k_requests, 4),
             _count(c.rows),
-            _money(c.cost_per_row, 6),
+            "-" if c.cost_per_row is None else f"{c.cost_per_row:.3g}",
             util,
             " ".join(_money(d) for d in s.forecast.daily[:WARN_DAYS_AHEAD]),
         )

@@ -35,11 +35,11 @@ class BudgetWarning:
     spend: float
     budget: float
 
-    @property
-    def message(self) -> str:
+    def describe(self, currency: str) -> str:
         when = "within 24 hours" if self.day == 1 else f"in {self.day} days"
         return (
-            f"forecast spend {self.spend:.2f}/day exceeds the budget of {self.budget:g}/day {when}"
+            f"forecast spend {self.spend:.2f} {currency}/day exceeds the budget of "
+            f"{self.budget:g} {currency}/day {when}"
         )
 
 
