@@ -18,4 +18,5 @@ EXIT_CANNOT_START = EXIT_USAGE
 not start. It shares usage's code: the command line has to change (or the host)."""
 EXIT_UNREACHABLE = 3
 """A client command (``status``) could not reach the gateway's admin API, or it answered
-something other than its JSON document."""
+something other than its JSON document; ``report cost`` could not get its history from
+Prometheus."""
