@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferway.gateway.cost.report import ServiceSeries, build_report
@@ -136,8 +136,11 @@ intervals = st.lists(
     ),
     max_size=30,
 )
+# pure arithmetic: no wall-clock deadline (a loaded CI host makes one example slow, not wrong)
+unhurried = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@unhurried
 @given(money, st.floats(0, 1e3), st.floats(0, 1e3), st.floats(min_value=0.5, max_value=10))
 def test_spend_is_linear_in_replicas_and_hours(
     price: float, replicas: float, hours: float, k: float
@@ -149,6 +152,7 @@ def test_spend_is_linear_in_replicas_and_hours(
                         rel_tol=1e-9, abs_tol=1e-9)  # fmt: skip
 
 
+@unhurried
 @given(intervals, intervals)
 def test_two_halves_of_a_window_add_up_to_the_whole(a: list[Interval], b: list[Interval]) -> None:
     whole, first, second = (summarize("s", "USD", x) for x in (a + b, a, b))
@@ -163,6 +167,7 @@ def test_two_halves_of_a_window_add_up_to_the_whole(a: list[Interval], b: list[I
         assert whole.requests == 0
 
 
+@unhurried
 @given(st.lists(st.floats(min_value=0, max_value=1e5), max_size=100), st.integers(1, 10))
 def test_a_forecast_is_never_negative_and_has_the_days_asked(
     hourly: list[float], days: int
@@ -172,6 +177,7 @@ def test_a_forecast_is_never_negative_and_has_the_days_asked(
     assert all(d >= 0 and math.isfinite(d) for d in forecast.daily)
 
 
+@unhurried
 @given(st.floats(min_value=0.01, max_value=1e4), st.integers(2, 120))
 def test_a_flat_history_forecasts_its_own_level(level: float, hours: int) -> None:
     forecast = forecast_spend([level] * hours, days=3)
