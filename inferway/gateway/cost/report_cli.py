@@ -93,7 +93,8 @@ def render_cost(report: CostReport, console: Console) -> None:
         )
     console.print(table)
     totals = ", ".join(f"{amount:,.2f} {code}" for code, amount in report.totals().items())
-    console.print(f"total {totals}; forecast: {report.services[0].forecast.method}")
+    methods = "; ".join(sorted({s.forecast.method for s in report.services}))
+    console.print(f"total {totals}; forecast: {methods}")
     for warning in report.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
 
