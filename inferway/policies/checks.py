@@ -13,6 +13,7 @@ import ipaddress
 from collections.abc import Callable, Iterable, Iterator
 
 from inferway.policies.checks_access import check_access
+from inferway.policies.checks_cost import check_cost
 from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
@@ -261,4 +262,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_grpc_targets,
     check_route_traffic,
     check_rollouts,
+    check_cost,
 ]

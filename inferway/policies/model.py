@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from inferway.policies.access import Access, RedactHeaders
+from inferway.policies.cost import Cost
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.observability import Observability
 from inferway.policies.replicas import Replicas
@@ -112,6 +113,7 @@ class Service(_Model):
     replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
     # read by gateway/autoscale_policy.py (the autoscaler's own config reader); needs replicas
     autoscale: dict[str, Any] | None = None
+    cost: Cost | None = None  # cost.py: prices and budgets, exported as metrics
 
 
 class PathMatch(_Model):
