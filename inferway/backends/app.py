@@ -23,6 +23,7 @@ from inferway.backends.jobs.http_routes import add_job_routes
 from inferway.backends.jobs.service import JobService
 from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.models.repository import ModelRepository
+from inferway.backends.protocol.fast_http import FastHttpServer
 from inferway.backends.protocol.grpc_server import start_grpc_server
 from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
@@ -56,6 +57,12 @@ class BackendHandle:
     _stopped: bool = field(default=False, repr=False)
     jobs: JobService | None = None
     """The asynchronous jobs (None: off)."""
+    _fast: FastHttpServer | None = field(default=None, repr=False)
+
+    async def _stop_http(self, grace: float) -> None:
+        if self._fast is not None:  # first: it hands connections to the runner's server
+            await self._fast.close(grace)
+        await self._runner.cleanup()
 
     async def stop(self, grace: float = 5.0) -> None:
         """Refuse new work, let in-flight requests finish (up to ``grace`` seconds), stop the
@@ -63,7 +70,7 @@ class BackendHandle:
         if self._stopped:
             return
         self._stopped = True
-        await asyncio.gather(self._grpc.stop(grace), self._runner.cleanup())
+        await asyncio.gather(self._grpc.stop(grace), self._stop_http(grace))
         if self.jobs is not None:  # jobs still running are left to the store (see jobs/)
             await self.jobs.stop()
         await self.repository.stop()
@@ -139,20 +146,28 @@ async def serve_repository(
     # queued is dropped (never computed) and counted as cancelled.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace, handler_cancellation=True)
     await runner.setup()
+    fast: FastHttpServer | None = None
     try:
         if job_service is not None:  # before binding: an unreachable Redis refuses to start
             await job_service.start()
         ssl_context = build_ssl_context(tls) if tls is not None else None
-        site = web.TCPSite(
-            runner,
-            host,
-            http_port,
-            ssl_context=ssl_context,
-            backlog=backlog,
-            reuse_port=reuse_port or None,
-        )
-        await site.start()
-        bound_http = _bound_port(runner, http_port)
+        if core.settings.http_frontend == "fast":
+            assert runner.server is not None  # set up above
+            fast = FastHttpServer(core, runner.server)
+            bound_http = await fast.start(
+                host, http_port, ssl_context=ssl_context, backlog=backlog, reuse_port=reuse_port
+            )
+        else:
+            site = web.TCPSite(
+                runner,
+                host,
+                http_port,
+                ssl_context=ssl_context,
+                backlog=backlog,
+                reuse_port=reuse_port or None,
+            )
+            await site.start()
+            bound_http = _bound_port(runner, http_port)
         server, bound_grpc = await start_grpc_server(
             core,
             host=host,
@@ -161,6 +176,8 @@ async def serve_repository(
             reuse_port=reuse_port,
         )
     except BaseException:
+        if fast is not None:
+            await fast.close(0)
         await runner.cleanup()
         if job_service is not None:
             await job_service.stop()
@@ -174,6 +191,7 @@ async def serve_repository(
         _runner=runner,
         _grpc=server,
         jobs=job_service,
+        _fast=fast,
     )
 
 

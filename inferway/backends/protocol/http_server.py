@@ -36,7 +36,14 @@ from inferway.backends.telemetry.metrics import CONTENT_TYPE
 if TYPE_CHECKING:
     from inferway.backends.models.served_model import ServedModel
 
-__all__ = ["ASYNC_INFER", "BINARY_HEADER", "ENVOY_TIMEOUT_HEADER", "HTTP", "build_http_app"]
+__all__ = [
+    "ASYNC_INFER",
+    "BINARY_HEADER",
+    "ENVOY_TIMEOUT_HEADER",
+    "HTTP",
+    "build_http_app",
+    "envoy_timeout_s",
+]
 
 log = logging.getLogger("inferway.backends.http")
 
@@ -50,6 +57,19 @@ AsyncInfer = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 ASYNC_INFER: web.AppKey[AsyncInfer] = web.AppKey("inferway_async_infer")
 """Set by the jobs (jobs/http_routes.py): takes an infer request that prefers to be answered
 asynchronously (its answer, a 202), or returns None to have it served here."""
+
+
+def envoy_timeout_s(raw: str | None) -> float | None:
+    """The deadline Envoy's timeout header names, in seconds (None: none, or 0)."""
+    if raw is None:
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        raise InferInputError(
+            f"header {ENVOY_TIMEOUT_HEADER} must be a number of milliseconds, got {raw!r}"
+        ) from None
+    return ms / 1000 if ms > 0 else None
 
 
 def _error(failure: Failure) -> web.Response:
@@ -241,16 +261,7 @@ class _HttpCall:
         return decode_json_request(parse_json_header(head), binary, model.inputs)
 
     def transport_timeout_s(self) -> float | None:
-        raw = self.request.headers.get(ENVOY_TIMEOUT_HEADER)
-        if raw is None:
-            return None
-        try:
-            ms = float(raw)
-        except ValueError:
-            raise InferInputError(
-                f"header {ENVOY_TIMEOUT_HEADER} must be a number of milliseconds, got {raw!r}"
-            ) from None
-        return ms / 1000 if ms > 0 else None
+        return envoy_timeout_s(self.request.headers.get(ENVOY_TIMEOUT_HEADER))
 
     def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> web.Response:
         payload, head_len = encode_json_response(

@@ -4,16 +4,21 @@ through the serving core, so one setting refuses the same request on both wires.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # standard library only at run time: the CLI imports this before serving
     from inferway.backends.models.config import ModelConfig
 
 __all__ = [
     "DEFAULT_BACKLOG",
+    "DEFAULT_HTTP_FRONTEND",
     "DEFAULT_MAX_BODY_BYTES",
     "GRPC_FRAMING_HEADROOM_BYTES",
+    "HTTP_FRONTENDS",
+    "HTTP_FRONTEND_ENV",
+    "HttpFrontend",
     "ServingSettings",
 ]
 
@@ -27,6 +32,15 @@ DEFAULT_BACKLOG = 4096
 connections at once: the kernel drops their SYNs and each retries a second later, a stall,
 where the queue limit should have answered 429 at once. (The kernel caps it at
 net.core.somaxconn, 4096 on current kernels.)"""
+HttpFrontend = Literal["fast", "aiohttp"]
+HTTP_FRONTENDS: tuple[HttpFrontend, ...] = ("fast", "aiohttp")
+HTTP_FRONTEND_ENV = "INFERWAY_HTTP_FRONTEND"
+"""Names the HTTP front end when the settings do not (``inferway serve --http-frontend``)."""
+DEFAULT_HTTP_FRONTEND: HttpFrontend = "aiohttp"
+
+
+def _default_http_frontend() -> str:
+    return os.environ.get(HTTP_FRONTEND_ENV) or DEFAULT_HTTP_FRONTEND
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +48,15 @@ class ServingSettings:
     """``max_body_bytes`` caps every request (a model's ``max_input_bytes`` can only lower it);
     ``default_timeout_s`` bounds requests that name no deadline of their own (None: unbounded);
     ``record_outputs`` > 0 keeps digests of that many recent answers by request id, for a
-    rollout's output-agreement check (telemetry/output_digest.py; 0: off)."""
+    rollout's output-agreement check (telemetry/output_digest.py; 0: off).
+    ``http_frontend``: ``fast`` serves infer requests with protocol/fast_http.py (httptools)
+    and hands every other request to aiohttp; ``aiohttp`` serves all with aiohttp (default:
+    $INFERWAY_HTTP_FRONTEND, else DEFAULT_HTTP_FRONTEND)."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     default_timeout_s: float | None = None
     record_outputs: int = 0
+    http_frontend: str = field(default_factory=_default_http_frontend)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_body_bytes, bool) or self.max_body_bytes < 1:
@@ -49,6 +67,11 @@ class ServingSettings:
             )
         if isinstance(self.record_outputs, bool) or self.record_outputs < 0:
             raise ValueError(f"record_outputs must be >= 0, got {self.record_outputs!r}")
+        if self.http_frontend not in HTTP_FRONTENDS:
+            raise ValueError(
+                f"http_frontend must be one of {', '.join(HTTP_FRONTENDS)}, got "
+                f"{self.http_frontend!r} (from ${HTTP_FRONTEND_ENV} when not given)"
+            )
 
     def body_limit(self, config: ModelConfig) -> int:
         """The largest request body accepted for a model with this config."""

@@ -1,0 +1,384 @@
+"""A fast HTTP/1.1 front end for the hot path: ``POST /v2/models/{m}[/versions/{v}]/infer``.
+
+aiohttp's per-request machinery (request and response objects, router, middleware, the stream
+writer) costs more event-loop CPU than the model at small batch sizes, and the event loop is
+the bottleneck under load. This protocol parses with httptools (llhttp, the C parser uvicorn
+uses), hands the infer request straight to :class:`ServingCore` and writes the whole answer in
+one ``transport.write``. Anything else (another route or method, a chunked body,
+``Expect: 100-continue``, ``Prefer: respond-async``, an upgrade, a malformed request) is handed
+to aiohttp before a byte of answer is written: the connection gets an aiohttp RequestHandler
+fed with every byte of it not yet answered, and stays aiohttp's from then on, so every other
+route keeps exactly its aiohttp behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import ssl
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+import httptools
+from aiohttp import web_server
+
+from inferway.backends.protocol.binary_codec import split_binary_body
+from inferway.backends.protocol.fast_wire import (
+    HOT_SKIP_HEADERS,
+    error_body,
+    head_end,
+    hot_route,
+    response_bytes,
+    retry_after_value,
+)
+from inferway.backends.protocol.http_server import (
+    BINARY_HEADER,
+    ENVOY_TIMEOUT_HEADER,
+    HTTP,
+    envoy_timeout_s,
+)
+from inferway.backends.protocol.json_codec import (
+    decode_json_request,
+    encode_json_response,
+    parse_json_header,
+)
+from inferway.backends.serving.core import Chosen, ServingCore
+from inferway.backends.serving.failures import Failure, classify_error
+from inferway.backends.serving.request import DecodedRequest
+from inferway.backends.telemetry import orca, tracing
+
+if TYPE_CHECKING:
+    from inferway.backends.models.served_model import ServedModel
+
+__all__ = ["FastHttpServer"]
+
+log = logging.getLogger("inferway.backends.http")
+
+KEEPALIVE_TIMEOUT_S = 75.0
+"""Idle keep-alive connections are closed after this long, as aiohttp does."""
+_JSON = b"application/json"
+_JSON_ERROR = b"application/json; charset=utf-8"
+_BINARY = b"application/octet-stream"
+_BINARY_KEY = BINARY_HEADER.lower()
+_REQUEST_ID = tracing.REQUEST_ID_HEADER
+Encoded = tuple[bytes, int | None]
+
+
+class _HandOff(Exception):
+    """Raised in a parser callback to stop parsing: the rest of the connection is aiohttp's."""
+
+
+class _FastCall:
+    """One infer request as the serving core sees it (see InferCall); its body is read."""
+
+    __slots__ = ("body", "headers", "model_name", "model_version")
+    needs_read = False
+
+    def __init__(
+        self, model: str, version: str | None, headers: dict[str, str], body: bytes
+    ) -> None:
+        self.model_name = model
+        self.model_version = version
+        self.headers = headers
+        self.body = body
+
+    def body_size(self) -> int | None:
+        return len(self.body)
+
+    async def read_body(self, limit: int, model: str) -> None:  # needs_read is False
+        return None
+
+    def decode(self, model: ServedModel) -> DecodedRequest:
+        head, binary = split_binary_body(self.body, self.headers.get(_BINARY_KEY))
+        return decode_json_request(parse_json_header(head), binary, model.inputs)
+
+    def transport_timeout_s(self) -> float | None:
+        return envoy_timeout_s(self.headers.get(ENVOY_TIMEOUT_HEADER))
+
+    def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> Encoded:
+        return encode_json_response(
+            model_name=model.name,
+            model_version=str(model.version),
+            request_id=decoded.id,
+            outputs=outputs,
+            binary_default=decoded.binary_output,
+        )
+
+
+class _Request:
+    __slots__ = ("call", "http10", "keep_alive")
+
+    def __init__(self, call: _FastCall, keep_alive: bool, http10: bool) -> None:
+        self.call = call
+        self.keep_alive = keep_alive
+        self.http10 = http10
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection, until it closes or is handed to aiohttp."""
+
+    def __init__(self, front: FastHttpServer) -> None:
+        self._front = front
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._raw = bytearray()  # from the start of the first request not yet parsed whole
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._route: tuple[str, str | None] | None = None
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._task: asyncio.Task[None] | None = None
+        self._handoff = False  # parsing stopped; the rest goes to aiohttp once answered
+        self._closing = False
+        self.idle_since: float | None = time.monotonic()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self._front.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.idle_since = None
+        self._raw += data
+        if self._handoff:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            # A request it does not serve, or one it cannot parse: aiohttp answers it (400 for
+            # malformed HTTP) once the requests before it are answered.
+            self._handoff = True
+        if self._handoff:
+            self._maybe_hand_off()
+        elif self._task is None and not self._queue:
+            self.idle_since = time.monotonic()
+
+    def eof_received(self) -> bool | None:
+        # A client that half-closes has gone away, as aiohttp reads it: the transport closes
+        # and connection_lost cancels the request in flight (never computed if still queued).
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._front.connections.discard(self)
+        self._queue.clear()
+        if self._task is not None:  # the client went away: drop (and count) its request
+            self._task.cancel()
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._body = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        if key in HOT_SKIP_HEADERS:
+            raise _HandOff
+        self._headers[key] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        route = hot_route(self._url) if self._parser.get_method() == b"POST" else None
+        if route is None or self._parser.should_upgrade() or self._closing:
+            raise _HandOff
+        if int(self._headers.get("content-length", "0")) > self._front.max_body_bytes:
+            raise _HandOff  # aiohttp refuses it (413) before reading it, as it always has
+        self._route = route
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self._body)
+        end = head_end(self._raw) + len(body)
+        del self._raw[:end]
+        assert self._route is not None
+        model, version = self._route
+        call = _FastCall(model, version, self._headers, body)
+        self._body = []
+        http10 = self._parser.get_http_version() == "1.0"
+        self._queue.append(_Request(call, self._parser.should_keep_alive(), http10))
+        if self._task is None:
+            self._next()
+
+    # -- serving -----------------------------------------------------------------------
+
+    def _next(self) -> None:
+        request = self._queue.popleft()
+        self._task = asyncio.get_running_loop().create_task(self._serve(request))
+
+    async def _serve(self, request: _Request) -> None:
+        front = self._front
+        core = front.core
+        call = request.call
+        request_id = call.headers.get(_REQUEST_ID)
+        try:
+            parent = (
+                tracing.extract_context(call.headers) if tracing.is_tracing(core.tracer) else None
+            )
+            encoded, failure = await core.infer(call, HTTP, parent=parent, request_id=request_id)
+        except asyncio.CancelledError:
+            return  # the client went away (the core counted it)
+        except Exception as exc:  # a fault here, not in the request: answer it, as aiohttp
+            log.exception("fast HTTP front end failed on %s", call.model_name)
+            encoded, failure = None, classify_error(exc, request_id=request_id)
+        keep_alive = request.keep_alive and not self._closing
+        self._write(encoded, failure, request, request_id, keep_alive)
+        self._task = None
+        if not keep_alive:
+            self._close()
+        elif self._queue:
+            self._next()
+        elif self._handoff:
+            self._maybe_hand_off()
+        else:
+            self.idle_since = time.monotonic()
+
+    def _write(
+        self,
+        encoded: Encoded | None,
+        failure: Failure | None,
+        request: _Request,
+        request_id: str | None,
+        keep_alive: bool,
+    ) -> None:
+        headers: list[tuple[str, str]] = []
+        if failure is not None:
+            status, content_type, body = (
+                failure.http_status,
+                _JSON_ERROR,
+                error_body(failure.message),
+            )
+            if failure.retry_after_s is not None:
+                headers.append(("Retry-After", retry_after_value(failure.retry_after_s)))
+        else:
+            assert encoded is not None
+            body, head_len = encoded
+            status = 200
+            if head_len is None:
+                content_type = _JSON
+            else:
+                content_type = _BINARY
+                headers.append((BINARY_HEADER, str(head_len)))
+        report = self._front.core.load_report()
+        if report is not None:
+            headers.append((orca.ORCA_HEADER, report))
+        if request_id:
+            headers.append((_REQUEST_ID, request_id))
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(
+                response_bytes(
+                    status,
+                    content_type,
+                    body,
+                    headers,
+                    keep_alive=keep_alive,
+                    http10=request.http10,
+                )
+            )
+
+    def _maybe_hand_off(self) -> None:
+        """Give the connection to aiohttp once every request before the handed-off one is
+        answered: the bytes from that request on are replayed to aiohttp's handler."""
+        if self._task is not None or self._queue or self._transport is None:
+            return
+        transport = self._transport
+        self._transport = None
+        self._front.connections.discard(self)
+        if self._front.closing or transport.is_closing():
+            transport.close()
+            return
+        handler = self._front.aiohttp_server()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        data, self._raw = bytes(self._raw), bytearray()
+        if data:
+            handler.data_received(data)
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def close_if_idle(self, now: float | None) -> None:
+        """Shutting down (``now`` None) or sweeping idle keep-alive connections: close this
+        one if it has nothing in flight (and, when sweeping, has idled long enough)."""
+        if now is None:
+            self._closing = True
+        if self._task is not None or self._queue or self._handoff:
+            return
+        if now is None or (
+            self.idle_since is not None and now - self.idle_since > KEEPALIVE_TIMEOUT_S
+        ):
+            self._close()
+
+    def abort(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class FastHttpServer:
+    """The listening socket of the fast front end over ``core``; requests it does not serve
+    go to connections of ``aiohttp_server`` (an AppRunner's ``server``)."""
+
+    def __init__(self, core: ServingCore, aiohttp_server: web_server.Server) -> None:
+        self.core = core
+        self.aiohttp_server = aiohttp_server
+        self.max_body_bytes = core.settings.max_body_bytes
+        self.connections: set[_Connection] = set()
+        self.closing = False
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    async def start(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        backlog: int,
+        reuse_port: bool,
+    ) -> int:
+        """Listen (as aiohttp's TCPSite would: same TLS, backlog, SO_REUSEPORT); the port."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self),
+            host,
+            port,
+            ssl=ssl_context,
+            backlog=backlog,
+            reuse_port=reuse_port or None,
+        )
+        self._sweeper = loop.call_later(KEEPALIVE_TIMEOUT_S / 5, self._sweep)
+        sockname: Any = self._server.sockets[0].getsockname()
+        return int(sockname[1])
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        for conn in list(self.connections):
+            conn.close_if_idle(now)
+        self._sweeper = asyncio.get_running_loop().call_later(KEEPALIVE_TIMEOUT_S / 5, self._sweep)
+
+    async def close(self, grace: float) -> None:
+        """Stop listening, close idle connections, let requests in flight finish (up to
+        ``grace`` seconds), then drop what is left."""
+        self.closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close_if_idle(None)
+        deadline = time.monotonic() + grace
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.abort()
+        if self._server is not None:
+            await self._server.wait_closed()

@@ -1,0 +1,111 @@
+"""The pure pieces of the fast HTTP/1.1 front end (fast_http.py): which requests it serves
+itself, where a request's bytes end in the connection's buffer, and the answer's bytes.
+
+Kept apart from the protocol so each is tested on its own, without sockets."""
+
+from __future__ import annotations
+
+import json
+import time
+from email.utils import formatdate
+from http import HTTPStatus
+
+__all__ = [
+    "HOT_SKIP_HEADERS",
+    "error_body",
+    "head_end",
+    "hot_route",
+    "response_bytes",
+    "retry_after_value",
+]
+
+HOT_SKIP_HEADERS = frozenset({"transfer-encoding", "expect", "prefer", "upgrade"})
+"""A request carrying any of these is aiohttp's: chunked bodies, 100-continue, asynchronous
+jobs (Prefer: respond-async) and protocol upgrades behave exactly as they always have."""
+
+_PREFIX = b"/v2/models/"
+_SUFFIX = b"/infer"
+_STATUS_LINES: dict[int, bytes] = {
+    s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus
+}
+_date_second = -1
+_date_header = b""
+
+
+def hot_route(url: bytes) -> tuple[str, str | None] | None:
+    """(model, version or None) when ``url`` is ``/v2/models/{m}[/versions/{v}]/infer``
+    (a query string is ignored, as aiohttp's router does); None for anything else, and for a
+    percent-encoded path, which is left to aiohttp's decoding."""
+    path = url.split(b"?", 1)[0]
+    if not path.startswith(_PREFIX) or not path.endswith(_SUFFIX) or b"%" in path:
+        return None
+    parts = path[len(_PREFIX) : -len(_SUFFIX)].split(b"/")
+    if any(not p for p in parts):
+        return None
+    if len(parts) == 1:
+        return parts[0].decode("utf-8", "surrogateescape"), None
+    if len(parts) == 3 and parts[1] == b"versions":
+        return parts[0].decode("utf-8", "surrogateescape"), parts[2].decode(
+            "utf-8", "surrogateescape"
+        )
+    return None
+
+
+def head_end(buffer: bytes | bytearray) -> int:
+    """The offset just past the request head at the start of ``buffer`` (the empty lines a
+    client may send before a request line included); -1 when the head is not all there."""
+    start = 0
+    while buffer.startswith(b"\r\n", start):
+        start += 2
+    end = buffer.find(b"\r\n\r\n", start)
+    return -1 if end < 0 else end + 4
+
+
+def retry_after_value(seconds: float) -> str:
+    """Retry-After counts whole seconds (RFC 9110); rounded up so clients never retry early."""
+    return str(max(1, int(-(-seconds // 1))))
+
+
+def error_body(message: str) -> bytes:
+    """The JSON error answer's body, byte for byte what aiohttp's json_response writes."""
+    return json.dumps({"error": message}).encode()
+
+
+def _date() -> bytes:
+    global _date_second, _date_header
+    now = int(time.time())
+    if now != _date_second:
+        _date_second = now
+        _date_header = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+    return _date_header
+
+
+def response_bytes(
+    status: int,
+    content_type: bytes,
+    body: bytes,
+    headers: list[tuple[str, str]],
+    *,
+    keep_alive: bool,
+    http10: bool = False,
+) -> bytes:
+    """One whole HTTP/1.1 answer: status line, headers, body, in one buffer for one write.
+    ``http10``: the client spoke HTTP/1.0, so keeping the connection open must be said."""
+    parts = [
+        _STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n".encode(),
+        b"Content-Type: ",
+        content_type,
+        b"\r\nContent-Length: ",
+        str(len(body)).encode(),
+        b"\r\n",
+        _date(),
+    ]
+    for name, value in headers:
+        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
+    if not keep_alive:
+        parts.append(b"Connection: close\r\n")
+    elif http10:
+        parts.append(b"Connection: keep-alive\r\n")
+    parts.append(b"\r\n")
+    parts.append(body)
+    return b"".join(parts)

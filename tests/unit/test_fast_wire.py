@@ -1,0 +1,67 @@
+"""The fast HTTP front end's pure pieces: which requests it serves itself, where a request's
+head ends, and the bytes of its answers (protocol/fast_wire.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferway.backends.protocol.fast_wire import (
+    error_body,
+    head_end,
+    hot_route,
+    response_bytes,
+    retry_after_value,
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (b"/v2/models/mlp/infer", ("mlp", None)),
+        (b"/v2/models/mlp/versions/3/infer", ("mlp", "3")),
+        (b"/v2/models/mlp/infer?x=1", ("mlp", None)),
+        (b"/v2/models/stats/infer", ("stats", None)),  # aiohttp routes it to infer too
+        (b"/v2/models/mlp", None),
+        (b"/v2/models/mlp/ready", None),
+        (b"/v2/models//infer", None),
+        (b"/v2/models/a/b/infer", None),
+        (b"/v2/models/a/versions//infer", None),
+        (b"/v2/models/a/other/3/infer", None),
+        (b"/v2/models/m%20x/infer", None),  # percent-encoded: aiohttp decodes it
+        (b"//v2/models/mlp/infer", None),
+        (b"/v2/repository/models/mlp/load", None),
+    ],
+)
+def test_hot_route_takes_only_the_infer_paths(url: bytes, expected: object) -> None:
+    assert hot_route(url) == expected
+
+
+def test_head_end_finds_the_blank_line_after_optional_leading_empty_lines() -> None:
+    head = b"POST /x HTTP/1.1\r\nA: b\r\n\r\n"
+    assert head_end(head + b"body") == len(head)
+    assert head_end(b"\r\n\r\n" + head) == len(head) + 4
+    assert head_end(b"POST /x HTTP/1.1\r\nA: b\r\n") == -1
+
+
+def test_retry_after_rounds_up_to_whole_seconds() -> None:
+    assert [retry_after_value(s) for s in (0.01, 1.0, 1.2, 7.9)] == ["1", "1", "2", "8"]
+
+
+def test_error_body_is_the_json_aiohttp_writes() -> None:
+    assert error_body('no "x"') == json.dumps({"error": 'no "x"'}).encode()
+
+
+def test_response_bytes_frame_the_body_and_say_when_the_connection_closes() -> None:
+    raw = response_bytes(429, b"application/json", b"{}", [("Retry-After", "2")], keep_alive=False)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 429 Too Many Requests"
+    fields = dict(line.split(b": ", 1) for line in lines[1:])
+    assert fields[b"Content-Length"] == b"2" and body == b"{}"
+    assert fields[b"Retry-After"] == b"2" and fields[b"Connection"] == b"close"
+    assert fields[b"Date"].endswith(b" GMT")
+    kept = response_bytes(200, b"application/json", b"", [], keep_alive=True, http10=True)
+    assert b"Connection: keep-alive\r\n" in kept
+    assert b"Connection" not in response_bytes(200, b"x", b"", [], keep_alive=True)
