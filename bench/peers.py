@@ -6,8 +6,9 @@ own process), with a new connection per request and with keep-alive, at c = 1, 1
 Servers:
 
 - ``aiohttp``: the yardstick, ONNX Runtime inline in a bare aiohttp handler, no batching;
-- ``inferway``: ``start_backend`` with adaptive batching (one process);
-- ``inferway-w2``: ``inferway serve --workers 2``;
+- ``inferway``: ``start_backend`` with adaptive batching (one process), aiohttp front end;
+- ``inferway-fast``: the same with the fast HTTP front end (``--http-frontend fast``);
+- ``inferway-w2`` / ``inferway-fast-w2``: ``inferway serve --workers 2`` with either;
 - ``mosec``: Mosec with dynamic batching (max batch 64, wait 5 ms), one worker, in its venv;
 - ``pytriton``: Triton's server and dynamic batcher through PyTriton (same limits), its venv.
 
@@ -41,7 +42,13 @@ import numpy as np
 from _common import environment, free_port, percentile, print_table, write_results
 from batching_models import TINY_SIZES, build_bench_repository, served_name
 from loadgen import LoadSpec, LoadWorker
-from servers import ServerProcess, WorkersServer, backend_server_main, plain_server_main
+from servers import (
+    ServerProcess,
+    WorkersServer,
+    backend_server_main,
+    fast_backend_server_main,
+    plain_server_main,
+)
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_VENVS = Path.home() / ".cache" / "inferway-bench" / "peers"
@@ -49,7 +56,15 @@ PEER_PACKAGES = {
     "mosec": ["mosec", "onnxruntime", "numpy"],
     "pytriton": ["nvidia-pytriton", "onnxruntime", "numpy"],
 }
-SERVERS = ("aiohttp", "inferway", "inferway-w2", "mosec", "pytriton")
+SERVERS = (
+    "aiohttp",
+    "inferway",
+    "inferway-fast",
+    "inferway-w2",
+    "inferway-fast-w2",
+    "mosec",
+    "pytriton",
+)
 MAX_BATCH, MAX_WAIT_MS = 64, 5
 
 
@@ -127,8 +142,12 @@ def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Pe
     if name == "inferway":
         server = ServerProcess(backend_server_main, (str(root),), metrics=True)
         return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
-    if name == "inferway-w2":
-        workers = WorkersServer(root, 2)
+    if name == "inferway-fast":
+        server = ServerProcess(fast_backend_server_main, (str(root),), metrics=True)
+        return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+    if name in ("inferway-w2", "inferway-fast-w2"):
+        frontend = "fast" if "fast" in name else "aiohttp"
+        workers = WorkersServer(root, 2, frontend=frontend)
         return Peer(name, workers.http_port, f"/v2/models/{model}/infer", workers.stop)
     python = ensure_venv(venvs / name, PEER_PACKAGES[name])
     env = dict(os.environ, PEER_MODEL=str(onnx), PEER_MAX_BATCH=str(MAX_BATCH))

@@ -26,13 +26,24 @@ __all__ = [
     "ServerProcess",
     "WorkersServer",
     "backend_server_main",
+    "fast_backend_server_main",
     "plain_server_main",
     "scrape_batches",
 ]
 
 
 def backend_server_main(root: str, conn: Connection) -> None:
-    """``start_backend`` over ``root`` under uvloop; send the ports, stop on recv."""
+    """``start_backend`` over ``root`` under uvloop, aiohttp serving all of HTTP; send the
+    ports, stop on recv."""
+    _backend_server(root, "aiohttp", conn)
+
+
+def fast_backend_server_main(root: str, conn: Connection) -> None:
+    """``backend_server_main`` with the fast HTTP front end (protocol/fast_http.py)."""
+    _backend_server(root, "fast", conn)
+
+
+def _backend_server(root: str, frontend: str, conn: Connection) -> None:
     import logging
 
     import uvloop
@@ -44,8 +55,10 @@ def backend_server_main(root: str, conn: Connection) -> None:
 
     async def serve() -> None:
         from inferway.backends.app import start_backend
+        from inferway.backends.serving.settings import ServingSettings
 
-        handle = await start_backend(root, watch=False)
+        settings = ServingSettings(http_frontend=frontend)
+        handle = await start_backend(root, watch=False, settings=settings)
         conn.send((handle.http_port, handle.grpc_port))
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
         await handle.stop(grace=1.0)
@@ -99,7 +112,9 @@ class WorkersServer:
 
     metrics = True
 
-    def __init__(self, root: Path, workers: int, timeout_s: float = 180.0) -> None:
+    def __init__(
+        self, root: Path, workers: int, timeout_s: float = 180.0, frontend: str = "aiohttp"
+    ) -> None:
         import subprocess
         import sys
         import time
@@ -108,6 +123,7 @@ class WorkersServer:
         command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(root)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         command += ["--workers", str(workers), "--log-level", "warning"]
+        command += ["--http-frontend", frontend]
         from inferway.parent_death import set_parent_death_signal
 
         parent = os.getpid()

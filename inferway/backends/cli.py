@@ -7,6 +7,7 @@ prints where it listens and which models it loaded, then serves with uvloop.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import signal
 from pathlib import Path
@@ -19,7 +20,9 @@ from inferway.backends.jobs.store import JobStoreUnavailableError
 from inferway.backends.process_tuning import tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
+    DEFAULT_HTTP_FRONTEND,
     DEFAULT_MAX_BODY_BYTES,
+    HTTP_FRONTEND_ENV,
     ServingSettings,
 )
 from inferway.backends.tls import BackendTls
@@ -30,7 +33,18 @@ from inferway.observability.log_format import (
 )
 from inferway.observability.redaction import install_redaction
 
-__all__ = ["serve"]
+__all__ = ["HttpFrontendChoice", "serve"]
+
+
+class HttpFrontendChoice(enum.StrEnum):
+    """The ``--http-frontend`` values (serving/settings.py's HTTP_FRONTENDS)."""
+
+    fast = "fast"
+    aiohttp = "aiohttp"
+
+
+_DEFAULT_FRONTEND = HttpFrontendChoice(DEFAULT_HTTP_FRONTEND)
+
 
 _EXIT_CANNOT_START = 2
 """docs/cli.md's exit code for a precondition not met here (the gateway's EXIT_CANNOT_START;
@@ -221,6 +235,14 @@ def serve(
             "before another backend takes it over.",
         ),
     ] = 30.0,
+    http_frontend: Annotated[
+        HttpFrontendChoice,
+        typer.Option(
+            envvar=HTTP_FRONTEND_ENV,
+            help="fast: infer requests are parsed and answered by httptools, every other "
+            "request is handed to aiohttp (docs/serving.md); aiohttp: aiohttp serves all.",
+        ),
+    ] = _DEFAULT_FRONTEND,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
     level = getattr(logging, log_level.upper(), None)
@@ -249,6 +271,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         default_timeout_s=default_timeout,
         record_outputs=record_outputs,
+        http_frontend=http_frontend.value,
     )
     jobs = _job_settings(
         jobs_redis, jobs_max, jobs_ttl, jobs_concurrency, jobs_timeout, jobs_claim_idle, workers
