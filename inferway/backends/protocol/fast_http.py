@@ -18,6 +18,7 @@ import collections
 import logging
 import ssl
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 import httptools
@@ -128,7 +129,8 @@ class _Connection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._route: tuple[str, str | None] | None = None
         self._queue: collections.deque[_Request] = collections.deque()
-        self._task: asyncio.Task[None] | None = None
+        self._serving: _Request | None = None  # answered one at a time, in order
+        self._task: asyncio.Future[Any] | None = None  # its task, or its queued batch entry
         self._handoff = False  # parsing stopped; the rest goes to aiohttp once answered
         self._closing = False
         self.idle_since: float | None = time.monotonic()
@@ -152,7 +154,7 @@ class _Connection(asyncio.Protocol):
             self._handoff = True
         if self._handoff:
             self._maybe_hand_off()
-        elif self._task is None and not self._queue:
+        elif self._serving is None and not self._queue:
             self.idle_since = time.monotonic()
 
     def eof_received(self) -> bool | None:
@@ -203,18 +205,28 @@ class _Connection(asyncio.Protocol):
         self._body = []
         http10 = self._parser.get_http_version() == "1.0"
         self._queue.append(_Request(call, self._parser.should_keep_alive(), http10))
-        if self._task is None:
+        if self._serving is None:
             self._next()
 
     # -- serving -----------------------------------------------------------------------
 
     def _next(self) -> None:
         request = self._queue.popleft()
-        self._task = asyncio.get_running_loop().create_task(self._serve(request))
+        self._serving = request
+        call = request.call
+        if not self._front.plain(call):
+            self._task = asyncio.get_running_loop().create_task(self._serve(request))
+            return
+        # No span, no recorded digest, no deadline to bound: the core's callback path, no
+        # task per request (as the gRPC stream is served); the outcome comes to _finish.
+        queued = self._front.core.submit(
+            call, HTTP, partial(self._finish, request), request_id=call.headers.get(_REQUEST_ID)
+        )
+        if self._serving is request:  # not answered already (refused before queueing)
+            self._task = queued
 
     async def _serve(self, request: _Request) -> None:
-        front = self._front
-        core = front.core
+        core = self._front.core
         call = request.call
         request_id = call.headers.get(_REQUEST_ID)
         try:
@@ -227,9 +239,13 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # a fault here, not in the request: answer it, as aiohttp
             log.exception("fast HTTP front end failed on %s", call.model_name)
             encoded, failure = None, classify_error(exc, request_id=request_id)
-        keep_alive = request.keep_alive and not self._closing
-        self._write(encoded, failure, request, request_id, keep_alive)
+        self._finish(request, encoded, failure)
+
+    def _finish(self, request: _Request, encoded: Encoded | None, failure: Failure | None) -> None:
+        self._serving = None
         self._task = None
+        keep_alive = request.keep_alive and not self._closing
+        self._write(encoded, failure, request, request.call.headers.get(_REQUEST_ID), keep_alive)
         if not keep_alive:
             self._close()
         elif self._queue:
@@ -285,7 +301,7 @@ class _Connection(asyncio.Protocol):
     def _maybe_hand_off(self) -> None:
         """Give the connection to aiohttp once every request before the handed-off one is
         answered: the bytes from that request on are replayed to aiohttp's handler."""
-        if self._task is not None or self._queue or self._transport is None:
+        if self._serving is not None or self._queue or self._transport is None:
             return
         transport = self._transport
         self._transport = None
@@ -309,7 +325,7 @@ class _Connection(asyncio.Protocol):
         one if it has nothing in flight (and, when sweeping, has idled long enough)."""
         if now is None:
             self._closing = True
-        if self._task is not None or self._queue or self._handoff:
+        if self._serving is not None or self._queue or self._handoff:
             return
         if now is None or (
             self.idle_since is not None and now - self.idle_since > KEEPALIVE_TIMEOUT_S
@@ -335,6 +351,19 @@ class FastHttpServer:
         self.closing = False
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
+
+    def plain(self, call: _FastCall) -> bool:
+        """Whether ``call`` may take the core's callback path (ServingCore.submit): it needs
+        no request span, no answer digest, and names no deadline (which ``infer`` bounds
+        even while its batch runs)."""
+        core = self.core
+        return (
+            core.outputs is None
+            and core.settings.default_timeout_s is None
+            and ENVOY_TIMEOUT_HEADER not in call.headers
+            and b'"timeout"' not in call.body
+            and not tracing.is_tracing(core.tracer)
+        )
 
     async def start(
         self,
