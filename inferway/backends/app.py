@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from aiohttp import web
@@ -23,7 +23,6 @@ from inferway.backends.jobs.http_routes import add_job_routes
 from inferway.backends.jobs.service import JobService
 from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.models.repository import ModelRepository
-from inferway.backends.protocol.fast_http import FastHttpServer
 from inferway.backends.protocol.grpc_server import start_grpc_server
 from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
@@ -39,6 +38,9 @@ __all__ = [
     "serve_repository",
     "start_backend",
 ]
+
+if TYPE_CHECKING:  # imported when chosen: httptools comes with the backend extra
+    from inferway.backends.protocol.fast_http import FastHttpServer
 
 log = logging.getLogger("inferway.backends")
 
@@ -152,6 +154,8 @@ async def serve_repository(
             await job_service.start()
         ssl_context = build_ssl_context(tls) if tls is not None else None
         if core.settings.http_frontend == "fast":
+            from inferway.backends.protocol.fast_http import FastHttpServer
+
             assert runner.server is not None  # set up above
             fast = FastHttpServer(core, runner.server)
             bound_http = await fast.start(

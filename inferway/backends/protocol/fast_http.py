@@ -19,38 +19,25 @@ import logging
 import ssl
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import httptools
 from aiohttp import web_server
 
-from inferway.backends.protocol.binary_codec import split_binary_body
 from inferway.backends.protocol.fast_wire import (
     HOT_SKIP_HEADERS,
+    Encoded,
+    FastCall,
     error_body,
     head_end,
     hot_route,
     response_bytes,
     retry_after_value,
 )
-from inferway.backends.protocol.http_server import (
-    BINARY_HEADER,
-    ENVOY_TIMEOUT_HEADER,
-    HTTP,
-    envoy_timeout_s,
-)
-from inferway.backends.protocol.json_codec import (
-    decode_json_request,
-    encode_json_response,
-    parse_json_header,
-)
-from inferway.backends.serving.core import Chosen, ServingCore
+from inferway.backends.protocol.http_server import BINARY_HEADER, ENVOY_TIMEOUT_HEADER, HTTP
+from inferway.backends.serving.core import ServingCore
 from inferway.backends.serving.failures import Failure, classify_error
-from inferway.backends.serving.request import DecodedRequest
 from inferway.backends.telemetry import orca, tracing
-
-if TYPE_CHECKING:
-    from inferway.backends.models.served_model import ServedModel
 
 __all__ = ["FastHttpServer"]
 
@@ -61,56 +48,17 @@ KEEPALIVE_TIMEOUT_S = 75.0
 _JSON = b"application/json"
 _JSON_ERROR = b"application/json; charset=utf-8"
 _BINARY = b"application/octet-stream"
-_BINARY_KEY = BINARY_HEADER.lower()
 _REQUEST_ID = tracing.REQUEST_ID_HEADER
-Encoded = tuple[bytes, int | None]
 
 
 class _HandOff(Exception):
     """Raised in a parser callback to stop parsing: the rest of the connection is aiohttp's."""
 
 
-class _FastCall:
-    """One infer request as the serving core sees it (see InferCall); its body is read."""
-
-    __slots__ = ("body", "headers", "model_name", "model_version")
-    needs_read = False
-
-    def __init__(
-        self, model: str, version: str | None, headers: dict[str, str], body: bytes
-    ) -> None:
-        self.model_name = model
-        self.model_version = version
-        self.headers = headers
-        self.body = body
-
-    def body_size(self) -> int | None:
-        return len(self.body)
-
-    async def read_body(self, limit: int, model: str) -> None:  # needs_read is False
-        return None
-
-    def decode(self, model: ServedModel) -> DecodedRequest:
-        head, binary = split_binary_body(self.body, self.headers.get(_BINARY_KEY))
-        return decode_json_request(parse_json_header(head), binary, model.inputs)
-
-    def transport_timeout_s(self) -> float | None:
-        return envoy_timeout_s(self.headers.get(ENVOY_TIMEOUT_HEADER))
-
-    def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> Encoded:
-        return encode_json_response(
-            model_name=model.name,
-            model_version=str(model.version),
-            request_id=decoded.id,
-            outputs=outputs,
-            binary_default=decoded.binary_output,
-        )
-
-
 class _Request:
     __slots__ = ("call", "http10", "keep_alive")
 
-    def __init__(self, call: _FastCall, keep_alive: bool, http10: bool) -> None:
+    def __init__(self, call: FastCall, keep_alive: bool, http10: bool) -> None:
         self.call = call
         self.keep_alive = keep_alive
         self.http10 = http10
@@ -133,6 +81,7 @@ class _Connection(asyncio.Protocol):
         self._task: asyncio.Future[Any] | None = None  # its task, or its queued batch entry
         self._handoff = False  # parsing stopped; the rest goes to aiohttp once answered
         self._closing = False
+        self._paused = False  # the client is not reading its answers: serve no more for now
         self.idle_since: float | None = time.monotonic()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -161,6 +110,14 @@ class _Connection(asyncio.Protocol):
         # A client that half-closes has gone away, as aiohttp reads it: the transport closes
         # and connection_lost cancels the request in flight (never computed if still queued).
         return None
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._serving is None and self._queue:
+            self._next()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._front.connections.discard(self)
@@ -201,11 +158,11 @@ class _Connection(asyncio.Protocol):
         del self._raw[:end]
         assert self._route is not None
         model, version = self._route
-        call = _FastCall(model, version, self._headers, body)
+        call = FastCall(model, version, self._headers, body)
         self._body = []
         http10 = self._parser.get_http_version() == "1.0"
         self._queue.append(_Request(call, self._parser.should_keep_alive(), http10))
-        if self._serving is None:
+        if self._serving is None and not self._paused:
             self._next()
 
     # -- serving -----------------------------------------------------------------------
@@ -249,7 +206,8 @@ class _Connection(asyncio.Protocol):
         if not keep_alive:
             self._close()
         elif self._queue:
-            self._next()
+            if not self._paused:
+                self._next()
         elif self._handoff:
             self._maybe_hand_off()
         else:
@@ -352,7 +310,7 @@ class FastHttpServer:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def plain(self, call: _FastCall) -> bool:
+    def plain(self, call: FastCall) -> bool:
         """Whether ``call`` may take the core's callback path (ServingCore.submit): it needs
         no request span, no answer digest, and names no deadline (which ``infer`` bounds
         even while its batch runs)."""

@@ -1,5 +1,6 @@
 """The pure pieces of the fast HTTP/1.1 front end (fast_http.py): which requests it serves
-itself, where a request's bytes end in the connection's buffer, and the answer's bytes.
+itself, where a request's bytes end in the connection's buffer, the call the serving core
+sees, and the answer's bytes.
 
 Kept apart from the protocol so each is tested on its own, without sockets."""
 
@@ -9,9 +10,29 @@ import json
 import time
 from email.utils import formatdate
 from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from inferway.backends.protocol.binary_codec import split_binary_body
+from inferway.backends.protocol.http_server import (
+    BINARY_HEADER,
+    ENVOY_TIMEOUT_HEADER,
+    envoy_timeout_s,
+)
+from inferway.backends.protocol.json_codec import (
+    decode_json_request,
+    encode_json_response,
+    parse_json_header,
+)
+from inferway.backends.serving.core import Chosen
+from inferway.backends.serving.request import DecodedRequest
+
+if TYPE_CHECKING:
+    from inferway.backends.models.served_model import ServedModel
 
 __all__ = [
     "HOT_SKIP_HEADERS",
+    "Encoded",
+    "FastCall",
     "error_body",
     "head_end",
     "hot_route",
@@ -23,6 +44,9 @@ HOT_SKIP_HEADERS = frozenset({"transfer-encoding", "expect", "prefer", "upgrade"
 """A request carrying any of these is aiohttp's: chunked bodies, 100-continue, asynchronous
 jobs (Prefer: respond-async) and protocol upgrades behave exactly as they always have."""
 
+Encoded = tuple[bytes, int | None]
+"""An answer's body and, for the binary extension, its JSON head's length."""
+_BINARY_KEY = BINARY_HEADER.lower()
 _PREFIX = b"/v2/models/"
 _SUFFIX = b"/infer"
 _STATUS_LINES: dict[int, bytes] = {
@@ -109,3 +133,40 @@ def response_bytes(
     parts.append(b"\r\n")
     parts.append(body)
     return b"".join(parts)
+
+
+class FastCall:
+    """One infer request as the serving core sees it (see InferCall); its body is read."""
+
+    __slots__ = ("body", "headers", "model_name", "model_version")
+    needs_read = False
+
+    def __init__(
+        self, model: str, version: str | None, headers: dict[str, str], body: bytes
+    ) -> None:
+        self.model_name = model
+        self.model_version = version
+        self.headers = headers
+        self.body = body
+
+    def body_size(self) -> int | None:
+        return len(self.body)
+
+    async def read_body(self, limit: int, model: str) -> None:  # needs_read is False
+        return None
+
+    def decode(self, model: ServedModel) -> DecodedRequest:
+        head, binary = split_binary_body(self.body, self.headers.get(_BINARY_KEY))
+        return decode_json_request(parse_json_header(head), binary, model.inputs)
+
+    def transport_timeout_s(self) -> float | None:
+        return envoy_timeout_s(self.headers.get(ENVOY_TIMEOUT_HEADER))
+
+    def encode(self, model: ServedModel, decoded: DecodedRequest, outputs: Chosen) -> Encoded:
+        return encode_json_response(
+            model_name=model.name,
+            model_version=str(model.version),
+            request_id=decoded.id,
+            outputs=outputs,
+            binary_default=decoded.binary_output,
+        )

@@ -36,7 +36,7 @@ HttpFrontend = Literal["fast", "aiohttp"]
 HTTP_FRONTENDS: tuple[HttpFrontend, ...] = ("fast", "aiohttp")
 HTTP_FRONTEND_ENV = "INFERWAY_HTTP_FRONTEND"
 """Names the HTTP front end when the settings do not (``inferway serve --http-frontend``)."""
-DEFAULT_HTTP_FRONTEND: HttpFrontend = "aiohttp"
+DEFAULT_HTTP_FRONTEND: HttpFrontend = "fast"
 
 
 def _default_http_frontend() -> str:
