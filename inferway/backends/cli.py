@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from inferway.backends.install_check import missing_backend_message, missing_backend_modules
 from inferway.backends.process_tuning import tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
@@ -29,6 +30,10 @@ from inferway.observability.log_format import (
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["serve"]
+
+_EXIT_CANNOT_START = 2
+"""The ``inferway`` command's code for a local precondition not met (gateway/exit_codes.py,
+which this layer may not import; tests/unit/test_install_check.py checks they agree)."""
 
 
 async def _serve(
@@ -178,6 +183,10 @@ def serve(
     ] = 0,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
+    missing = missing_backend_modules()
+    if missing:  # the gateway-only install (docs/install.md): say which install brings them
+        typer.echo(missing_backend_message("serve", missing), err=True)
+        raise typer.Exit(_EXIT_CANNOT_START)
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
