@@ -14,7 +14,7 @@ from tests.wheel_install.smoke import (
     assert_runs,
     assert_serves,
 )
-from tests.wheel_install.trees import CPU, ENVOY, GPU, assert_tree
+from tests.wheel_install.trees import CPU, ENVOY, GPU, assert_tree, protobuf_floor
 from tests.wheel_install.venvs import ROOT, Venv
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(900)]
@@ -82,3 +82,26 @@ def test_uv_installs_the_same_product(wheels: dict[str, Path], dist: Path, tmp_p
     assert_tree(env.installed(), ENVOY | CPU, {"onnxruntime-gpu"})
     assert_no_file_of_another_distribution(env)
     assert_serves(env, tmp_path)
+
+
+def test_the_oldest_protobuf_the_metadata_allows_loads_the_generated_code(
+    dist: Path, tmp_path: Path
+) -> None:
+    """The OIP stubs and the Envoy API copy under ``protobuf==<floor>`` (uv: quick): imported,
+    a policy rendered to Envoy resources, the OIP messages built in their private pool."""
+    env = Venv(tmp_path / "venv")
+    floor = protobuf_floor()
+    env.uv_install("inferway", f"protobuf=={floor}", find_links=dist)
+    env.uv_check()
+    probe = env.run(
+        str(env.python),
+        "-c",
+        "import google.protobuf, inferway.backends.protocol as oip, inferway.xds.translate;"
+        "print(google.protobuf.__version__, oip.pb2.ServerLiveRequest.DESCRIPTOR.full_name)",
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == [floor, "inference.ServerLiveRequest"], probe.stdout
+    rendered = env.inferway("render", "-f", str(ROOT / "examples" / "canary.yaml"))
+    assert rendered.returncode == 0 and "envoy.config.cluster.v3.Cluster" in rendered.stdout, (
+        rendered.stdout + rendered.stderr
+    )

@@ -3,9 +3,12 @@ dry-run reports and on real installs alike."""
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Set
+from pathlib import Path
 
-__all__ = ["CPU", "ENVOY", "GPU", "NEVER", "assert_tree"]
+__all__ = ["CPU", "ENVOY", "GPU", "NEVER", "assert_tree", "protobuf_floor"]
 
 CPU = frozenset({"numpy", "onnx", "onnxruntime"})
 GPU = frozenset({"numpy", "onnx", "onnxruntime-gpu"})
@@ -19,3 +22,13 @@ for tests."""
 def assert_tree(names: Set[str], present: Set[str], absent: Set[str]) -> None:
     assert present <= names, f"missing {sorted(present - names)}"
     assert not (absent | NEVER) & names, f"must not be there: {sorted((absent | NEVER) & names)}"
+
+
+def protobuf_floor() -> str:
+    """The oldest protobuf inferway-core's metadata allows (``protobuf>=X``)."""
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    (spec,) = [d for d in project["dependencies"] if d.startswith("protobuf")]
+    match = re.search(r">=([\d.]+)", spec)
+    assert match, spec
+    return match[1]

@@ -90,8 +90,12 @@ class Venv:
         _run(_pip("--python", str(self.python), *args))
 
     def uv_install(self, *requirements: str, find_links: Path) -> None:
-        """The same with ``uv pip install``."""
+        """The same with ``uv pip install``. uv caches a wheel by name and version (a release is
+        immutable on an index), so the folder's distributions are refreshed: a rebuilt wheel of
+        the same version is taken, not the one cached from an earlier build."""
         command = [_uv(), "pip", "install", "--quiet", "--python", str(self.python)]  # no .pyc
+        for wheel in sorted(find_links.glob("*.whl")):
+            command += ["--refresh-package", wheel.name.split("-")[0].replace("_", "-")]
         _run([*command, "--find-links", str(find_links), *requirements])
 
     def check(self) -> str:
