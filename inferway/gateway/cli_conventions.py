@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,6 +17,7 @@ __all__ = [
     "DISTRIBUTION",
     "PIPED_HELP_WIDTH",
     "LogFormatOption",
+    "PolicyFile",
     "VersionOption",
     "installed_version",
     "run_app",
@@ -52,6 +54,11 @@ VersionOption = Annotated[
         callback=_print_version,
         is_eager=True,
     ),
+]
+
+PolicyFile = Annotated[
+    Path,
+    typer.Option("--file", "-f", help="The policy YAML.", dir_okay=False, show_default=False),
 ]
 
 LogFormatOption = Annotated[
