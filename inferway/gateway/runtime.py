@@ -38,6 +38,7 @@ from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.features.server import FeatureRouterKeeper, start_feature_router
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.policy_snapshot import build_policy_snapshot
@@ -120,8 +121,8 @@ class GatewayOptions:
     """Refuse a listener port that cannot be bound, as a located error, before Envoy starts
     (None: when this gateway starts Envoy; the keeper asks its control plane on first start)."""
     keeper_state_file: Path | None = None
-    """Set by the keeper (gateway/keeper.py) for its control-plane process: Envoy runs in the
-    keeper, and the admin API reads Envoy's state from this file."""
+    """Set by the keeper (gateway/keeper.py) for its control-plane process (which runs Envoy);
+    the admin API reads Envoy's state from this file."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,8 @@ class Gateway:
     """The replicas the gateway runs itself (None: no service had ``replicas:`` at start)."""
     autoscale: AutoscaleDriver | None = None
     """The autoscaling loop over those replicas (with the replica manager or not at all)."""
+    features: FeatureRouterKeeper | None = None
+    """The feature router (running while the policy has routes with ``match.features``)."""
 
     @property
     def endpoints_watcher(self) -> EndpointsWatcher | None:
@@ -283,6 +286,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             max_connection_age_s=options.xds_max_connection_age_s,
         )
         stack.push_async_callback(xds.stop, 0.5)
+        features = await start_feature_router(plane, plan.policy)
+        stack.push_async_callback(features.stop)
 
         watcher = PolicyWatcher(
             path,
@@ -394,4 +399,5 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         rollouts=rollouts,
         replicas=replicas,
         autoscale=autoscale,
+        features=features,
     )
