@@ -41,6 +41,7 @@ from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.features.server import FeatureRouterKeeper, start_feature_router
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
+from inferway.gateway.mask_sink import MaskSinkKeeper, start_mask_sink
 from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -189,6 +190,8 @@ class Gateway:
     """The autoscaling loop over those replicas (with the replica manager or not at all)."""
     features: FeatureRouterKeeper | None = None
     """The feature router (running while the policy has routes with ``match.features``)."""
+    mask_sink: MaskSinkKeeper | None = None
+    """Masks Envoy's access log lines and spans (running while the policy has ``mask``)."""
 
     @property
     def endpoints_watcher(self) -> EndpointsWatcher | None:
@@ -288,6 +291,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         stack.push_async_callback(xds.stop, 0.5)
         features = await start_feature_router(plane, plan.policy)
         stack.push_async_callback(features.stop)
+        mask_sink = await start_mask_sink(plane, plan.policy)  # before Envoy logs a line
+        stack.push_async_callback(mask_sink.stop)
 
         watcher = PolicyWatcher(
             path,
@@ -400,4 +405,5 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         replicas=replicas,
         autoscale=autoscale,
         features=features,
+        mask_sink=mask_sink,
     )

@@ -5,7 +5,8 @@ serve are refused where they are written, instead of routing wrongly.
   match (``skip``) or would refuse everything (``reject``);
 * proxyless gRPC clients (``grpc_targets``) route by themselves, without Envoy and its
   feature router, so a target naming a route with features would ignore them;
-* the feature router's port must not be a listener's.
+* inferway's own servers (the feature router, the mask sink) must not take a listener's
+  port, nor each other's.
 """
 
 from __future__ import annotations
@@ -41,12 +42,20 @@ def check_features(policy: Policy) -> Iterator[tuple[Loc, str]]:
                 "router sees; proxyless gRPC clients would ignore them: name a route without "
                 "features",
             )
+    yield from _own_ports(policy, bool(featured))
+
+
+def _own_ports(policy: Policy, featured: bool) -> Iterator[tuple[Loc, str]]:
+    taken = {(x.address, x.port): f"listener '{x.name}'" for x in policy.listeners}
+    own: list[tuple[Loc, str, str, int]] = []
     if featured:
         router = policy.feature_router
-        for i, listener in enumerate(policy.listeners):
-            if listener.port == router.port and listener.address == router.address:
-                yield (
-                    ("feature_router", "port"),
-                    f"the feature router's port {router.port} is listener '{listener.name}' "
-                    f"(listeners[{i}])'s; give the feature router another port",
-                )
+        own.append((("feature_router", "port"), "the feature router", router.address, router.port))
+    if policy.mask is not None:
+        sink = policy.mask.sink
+        own.append((("mask", "sink", "port"), "the mask sink", sink.address, sink.port))
+    for loc, what, address, port in own:
+        holder = taken.get((address, port))
+        if holder is not None:
+            yield loc, f"{what}'s port {port} is {holder}'s; give it another port"
+        taken[(address, port)] = what

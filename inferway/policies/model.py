@@ -21,6 +21,7 @@ from pydantic import (
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.features import FeatureRouter, Features
 from inferway.policies.grpc_targets import GrpcTarget
+from inferway.policies.masking import Mask
 from inferway.policies.observability import Observability
 from inferway.policies.replicas import Replicas
 from inferway.policies.rollouts import Rollout
@@ -249,3 +250,5 @@ class Policy(_Model):
     (``x-inferway-replica``) that served it, so routing can be checked from outside."""
     feature_router: FeatureRouter = Field(default_factory=FeatureRouter)
     """Where the feature router listens, for routes with ``match.features``."""
+    mask: Mask | None = None
+    """Sensitive request data masked in access logs, spans and inferway's logs (masking.py)."""

@@ -63,7 +63,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
             for ln in policy.listeners
         ),
         services=tuple(resolve_service(s, state) for s in policy.services),
-        observability=resolve_observability(policy.observability),
+        observability=resolve_observability(policy.observability, policy.mask),
         secrets=resolve_secrets(policy, state),
         redacted_headers=tuple(
             sorted({*ALWAYS_REDACTED_HEADERS, *(h.lower() for h in policy.redact_headers)})
