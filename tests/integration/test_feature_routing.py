@@ -225,3 +225,56 @@ routes:
         shown = await gw.get("/shown")
         assert shown.headers["x-inferway-pool"] == "model"
         assert shown.headers["x-inferway-replica"] == f"127.0.0.1:{backend.port}"
+
+
+LOAD_AWARE = """
+version: 1
+listeners:
+  - name: ingress
+    port: {listener_port}
+feature_router:
+  port: ROUTER_PORT
+services:
+  - name: cpu-pool
+    load_balancing:
+      policy: load_aware
+      load_aware:
+        blackout_period: 0s
+        weight_update_period: 100ms
+    endpoints: ["127.0.0.1:{idle}", "127.0.0.1:{busy}"]
+  - name: gpu-pool
+    endpoints: ["127.0.0.1:{gpu}"]
+routes:
+  - name: small-cpu
+    match:
+      path:
+        prefix: /v2/models/demo/infer
+      features:
+        rows:
+          max: 4
+    backends:
+      - service: cpu-pool
+  - name: default
+    backends:
+      - service: gpu-pool
+"""
+
+
+async def test_within_the_pool_features_chose_load_aware_balancing_picks_the_replica() -> None:
+    idle, busy, gpu = (ControlledBackend(n) for n in ("idle", "busy", "gpu"))
+    idle.utilization, busy.utilization = 0.1, 0.9  # ORCA weights 100/0.1 vs 100/0.9: 9 to 1
+    policy = LOAD_AWARE.replace("ROUTER_PORT", str(free_port()))
+    async with TrafficGateway(policy, [idle, busy, gpu]) as gw:
+        replicas = {"idle": f"127.0.0.1:{idle.port}", "busy": f"127.0.0.1:{busy.port}"}
+
+        async def one() -> str:
+            status, headers, payload = await post(gw, DEMO, infer_body(2))
+            assert status == 200 and headers["x-inferway-pool"] == "cpu-pool"
+            assert headers["x-inferway-replica"] == replicas[payload["backend"]]
+            return str(payload["backend"])
+
+        for _ in range(60):  # reports flow, weights get computed
+            await one()
+        answered = [await one() for _ in range(300)]
+    assert not gpu.hits, "feature-routed requests never reach the other pool"
+    assert answered.count("busy") < 0.25 * len(answered), answered.count("busy")
