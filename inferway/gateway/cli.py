@@ -1,6 +1,6 @@
 """The ``inferway`` command: validate, render and run a policy; ask a gateway for its status;
 verify a live gateway against its policy; run the demo; serve models (the backend's
-``serve``, when installed).
+``serve``, when installed), optimize and encrypt them.
 
 Operator conventions (docs/cli.md): ``--version``; ``-o text|json|yaml`` on status, render,
 validate and verify; ``--log-format json|text`` on run and serve; shell completion; exit codes
@@ -24,6 +24,7 @@ from inferway.gateway.cli_conventions import PolicyFile, VersionOption, run_app
 from inferway.gateway.console import configure_logging, make_console, print_issues
 from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.foreground import run_event_loop
+from inferway.gateway.model_cli import register_model_tools
 from inferway.gateway.output import (
     DocumentOutputOption,
     OutputFormat,
@@ -231,6 +232,7 @@ app.command("verify")(verify)
 app.add_typer(certs_app, name="certs")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(scale_app, name="scale")
+register_model_tools(app)
 
 
 def main() -> None:
