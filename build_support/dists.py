@@ -11,7 +11,8 @@ distinct distributions.
 
 Before building, the meta-distributions are checked against the core (same version and
 ``requires-python``, every requirement ``inferway-core[...]==<version>`` naming extras the
-core has, never ``gpu`` together with ``backend``/``all``); a mismatch is reported as
+core has, each extra of theirs forwarding the core's extra of the same name, never ``gpu``
+together with ``backend``/``all``); a mismatch is reported as
 ``file:line: message`` and nothing is built. The folder then serves as pip's or uv's
 ``--find-links``: ``pip install inferway --find-links OUT``.
 
@@ -113,6 +114,10 @@ def _check_meta(pyproject: Path, core: dict[str, Any], core_extras: set[str]) ->
             named = {e.strip() for e in match[1].split(",") if e.strip()}
             if named - core_extras:
                 errors.append(f"{where}: inferway-core has no extra {sorted(named - core_extras)}")
+            if group and named != {group}:
+                errors.append(
+                    f"{where}: extra {group!r} forwards inferway-core[{group}] and nothing else"
+                )
             extras |= named
         if group == "":
             base = extras

@@ -65,10 +65,19 @@ def test_gpu_beside_the_cpu_backend_is_refused(tree: Path) -> None:
     assert "onnxruntime-gpu and onnxruntime overwrite each other" in error
 
 
-def test_an_extra_that_brings_the_clash_is_refused_too(tree: Path) -> None:
-    path = _edit(tree, "inferway-gpu", "inferway-core[tensorrt]", "inferway-core[tensorrt,all]")
+def test_an_inferway_gpu_extra_is_refused_as_it_would_co_install(tree: Path) -> None:
+    """What docs/install.md says: ``inferway[gpu]`` would bring onnxruntime-gpu beside the CPU
+    onnxruntime that ``inferway`` requires."""
+    path = _edit(tree, "inferway", "\nhsm = [", '\ngpu = ["inferway-core[gpu]==0.1.0"]\nhsm = [')
     (error,) = check(tree)
-    assert error.startswith(f"{path}:{_line(path, 'tensorrt =')}: inferway-gpu[tensorrt] would")
+    assert error.startswith(f"{path}:{_line(path, 'gpu =')}: inferway[gpu] would install")
+
+
+def test_an_extra_forwards_the_cores_extra_of_its_name(tree: Path) -> None:
+    path = _edit(tree, "inferway-gpu", "inferway-core[tensorrt]", "inferway-core[hsm]")
+    (error,) = check(tree)
+    where = f"{path}:{_line(path, 'tensorrt = [')}"
+    assert error == (f"{where}: extra 'tensorrt' forwards inferway-core[tensorrt] and nothing else")
 
 
 def test_an_unknown_core_extra_and_a_foreign_requirement_are_refused(tree: Path) -> None:

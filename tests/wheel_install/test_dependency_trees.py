@@ -43,19 +43,29 @@ def _requires(wheel: Path) -> list[str]:
 
 
 def test_the_meta_distributions_hold_only_a_pin_on_the_same_core(wheels: dict[str, Path]) -> None:
-    """No code (so no file shared with inferway-core), one exact pin; ``inferway-gpu[tensorrt]``
-    (not resolved here: tensorrt's CUDA wheels are gigabytes) adds only the core's tensorrt."""
+    """No code (so no file shared with inferway-core), one exact pin, and each extra the core's
+    extra of its name: ``inferway-gpu[tensorrt]`` (not resolved here: TensorRT's CUDA wheels
+    are gigabytes) adds only the core's tensorrt."""
     version = wheels["inferway-core"].name.split("-")[1]
+    bases = {}
     for name, wheel in wheels.items():
         if name == "inferway-core":
             continue
         with zipfile.ZipFile(wheel) as archive:
             files = [n for n in archive.namelist() if ".dist-info/" not in n]
         assert files == [], f"{name} ships code: {files}"
-        for requirement in _requires(wheel):
-            assert requirement.startswith("inferway-core["), (name, requirement)
-            assert f"]=={version}" in requirement, (name, requirement)
-    assert _requires(wheels["inferway-gpu"]) == [
-        f"inferway-core[gateway,gpu]=={version}",
-        f"inferway-core[tensorrt]=={version}; extra == 'tensorrt'",
-    ]
+        base, *extras = _requires(wheel)
+        bases[name] = base
+        for requirement in extras:
+            pin, marker = requirement.split("; ")
+            extra = marker.removeprefix("extra == ").strip("'\"")
+            assert pin == f"inferway-core[{extra}]=={version}", (name, requirement)
+    assert bases == {
+        "inferway": f"inferway-core[backend,gateway]=={version}",
+        "inferway-gateway": f"inferway-core[gateway]=={version}",
+        "inferway-backend": f"inferway-core[backend]=={version}",
+        "inferway-gpu": f"inferway-core[gateway,gpu]=={version}",
+    }
+    assert f"inferway-core[tensorrt]=={version}; extra == 'tensorrt'" in _requires(
+        wheels["inferway-gpu"]
+    )
