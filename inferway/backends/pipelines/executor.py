@@ -24,7 +24,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan, Span, SpanKind, TracerProvider
 
-from inferway.backends.batching.errors import ExecutorClosedError
+from inferway.backends.batching.errors import ExecutorClosedError, InvalidRequestError
 from inferway.backends.models.served_model import ModelNotFoundError, ServedModel
 from inferway.backends.pipelines.cache import StepCache, build_cache_key
 from inferway.backends.pipelines.moe import combine_experts, route_top_k
@@ -221,7 +221,7 @@ class PipelineExecutor:
                     assert step.model is not None
                     model = self._resolve(step, step.model)
                     span.set_attribute("inferway.model_version", str(model.version))
-                    out = await model.executor.infer(feed, deadline=deadline)
+                    out = await self._call(step, model, feed, deadline)
                 if key is not None and self.cache is not None:
                     self.cache.put(key, out)
                     if self._metrics is not None:
@@ -254,7 +254,7 @@ class PipelineExecutor:
             }
             with self._span(f"expert {ref.name}", attributes):
                 sub = {name: array[picked] for name, array in feed.items()}
-                out = await model.executor.infer(sub, deadline=deadline)
+                out = await self._call(step, model, sub, deadline)
             return index, (picked, out[moe.output])
 
         calls: list[Awaitable[tuple[int, Any]]] = []
@@ -268,6 +268,16 @@ class PipelineExecutor:
         return {moe.output: combine_experts(routing, ran, rows)}
 
     # -- helpers -----------------------------------------------------------------------------
+
+    async def _call(
+        self, step: PlannedStep, model: ServedModel, feed: Outputs, deadline: float | None
+    ) -> Outputs:
+        """One model call of a step, through the model's batcher; a request the model cannot
+        take (too many rows) is refused naming the step."""
+        try:
+            return await model.executor.infer(feed, deadline=deadline)
+        except InvalidRequestError as e:
+            raise InvalidRequestError(f"pipeline {self.name!r} step {step.name!r}: {e}") from None
 
     def _resolve(self, step: PlannedStep, ref: ModelRef) -> ServedModel:
         try:
