@@ -321,3 +321,27 @@ async def test_the_pipeline_is_ready_only_while_its_step_models_serve(tmp_path: 
         await repository.load_model("chain_right")
         assert repository.ready and repository.get("chain").platform == "pipeline"
         await stack.infer("chain", _x(1, 32, 8))
+
+
+async def test_a_directory_that_is_both_a_model_and_a_pipeline_is_refused(tmp_path: Path) -> None:
+    _write_chain(tmp_path, cache=False)
+    clash = tmp_path / "chain_embed" / "pipeline.yaml"
+    clash.write_text((tmp_path / "chain" / "pipeline.yaml").read_text())
+    async with _stack(tmp_path) as stack:
+        repository = stack.handle.repository
+        assert "holds model versions too" in repository.errors[str(clash)]
+        assert repository.get("chain_embed").platform == "onnxruntime"  # the model serves
+        assert repository.get("chain").platform == "pipeline"
+
+
+async def test_a_pipeline_can_be_unloaded_and_loaded_on_request(tmp_path: Path) -> None:
+    _write_chain(tmp_path, cache=False)
+    async with _stack(tmp_path) as stack:
+        async with stack.http.post("/v2/repository/models/chain/unload") as r:
+            assert r.status == 200
+        async with stack.http.get("/v2/models/chain") as r:
+            assert r.status == 404
+        assert stack.handle.repository.get("chain_embed")  # its models keep serving
+        async with stack.http.post("/v2/repository/models/chain/load") as r:
+            assert r.status == 200
+        assert (await stack.grpc.ModelReady(pb2.ModelReadyRequest(name="chain"))).ready
