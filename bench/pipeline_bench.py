@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pool", type=int, default=8, help="distinct inputs of the cached runs")
     parser.add_argument(
-        "--scale", type=int, default=8, help="hidden-width multiplier of the models"
+        "--scale", type=int, default=128, help="hidden-width multiplier of the models"
     )
     parser.add_argument("--quick", action="store_true", help="2 rounds x 2 s")
     args = parser.parse_args(argv)
@@ -199,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         for target in TARGETS:
             results = runs[target][concurrency]
             s = {
-                "p50_ms": statistics.median(r["p50_ms"] for r in results),
-                "p99_ms": statistics.median(r["p99_ms"] for r in results),
-                "rps": statistics.median(r["rps"] for r in results),
+                "p50_ms": round(statistics.median(r["p50_ms"] for r in results), 2),
+                "p99_ms": round(statistics.median(r["p99_ms"] for r in results), 2),
+                "rps": round(statistics.median(r["rps"] for r in results), 1),
                 "errors": sum(r["errors"] for r in results),
             }
             summary.setdefault(target, {})[str(concurrency)] = s
