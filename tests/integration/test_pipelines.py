@@ -150,6 +150,10 @@ async def test_metadata_comes_from_the_pipelines_ends_over_http_and_grpc(stack: 
         "right",
     ]
     assert (await stack.grpc.ModelReady(pb2.ModelReadyRequest(name="chain"))).ready
+    async with stack.http.get("/v2/models/chain/config") as r:
+        config = await r.json()
+    # Triton's name for it; the rows one request may carry are what its smallest step takes
+    assert config["platform"] == "ensemble" and config["max_batch_size"] == 2
     async with stack.http.get("/v2/health/ready") as r:
         assert r.status == 200
 

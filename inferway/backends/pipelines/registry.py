@@ -22,6 +22,7 @@ from typing import Literal
 import yaml
 from opentelemetry.trace import TracerProvider
 
+from inferway.backends.batching.config import BatchingConfig
 from inferway.backends.models.config import ModelConfig
 from inferway.backends.models.scan import Fingerprint
 from inferway.backends.models.served_model import ModelNotFoundError, ServedModel
@@ -236,10 +237,16 @@ class PipelineSet:
             metrics=self._metrics,
             tracer_provider=self._tracer_provider,
         )
+        # the most rows one request may carry: what every step model's batcher takes
+        rows = min(lookup(r.name, r.version).config.batching.max_batch_size for r in plan.models())
+        config = ModelConfig(
+            max_input_bytes=source.spec.max_input_bytes,
+            batching=BatchingConfig(mode="off", max_batch_size=rows),
+        )
         return ServedModel(
             name=name,
             version=PIPELINE_VERSION,
-            config=ModelConfig(max_input_bytes=source.spec.max_input_bytes),
+            config=config,
             inputs=plan.inputs,
             outputs=tuple(spec for spec, _ in plan.outputs),
             executor=executor,
