@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from inferway.backends.app import BackendHandle, start_backend
+from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.devtools.demo_pipelines import (
     CHAIN,
@@ -31,6 +32,7 @@ from inferway.devtools.demo_pipelines import (
     write_chain_pipeline,
     write_moe_pipeline,
 )
+from tests.jobs_support import submit, wait_for_job
 from tests.prometheus_text import parse_exposition, sample_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -349,3 +351,19 @@ async def test_a_pipeline_can_be_unloaded_and_loaded_on_request(tmp_path: Path) 
         async with stack.http.post("/v2/repository/models/chain/load") as r:
             assert r.status == 200
         assert (await stack.grpc.ModelReady(pb2.ModelReadyRequest(name="chain"))).ready
+
+
+async def test_an_asynchronous_job_can_name_a_pipeline(tmp_path: Path) -> None:
+    _write_chain(tmp_path, cache=False)
+    x = _x(2, 32, 9)
+    handle = await start_backend(tmp_path, watch=False, jobs=JobSettings())
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{handle.http_port}") as s:
+            status, doc, _ = await submit(s, "chain", _json_request(x))
+            assert status == 202, doc
+            done = await wait_for_job(s, doc["id"], {"succeeded", "failed"})
+        assert done["status"] == "succeeded", done
+        got = _outputs(done["result"])
+        np.testing.assert_allclose(got["right"], chain_reference(x)["right"], rtol=1e-4, atol=1e-5)
+    finally:
+        await handle.stop()
