@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferway.backends.batching.config import BatchingConfig
+from inferway.backends.models.hsm import ModelEncryption
 
 __all__ = [
     "CONFIG_FILE",
@@ -45,6 +46,8 @@ class ModelConfig(BaseModel):
     intra_op_threads: int | None = Field(default=None, ge=1, le=256)
     """onnxruntime threads per instance; default splits the cores between the instances."""
     device_id: int = Field(default=0, ge=0)
+    encryption: ModelEncryption | None = None
+    """Where the key of an encrypted ``model.onnx.enc`` is (docs/security.md)."""
 
     @property
     def instances(self) -> int:
