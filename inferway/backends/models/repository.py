@@ -266,28 +266,22 @@ class ModelRepository:
     async def _reconcile_pipelines(self, found: dict[str, Any]) -> list[RepositoryEvent]:
         """Pipelines after models: each is checked against the models now served."""
         events: list[RepositoryEvent] = []
-
-        def refused_key(name: str) -> Fingerprint | None:
-            return self._refused.get((name, PIPELINE_VERSION), (None, ""))[0]
-
         models = functools.partial(self._get, pipelines=False)
-        for change in self._pipelines.reconcile(found, models, refused_key):
-            key = (change.name, PIPELINE_VERSION)
-            if change.kind == "refused":
-                events.append(
-                    self._refuse(
-                        key, change.key, change.where, change.message, serving=change.served
-                    )
-                )
+        for c in self._pipelines.reconcile(found, models, self._refused_fingerprint):
+            key = (c.name, PIPELINE_VERSION)
+            if c.kind == "refused":
+                events.append(self._refuse(key, c.key, c.where, c.message, serving=c.served))
             else:
                 self._clear_refusal(key)
-                log.info("pipeline %s %s", change.name, change.kind)
                 events.append(
-                    self._emit(RepositoryEvent(change.kind, *key, load_seconds=change.load_seconds))
+                    self._emit(RepositoryEvent(c.kind, *key, load_seconds=c.load_seconds))
                 )
-            if change.retired is not None:
-                await self._retire(change.retired)
+            if c.retired is not None:
+                await self._retire(c.retired)
         return events
+
+    def _refused_fingerprint(self, name: str) -> Fingerprint | None:
+        return self._refused.get((name, PIPELINE_VERSION), (None, ""))[0]
 
     async def _load(
         self,

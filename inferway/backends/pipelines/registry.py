@@ -188,6 +188,7 @@ class PipelineSet:
                 error = e
             else:
                 self._served[name], self._sources[name] = served, source
+                log.info("pipeline %s %s", name, "reloaded" if old is not None else "loaded")
                 return PipelineChange(
                     "reloaded" if old is not None else "loaded",
                     name,
