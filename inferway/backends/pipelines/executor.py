@@ -44,9 +44,9 @@ async def _all_or_none(aws: Sequence[Awaitable[T]]) -> list[T]:
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in tasks:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        failed = [e for t in tasks if t.done() and not t.cancelled() and (e := t.exception())]
+        if failed:
+            raise failed[0]
         return [t.result() for t in tasks]
     finally:
         pending = [t for t in tasks if not t.done()]
@@ -54,6 +54,9 @@ async def _all_or_none(aws: Sequence[Awaitable[T]]) -> list[T]:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+        for task in tasks:  # every sibling's failure retrieved: one is raised, none is logged
+            if not task.cancelled():
+                task.exception()
 
 
 class PipelineExecutor:
