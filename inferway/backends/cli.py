@@ -28,6 +28,7 @@ from inferway.observability.log_format import (
     install_log_handler,
     resolve_log_format,
 )
+from inferway.observability.masking import BUILTIN_PATTERNS, build_masker_from, pattern_error
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["serve"]
@@ -186,6 +187,15 @@ def serve(
             "/v2/debug/outputs, for a rollout's output-agreement check (0: off).",
         ),
     ] = 0,
+    mask: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mask",
+            help="Mask this in log lines, span errors and recorded text outputs: a built-in "
+            "(email, phone, id_number) or an RE2 pattern; repeat for more.",
+            show_default=False,
+        ),
+    ] = None,
     jobs_redis: Annotated[
         str | None,
         typer.Option(
@@ -228,7 +238,11 @@ def serve(
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     chosen_format = resolve_log_format(log_format)
     install_log_handler(level, chosen_format)
-    install_redaction()  # credentials never reach the log
+    rules = tuple(mask or ())
+    for rule in rules:
+        if rule not in BUILTIN_PATTERNS and (reason := pattern_error(rule)) is not None:
+            raise typer.BadParameter(f"{rule!r}: {reason}", param_hint="--mask")
+    install_redaction(masker=build_masker_from(rules))  # credentials never reach the log
     if repository_argument and repository_option and repository_argument != repository_option:
         raise typer.BadParameter(
             f"two different repositories given: {repository_argument} and {repository_option}",
@@ -249,6 +263,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         default_timeout_s=default_timeout,
         record_outputs=record_outputs,
+        mask=rules,
     )
     jobs = _job_settings(
         jobs_redis, jobs_max, jobs_ttl, jobs_concurrency, jobs_timeout, jobs_claim_idle, workers

@@ -22,6 +22,7 @@ from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.cli_conventions import PolicyFile, VersionOption, run_app
 from inferway.gateway.console import configure_logging, make_console, print_issues
+from inferway.gateway.cost.report_cli import app as report_app
 from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.foreground import run_event_loop
 from inferway.gateway.model_cli import register_model_tools
@@ -233,6 +234,7 @@ app.add_typer(certs_app, name="certs")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(scale_app, name="scale")
 register_model_tools(app)
+app.add_typer(report_app, name="report")
 
 
 def main() -> None:

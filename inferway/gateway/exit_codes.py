@@ -25,7 +25,8 @@ EXIT_CANNOT_START = EXIT_USAGE
 not start. It shares usage's code: the command line has to change (or the host)."""
 EXIT_UNREACHABLE = 3
 """A client command (``status``) could not reach the gateway's admin API, or it answered
-something other than its JSON document."""
+something other than its JSON document; ``report cost`` could not get its history from
+Prometheus."""
 EXIT_BAR_MISSED = 4
 """``verify`` ran and a bar was missed: requests routed elsewhere than the policy says (below
 the correctness bar), pools' activation frequencies off their weights, the load run's p99
