@@ -23,6 +23,7 @@ listeners:
     port: {listener_port}
 feature_router:
   port: ROUTER_PORT
+  timeout: 5s  # not 200 ms: a loaded CI machine must not turn into the fallback route
 services:
   - name: cpu-pool
     endpoints: ["127.0.0.1:{cpu}"]
@@ -234,6 +235,7 @@ listeners:
     port: {listener_port}
 feature_router:
   port: ROUTER_PORT
+  timeout: 5s  # not 200 ms: a loaded CI machine must not turn into the fallback route
 services:
   - name: cpu-pool
     load_balancing:
