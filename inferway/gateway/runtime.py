@@ -250,7 +250,13 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     rollouts = RolloutDriver(
         plane,
         RolloutStore(rollouts_dir),
-        lambda config: build_rollout_source(config, plane.policy, plane.state, envoy_admin_port),
+        lambda config: build_rollout_source(
+            config,
+            plane.policy,
+            plane.state,
+            envoy_admin_port,
+            live=lambda: (plane.policy, plane.state),
+        ),
     )
     RolloutMetrics.attach(metrics.registry, rollouts)
     plane.add_observer(rollouts)  # resumes saved rollouts with the first apply

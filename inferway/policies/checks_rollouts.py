@@ -1,11 +1,12 @@
 """Semantic checks for ``rollouts``: each names a route of the policy and two of its backends,
 walks strictly increasing steps, no route is moved by two rollouts at once (their weight
-overrides would fight), and a rollout's ``sticky`` agrees with its route's own ``hash``."""
+overrides would fight), a rollout's ``sticky`` agrees with its route's own ``hash``, and a
+``backend-*`` metric reads services whose endpoints serve ``/metrics`` (HTTP, not gRPC)."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from inferway.policies.model import Policy
 from inferway.policies.rollouts import Rollout
@@ -14,10 +15,13 @@ from inferway.policies.yaml_marks import Loc
 
 __all__ = ["check_rollouts"]
 
+_COMPARISONS = ("error-rate", "latency-p99", "backend-error-rate", "backend-latency-p99")
+
 
 def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
     routes = {r.name: r for r in policy.routes}
     services = [s.name for s in policy.services]
+    protocols = {s.name: s.protocol for s in policy.services}
     names: dict[str, int] = {}
     on_route: dict[str, int] = {}
     for i, rollout in enumerate(policy.rollouts):
@@ -64,6 +68,7 @@ def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
             )
         if rollout.stable == rollout.canary:
             yield (*loc, "canary"), f"canary and stable are both '{rollout.canary}'"
+        yield from _backend_metrics(loc, rollout, protocols)
         for m, metric in enumerate(rollout.analysis.metrics):
             mirror = route.mirror
             if metric.name == "output-agreement" and (
@@ -91,15 +96,34 @@ def _metrics(loc: Loc, rollout: Rollout) -> Iterator[tuple[Loc, str]]:
     seen: dict[str, int] = {}
     for m, metric in enumerate(rollout.analysis.metrics):
         where = (*loc, "analysis", "metrics", m)
-        if metric.name in seen and metric.name in ("error-rate", "latency-p99"):
+        if metric.name in seen and metric.name in _COMPARISONS:
             yield (
                 (*where, "name"),
                 f"metric {metric.name} is already given (metrics[{seen[metric.name]}])",
             )
         seen.setdefault(metric.name, m)
         big = metric.max_increase is not None and metric.max_increase >= 100
-        if metric.name == "error-rate" and big:
+        if metric.name in ("error-rate", "backend-error-rate") and big:
             yield (*where, "max_increase"), "an error rate cannot grow by 100% or more"
+
+
+def _backend_metrics(
+    loc: Loc, rollout: Rollout, protocols: Mapping[str, str]
+) -> Iterator[tuple[Loc, str]]:
+    """The backends' /metrics is on their HTTP port; an ``http2`` service's endpoints are
+    gRPC ports (inferway's HTTP front speaks HTTP/1.1), where a scrape can only fail."""
+    for m, metric in enumerate(rollout.analysis.metrics):
+        if not metric.name.startswith("backend-"):
+            continue
+        for role in ("stable", "canary"):
+            service = getattr(rollout, role)
+            if protocols.get(service) == "http2":
+                yield (
+                    (*loc, "analysis", "metrics", m, "name"),
+                    f"{metric.name} scrapes the backends' /metrics on their HTTP port, but "
+                    f"{role} '{service}' is protocol http2 (gRPC ports have no /metrics); use "
+                    f"{metric.name.removeprefix('backend-')} (Envoy's stats) for it",
+                )
 
 
 def _hint(name: str, known: object) -> str:

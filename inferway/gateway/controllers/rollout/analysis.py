@@ -11,6 +11,8 @@ stable over the same windows:
   rate, ``H0``: half the tolerated rate, ``H1``: the tolerated rate.
 - latency: Mann-Whitney U of canary against stable scaled by ``1 + max_increase``.
 
+The ``backend-*`` checks run the same tests on the counts the backends report themselves.
+
 False-rollback bound with identical versions: at most ``alpha`` per comparison for the whole
 run, however often it is analysed (Ville's inequality for the SPRT, exact for a known stable
 rate and measured with it estimated; alpha spending for U).
@@ -118,7 +120,7 @@ def _sprt_verdict(
 
 
 def _error_rate(c: ErrorRateCheck, ev: Evidence, a: AnalysisConfig) -> Verdict:
-    s, k = ev.stable, ev.canary
+    s, k = ev.versions(backend=c.backend)
     t = sprt_vs_stable(
         k.errors,
         k.requests,
@@ -146,7 +148,8 @@ def _agreement(c: AgreementCheck, ev: Evidence, a: AnalysisConfig) -> Verdict:
 
 
 def _latency(c: LatencyCheck, ev: Evidence, a: AnalysisConfig, last_look: int) -> Verdict:
-    canary, stable = ev.canary.latency_ms, ev.stable.latency_ms
+    stable_counts, canary_counts = ev.versions(backend=c.backend)
+    canary, stable = canary_counts.latency_ms, stable_counts.latency_ms
     factor = 1 + c.max_increase
     mw = mann_whitney(canary, {v * factor: n for v, n in stable.items()})
     k = look_index(mw.n_x)
