@@ -24,6 +24,7 @@ from inferway.gateway.controllers.rollout.analysis import analyze
 from inferway.gateway.controllers.rollout.config import AnalysisConfig, LatencyCheck
 from inferway.gateway.controllers.rollout.evidence import Evidence, VersionCounts, WindowSample
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, ScrapeError
+from inferway.gateway.rollouts.sample_source import RolloutSource
 
 ORCA = "TEXT rps_fractional=12.5, application_utilization=0.75, named_metrics.queue_depth=3"
 
@@ -151,3 +152,33 @@ def test_saved_evidence_without_backend_counts_reads_back_empty() -> None:
     del data["backend_stable"], data["backend_canary"]
     old = Evidence.from_json(data)
     assert old.backend_canary == VersionCounts() and old.canary == evidence.canary
+
+
+class _Queue:
+    """Stands in for a source: returns (or raises) the given results in turn."""
+
+    def __init__(self, *results: object) -> None:
+        self.results = list(results)
+
+    async def sample(self) -> object:
+        result = self.results.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+async def test_a_window_read_before_a_backend_scrape_failed_is_held_for_the_next() -> None:
+    one = WindowSample(VersionCounts(10, 1), VersionCounts(5, 0))
+    two = WindowSample(VersionCounts(20, 0), VersionCounts(7, 1))
+    backend = (VersionCounts(3, 0, {5.0: 3}), VersionCounts(4, 1, {9.0: 4}))
+    source = RolloutSource(
+        _Queue(None, one, two),  # type: ignore[arg-type]
+        backend=_Queue(None, ScrapeError("canary down"), backend),  # type: ignore[arg-type]
+    )
+    assert await source.sample() is None  # both baselines
+    with pytest.raises(ScrapeError, match="canary down"):
+        await source.sample()
+    joined = await source.sample()
+    assert joined is not None
+    assert joined.stable == VersionCounts(30, 1) and joined.canary == VersionCounts(12, 1)
+    assert (joined.backend_stable, joined.backend_canary) == backend
