@@ -264,16 +264,16 @@ def start_replica_autoscaling(
     workdir: Path | None,
     envoy_admin_urls: list[str],
     envoy_admin_port: Callable[[], int | None],
-) -> tuple[ReplicaManager | None, AutoscaleDriver | None]:
-    """The replica manager and its autoscaling loop, when a service of the live policy has
-    ``replicas:`` (else neither). A replica leaves only once the Envoys at
+) -> tuple[ReplicaManager, AutoscaleDriver]:
+    """The replica manager and its autoscaling loop, both following the live policy: a
+    service that gains ``replicas:`` (or ``autoscale:``) by a later edit is started and
+    sized without a restart, one that loses it is drained and stopped. Idle (no process, no
+    session) while no service has ``replicas:``. A replica leaves only once the Envoys at
     ``envoy_admin_urls`` no longer list it; logs go to ``<workdir>/replicas``."""
-    policy = plane.policy
-    if policy is None or not any(s.replicas is not None for s in policy.services):
-        return None, None
     log_dir = workdir / "replicas" if workdir is not None else None
     manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
     driver = AutoscaleDriver(manager, envoy_admin_port)
-    driver.configure(policy)
+    if plane.policy is not None:
+        driver.configure(plane.policy)
     plane.add_observer(driver)
     return manager, driver

@@ -183,7 +183,8 @@ class Gateway:
     rollouts: RolloutDriver | None = None
     """The policy's canary rollouts (state in <workdir>/rollouts/)."""
     replicas: ReplicaManager | None = None
-    """The replicas the gateway runs itself (None: no service had ``replicas:`` at start)."""
+    """The replicas the gateway runs itself, following the live policy's ``replicas:``
+    (idle while it has none)."""
     autoscale: AutoscaleDriver | None = None
     """The autoscaling loop over those replicas (with the replica manager or not at all)."""
 
@@ -357,9 +358,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
             envoy_admin_port=envoy_admin_port,
         )
-        if replicas is not None and autoscale is not None:
-            add_autoscale_routes(admin_app, autoscale)
-            register_autoscale_metrics(metrics.registry, autoscale)
+        add_autoscale_routes(admin_app, autoscale)  # 404 while no service has replicas:
+        register_autoscale_metrics(metrics.registry, autoscale)
         admin = await start_admin_server(
             admin_app,
             host=options.admin_address,
@@ -375,12 +375,11 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             stack.push_async_callback(supervisor.stop)
         await rollouts.start()  # after Envoy: the first scrape finds it
         stack.push_async_callback(rollouts.stop)
-        if replicas is not None and autoscale is not None:
-            # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
-            stack.push_async_callback(replicas.close)
-            replicas_owned = False
-            await autoscale.start()
-            stack.push_async_callback(autoscale.stop)
+        # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
+        stack.push_async_callback(replicas.close)
+        replicas_owned = False
+        await autoscale.start()
+        stack.push_async_callback(autoscale.stop)
     except BaseException:
         if replicas_owned and replicas is not None:
             await replicas.close()
