@@ -25,10 +25,12 @@ that rate is the summary's "sustained @SLO" and what the target verdicts read.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,8 @@ HEAVY_FRACTIONS_QUICK = (0.25, 0.6, 0.9)
 TINY_RATES = (100, 300, 600, 1000, 1500, 2000, 3000)
 TINY_RATES_QUICK = (300, 1000, 2000)
 BATCH_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SERVER_CPU, LOADGEN_CPU = 1, 0
+"""``--pin``: the cores the server side and the load generator get."""
 SEARCH_PROBES = 6
 SEARCH_PROBES_QUICK = 3
 
@@ -94,6 +98,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="also measure adaptive served by `inferway serve --workers N` (mode adaptive-wN)",
     )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="one core each: the load generator on CPU 0, the server (and ORT direct for (a)) "
+        "on CPU 1, so both sides get the same core budget (Linux; needs 2+ CPUs)",
+    )
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results)")
     return p.parse_args(argv)
 
@@ -126,6 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "slo_ms": {m: SLO_S[m] * 1000 for m in models},
         "closed_clients": {m: CLOSED_CLIENTS[m] for m in models},
         "search_probes": search_probes,
+        "pinned": {"loadgen_cpu": LOADGEN_CPU, "server_cpu": SERVER_CPU} if args.pin else None,
         "configs": {f"{m}-{mode}": batching_settings(m, mode) for m in models for mode in modes},
     }
     with tempfile.TemporaryDirectory(prefix="inferway-bench-") as tmp:
@@ -133,9 +144,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         onnx_files = build_bench_repository(root, sizes)
         for model, widths in sizes.items():
             weights = sum(a * b + b for a, b in itertools.pairwise(widths))
-            direct = measure_direct(
-                onnx_files[model], widths[0], 0.15 if quick else 0.6, BATCH_SWEEP
-            )
+            with pinned(SERVER_CPU if args.pin else None):
+                direct = measure_direct(
+                    onnx_files[model], widths[0], 0.15 if quick else 0.6, BATCH_SWEEP
+                )
             direct.update(
                 sizes=list(widths),
                 weights_mb=round(weights * 4 / 1e6, 1),
@@ -149,15 +161,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"(ratio {direct['ratio']:.1f}x)",
                 flush=True,
             )
-        server = ServerProcess(backend_server_main, (str(root),), metrics=True)
+        with pinned(SERVER_CPU if args.pin else None):  # children inherit the affinity
+            server = ServerProcess(backend_server_main, (str(root),), metrics=True)
         many = WorkersServer(root, args.workers) if args.workers > 1 else None
         many_mode = WORKERS_MODE.format(n=args.workers)
         plain = None
         if "tiny" in models and "http-json" in protocols:
-            plain = ServerProcess(
-                plain_server_main, (str(onnx_files["tiny"]), f"tiny-{PLAIN}"), metrics=False
-            )
-        worker = LoadWorker()
+            with pinned(SERVER_CPU if args.pin else None):
+                plain = ServerProcess(
+                    plain_server_main, (str(onnx_files["tiny"]), f"tiny-{PLAIN}"), metrics=False
+                )
+        with pinned(LOADGEN_CPU if args.pin else None):
+            worker = LoadWorker()
         try:
             for model in models:
                 for mode in modes:
@@ -217,6 +232,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     path = write_results("batching", results, args.out)
     print(f"wrote {path} in {results['elapsed_s']:.0f}s")
     return results
+
+
+@contextlib.contextmanager
+def pinned(cpu: int | None) -> Iterator[None]:
+    """This process on ``cpu`` alone for the block (processes started inside inherit it, and
+    ONNX Runtime sizes its thread pool from the affinity); None: no change."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    if cpu not in before or len(before) < 2:
+        raise SystemExit(
+            f"--pin needs CPUs {LOADGEN_CPU} and {SERVER_CPU}; this process has {before}"
+        )
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _searched(run: dict[str, Any]) -> str:

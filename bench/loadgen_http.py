@@ -18,7 +18,7 @@ HTTP_POOL = 256
 
 
 def http_request_bytes(spec: LoadSpec, row: np.ndarray) -> bytes:
-    """One whole HTTP/1.1 request (keep-alive), encoded once and sent as is every time."""
+    """One whole HTTP/1.1 request, encoded once and sent as is every time."""
     tensor: dict[str, Any] = {"name": "x", "datatype": "FP32", "shape": list(row.shape)}
     if spec.protocol == "http-json":
         tensor["data"] = row.reshape(-1).tolist()
@@ -35,8 +35,11 @@ def http_request_bytes(spec: LoadSpec, row: np.ndarray) -> bytes:
         )
     else:
         raise ValueError(f"unknown protocol {spec.protocol!r}; choose from {PROTOCOLS}")
+    path = spec.path or f"/v2/models/{spec.model}/infer"
+    if not spec.keepalive:
+        extra += "Connection: close\r\n"
     start = (
-        f"POST /v2/models/{spec.model}/infer HTTP/1.1\r\nHost: {spec.host}:{spec.http_port}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {spec.host}:{spec.http_port}\r\n"
         f"{extra}Content-Length: {len(body)}\r\n\r\n"
     )
     return start.encode() + body
@@ -109,14 +112,15 @@ async def http_client(
         conn = idle.pop() if idle else None
         if conn is None:
             _, conn = await loop.create_connection(_HttpConnection, spec.host, spec.http_port)
-            opened.append(conn)
+            if spec.keepalive:  # else closed after its one answer, nothing to keep
+                opened.append(conn)
         try:
             status = await asyncio.wait_for(conn.request(payload), REQUEST_TIMEOUT_S)
         except BaseException:
             if conn.transport is not None:
                 conn.transport.close()  # its answer may still come: never reuse it
             raise
-        if conn.broken is None and len(idle) < HTTP_POOL:
+        if spec.keepalive and conn.broken is None and len(idle) < HTTP_POOL:
             idle.append(conn)
         elif conn.transport is not None:
             conn.transport.close()

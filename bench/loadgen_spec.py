@@ -30,6 +30,8 @@ class LoadSpec:
     concurrency: int = 1  # closed loop: clients
     warmup_s: float = 0.0
     seed: int = 0
+    path: str = ""  # HTTP: the request path (default /v2/models/{model}/infer)
+    keepalive: bool = True  # HTTP: False = a new connection per request (Connection: close)
 
 
 Send = Callable[[], Awaitable[bool]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,6 +16,7 @@ from inferway.observability.log_format import LogFormatChoice
 __all__ = [
     "PIPED_HELP_WIDTH",
     "LogFormatOption",
+    "PolicyFile",
     "VersionOption",
     "installed_version",
     "run_app",
@@ -47,6 +49,11 @@ VersionOption = Annotated[
         callback=_print_version,
         is_eager=True,
     ),
+]
+
+PolicyFile = Annotated[
+    Path,
+    typer.Option("--file", "-f", help="The policy YAML.", dir_okay=False, show_default=False),
 ]
 
 LogFormatOption = Annotated[

@@ -41,6 +41,7 @@ from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.policy_snapshot import build_policy_snapshot
+from inferway.gateway.profile_admin import add_profile_routes
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.metrics import RolloutMetrics
@@ -358,6 +359,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
             envoy_admin_port=envoy_admin_port,
         )
+        add_profile_routes(admin_app, replicas.running_pids)
         add_autoscale_routes(admin_app, autoscale)  # 404 while no service has replicas:
         register_autoscale_metrics(metrics.registry, autoscale)
         admin = await start_admin_server(

@@ -159,6 +159,14 @@ class ReplicaManager:
             "events": [e.to_json() for e in self._events],
         }
 
+    def running_pids(self, service: str) -> list[int]:
+        """``service``'s live replica processes' pids in index order (``POST /profile``);
+        KeyError when this manager runs no replicas of it."""
+        current = self._sets.get(service)
+        if current is None or current.retired:
+            raise KeyError(service)
+        return [r.pid for r in current.status().replicas if r.pid is not None]
+
     @property
     def events(self) -> tuple[ReplicaEvent, ...]:
         return tuple(self._events)

@@ -1,0 +1,54 @@
+"""Triton (through PyTriton) serving the benchmark's ONNX model, run by bench/peers.py inside
+PyTriton's own venv: Triton's HTTP/gRPC front end and dynamic batcher, the model's Python
+callable running ONNX Runtime on the CPU, KServe v2 at ``/v2/models/mlp/infer``.
+
+Env: PEER_MODEL, PEER_HTTP_PORT, PEER_GRPC_PORT, PEER_METRICS_PORT, PEER_MAX_BATCH,
+PEER_MAX_WAIT_MS.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnxruntime as ort
+from pytriton.decorators import batch
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+session = ort.InferenceSession(
+    os.environ["PEER_MODEL"], options, providers=["CPUExecutionProvider"]
+)
+width = session.get_inputs()[0].shape[1]
+classes = session.get_outputs()[0].shape[1]
+
+
+@batch
+def infer(x: np.ndarray) -> dict[str, np.ndarray]:
+    return {"y": session.run(None, {"x": x})[0]}
+
+
+config = TritonConfig(
+    http_address="127.0.0.1",
+    grpc_address="127.0.0.1",
+    http_port=int(os.environ["PEER_HTTP_PORT"]),
+    grpc_port=int(os.environ["PEER_GRPC_PORT"]),
+    metrics_port=int(os.environ["PEER_METRICS_PORT"]),
+)
+with Triton(config=config) as triton:
+    triton.bind(
+        model_name="mlp",
+        infer_func=infer,
+        inputs=[Tensor(name="x", dtype=np.float32, shape=(width,))],
+        outputs=[Tensor(name="y", dtype=np.float32, shape=(classes,))],
+        config=ModelConfig(
+            max_batch_size=int(os.environ.get("PEER_MAX_BATCH", "64")),
+            batcher=DynamicBatcher(
+                max_queue_delay_microseconds=1000 * int(os.environ.get("PEER_MAX_WAIT_MS", "5"))
+            ),
+        ),
+        strict=True,
+    )
+    triton.serve()
