@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator, Mapping
 
-from inferway.policies.model import Policy
+from inferway.policies.model import Policy, Service
 from inferway.policies.rollouts import Rollout
 from inferway.policies.traffic import HashOn
 from inferway.policies.yaml_marks import Loc
@@ -21,7 +21,7 @@ _COMPARISONS = ("error-rate", "latency-p99", "backend-error-rate", "backend-late
 def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
     routes = {r.name: r for r in policy.routes}
     services = [s.name for s in policy.services]
-    protocols = {s.name: s.protocol for s in policy.services}
+    by_name = {s.name: s for s in policy.services}
     names: dict[str, int] = {}
     on_route: dict[str, int] = {}
     for i, rollout in enumerate(policy.rollouts):
@@ -68,7 +68,7 @@ def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
             )
         if rollout.stable == rollout.canary:
             yield (*loc, "canary"), f"canary and stable are both '{rollout.canary}'"
-        yield from _backend_metrics(loc, rollout, protocols)
+        yield from _backend_metrics(loc, rollout, by_name)
         for m, metric in enumerate(rollout.analysis.metrics):
             mirror = route.mirror
             if metric.name == "output-agreement" and (
@@ -108,21 +108,32 @@ def _metrics(loc: Loc, rollout: Rollout) -> Iterator[tuple[Loc, str]]:
 
 
 def _backend_metrics(
-    loc: Loc, rollout: Rollout, protocols: Mapping[str, str]
+    loc: Loc, rollout: Rollout, services: Mapping[str, Service]
 ) -> Iterator[tuple[Loc, str]]:
-    """The backends' /metrics is on their HTTP port; an ``http2`` service's endpoints are
-    gRPC ports (inferway's HTTP front speaks HTTP/1.1), where a scrape can only fail."""
+    """The backends' /metrics is plain HTTP on their HTTP port: an ``http2`` service's
+    endpoints are gRPC ports (inferway's HTTP front speaks HTTP/1.1) and a ``tls`` one's
+    speak TLS, where the gateway's scrape can only fail."""
     for m, metric in enumerate(rollout.analysis.metrics):
         if not metric.name.startswith("backend-"):
             continue
+        where = (*loc, "analysis", "metrics", m, "name")
+        instead = metric.name.removeprefix("backend-")
         for role in ("stable", "canary"):
-            service = getattr(rollout, role)
-            if protocols.get(service) == "http2":
+            service = services.get(getattr(rollout, role))
+            if service is None:
+                continue
+            if service.protocol == "http2":
                 yield (
-                    (*loc, "analysis", "metrics", m, "name"),
+                    where,
                     f"{metric.name} scrapes the backends' /metrics on their HTTP port, but "
-                    f"{role} '{service}' is protocol http2 (gRPC ports have no /metrics); use "
-                    f"{metric.name.removeprefix('backend-')} (Envoy's stats) for it",
+                    f"{role} '{service.name}' is protocol http2 (gRPC ports have no /metrics); "
+                    f"use {instead} (Envoy's stats) for it",
+                )
+            elif service.tls is not None and service.tls.mode != "none":
+                yield (
+                    where,
+                    f"{metric.name} scrapes the backends' /metrics over plain HTTP, but {role} "
+                    f"'{service.name}' is reached over TLS; use {instead} (Envoy's stats) for it",
                 )
 
 

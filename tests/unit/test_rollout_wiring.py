@@ -362,6 +362,11 @@ def test_backend_metrics_become_checks_on_the_backends_counts() -> None:
             "the backends' /metrics on their HTTP port, but canary 'v2' is protocol http2",
         ),
         (
+            ("{name: v1, endpoints", "{name: v1, tls: {mode: tls}, endpoints"),
+            "p.yaml:20:18: rollouts[0].analysis.metrics[1].name: backend-latency-p99 scrapes "
+            "the backends' /metrics over plain HTTP, but stable 'v1' is reached over TLS",
+        ),
+        (
             ("{name: latency-p99,", "{name: backend-latency-p99,"),
             "rollouts[0].analysis.metrics[1].name: metric backend-latency-p99 is already given",
         ),
