@@ -12,6 +12,7 @@ import aiohttp
 import grpc
 
 from inferway.backends.app import BackendHandle, start_backend
+from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.protocol import pb2_grpc
 from inferway.backends.serving.settings import ServingSettings
 
@@ -20,10 +21,11 @@ __all__ = ["grpc_stub", "http_session", "running_backend"]
 
 @asynccontextmanager
 async def running_backend(
-    root: Path, settings: ServingSettings | None = None
+    root: Path, settings: ServingSettings | None = None, jobs: JobSettings | None = None
 ) -> AsyncIterator[BackendHandle]:
-    """Every model under ``root`` loaded and served (no repository watching)."""
-    handle = await start_backend(root, watch=False, settings=settings)
+    """Every model under ``root`` loaded and served (no repository watching; asynchronous
+    jobs only with ``jobs``)."""
+    handle = await start_backend(root, watch=False, settings=settings, jobs=jobs)
     try:
         yield handle
     finally:

@@ -3,9 +3,10 @@ manifests' tests render the overlays without a kustomize binary (CI has none). A
 kustomization outside that subset is an error, not silently ignored; where ``kubectl kustomize``
 exists, a test checks this renders what it renders.
 
-Subset: ``resources`` (files and directories), ``namespace``, ``labels`` (``pairs`` on metadata
-only), ``configMapGenerator`` (``files``) with ``generatorOptions.disableNameSuffixHash``, and
-``patches`` (``path`` to a strategic-merge patch, matched by kind and name).
+Subset: ``resources`` (files and directories), ``components`` (directories holding a
+``kind: Component`` with ``resources`` and ``patches``), ``namespace``, ``labels`` (``pairs`` on
+metadata only), ``configMapGenerator`` (``files``) with ``generatorOptions.disableNameSuffixHash``,
+and ``patches`` (``path`` to a strategic-merge patch, matched by kind and name).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ _FIELDS = {
     "apiVersion",
     "kind",
     "resources",
+    "components",
     "namespace",
     "labels",
     "configMapGenerator",
     "generatorOptions",
     "patches",
 }
+_COMPONENT_FIELDS = {"apiVersion", "kind", "resources", "patches"}
 _CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 # patchMergeKey of the Kubernetes API's lists that the patches here touch; any other list is
 # replaced by the patch's, as strategic merge does for lists without a merge key.
@@ -54,13 +57,13 @@ def build(directory: Path) -> list[Resource]:
     unknown = set(spec) - _FIELDS
     if unknown:
         raise KustomizeError(f"{path}: fields outside the supported subset: {sorted(unknown)}")
-    resources: list[Resource] = []
-    for entry in spec.get("resources", []):
-        target = directory / entry
-        if target.is_dir():
-            resources.extend(build(target))
-        else:
-            resources.extend(d for d in yaml.safe_load_all(target.read_text()) if d)
+    if spec.get("kind", "Kustomization") != "Kustomization":
+        raise KustomizeError(f"{path}: a {spec['kind']} is not built on its own")
+    resources = _load_resources(directory, spec)
+    # kustomize applies components after the resources, before this kustomization's own
+    # generators and transformers
+    for entry in spec.get("components", []):
+        _apply_component(path, directory / entry, resources)
     resources.extend(_generate_config_maps(path, spec))
     for patch in spec.get("patches", []):
         _apply_patch(path, resources, patch)
@@ -74,6 +77,30 @@ def build(directory: Path) -> list[Resource]:
             if resource["kind"] not in _CLUSTER_SCOPED:
                 resource["metadata"]["namespace"] = spec["namespace"]
     return resources
+
+
+def _load_resources(directory: Path, spec: dict[str, Any]) -> list[Resource]:
+    resources: list[Resource] = []
+    for entry in spec.get("resources", []):
+        target = directory / entry
+        if target.is_dir():
+            resources.extend(build(target))
+        else:
+            resources.extend(d for d in yaml.safe_load_all(target.read_text()) if d)
+    return resources
+
+
+def _apply_component(path: Path, directory: Path, resources: list[Resource]) -> None:
+    component_path = directory / "kustomization.yaml"
+    spec = yaml.safe_load(component_path.read_text())
+    if spec.get("kind") != "Component":
+        raise KustomizeError(f"{path}: {directory} is not a kind: Component")
+    unknown = set(spec) - _COMPONENT_FIELDS
+    if unknown:
+        raise KustomizeError(f"{component_path}: fields outside the supported subset: {unknown}")
+    resources.extend(_load_resources(directory, spec))
+    for patch in spec.get("patches", []):
+        _apply_patch(component_path, resources, patch)
 
 
 def _generate_config_maps(path: Path, spec: dict[str, Any]) -> list[Resource]:

@@ -19,13 +19,18 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
+from inferway.backends.jobs.http_routes import add_job_routes
+from inferway.backends.jobs.service import JobService
+from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.models.repository import ModelRepository
+from inferway.backends.pipelines.registry import PipelineSet
 from inferway.backends.protocol.grpc_server import start_grpc_server
 from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
 from inferway.backends.serving.core import ServingCore
 from inferway.backends.serving.settings import DEFAULT_BACKLOG, ServingSettings
 from inferway.backends.telemetry.metrics import BackendMetrics
+from inferway.backends.telemetry.pipeline_metrics import PipelineMetrics
 from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
 __all__ = [
@@ -51,6 +56,8 @@ class BackendHandle:
     _runner: web.AppRunner = field(repr=False)
     _grpc: grpc.aio.Server = field(repr=False)
     _stopped: bool = field(default=False, repr=False)
+    jobs: JobService | None = None
+    """The asynchronous jobs (None: off)."""
 
     async def stop(self, grace: float = 5.0) -> None:
         """Refuse new work, let in-flight requests finish (up to ``grace`` seconds), stop the
@@ -59,6 +66,8 @@ class BackendHandle:
             return
         self._stopped = True
         await asyncio.gather(self._grpc.stop(grace), self._runner.cleanup())
+        if self.jobs is not None:  # jobs still running are left to the store (see jobs/)
+            await self.jobs.stop()
         await self.repository.stop()
 
 
@@ -90,14 +99,20 @@ def build_repository(
     metrics_dir: str | None = None,
 ) -> tuple[ModelRepository, BackendMetrics]:
     """A ModelRepository whose executors report every batch to a fresh BackendMetrics (and
-    their batch spans to ``tracer_provider``, the global one when None)."""
+    their batch spans to ``tracer_provider``, the global one when None); its pipelines count
+    cache and expert activity in the same registry and trace their steps there too."""
     holder: list[ModelRepository] = []
     metrics = BackendMetrics(
         models=lambda: holder[0].models() if holder else [],
         ready=lambda: bool(holder[0].ready) if holder else False,
         shared_dir=metrics_dir,
     )
-    repository = ModelRepository(root, executor_factory=_executor_factory(metrics, tracer_provider))
+    pipelines = PipelineSet(
+        metrics=PipelineMetrics(metrics.registry), tracer_provider=tracer_provider
+    )
+    repository = ModelRepository(
+        root, executor_factory=_executor_factory(metrics, tracer_provider), pipelines=pipelines
+    )
     holder.append(repository)
     return repository, metrics
 
@@ -115,19 +130,26 @@ async def serve_repository(
     tls: BackendTls | None = None,
     reuse_port: bool = False,
     backlog: int = DEFAULT_BACKLOG,
+    jobs: JobSettings | None = None,
 ) -> BackendHandle:
     """Start the HTTP and gRPC servers over ``repository`` (started or not); with ``tls``
     both serve TLS and, when it says so, require client certificates. ``reuse_port`` lets
     several worker processes bind the same ports (SO_REUSEPORT: the kernel spreads the
     connections); without it a port already in use is an error, for gRPC too. ``settings``
-    (body limit, default timeout) apply to both servers alike."""
+    (body limit, default timeout) apply to both servers alike. ``jobs``: serve asynchronous
+    jobs (docs/jobs.md) from the store it names."""
     core = ServingCore(repository, metrics, settings=settings, tracer_provider=tracer_provider)
     app = build_http_app(core)
+    job_service = JobService(core, jobs) if jobs is not None else None
+    if job_service is not None:
+        add_job_routes(app, job_service)
     # handler_cancellation: a client that hangs up cancels its handler, so a request still
     # queued is dropped (never computed) and counted as cancelled.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace, handler_cancellation=True)
     await runner.setup()
     try:
+        if job_service is not None:  # before binding: an unreachable Redis refuses to start
+            await job_service.start()
         ssl_context = build_ssl_context(tls) if tls is not None else None
         site = web.TCPSite(
             runner,
@@ -148,6 +170,8 @@ async def serve_repository(
         )
     except BaseException:
         await runner.cleanup()
+        if job_service is not None:
+            await job_service.stop()
         raise
     return BackendHandle(
         host=host,
@@ -157,6 +181,7 @@ async def serve_repository(
         metrics=metrics,
         _runner=runner,
         _grpc=server,
+        jobs=job_service,
     )
 
 
@@ -182,6 +207,7 @@ async def start_backend(
     load_first: bool = False,
     metrics_dir: str | None = None,
     backlog: int = DEFAULT_BACKLOG,
+    jobs: JobSettings | None = None,
 ) -> BackendHandle:
     """Serve every model under ``repository_root``; returns once all are loaded and warm
     (the servers already answer liveness, and readiness 503, while they load). Request and
@@ -208,6 +234,7 @@ async def start_backend(
             tls=tls,
             reuse_port=reuse_port,
             backlog=backlog,
+            jobs=jobs,
         )
     except BaseException:
         if load_first:

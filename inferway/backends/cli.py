@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S, JobSettings
+from inferway.backends.jobs.store import JobStoreUnavailableError
 from inferway.backends.process_tuning import tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
@@ -26,9 +28,14 @@ from inferway.observability.log_format import (
     install_log_handler,
     resolve_log_format,
 )
+from inferway.observability.masking import BUILTIN_PATTERNS, build_masker_from, pattern_error
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["serve"]
+
+_EXIT_CANNOT_START = 2
+"""docs/cli.md's exit code for a precondition not met here (the gateway's EXIT_CANNOT_START;
+the backend does not import the gateway)."""
 
 
 async def _serve(
@@ -40,6 +47,7 @@ async def _serve(
     tls: BackendTls | None = None,
     settings: ServingSettings | None = None,
     backlog: int = DEFAULT_BACKLOG,
+    jobs: JobSettings | None = None,
 ) -> None:
     from inferway.backends.app import describe_served, start_backend
 
@@ -55,10 +63,13 @@ async def _serve(
         tls=tls,
         settings=settings,
         backlog=backlog,
+        jobs=jobs,
     )
     try:
         typer.echo(f"inferway backend serving {model_repository}")
         _echo_listeners(host, handle.http_port, handle.grpc_port, tls)
+        if handle.jobs is not None:
+            typer.echo(f"  jobs  Prefer: respond-async -> /v2/jobs/ID, kept {handle.jobs.where}")
         models = handle.repository.models()
         if not models:
             typer.echo("  no models loaded yet (watching the repository for new ones)")
@@ -176,6 +187,50 @@ def serve(
             "/v2/debug/outputs, for a rollout's output-agreement check (0: off).",
         ),
     ] = 0,
+    mask: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mask",
+            help="Mask this in log lines, span errors and recorded text outputs: a built-in "
+            "(email, phone, id_number) or an RE2 pattern; repeat for more.",
+            show_default=False,
+        ),
+    ] = None,
+    jobs_redis: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep asynchronous jobs in Redis Streams at this URL (redis://[:PASSWORD@]HOST"
+            ":PORT/DB), so none is lost when the backend dies; default: in this process.",
+            envvar="INFERWAY_JOBS_REDIS",
+            show_default=False,
+        ),
+    ] = None,
+    jobs_max: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Jobs held at once (queued, running, finished within --jobs-ttl); one more is "
+            "refused with 429. 0: no asynchronous jobs (Prefer: respond-async is ignored).",
+        ),
+    ] = DEFAULT_MAX_JOBS,
+    jobs_ttl: Annotated[
+        float, typer.Option(min=1, help="Seconds a finished job and its result are kept.")
+    ] = DEFAULT_TTL_S,
+    jobs_concurrency: Annotated[
+        int, typer.Option(min=1, help="Jobs this backend works at once.")
+    ] = 4,
+    jobs_timeout: Annotated[
+        float,
+        typer.Option(min=0.001, help="Seconds a job may run when its request names no timeout."),
+    ] = 3600.0,
+    jobs_claim_idle: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="With --jobs-redis: seconds a job may sit unacknowledged, its backend silent, "
+            "before another backend takes it over.",
+        ),
+    ] = 30.0,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
     level = getattr(logging, log_level.upper(), None)
@@ -183,7 +238,11 @@ def serve(
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     chosen_format = resolve_log_format(log_format)
     install_log_handler(level, chosen_format)
-    install_redaction()  # credentials never reach the log
+    rules = tuple(mask or ())
+    for rule in rules:
+        if rule not in BUILTIN_PATTERNS and (reason := pattern_error(rule)) is not None:
+            raise typer.BadParameter(f"{rule!r}: {reason}", param_hint="--mask")
+    install_redaction(masker=build_masker_from(rules))  # credentials never reach the log
     if repository_argument and repository_option and repository_argument != repository_option:
         raise typer.BadParameter(
             f"two different repositories given: {repository_argument} and {repository_option}",
@@ -204,6 +263,10 @@ def serve(
         max_body_bytes=max_body_bytes,
         default_timeout_s=default_timeout,
         record_outputs=record_outputs,
+        mask=rules,
+    )
+    jobs = _job_settings(
+        jobs_redis, jobs_max, jobs_ttl, jobs_concurrency, jobs_timeout, jobs_claim_idle, workers
     )
     if record_outputs and workers > 1:
         raise typer.BadParameter(
@@ -245,12 +308,47 @@ def serve(
         try:
             import uvloop
         except ImportError:  # e.g. Windows: plain asyncio still works
-            asyncio.run(_serve(*where, tls=tls, settings=serving, backlog=backlog))
+            asyncio.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
         else:
-            uvloop.run(_serve(*where, tls=tls, settings=serving, backlog=backlog))
+            uvloop.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
+    except JobStoreUnavailableError as exc:
+        typer.echo(f"error: {exc} (--jobs-redis)", err=True)
+        raise typer.Exit(_EXIT_CANNOT_START) from None
     finally:
         if provider is not None:
             provider.shutdown()
+
+
+def _job_settings(
+    redis_url: str | None,
+    max_jobs: int,
+    ttl_s: float,
+    concurrency: int,
+    timeout_s: float,
+    claim_idle_s: float,
+    workers: int,
+) -> JobSettings | None:
+    """The jobs' settings (None: off). With --workers each process would keep its own jobs
+    and answer polls for a random one's, so jobs are off there (Redis too, for now)."""
+    if workers > 1:
+        if redis_url:
+            raise typer.BadParameter(
+                "asynchronous jobs are served with --workers 1 only", param_hint="--jobs-redis"
+            )
+        return None
+    if max_jobs == 0:
+        return None
+    try:
+        return JobSettings(
+            max_jobs=max_jobs,
+            ttl_s=ttl_s,
+            concurrency=concurrency,
+            timeout_s=timeout_s,
+            redis_url=redis_url or None,
+            claim_idle_s=claim_idle_s,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--jobs-*") from None
 
 
 def _echo_listeners(host: str, http_port: int, grpc_port: int, tls: BackendTls | None) -> None:

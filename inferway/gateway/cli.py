@@ -1,10 +1,11 @@
 """The ``inferway`` command: validate, render and run a policy; ask a gateway for its status;
-run the demo; serve models (the backend's ``serve``, when installed).
+verify a live gateway against its policy; run the demo; serve models (the backend's
+``serve``, when installed), optimize and encrypt them.
 
-Operator conventions (docs/cli.md): ``--version``; ``-o text|json|yaml`` on status, render and
-validate; ``--log-format json|text`` on run and serve; shell completion; exit codes 0 ok,
-1 invalid or refused (errors as ``file:line:column: path: message``, one per line, on stderr),
-2 usage, 3 the admin API unreachable (``gateway/exit_codes.py``).
+Operator conventions (docs/cli.md): ``--version``; ``-o text|json|yaml`` on status, render,
+validate and verify; ``--log-format json|text`` on run and serve; shell completion; exit codes
+0 ok, 1 invalid or refused (errors as ``file:line:column: path: message``, one per line, on
+stderr), 2 usage, 3 the admin API unreachable, 4 a verify bar missed (``gateway/exit_codes.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.certs_cli import app as certs_app
 from inferway.gateway.cli_conventions import PolicyFile, VersionOption, run_app
 from inferway.gateway.console import configure_logging, make_console, print_issues
+from inferway.gateway.cost.report_cli import app as report_app
 from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.foreground import run_event_loop
+from inferway.gateway.model_cli import register_model_tools
 from inferway.gateway.output import (
     DocumentOutputOption,
     OutputFormat,
@@ -41,6 +44,7 @@ from inferway.gateway.runtime import (
 )
 from inferway.gateway.scale_cli import app as scale_app
 from inferway.gateway.validation import check_policy_file, print_summary
+from inferway.gateway.verify.cli import verify
 from inferway.policies import PolicyError
 
 __all__ = ["app", "main"]
@@ -176,11 +180,7 @@ def status(
 ) -> None:
     """Show what a running gateway has live: policy version, refused edits, Envoy ACKs/NACKs
     (-o json|yaml: the admin API's GET /status document). Exit 3 when it cannot be reached."""
-    from inferway.gateway.status_client import (
-        StatusUnavailableError,
-        fetch_status,
-        render_status,
-    )
+    from inferway.gateway.status_client import StatusUnavailableError, fetch_status, render_status
 
     try:
         document = fetch_status(admin)
@@ -229,9 +229,12 @@ def demo(
 app.command("serve")(serve)
 app.command()(run)
 app.command("profile")(profile)
+app.command("verify")(verify)
 app.add_typer(certs_app, name="certs")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(scale_app, name="scale")
+register_model_tools(app)
+app.add_typer(report_app, name="report")
 
 
 def main() -> None:

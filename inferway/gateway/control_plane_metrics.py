@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from inferway.gateway.cost.metrics import CostCollector
 from inferway.xds import type_urls
 from inferway.xds.cache import node_in_sync
 
@@ -100,6 +101,7 @@ class ControlPlaneMetrics:
         self._pending_policy: tuple[str, float] | None = None
         self.registry = CollectorRegistry()
         reg = self.registry
+        reg.register(CostCollector(lambda: plane.policy))  # services[].cost, live
         self.pushes = Counter(
             "inferway_xds_pushes",
             "xDS responses sent to Envoys, by resource type.",

@@ -41,6 +41,7 @@ listeners:
 services:
   - name: model-v1
     endpoints: ["127.0.0.1:8001"]
+    cost: {per_replica_hour: 2.4, budget_per_1k_requests: 0.01, budget_per_day: 100, model: demo}
 routes:
   - name: inference
     backends:
@@ -80,10 +81,14 @@ def backend_exposition() -> str:
 
 @pytest.fixture(scope="module")
 def exported() -> set[str]:
+    """What the code exports, and what alerts.yaml's recording rules make of it (the recorded
+    names as metric_names_in reads them: ``service:inferway_x:sum`` -> ``inferway_x:sum``)."""
+    recorded = set().union(*(metric_names_in(rule["record"]) for rule in recording_rules()))
     return (
         wire_names(parse_exposition(control_plane_exposition()))
         | wire_names(parse_exposition(backend_exposition()))
         | set(ENVOY_METRICS)
+        | recorded
     )
 
 
@@ -137,10 +142,22 @@ def test_a_backend_without_a_gpu_exports_no_gpu_series() -> None:
 # -- alert rules --------------------------------------------------------------------------------
 
 
-def alert_rules() -> list[dict[str, Any]]:
+def all_rules() -> list[dict[str, Any]]:
     document = yaml.safe_load(ALERTS.read_text())
-    rules = [rule for group in document["groups"] for rule in group["rules"]]
+    return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    rules = [rule for rule in all_rules() if "alert" in rule]
     assert rules
+    return rules
+
+
+def recording_rules() -> list[dict[str, Any]]:
+    rules = [rule for rule in all_rules() if "record" in rule]
+    for rule in rules:
+        assert set(rule) == {"record", "expr"}, rule
+        assert re.fullmatch(r"[a-z]+:inferway_[a-z0-9_]+:[a-z0-9_]+", rule["record"]), rule
     return rules
 
 
@@ -160,6 +177,7 @@ def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
         "inferway_xds_nacks_total",
         "inferway_backend_ready",
         "inferway_backend_gpu_memory_used_bytes",
+        "inferway_cost_budget_per_1k_requests",
     ):
         assert required in used, required
     by_name = {rule["alert"]: rule["expr"] for rule in rules}
@@ -168,14 +186,25 @@ def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
     assert ") > 0.005\n" in by_name["InferwayRouteHighErrorRate"], "failure rate over 0.5%"
     assert "> 0.9" in by_name["InferwayBackendGpuMemoryHigh"], "GPU memory over 90%"
     assert "0.7 * avg by" in by_name["InferwayBackendReplicaLowThroughput"], "30% under mean"
+    assert "\n1.15 * max by" in by_name["InferwayCostPer1kRequestsOverBudget"], "15% over budget"
 
 
 def test_every_metric_in_the_alert_rules_is_exported(exported: set[str]) -> None:
-    for rule in alert_rules():
+    for rule in all_rules():
+        name = rule.get("alert") or rule["record"]
         names = metric_names_in(rule["expr"])
-        assert names, f"{rule['alert']} queries no inferway or Envoy metric"
+        assert names, f"{name} queries no inferway or Envoy metric"
         unknown = names - exported
-        assert not unknown, f"alert {rule['alert']} uses metrics nothing exports: {unknown}"
+        assert not unknown, f"rule {name} uses metrics nothing exports: {unknown}"
+
+
+def test_the_gateway_exports_each_service_s_cost_section() -> None:
+    control = parse_exposition(control_plane_exposition())
+    labels = {"service": "model-v1", "currency": "USD"}
+    assert sample_value(control, "inferway_cost_per_replica_hour", **labels) == 2.4
+    assert sample_value(control, "inferway_cost_budget_per_1k_requests", **labels) == 0.01
+    assert sample_value(control, "inferway_cost_budget_per_day", **labels) == 100
+    assert sample_value(control, "inferway_cost_model_info", service="model-v1", model="demo") == 1
 
 
 @pytest.mark.skipif(
@@ -291,6 +320,12 @@ def test_dashboard_covers_the_issue_and_queries_only_exported_metrics(
         "inferway_backend_compute_seconds_bucket",
         "inferway_xds_pushes_total",
         "inferway_xds_nacks_total",
+        # cost (recorded series: service:inferway_cost_per_hour:sum, ...)
+        "inferway_cost_per_hour:sum",
+        "inferway_cost_per_1k_requests:rate5m",
+        "inferway_cost_budget_per_1k_requests",
+        "inferway_cost_per_row:rate5m",
+        "inferway_backend_utilization:rate5m",
     ):
         assert required in used, required
     quantiles = " ".join(exprs)

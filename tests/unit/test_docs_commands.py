@@ -12,8 +12,8 @@ import typer
 from inferway.gateway.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
-_COMMAND = re.compile(r"`[^`]*?\binferway (run|validate|render|status|demo)\b([^`]*)`")
-_TAKES_FILE = {"validate", "render", "run"}
+_COMMAND = re.compile(r"`[^`]*?\binferway (run|validate|render|status|demo|verify)\b([^`]*)`")
+_TAKES_FILE = {"validate", "render", "run", "verify"}
 
 
 def _quoted_commands() -> list[tuple[str, str, str]]:

@@ -29,10 +29,21 @@ MAY_IMPORT: dict[str, set[str]] = {
     "xds": BASE | {"policies", "state", "resolve", "xds"},
     "observability": BASE | {"policies", "observability"},
     "backends": BASE | {"observability", "backends"},
+    "optimize": BASE | {"policies", "observability", "backends", "optimize"},
     "gateway": BASE
-    | {"policies", "state", "resolve", "xds", "observability", "backends", "gateway"},
+    | {"policies", "state", "resolve", "xds", "observability", "backends", "optimize", "gateway"},
     "devtools": BASE
-    | {"policies", "state", "resolve", "xds", "observability", "backends", "gateway", "devtools"},
+    | {
+        "policies",
+        "state",
+        "resolve",
+        "xds",
+        "observability",
+        "backends",
+        "optimize",
+        "gateway",
+        "devtools",
+    },
 }
 """Each layer (top-level part of ``inferway``) -> the layers it may import."""
 

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferway.backends.batching.config import BatchingConfig
+from inferway.backends.models.hsm import ModelEncryption
 
 __all__ = [
     "CONFIG_FILE",
@@ -23,6 +24,7 @@ __all__ = [
     "ModelConfigError",
     "load_model_config",
     "resolve_model_config_path",
+    "yaml_line",
 ]
 
 CONFIG_FILE = "config.yaml"
@@ -44,6 +46,8 @@ class ModelConfig(BaseModel):
     intra_op_threads: int | None = Field(default=None, ge=1, le=256)
     """onnxruntime threads per instance; default splits the cores between the instances."""
     device_id: int = Field(default=0, ge=0)
+    encryption: ModelEncryption | None = None
+    """Where the key of an encrypted ``model.onnx.enc`` is (docs/security.md)."""
 
     @property
     def instances(self) -> int:
@@ -60,7 +64,7 @@ class ModelConfigError(ValueError):
         super().__init__("\n".join(problems))
 
 
-def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+def yaml_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the YAML node at ``loc`` (deepest node found on the way)."""
     node = root
     line = node.start_mark.line + 1 if node is not None else None
@@ -107,7 +111,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
         for err in e.errors():
             loc = tuple(err["loc"])
             field = ".".join(str(p) for p in loc) or "<root>"
-            line = _line_of(tree, loc)
+            line = yaml_line(tree, loc)
             where = f"{path}:{line}" if line else str(path)
             msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
             located.append((line or 0, f"{where}: {field}: {msg}"))

@@ -1,7 +1,8 @@
 """One model version's file and config -> warmed-up runners, ready to hand to an executor.
 
 Warm-up happens here, before the repository swaps a version in, so the first real request
-pays no lazy initialisation and a broken model fails while the old version still serves.
+pays no lazy initialisation and a broken model fails while the old version still serves; so
+do a version the accuracy gate rejected and an encrypted file that does not decrypt.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 
 from inferway.backends.batching.config import BatchingConfig
 from inferway.backends.models.config import ModelConfig
+from inferway.backends.models.encrypted import decrypt_model_file, is_encrypted
+from inferway.backends.models.rejection import check_not_rejected
 from inferway.backends.runners.base import Runner, TensorSpec
 from inferway.backends.runners.dtypes import numpy_dtype
 
@@ -53,12 +56,14 @@ def default_executor_factory(runners: Sequence[Runner], config: BatchingConfig, 
 def default_runner_factory(path: Path, config: ModelConfig) -> Runner:
     from inferway.backends.runners.select import build_runner
 
-    return build_runner(path, config)
+    model_bytes = decrypt_model_file(path, config.encryption) if is_encrypted(path) else None
+    return build_runner(path, config, model_bytes=model_bytes)
 
 
 def load_runners(model: Path, config: ModelConfig, runner_factory: RunnerFactory) -> list[Runner]:
     """Create ``instances`` runners and run a batch of 1 and of max rows through each, so
     the first real request pays no lazy initialisation (and a broken model fails here)."""
+    check_not_rejected(model.parent)
     runners: list[Runner] = []
     try:
         for _ in range(config.instances):

@@ -1,8 +1,10 @@
 """What the model repository directory holds right now, fingerprinted by ``stat``.
 
-The layout rules live here and nowhere else: ``<root>/<name>/<version>/model.onnx``, versions
+The layout rules live here and nowhere else: ``<root>/<name>/<version>/model.onnx`` (or an
+encrypted ``model.onnx.enc``; the plain file wins when both are there), versions
 are positive integers written canonically (``1``, not ``01``), dot-names are ignored. The
-fingerprint lets a poll reload only what changed, and skip bytes that already failed to load.
+fingerprint lets a poll reload only what changed, and skip bytes that already failed to load;
+it covers a version's rejection marker too, so removing one retries the version.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from inferway.backends.models.config import resolve_model_config_path
+from inferway.backends.models.encrypted import ENCRYPTED_MODEL_FILE
+from inferway.backends.models.rejection import REJECTED_FILE
 
 __all__ = ["MODEL_FILE", "Fingerprint", "ScanEntry", "VersionKey", "scan_repository"]
 
@@ -41,9 +45,16 @@ def scan_repository(root: Path) -> dict[VersionKey, ScanEntry]:
             model = vdir / MODEL_FILE
             try:
                 if not model.is_file():
-                    continue
+                    model = vdir / ENCRYPTED_MODEL_FILE
+                    if not model.is_file():
+                        continue
                 cfg = resolve_model_config_path(model_dir, vdir)
-                fp = (_stat_key(model), _stat_key(cfg))
+                marker = vdir / REJECTED_FILE
+                fp = (
+                    _stat_key(model),
+                    _stat_key(cfg),
+                    _stat_key(marker if marker.exists() else None),
+                )
             except OSError:  # vanished while scanning: the next poll sees the truth
                 continue
             found[(model_dir.name, vdir.name)] = (model, cfg, fp)

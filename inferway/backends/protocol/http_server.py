@@ -36,7 +36,7 @@ from inferway.backends.telemetry.metrics import CONTENT_TYPE
 if TYPE_CHECKING:
     from inferway.backends.models.served_model import ServedModel
 
-__all__ = ["BINARY_HEADER", "ENVOY_TIMEOUT_HEADER", "HTTP", "build_http_app"]
+__all__ = ["ASYNC_INFER", "BINARY_HEADER", "ENVOY_TIMEOUT_HEADER", "HTTP", "build_http_app"]
 
 log = logging.getLogger("inferway.backends.http")
 
@@ -46,6 +46,10 @@ ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
 HTTP = Transport(protocol="http", wire="http")
 
 _CORE = web.AppKey("inferway_core", ServingCore)
+AsyncInfer = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
+ASYNC_INFER: web.AppKey[AsyncInfer] = web.AppKey("inferway_async_infer")
+"""Set by the jobs (jobs/http_routes.py): takes an infer request that prefers to be answered
+asynchronously (its answer, a 202), or returns None to have it served here."""
 
 
 def _error(failure: Failure) -> web.Response:
@@ -263,7 +267,10 @@ class _HttpCall:
         return resp
 
 
-async def _infer(request: web.Request) -> web.Response:
+async def _infer(request: web.Request) -> web.StreamResponse:
+    submit_async = request.app.get(ASYNC_INFER)
+    if submit_async is not None and (accepted := await submit_async(request)) is not None:
+        return accepted
     core = request.app[_CORE]
     parent = tracing.extract_context(request.headers) if tracing.is_tracing(core.tracer) else None
     response, failure = await core.infer(

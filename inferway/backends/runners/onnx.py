@@ -105,6 +105,7 @@ class OnnxRunner:
         device_id: int = 0,
         intra_op_threads: int | None = None,
         trt_cache_dir: str | Path | None = None,
+        model_bytes: bytes | None = None,
     ) -> None:
         self.path = Path(path)
         available = ort.get_available_providers()
@@ -133,7 +134,8 @@ class OnnxRunner:
                     {
                         "device_id": device_id,
                         "trt_fp16_enable": bool(fp16),
-                        "trt_engine_cache_enable": True,
+                        # A decrypted model's engine would be its plaintext on disk.
+                        "trt_engine_cache_enable": model_bytes is None,
                         "trt_engine_cache_path": str(cache),
                         "trt_timing_cache_enable": True,
                     }
@@ -151,7 +153,10 @@ class OnnxRunner:
             )
         try:
             self._session = ort.InferenceSession(
-                str(self.path), options, providers=providers, provider_options=provider_options
+                model_bytes if model_bytes is not None else str(self.path),
+                options,
+                providers=providers,
+                provider_options=provider_options,
             )
         except Exception as e:  # onnxruntime raises its own types; make them say where.
             raise RuntimeError(f"{self.path}: onnxruntime could not load the model: {e}") from e

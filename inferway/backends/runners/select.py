@@ -23,13 +23,16 @@ __all__ = ["build_runner"]
 log = logging.getLogger(__name__)
 
 
-def build_runner(path: str | Path, config: ModelConfig | None = None) -> Runner:
+def build_runner(
+    path: str | Path, config: ModelConfig | None = None, *, model_bytes: bytes | None = None
+) -> Runner:
     """One runner for ``path`` under ``config``.
 
     ``auto``: native TensorRT when ``tensorrt`` imports and a GPU is present (falling back to
     onnxruntime if the engine cannot be built), else onnxruntime with TensorRT EP > CUDA EP >
     CPU. ``tensorrt``: native TensorRT, else the TensorRT EP, else an error. ``cuda`` / ``cpu``:
     onnxruntime with that provider first; an unavailable one is an error naming what exists.
+    ``model_bytes``: the model itself (a decrypted ``model.onnx.enc``), ``path`` only names it.
     """
     config = config or ModelConfig()
     path = Path(path)
@@ -42,6 +45,7 @@ def build_runner(path: str | Path, config: ModelConfig | None = None) -> Runner:
                     max_batch_size=config.batching.max_batch_size,
                     fp16=config.fp16,
                     device_id=config.device_id,
+                    model_bytes=model_bytes,
                 )
             except Exception as e:
                 if config.provider == "tensorrt" and TENSORRT not in ort.get_available_providers():
@@ -63,4 +67,5 @@ def build_runner(path: str | Path, config: ModelConfig | None = None) -> Runner:
         fp16=config.fp16,
         device_id=config.device_id,
         intra_op_threads=config.intra_op_threads or default_intra_op_threads(config.instances),
+        model_bytes=model_bytes,
     )

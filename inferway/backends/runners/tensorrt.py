@@ -192,6 +192,7 @@ class TensorRTRunner:
         device_id: int = 0,
         cache_dir: str | Path | None = None,
         workspace_bytes: int = 1 << 30,
+        model_bytes: bytes | None = None,
     ) -> None:
         reason = tensorrt_unavailable_reason(device_id)
         if reason is not None:
@@ -200,6 +201,7 @@ class TensorRTRunner:
         self.max_batch_size = max_batch_size
         self.fp16 = fp16
         self._cache_dir = cache_dir
+        self._model_bytes = model_bytes  # a decrypted model: its engine is never cached on disk
         self._dev = _open_device(device_id)
         self._engine = None
         try:
@@ -211,7 +213,7 @@ class TensorRTRunner:
 
     def _load(self, workspace_bytes: int) -> None:
         self._logger = trt.Logger(trt.Logger.WARNING)
-        onnx_bytes = self.path.read_bytes()
+        onnx_bytes = self._model_bytes if self._model_bytes is not None else self.path.read_bytes()
         key = engine_cache_key(
             onnx_bytes,
             trt_version=trt.__version__,
@@ -248,6 +250,8 @@ class TensorRTRunner:
 
     def _load_or_build(self, onnx_bytes: bytes, workspace_bytes: int) -> tuple[bytes, bool]:
         """The serialized engine, and whether it came from the cache."""
+        if self._model_bytes is not None:
+            return self._build(onnx_bytes, workspace_bytes), False
         if self.engine_path.is_file():
             log.info("%s: using cached TensorRT engine %s", self.path, self.engine_path)
             return self.engine_path.read_bytes(), True
@@ -269,6 +273,11 @@ class TensorRTRunner:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
         if self.fp16:
             config.set_flag(trt.BuilderFlag.FP16)
+        if any(
+            network.get_layer(i).type == trt.LayerType.QUANTIZE for i in range(network.num_layers)
+        ):
+            # explicit INT8: Q/DQ pairs in the model (``inferway optimize --int8 --tensorrt``)
+            config.set_flag(trt.BuilderFlag.INT8)
         profile = builder.create_optimization_profile()
         dynamic = False
         for i in range(network.num_inputs):

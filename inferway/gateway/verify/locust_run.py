@@ -1,0 +1,121 @@
+"""The load part's locust run, in a process of its own: locust patches the standard library
+for gevent when it is imported, which must never happen inside the inferway process (or its
+tests' event loops). ``inferway verify`` starts ``python -m inferway.gateway.verify.locust_run
+CONFIG OUT``; CONFIG is JSON (host, users, spawn_rate, duration_s, think_time_s, requests as
+path/headers/base64 body), OUT receives the totals and the per-second timeline as JSON.
+
+Only the standard library is imported at module level, and locust only inside :func:`main`,
+so importing this module (as the import checks do) patches nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import math
+import sys
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+__all__ = ["main", "percentile"]
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100) of already sorted values."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def _quantiles(values: list[float]) -> dict[str, float | None]:
+    ordered = sorted(values)
+    return {f"p{q}": percentile(ordered, q) for q in (50, 95, 99)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        sys.stderr.write("usage: python -m inferway.gateway.verify.locust_run CONFIG OUT\n")
+        return 2
+    import gevent
+    from locust import FastHttpUser, constant, events, task  # patches the stdlib for gevent
+    from locust.env import Environment
+
+    with open(args[0], encoding="utf-8") as stream:
+        config: dict[str, Any] = json.load(stream)
+    requests = [
+        (r["path"], r["headers"], base64.b64decode(r["body"]), r["name"])
+        for r in config["requests"]
+    ]
+    order = itertools.cycle(range(len(requests)))
+    latencies: list[float] = []
+    buckets: dict[int, list[float]] = defaultdict(list)
+    bucket_failures: Counter[int] = Counter()
+    statuses: Counter[str] = Counter()
+    started = time.time()
+
+    class VerifyUser(FastHttpUser):
+        host = config["host"]
+        wait_time = constant(float(config.get("think_time_s", 0.0)))
+
+        @task
+        def infer(self) -> None:
+            path, headers, body, name = requests[next(order)]
+            with self.client.post(
+                path,
+                data=body,  # type: ignore[arg-type]  # documented as str or bytes
+                headers=headers,
+                name=name,
+                catch_response=True,
+            ) as response:
+                code = response.status_code or 0
+                statuses[str(code)] += 1
+                if code == 0 or code >= 500:
+                    response.failure(f"HTTP {code}")
+                else:
+                    response.success()
+
+    @events.request.add_listener
+    def _record(response_time: float, exception: BaseException | None, **_: Any) -> None:
+        second = int(time.time() - started)
+        latencies.append(response_time)
+        buckets[second].append(response_time)
+        if exception is not None:
+            bucket_failures[second] += 1
+
+    env = Environment(user_classes=[VerifyUser], events=events)
+    runner = env.create_local_runner()
+    runner.start(int(config["users"]), spawn_rate=float(config["spawn_rate"]))
+    gevent.spawn_later(float(config["duration_s"]), runner.quit)
+    runner.greenlet.join()
+    elapsed = time.time() - started
+    total = env.stats.total
+    document = {
+        "users": int(config["users"]),
+        "duration_s": elapsed,
+        "requests": total.num_requests,
+        "failures": total.num_failures,
+        "throughput_rps": total.num_requests / elapsed if elapsed > 0 else 0.0,
+        "latency_ms": _quantiles(latencies),
+        "statuses": dict(statuses),
+        "errors": {str(k): v.occurrences for k, v in env.stats.errors.items()},
+        "timeline": [
+            {
+                "second": second,
+                "requests": len(values),
+                "failures": bucket_failures[second],
+                **_quantiles(values),
+            }
+            for second, values in sorted(buckets.items())
+        ],
+    }
+    with open(args[1], "w", encoding="utf-8") as stream:
+        json.dump(document, stream)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The model optimisation toolchain behind ``inferway optimize`` (docs/optimize.md)."""
