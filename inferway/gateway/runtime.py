@@ -186,7 +186,8 @@ class Gateway:
     rollouts: RolloutDriver | None = None
     """The policy's canary rollouts (state in <workdir>/rollouts/)."""
     replicas: ReplicaManager | None = None
-    """The replicas the gateway runs itself (None: no service had ``replicas:`` at start)."""
+    """The replicas the gateway runs itself, following the live policy's ``replicas:``
+    (idle while it has none)."""
     autoscale: AutoscaleDriver | None = None
     """The autoscaling loop over those replicas (with the replica manager or not at all)."""
     features: FeatureRouterKeeper | None = None
@@ -257,7 +258,13 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     rollouts = RolloutDriver(
         plane,
         RolloutStore(rollouts_dir),
-        lambda config: build_rollout_source(config, plane.policy, plane.state, envoy_admin_port),
+        lambda config: build_rollout_source(
+            config,
+            plane.policy,
+            plane.state,
+            envoy_admin_port,
+            live=lambda: (plane.policy, plane.state),
+        ),
     )
     RolloutMetrics.attach(metrics.registry, rollouts)
     plane.add_observer(rollouts)  # resumes saved rollouts with the first apply
@@ -362,10 +369,9 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
             envoy_admin_port=envoy_admin_port,
         )
-        add_profile_routes(admin_app, None if replicas is None else replicas.running_pids)
-        if replicas is not None and autoscale is not None:
-            add_autoscale_routes(admin_app, autoscale)
-            register_autoscale_metrics(metrics.registry, autoscale)
+        add_profile_routes(admin_app, replicas.running_pids)
+        add_autoscale_routes(admin_app, autoscale)  # 404 while no service has replicas:
+        register_autoscale_metrics(metrics.registry, autoscale)
         admin = await start_admin_server(
             admin_app,
             host=options.admin_address,
@@ -381,12 +387,11 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             stack.push_async_callback(supervisor.stop)
         await rollouts.start()  # after Envoy: the first scrape finds it
         stack.push_async_callback(rollouts.stop)
-        if replicas is not None and autoscale is not None:
-            # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
-            stack.push_async_callback(replicas.close)
-            replicas_owned = False
-            await autoscale.start()
-            stack.push_async_callback(autoscale.stop)
+        # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
+        stack.push_async_callback(replicas.close)
+        replicas_owned = False
+        await autoscale.start()
+        stack.push_async_callback(autoscale.stop)
     except BaseException:
         if replicas_owned and replicas is not None:
             await replicas.close()
