@@ -64,8 +64,15 @@ class TracedStack:
         return await self.receiver.wait_for(predicate, timeout)
 
 
-def _policy(listener: int, backend: BackendHandle, collector: str, sampling: float, log: Path):
-    return {
+def _policy(
+    listener: int,
+    backend: BackendHandle,
+    collector: str,
+    sampling: float,
+    log: Path,
+    mask: dict[str, object] | None = None,
+):
+    policy = {
         "version": 1,
         "listeners": [{"name": "edge", "port": listener}],
         "services": [
@@ -97,10 +104,16 @@ def _policy(listener: int, backend: BackendHandle, collector: str, sampling: flo
             "access_log": {"path": str(log)},
         },
     }
+    if mask is not None:
+        policy["mask"] = mask
+    return policy
 
 
 @contextlib.asynccontextmanager
-async def traced_stack(tmp_path: Path, *, sampling_percent: float) -> AsyncIterator[TracedStack]:
+async def traced_stack(
+    tmp_path: Path, *, sampling_percent: float, mask: dict[str, object] | None = None
+) -> AsyncIterator[TracedStack]:
+    """``mask``: the policy's ``mask`` section (None: no masking)."""
     receiver = await start_otlp_receiver()
     stack = contextlib.AsyncExitStack()
     try:
@@ -115,7 +128,7 @@ async def traced_stack(tmp_path: Path, *, sampling_percent: float) -> AsyncItera
         listener = free_port()
         log = tmp_path / "access.log"
         policy_path = tmp_path / "policy.yaml"
-        policy = _policy(listener, backend, receiver.endpoint, sampling_percent, log)
+        policy = _policy(listener, backend, receiver.endpoint, sampling_percent, log, mask)
         policy_path.write_text(yaml.safe_dump(policy, sort_keys=False))
         gateway = await start_gateway(
             GatewayOptions(

@@ -59,6 +59,8 @@ class ControlledBackend:
         self.utilization: float | None = None
         """When set, every answer carries an ORCA report with this utilization."""
         self.report_rps = 100.0
+        self.headers: dict[str, str] = {}
+        """Sent with every non-health answer."""
         self.hits: list[float] = []
         """monotonic() of every non-health request served."""
         self.seen: list[dict[str, str]] = []
@@ -106,7 +108,7 @@ class ControlledBackend:
                 await asyncio.sleep(self.delay)
         finally:
             self.active -= 1
-        headers = {}
+        headers = dict(self.headers)
         if self.utilization is not None:
             report = LoadReport(rps=self.report_rps, utilization=self.utilization, queue_depth=0)
             headers[ORCA_HEADER] = build_orca_header(report)

@@ -23,12 +23,14 @@ from inferway.backends.jobs.http_routes import add_job_routes
 from inferway.backends.jobs.service import JobService
 from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.models.repository import ModelRepository
+from inferway.backends.pipelines.registry import PipelineSet
 from inferway.backends.protocol.grpc_server import start_grpc_server
 from inferway.backends.protocol.http_server import build_http_app
 from inferway.backends.runners.base import Runner
 from inferway.backends.serving.core import ServingCore
 from inferway.backends.serving.settings import DEFAULT_BACKLOG, ServingSettings
 from inferway.backends.telemetry.metrics import BackendMetrics
+from inferway.backends.telemetry.pipeline_metrics import PipelineMetrics
 from inferway.backends.tls import BackendTls, build_grpc_server_credentials, build_ssl_context
 
 __all__ = [
@@ -106,14 +108,20 @@ def build_repository(
     metrics_dir: str | None = None,
 ) -> tuple[ModelRepository, BackendMetrics]:
     """A ModelRepository whose executors report every batch to a fresh BackendMetrics (and
-    their batch spans to ``tracer_provider``, the global one when None)."""
+    their batch spans to ``tracer_provider``, the global one when None); its pipelines count
+    cache and expert activity in the same registry and trace their steps there too."""
     holder: list[ModelRepository] = []
     metrics = BackendMetrics(
         models=lambda: holder[0].models() if holder else [],
         ready=lambda: bool(holder[0].ready) if holder else False,
         shared_dir=metrics_dir,
     )
-    repository = ModelRepository(root, executor_factory=_executor_factory(metrics, tracer_provider))
+    pipelines = PipelineSet(
+        metrics=PipelineMetrics(metrics.registry), tracer_provider=tracer_provider
+    )
+    repository = ModelRepository(
+        root, executor_factory=_executor_factory(metrics, tracer_provider), pipelines=pipelines
+    )
     holder.append(repository)
     return repository, metrics
 

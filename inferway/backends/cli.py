@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from inferway.backends.install_check import missing_backend_message, missing_backend_modules
 from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S, JobSettings
 from inferway.backends.jobs.store import JobStoreUnavailableError
 from inferway.backends.process_tuning import tune_for_serving
@@ -31,6 +32,7 @@ from inferway.observability.log_format import (
     install_log_handler,
     resolve_log_format,
 )
+from inferway.observability.masking import BUILTIN_PATTERNS, build_masker_from, pattern_error
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["HttpFrontendChoice", "serve"]
@@ -48,7 +50,7 @@ _DEFAULT_FRONTEND = HttpFrontendChoice(DEFAULT_HTTP_FRONTEND)
 
 _EXIT_CANNOT_START = 2
 """docs/cli.md's exit code for a precondition not met here (the gateway's EXIT_CANNOT_START;
-the backend does not import the gateway)."""
+the backend does not import the gateway; tests/unit/test_install_check.py checks they agree)."""
 
 
 async def _serve(
@@ -200,6 +202,15 @@ def serve(
             "/v2/debug/outputs, for a rollout's output-agreement check (0: off).",
         ),
     ] = 0,
+    mask: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mask",
+            help="Mask this in log lines, span errors and recorded text outputs: a built-in "
+            "(email, phone, id_number) or an RE2 pattern; repeat for more.",
+            show_default=False,
+        ),
+    ] = None,
     jobs_redis: Annotated[
         str | None,
         typer.Option(
@@ -245,12 +256,20 @@ def serve(
     ] = _DEFAULT_FRONTEND,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
+    missing = missing_backend_modules()
+    if missing:  # the gateway-only install (docs/install.md): say which install brings them
+        typer.echo(missing_backend_message("serve", missing), err=True)
+        raise typer.Exit(_EXIT_CANNOT_START)
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     chosen_format = resolve_log_format(log_format)
     install_log_handler(level, chosen_format)
-    install_redaction()  # credentials never reach the log
+    rules = tuple(mask or ())
+    for rule in rules:
+        if rule not in BUILTIN_PATTERNS and (reason := pattern_error(rule)) is not None:
+            raise typer.BadParameter(f"{rule!r}: {reason}", param_hint="--mask")
+    install_redaction(masker=build_masker_from(rules))  # credentials never reach the log
     if repository_argument and repository_option and repository_argument != repository_option:
         raise typer.BadParameter(
             f"two different repositories given: {repository_argument} and {repository_option}",
@@ -272,6 +291,7 @@ def serve(
         default_timeout_s=default_timeout,
         record_outputs=record_outputs,
         http_frontend=http_frontend.value,
+        mask=rules,
     )
     jobs = _job_settings(
         jobs_redis, jobs_max, jobs_ttl, jobs_concurrency, jobs_timeout, jobs_claim_idle, workers

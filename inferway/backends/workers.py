@@ -88,9 +88,10 @@ def _worker_main(settings: WorkerSettings, index: int, events: Any, parent: int)
     handler = install_log_handler(settings.log_level, settings.log_format)
     handler.addFilter(_WorkerIndex(index))  # every line says which worker wrote it
     from inferway.backends.process_tuning import tune_for_serving
+    from inferway.observability.masking import build_masker_from
     from inferway.observability.redaction import install_redaction
 
-    install_redaction()
+    install_redaction(masker=build_masker_from(settings.serving.mask))
     tune_for_serving()
     provider = None
     if settings.otlp_endpoint:

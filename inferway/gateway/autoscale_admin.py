@@ -19,7 +19,13 @@ AUTOSCALE = web.AppKey("autoscale_driver", AutoscaleDriver)
 
 
 async def _show(request: web.Request) -> web.Response:
-    return web.json_response(request.app[AUTOSCALE].status_json())
+    document = request.app[AUTOSCALE].status_json()
+    if not document["services"] and not document["replicas"]["services"]:
+        # a gateway whose policy runs no replicas (now) has no autoscaler to show
+        return web.json_response(
+            {"error": "no service of the live policy has replicas:"}, status=404
+        )
+    return web.json_response(document)
 
 
 def add_autoscale_routes(app: web.Application, driver: AutoscaleDriver) -> None:

@@ -1,12 +1,14 @@
-"""The autoscaling loop at the edge: Envoy's stats in, the pure Autoscaler's Decision out,
-``ReplicaManager.scale_to`` acting on it.
+"""The autoscaling loop at the edge: Envoy's stats and the replicas' own metrics in, the pure
+Autoscaler's Decision out, ``ReplicaManager.scale_to`` acting on it.
 
-Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster's
-``upstream_rq_total`` (a running total: its difference over the interval is the request rate)
-and ``upstream_rq_active`` (requests in flight) from Envoy's admin ``/stats?format=json``,
-feeds a MetricSample to the service's Autoscaler and scales to the Decision. Each Decision is
-logged as one structured event and kept in a bounded history that ``GET /autoscale`` shows. A
-scrape that fails skips the decision (the count holds) and is reported, never guessed.
+Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster
+from Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99) and,
+for a rule on ``queue_length`` or ``utilization``, every ready replica's ``/metrics``
+(queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs` turns them into a
+MetricSample for the service's Autoscaler, and the driver scales to the Decision. Each
+Decision is logged as one structured event and kept in a bounded history that ``GET
+/autoscale`` shows. A scrape that fails skips the decision (the count holds) and is reported,
+never guessed.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,16 @@ import aiohttp
 
 from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replicas import ReplicaManager, UnknownServiceError
+from inferway.gateway.autoscale_inputs import (
+    BACKEND_METRICS,
+    ClusterLoad,
+    StatsError,
+    build_sample,
+    parse_cluster_load,
+    replica_load,
+)
 from inferway.gateway.autoscale_policy import build_config
+from inferway.gateway.backend_scrape import scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.controllers.autoscale.autoscaler import Autoscaler
 from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
@@ -34,44 +44,11 @@ from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
 from inferway.gateway.controllers.autoscale.samples import MetricSample
 from inferway.policies.model import Policy
 
-__all__ = [
-    "AutoscaleDriver",
-    "ClusterLoad",
-    "StatsError",
-    "parse_cluster_load",
-    "start_replica_autoscaling",
-]
+__all__ = ["AutoscaleDriver", "start_replica_autoscaling"]
 
 log = logging.getLogger(__name__)
 
-
-class StatsError(Exception):
-    """Envoy's stats could not be read; the message says why."""
-
-
-@dataclass(frozen=True)
-class ClusterLoad:
-    requests_total: int
-    active: int
-
-
-def parse_cluster_load(stats: Mapping[str, Any], cluster: str) -> ClusterLoad:
-    """``cluster``'s request total and in-flight count from ``/stats?format=json``; a cluster
-    Envoy does not list yet (no snapshot, no request) reads as zero."""
-    entries = stats.get("stats")
-    if not isinstance(entries, list):
-        raise StatsError("Envoy's /stats?format=json has no 'stats' list")
-    wanted = {
-        f"cluster.{cluster}.upstream_rq_total": "total",
-        f"cluster.{cluster}.upstream_rq_active": "active",
-    }
-    found = {"total": 0, "active": 0}
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("name") in wanted:
-            value = entry.get("value")
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                found[wanted[entry["name"]]] = int(value)
-    return ClusterLoad(found["total"], found["active"])
+_FILTER = r"^cluster\.[^.]+\.upstream_rq_(total|active|time)$"
 
 
 class _Scaled:
@@ -80,7 +57,8 @@ class _Scaled:
     def __init__(self, config: AutoscaleConfig) -> None:
         self.config = config
         self.autoscaler = Autoscaler(config)
-        self.last: tuple[float, int] | None = None
+        self.last: tuple[float, ClusterLoad] | None = None
+        self.p99: float | None = None
         self.next_at = 0.0
         self.error: str | None = None
 
@@ -171,6 +149,7 @@ class AutoscaleDriver:
             return
         try:
             stats = await self._stats()
+            loads = {s.config.service: parse_cluster_load(stats, s.config.service) for s in due}
         except StatsError as error:
             for scaled in due:
                 scaled.error = str(error)
@@ -180,40 +159,56 @@ class AutoscaleDriver:
         for scaled in due:
             scaled.next_at = now + scaled.config.sampling_interval_s
             scaled.error = None
-            self._decide(scaled, parse_cluster_load(stats, scaled.config.service), now)
+            load = loads[scaled.config.service]
+            queue, utilization = None, None
+            if scaled.config.metric in BACKEND_METRICS:
+                queue, utilization = await self._replica_load(scaled)
+            sample = build_sample(
+                now,
+                load,
+                scaled.last,
+                queue_length=queue,
+                utilization=utilization,
+                last_p99=scaled.p99,
+            )
+            scaled.p99 = sample.p99_latency
+            scaled.last = (now, load)
+            self._decide(scaled, sample, now)
 
-    async def _stats(self) -> Mapping[str, Any]:
+    async def _stats(self) -> str:
         port = self._admin_port()
         if port is None:
             raise StatsError("no Envoy admin port is known (Envoy not started?)")
-        url = f"http://{self._host}:{port}/stats"
-        params = {"format": "json", "filter": r"^cluster\.[^.]+\.upstream_rq_(total|active)$"}
+        url = f"http://{self._host}:{port}/stats/prometheus"
         if self._session is None:
             raise StatsError("the driver is not started")
         try:
-            async with self._session.get(url, params=params) as response:
+            async with self._session.get(url, params={"filter": _FILTER}) as response:
                 if response.status != 200:
                     raise StatsError(f"Envoy admin {url} answered {response.status}")
-                data = await response.json(content_type=None)
+                return await response.text()
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise StatsError(f"Envoy admin {url}: {exc or type(exc).__name__}") from None
-        if not isinstance(data, dict):
-            raise StatsError(f"Envoy admin {url}: not a JSON object")
-        return data
 
-    def _decide(self, scaled: _Scaled, load: ClusterLoad, now: float) -> None:
+    async def _replica_load(self, scaled: _Scaled) -> tuple[float | None, float | None]:
+        """Queue length and utilization from the service's ready replicas; a replica that
+        does not answer makes both unknown (the decision holds) and is the service's error."""
+        assert self._session is not None
+        endpoints = self.manager.endpoints().get(scaled.config.service, ())
+        urls = [
+            f"http://[{e.host}]:{e.port}" if ":" in e.host else f"http://{e.host}:{e.port}"
+            for e in endpoints
+        ]
+        scrape = await scrape_backends(self._session, urls)
+        if scrape.failures:
+            detail = "; ".join(f"{u}: {why}" for u, why in sorted(scrape.failures.items()))
+            scaled.error = f"replica /metrics unreachable: {detail}"
+            log.warning("autoscale %s: %s", scaled.config.service, scaled.error)
+        return replica_load(scrape.totals, len(scrape.failures))
+
+    def _decide(self, scaled: _Scaled, sample: MetricSample, now: float) -> None:
         service = scaled.config.service
-        rate = None
-        if (
-            scaled.last is not None
-            and now > scaled.last[0]
-            and load.requests_total >= scaled.last[1]
-        ):
-            rate = (load.requests_total - scaled.last[1]) / (now - scaled.last[0])
-        scaled.last = (now, load.requests_total)
-        scaled.autoscaler.observe(
-            MetricSample(time=now, in_flight=float(load.active), request_rate=rate)
-        )
+        scaled.autoscaler.observe(sample)
         status = {s.service: s for s in self.manager.status()}.get(service)
         if status is None:
             return
@@ -269,16 +264,16 @@ def start_replica_autoscaling(
     workdir: Path | None,
     envoy_admin_urls: list[str],
     envoy_admin_port: Callable[[], int | None],
-) -> tuple[ReplicaManager | None, AutoscaleDriver | None]:
-    """The replica manager and its autoscaling loop, when a service of the live policy has
-    ``replicas:`` (else neither). A replica leaves only once the Envoys at
+) -> tuple[ReplicaManager, AutoscaleDriver]:
+    """The replica manager and its autoscaling loop, both following the live policy: a
+    service that gains ``replicas:`` (or ``autoscale:``) by a later edit is started and
+    sized without a restart, one that loses it is drained and stopped. Idle (no process, no
+    session) while no service has ``replicas:``. A replica leaves only once the Envoys at
     ``envoy_admin_urls`` no longer list it; logs go to ``<workdir>/replicas``."""
-    policy = plane.policy
-    if policy is None or not any(s.replicas is not None for s in policy.services):
-        return None, None
     log_dir = workdir / "replicas" if workdir is not None else None
     manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
     driver = AutoscaleDriver(manager, envoy_admin_port)
-    driver.configure(policy)
+    if plane.policy is not None:
+        driver.configure(plane.policy)
     plane.add_observer(driver)
     return manager, driver

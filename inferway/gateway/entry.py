@@ -19,3 +19,7 @@ def main() -> None:
     from inferway.gateway.cli import main as cli_main
 
     cli_main()
+
+
+if __name__ == "__main__":  # python -m inferway.gateway.entry: the console script, by module
+    main()

@@ -38,8 +38,10 @@ from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.features.server import FeatureRouterKeeper, start_feature_router
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
+from inferway.gateway.mask_sink import MaskSinkKeeper, start_mask_sink
 from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.profile_admin import add_profile_routes
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
@@ -121,8 +123,8 @@ class GatewayOptions:
     """Refuse a listener port that cannot be bound, as a located error, before Envoy starts
     (None: when this gateway starts Envoy; the keeper asks its control plane on first start)."""
     keeper_state_file: Path | None = None
-    """Set by the keeper (gateway/keeper.py) for its control-plane process: Envoy runs in the
-    keeper, and the admin API reads Envoy's state from this file."""
+    """Set by the keeper (gateway/keeper.py) for its control-plane process (which runs Envoy);
+    the admin API reads Envoy's state from this file."""
 
 
 @dataclass(frozen=True)
@@ -184,9 +186,14 @@ class Gateway:
     rollouts: RolloutDriver | None = None
     """The policy's canary rollouts (state in <workdir>/rollouts/)."""
     replicas: ReplicaManager | None = None
-    """The replicas the gateway runs itself (None: no service had ``replicas:`` at start)."""
+    """The replicas the gateway runs itself, following the live policy's ``replicas:``
+    (idle while it has none)."""
     autoscale: AutoscaleDriver | None = None
     """The autoscaling loop over those replicas (with the replica manager or not at all)."""
+    features: FeatureRouterKeeper | None = None
+    """The feature router (running while the policy has routes with ``match.features``)."""
+    mask_sink: MaskSinkKeeper | None = None
+    """Masks Envoy's access log lines and spans (running while the policy has ``mask``)."""
 
     @property
     def endpoints_watcher(self) -> EndpointsWatcher | None:
@@ -251,7 +258,13 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     rollouts = RolloutDriver(
         plane,
         RolloutStore(rollouts_dir),
-        lambda config: build_rollout_source(config, plane.policy, plane.state, envoy_admin_port),
+        lambda config: build_rollout_source(
+            config,
+            plane.policy,
+            plane.state,
+            envoy_admin_port,
+            live=lambda: (plane.policy, plane.state),
+        ),
     )
     RolloutMetrics.attach(metrics.registry, rollouts)
     plane.add_observer(rollouts)  # resumes saved rollouts with the first apply
@@ -284,6 +297,10 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             max_connection_age_s=options.xds_max_connection_age_s,
         )
         stack.push_async_callback(xds.stop, 0.5)
+        features = await start_feature_router(plane, plan.policy)
+        stack.push_async_callback(features.stop)
+        mask_sink = await start_mask_sink(plane, plan.policy)  # before Envoy logs a line
+        stack.push_async_callback(mask_sink.stop)
 
         watcher = PolicyWatcher(
             path,
@@ -352,10 +369,9 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
             envoy_admin_port=envoy_admin_port,
         )
-        add_profile_routes(admin_app, None if replicas is None else replicas.running_pids)
-        if replicas is not None and autoscale is not None:
-            add_autoscale_routes(admin_app, autoscale)
-            register_autoscale_metrics(metrics.registry, autoscale)
+        add_profile_routes(admin_app, replicas.running_pids)
+        add_autoscale_routes(admin_app, autoscale)  # 404 while no service has replicas:
+        register_autoscale_metrics(metrics.registry, autoscale)
         admin = await start_admin_server(
             admin_app,
             host=options.admin_address,
@@ -371,12 +387,11 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             stack.push_async_callback(supervisor.stop)
         await rollouts.start()  # after Envoy: the first scrape finds it
         stack.push_async_callback(rollouts.stop)
-        if replicas is not None and autoscale is not None:
-            # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
-            stack.push_async_callback(replicas.close)
-            replicas_owned = False
-            await autoscale.start()
-            stack.push_async_callback(autoscale.stop)
+        # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
+        stack.push_async_callback(replicas.close)
+        replicas_owned = False
+        await autoscale.start()
+        stack.push_async_callback(autoscale.stop)
     except BaseException:
         if replicas_owned and replicas is not None:
             await replicas.close()
@@ -396,4 +411,6 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         rollouts=rollouts,
         replicas=replicas,
         autoscale=autoscale,
+        features=features,
+        mask_sink=mask_sink,
     )

@@ -5,7 +5,8 @@ Envoy's access logs and traces never read credential headers (see
 message quoting a request's headers, a dict of headers logged at debug level. ``RedactingFilter``
 rewrites every record's message before any handler formats it, replacing the value of each
 sensitive header (``Authorization: Bearer x``, ``'x-api-key': 'x'``, ``cookie=x``) and any
-bare ``Bearer <token>`` with ``[REDACTED]``.
+bare ``Bearer <token>`` with ``[REDACTED]``; then the policy's ``mask`` rules (e-mail
+addresses, phone and ID numbers, its own patterns and JSON fields: observability/masking.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import re
 from collections.abc import Iterable
 
+from inferway.observability.masking import NO_MASKING, Masker
 from inferway.policies.access import ALWAYS_REDACTED_HEADERS
 
 __all__ = ["REDACTED", "RedactingFilter", "install_redaction", "redact_text"]
@@ -47,8 +49,12 @@ def redact_text(text: str, names: Iterable[str] = ALWAYS_REDACTED_HEADERS) -> st
 class RedactingFilter(logging.Filter):
     """A logging filter (attach to handlers) that scrubs each record's final message."""
 
-    def __init__(self, names: Iterable[str] = ALWAYS_REDACTED_HEADERS) -> None:
+    def __init__(
+        self, names: Iterable[str] = ALWAYS_REDACTED_HEADERS, masker: Masker = NO_MASKING
+    ) -> None:
         super().__init__()
+        self.masker = masker
+        """The policy's ``mask`` rules, applied after the header redaction."""
         self.set_names(names)
 
     def set_names(self, names: Iterable[str]) -> None:
@@ -61,29 +67,34 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a broken format string: leave it for the handler to report
             return True
-        scrubbed = redact_text(message, self.names)
+        scrubbed = self._scrub(message)
         if scrubbed != message or record.args:
             record.msg, record.args = scrubbed, None
         if record.exc_info and not record.exc_text:
-            record.exc_text = redact_text(
-                logging.Formatter().formatException(record.exc_info), self.names
-            )
+            record.exc_text = self._scrub(logging.Formatter().formatException(record.exc_info))
         elif record.exc_text:
-            record.exc_text = redact_text(record.exc_text, self.names)
+            record.exc_text = self._scrub(record.exc_text)
         return True
+
+    def _scrub(self, text: str) -> str:
+        return self.masker.text(redact_text(text, self.names))
 
 
 def install_redaction(
-    names: Iterable[str] = ALWAYS_REDACTED_HEADERS, logger: logging.Logger | None = None
+    names: Iterable[str] = ALWAYS_REDACTED_HEADERS,
+    logger: logging.Logger | None = None,
+    masker: Masker = NO_MASKING,
 ) -> RedactingFilter:
     """Make every handler of ``logger`` (default: the root logger) redact the credential
-    headers plus ``names``: a handler's RedactingFilter is updated, one is added where none is."""
+    headers plus ``names`` and apply ``masker``: a handler's RedactingFilter is updated, one is
+    added where none is."""
     target = logger or logging.getLogger()
-    redacting = RedactingFilter(names)
+    redacting = RedactingFilter(names, masker)
     for handler in target.handlers:
         present = [f for f in handler.filters if isinstance(f, RedactingFilter)]
         for existing in present:
             existing.set_names(names)
+            existing.masker = masker
         if not present:
             handler.addFilter(redacting)
     return redacting

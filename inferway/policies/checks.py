@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from inferway.policies.checks_access import check_access
 from inferway.policies.checks_cost import check_cost
+from inferway.policies.checks_features import check_features
 from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
@@ -223,7 +224,13 @@ def _retries(policy: Policy) -> Iterator[SemanticIssue]:
 
 
 def _catches_all(route: Route) -> bool:
-    return route.match.path.prefix == "/" and not route.match.headers and not route.match.cookies
+    match = route.match
+    return (
+        match.path.prefix == "/"
+        and not match.headers
+        and not match.cookies
+        and match.features is None
+    )
 
 
 def _shadowed_routes(policy: Policy) -> Iterator[SemanticIssue]:
@@ -263,4 +270,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_route_traffic,
     check_rollouts,
     check_cost,
+    check_features,
 ]

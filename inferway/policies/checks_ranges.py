@@ -27,6 +27,9 @@ MAX_DURATION_S = 315_576_000_000
 _POSITIVE_DURATIONS = {"connect_timeout"}
 """Durations Envoy validates as ``gt: 0`` (a zero is refused by Envoy, not by the schema)."""
 
+_REGEX_FIELDS = {"regex", "patterns"}
+"""Fields holding RE2 patterns (``patterns``: the list of the policy's ``mask``)."""
+
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # the error comes back as a located issue, not on stderr
 
@@ -43,12 +46,12 @@ def check_regex(pattern: str) -> str | None:
 
 def check_ranges(policy: Policy) -> Iterator[tuple[Loc, str]]:
     for loc, name, value in walk_policy(policy):
-        if name == "regex" and isinstance(value, str):
+        if name in _REGEX_FIELDS and isinstance(value, str):
             reason = check_regex(value)
             if reason is not None:
                 yield loc, f"invalid regex {value!r}: {reason} (Envoy compiles regexes with RE2)"
-        elif isinstance(value, bool):
-            continue
+        elif isinstance(value, bool) or ("features" in loc and "fields" in loc):
+            continue  # a body field's bounds and values are JSON numbers, not Envoy's counts
         elif isinstance(value, int):
             if value > UINT32_MAX:
                 yield loc, f"{value} is too large: Envoy holds it in 32 bits (at most {UINT32_MAX})"

@@ -1,23 +1,27 @@
 """Semantic checks for ``rollouts``: each names a route of the policy and two of its backends,
 walks strictly increasing steps, no route is moved by two rollouts at once (their weight
-overrides would fight), and a rollout's ``sticky`` agrees with its route's own ``hash``."""
+overrides would fight), a rollout's ``sticky`` agrees with its route's own ``hash``, and a
+``backend-*`` metric reads services whose endpoints serve ``/metrics`` (HTTP, not gRPC)."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from inferway.policies.model import Policy
+from inferway.policies.model import Policy, Service
 from inferway.policies.rollouts import Rollout
 from inferway.policies.traffic import HashOn
 from inferway.policies.yaml_marks import Loc
 
 __all__ = ["check_rollouts"]
 
+_COMPARISONS = ("error-rate", "latency-p99", "backend-error-rate", "backend-latency-p99")
+
 
 def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
     routes = {r.name: r for r in policy.routes}
     services = [s.name for s in policy.services]
+    by_name = {s.name: s for s in policy.services}
     names: dict[str, int] = {}
     on_route: dict[str, int] = {}
     for i, rollout in enumerate(policy.rollouts):
@@ -64,6 +68,7 @@ def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:
             )
         if rollout.stable == rollout.canary:
             yield (*loc, "canary"), f"canary and stable are both '{rollout.canary}'"
+        yield from _backend_metrics(loc, rollout, by_name)
         for m, metric in enumerate(rollout.analysis.metrics):
             mirror = route.mirror
             if metric.name == "output-agreement" and (
@@ -91,15 +96,45 @@ def _metrics(loc: Loc, rollout: Rollout) -> Iterator[tuple[Loc, str]]:
     seen: dict[str, int] = {}
     for m, metric in enumerate(rollout.analysis.metrics):
         where = (*loc, "analysis", "metrics", m)
-        if metric.name in seen and metric.name in ("error-rate", "latency-p99"):
+        if metric.name in seen and metric.name in _COMPARISONS:
             yield (
                 (*where, "name"),
                 f"metric {metric.name} is already given (metrics[{seen[metric.name]}])",
             )
         seen.setdefault(metric.name, m)
         big = metric.max_increase is not None and metric.max_increase >= 100
-        if metric.name == "error-rate" and big:
+        if metric.name in ("error-rate", "backend-error-rate") and big:
             yield (*where, "max_increase"), "an error rate cannot grow by 100% or more"
+
+
+def _backend_metrics(
+    loc: Loc, rollout: Rollout, services: Mapping[str, Service]
+) -> Iterator[tuple[Loc, str]]:
+    """The backends' /metrics is plain HTTP on their HTTP port: an ``http2`` service's
+    endpoints are gRPC ports (inferway's HTTP front speaks HTTP/1.1) and a ``tls`` one's
+    speak TLS, where the gateway's scrape can only fail."""
+    for m, metric in enumerate(rollout.analysis.metrics):
+        if not metric.name.startswith("backend-"):
+            continue
+        where = (*loc, "analysis", "metrics", m, "name")
+        instead = metric.name.removeprefix("backend-")
+        for role in ("stable", "canary"):
+            service = services.get(getattr(rollout, role))
+            if service is None:
+                continue
+            if service.protocol == "http2":
+                yield (
+                    where,
+                    f"{metric.name} scrapes the backends' /metrics on their HTTP port, but "
+                    f"{role} '{service.name}' is protocol http2 (gRPC ports have no /metrics); "
+                    f"use {instead} (Envoy's stats) for it",
+                )
+            elif service.tls is not None and service.tls.mode != "none":
+                yield (
+                    where,
+                    f"{metric.name} scrapes the backends' /metrics over plain HTTP, but {role} "
+                    f"'{service.name}' is reached over TLS; use {instead} (Envoy's stats) for it",
+                )
 
 
 def _hint(name: str, known: object) -> str:

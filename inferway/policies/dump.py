@@ -73,4 +73,10 @@ def dump_policy(policy: Policy) -> str:
         data["grpc_targets"] = [t.model_dump(exclude_none=True) for t in policy.grpc_targets]
     if policy.rollouts:
         data["rollouts"] = [r.model_dump(exclude_none=True) for r in policy.rollouts]
+    if not policy.served_by_headers:
+        data["served_by_headers"] = False
+    if policy.mask is not None:
+        data["mask"] = policy.mask.model_dump()
+    if "feature_router" in policy.model_fields_set:
+        data["feature_router"] = policy.feature_router.model_dump()
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -20,7 +20,9 @@ from pydantic import (
 
 from inferway.policies.access import Access, RedactHeaders
 from inferway.policies.cost import Cost
+from inferway.policies.features import FeatureRouter, Features
 from inferway.policies.grpc_targets import GrpcTarget
+from inferway.policies.masking import Mask
 from inferway.policies.observability import Observability
 from inferway.policies.replicas import Replicas
 from inferway.policies.rollouts import Rollout
@@ -163,6 +165,8 @@ class RouteMatch(_Model):
     headers: list[HeaderMatch] = Field(default_factory=list)
     cookies: list[CookieMatch] = Field(default_factory=list)
     """Every listed cookie must match too (route_traffic.py)."""
+    features: Features | None = None
+    """What the request body must show: rows, size, JSON fields (features.py)."""
 
 
 class Backend(_Model):
@@ -224,6 +228,9 @@ class Route(_Model):
     """Sticky split: the header, cookie or client IP that keeps a user on one backend."""
     fault: Fault | None = None
     """Abort or delay a percentage of requests, to rehearse a rollback."""
+    served_by_headers: bool | None = None
+    """``x-inferway-pool`` / ``x-inferway-replica`` on this route's answers; None: the
+    policy's ``served_by_headers``."""
 
 
 class Policy(_Model):
@@ -240,3 +247,10 @@ class Policy(_Model):
     """Names proxyless gRPC clients dial as ``xds:///<name>`` (grpc_targets.py)."""
     rollouts: list[Rollout] = Field(default_factory=list)
     """Canary rollouts driven by the rollout controller (rollouts.py, docs/rollouts.md)."""
+    served_by_headers: bool = True
+    """Every answer names the service (``x-inferway-pool``) and replica
+    (``x-inferway-replica``) that served it, so routing can be checked from outside."""
+    feature_router: FeatureRouter = Field(default_factory=FeatureRouter)
+    """Where the feature router listens, for routes with ``match.features``."""
+    mask: Mask | None = None
+    """Sensitive request data masked in access logs, spans and inferway's logs (masking.py)."""

@@ -82,10 +82,17 @@ class RolloutMetric(_Model):
     percentage points), ``latency-p99`` (``max_increase`` relative), ``output-agreement``
     (``min``: the share of mirrored requests whose canary answer matches stable's, ``via:
     mirror``), or an absolute guard on the canary alone (``latency-quantile`` with ``max_ms``,
-    ``error-rate-max`` with ``max``)."""
+    ``error-rate-max`` with ``max``). ``backend-error-rate`` and ``backend-latency-p99`` are
+    the first two on the backends' own metrics (their ``/metrics``, scraped by the gateway)."""
 
     name: Literal[
-        "error-rate", "latency-p99", "output-agreement", "latency-quantile", "error-rate-max"
+        "error-rate",
+        "latency-p99",
+        "backend-error-rate",
+        "backend-latency-p99",
+        "output-agreement",
+        "latency-quantile",
+        "error-rate-max",
     ]
     max_increase: Percent | None = None
     max: Percent | None = None
@@ -99,6 +106,8 @@ class RolloutMetric(_Model):
         needs = {
             "error-rate": "max_increase",
             "latency-p99": "max_increase",
+            "backend-error-rate": "max_increase",
+            "backend-latency-p99": "max_increase",
             "output-agreement": "min",
             "latency-quantile": "max_ms",
             "error-rate-max": "max",
@@ -133,7 +142,8 @@ def _default_metrics() -> list[RolloutMetric]:
 class RolloutAnalysis(_Model):
     """How often to judge and what: canary vs stable over the same windows, from Envoy's
     own per-cluster stats (``source: envoy``) or PromQL against a Prometheus that scrapes
-    Envoy (``source: prometheus`` with its ``prometheus:`` settings)."""
+    Envoy (``source: prometheus`` with its ``prometheus:`` settings); ``backend-*`` metrics
+    are scraped from the backends' ``/metrics`` by the gateway with either source."""
 
     interval: Duration = 30.0
     min_requests: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"

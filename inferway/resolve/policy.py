@@ -12,6 +12,7 @@ from inferway.policies.model import Listener, Policy, Route, Service
 from inferway.policies.rollouts import Rollout
 from inferway.resolve.canary_match import resolve_canary_routes
 from inferway.resolve.endpoints import resolve_endpoints, resolve_localities
+from inferway.resolve.features import resolve_feature_router
 from inferway.resolve.grpc_targets import resolve_grpc_target
 from inferway.resolve.ir import IR
 from inferway.resolve.ir.listener import ListenerIR
@@ -40,7 +41,10 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
         (
             r,
             resolve_route(
-                _with_sticky(r, rollouts.get(r.name)), services, state.weights.get(r.name)
+                _with_sticky(r, rollouts.get(r.name)),
+                services,
+                state.weights.get(r.name),
+                served_by_headers=policy.served_by_headers,
             ),
         )
         for r in policy.routes
@@ -59,12 +63,13 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
             for ln in policy.listeners
         ),
         services=tuple(resolve_service(s, state) for s in policy.services),
-        observability=resolve_observability(policy.observability),
+        observability=resolve_observability(policy.observability, policy.mask),
         secrets=resolve_secrets(policy, state),
         redacted_headers=tuple(
             sorted({*ALWAYS_REDACTED_HEADERS, *(h.lower() for h in policy.redact_headers)})
         ),
         grpc_targets=tuple(resolve_grpc_target(t, by_name, services) for t in policy.grpc_targets),
+        feature_router=resolve_feature_router(policy.feature_router, by_name.values()),
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from inferway.policies.access import Access, AccessRule
 from inferway.policies.model import HeaderMatch, PathMatch, Retries, Route, Service
 from inferway.policies.traffic import HashOn, RateLimit
+from inferway.resolve.features import resolve_features
 from inferway.resolve.ir.access import AccessHeaderIR, AccessIR, AccessRuleIR
 from inferway.resolve.ir.route import (
     CookieIR,
@@ -39,14 +40,18 @@ def resolve_route(
     route: Route,
     services: Mapping[str, Service],
     weights: Mapping[str, float] | None = None,
+    *,
+    served_by_headers: bool = True,
 ) -> RouteIR:
-    """``weights``: this route's override from State (service -> weight), if any."""
+    """``weights``: this route's override from State (service -> weight), if any;
+    ``served_by_headers``: the policy's default, which the route's own setting overrides."""
     return RouteIR(
         name=route.name,
         match=RouteMatchIR(
             path=resolve_path_match(route.match.path),
             headers=tuple(_header_match(h) for h in route.match.headers),
             cookies=tuple(resolve_cookie_match(c) for c in route.match.cookies),
+            features=resolve_features(route.match.features),
         ),
         backends=resolve_backends(route, weights),
         timeout=route.timeout,
@@ -61,6 +66,9 @@ def resolve_route(
         sticky=route.hash is not None,
         mirror=resolve_mirror(route.mirror),
         fault=resolve_fault(route),
+        served_by_headers=(
+            served_by_headers if route.served_by_headers is None else route.served_by_headers
+        ),
     )
 
 

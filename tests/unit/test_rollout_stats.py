@@ -9,6 +9,7 @@ import pytest
 
 from inferway.gateway.controllers.rollout.stats import (
     FIRST_LOOK,
+    MIXTURE_FACTORS,
     look_alpha,
     look_index,
     mann_whitney,
@@ -127,3 +128,35 @@ def test_one_5xx_against_a_spotless_stable_stays_under_the_fail_boundary() -> No
     t = sprt_vs_stable(1, 10, 0, 1_000_000, increase=0.005, floor=0.00025, alpha=0.001, beta=0.05)
     assert t.verdict == "need_more"
     assert t.llr == pytest.approx(math.log(0.00525 / 0.00025) + 9 * math.log(0.99475 / 0.99975))
+
+
+def test_a_canary_far_worse_than_the_limit_fails_before_the_plain_sprt_would() -> None:
+    # 3 errors in 60 (5%) against a 0.1% stable and a 0.5-point limit: not yet enough
+    # evidence against the limit alone, plenty against its multiples
+    t = sprt_bernoulli(3, 60, p0=0.001, p1=0.006, alpha=0.001, beta=0.05)
+    assert t.llr < t.upper <= t.llr_fail
+    assert t.verdict == "fail"
+    assert len(MIXTURE_FACTORS) > 1 and MIXTURE_FACTORS[0] == 1  # the limit is one of them
+    # the mixture never gives up more than ln(K) against the limit alone
+    for events, trials in ((0, 500), (2, 300), (6, 400), (20, 200)):
+        s = sprt_bernoulli(events, trials, p0=0.001, p1=0.006, alpha=0.001, beta=0.05)
+        assert s.llr_fail >= s.llr - math.log(len(MIXTURE_FACTORS)) - 1e-9
+
+
+def test_the_mixtures_false_failures_stay_under_alpha_however_often_it_looks() -> None:
+    # Ville's inequality for the average of martingales: identical rates, a look every 10
+    # requests up to 3,000, alpha raised to 0.05 so a broken bound would show in 400 runs
+    rng = random.Random(11)
+    alpha, failed = 0.05, 0
+    for _ in range(400):
+        events = 0
+        for n in range(1, 3001):
+            events += rng.random() < 0.01
+            if n % 10 == 0:
+                t = sprt_bernoulli(events, n, p0=0.01, p1=0.02, alpha=alpha, beta=0.05)
+                if t.verdict == "fail":
+                    failed += 1
+                    break
+                if t.verdict == "pass":
+                    break
+    assert failed / 400 <= alpha, failed

@@ -333,3 +333,58 @@ def test_output_agreement_becomes_the_controllers_agreement_check() -> None:
     )
     config = build_rollout_config(load_policy_text(text, "p.yaml").rollouts[0])
     assert config.analysis.checks == (AgreementCheck(0.99), LatencyCheck(0.2))
+
+
+def test_backend_metrics_become_checks_on_the_backends_counts() -> None:
+    text = POLICY.replace(
+        "        - {name: latency-p99, max_increase: 20%}\n",
+        "        - {name: latency-p99, max_increase: 20%}\n"
+        "        - {name: backend-latency-p99, max_increase: 10%}\n"
+        "        - {name: backend-error-rate, max_increase: 1%}\n",
+    )
+    config = build_rollout_config(load_policy_text(text, "p.yaml").rollouts[0])
+    assert config.analysis.checks[2:] == (
+        LatencyCheck(0.1, "backend-latency-p99"),
+        ErrorRateCheck(0.01, "backend-error-rate"),
+    )
+    assert config.needs_backend_metrics
+    assert not build_rollout_config(
+        load_policy_text(POLICY, "p.yaml").rollouts[0]
+    ).needs_backend_metrics
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            ("{name: v2, endpoints", "{name: v2, protocol: http2, endpoints"),
+            "p.yaml:20:18: rollouts[0].analysis.metrics[1].name: backend-latency-p99 scrapes "
+            "the backends' /metrics on their HTTP port, but canary 'v2' is protocol http2",
+        ),
+        (
+            ("{name: v1, endpoints", "{name: v1, tls: {mode: tls}, endpoints"),
+            "p.yaml:20:18: rollouts[0].analysis.metrics[1].name: backend-latency-p99 scrapes "
+            "the backends' /metrics over plain HTTP, but stable 'v1' is reached over TLS",
+        ),
+        (
+            ("{name: latency-p99,", "{name: backend-latency-p99,"),
+            "rollouts[0].analysis.metrics[1].name: metric backend-latency-p99 is already given",
+        ),
+        (
+            ("{name: latency-p99,", "{name: backend-latency,"),
+            "p.yaml:19:18: rollouts[0].analysis.metrics[0].name: expected 'error-rate', "
+            "'latency-p99', 'backend-error-rate', 'backend-latency-p99'",
+        ),
+    ],
+)
+def test_bad_backend_metrics_are_refused_where_they_are_written(
+    edit: tuple[str, str], expected: str
+) -> None:
+    text = POLICY.replace(
+        "        - {name: latency-p99, max_increase: 20%}\n",
+        "        - {name: latency-p99, max_increase: 20%}\n"
+        "        - {name: backend-latency-p99, max_increase: 10%}\n",
+    ).replace("        - {name: error-rate, max_increase: 0.5%}\n", "")
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(text.replace(*edit, 1), "p.yaml")
+    assert expected in str(caught.value), str(caught.value)

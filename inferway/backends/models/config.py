@@ -24,6 +24,7 @@ __all__ = [
     "ModelConfigError",
     "load_model_config",
     "resolve_model_config_path",
+    "yaml_line",
 ]
 
 CONFIG_FILE = "config.yaml"
@@ -63,7 +64,7 @@ class ModelConfigError(ValueError):
         super().__init__("\n".join(problems))
 
 
-def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+def yaml_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the YAML node at ``loc`` (deepest node found on the way)."""
     node = root
     line = node.start_mark.line + 1 if node is not None else None
@@ -110,7 +111,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
         for err in e.errors():
             loc = tuple(err["loc"])
             field = ".".join(str(p) for p in loc) or "<root>"
-            line = _line_of(tree, loc)
+            line = yaml_line(tree, loc)
             where = f"{path}:{line}" if line else str(path)
             msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
             located.append((line or 0, f"{where}: {field}: {msg}"))

@@ -1,5 +1,6 @@
 """The model repository: every version under ``root/<name>/<version>/model.onnx`` loaded,
-warmed up and served through a ``BatchExecutor``, kept in step with the directory.
+warmed up and served through a ``BatchExecutor``, kept in step with the directory; and every
+pipeline, ``root/<name>/pipeline.yaml`` (see ``pipelines/registry.py``), served beside them.
 
 Hot reload never interrupts service: a new or changed version is loaded and warmed up
 beside the old one and only then swapped in (one dict assignment, atomic for the event loop);
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +39,11 @@ from inferway.backends.models.served_model import (
     RepositoryEvent,
     ServedModel,
 )
+from inferway.backends.pipelines.registry import (
+    PIPELINE_VERSION,
+    PipelineSet,
+    scan_pipelines,
+)
 
 __all__ = ["ModelRepository", "describe"]
 
@@ -55,6 +62,7 @@ class ModelRepository:
         runner_factory: RunnerFactory | None = None,
         watch_debounce_ms: int = 300,
         resync_s: float = 30.0,
+        pipelines: PipelineSet | None = None,
     ) -> None:
         self.root = Path(root)
         self.on_change = on_change
@@ -67,6 +75,7 @@ class ModelRepository:
         self._debounce_ms = watch_debounce_ms
         self._resync_s = resync_s
         self._models: dict[str, dict[str, ServedModel]] = {}
+        self._pipelines = pipelines if pipelines is not None else PipelineSet()
         self._refused: dict[VersionKey, tuple[Fingerprint, str]] = {}
         self._held: set[str] = set()  # unloaded on request: skipped by every poll
         self._lock = asyncio.Lock()
@@ -76,10 +85,18 @@ class ModelRepository:
     # -- serving ------------------------------------------------------------------------
 
     def get(self, name: str, version: str | None = None) -> ServedModel:
-        """The served version ``version`` of ``name``, or its highest version when ``None``."""
+        """The served version ``version`` of ``name``, or its highest version when ``None``;
+        a pipeline is served like a model with one version."""
+        return self._get(name, version, pipelines=True)
+
+    def _get(self, name: str, version: str | None, *, pipelines: bool) -> ServedModel:
         versions = self._models.get(name)
+        pipeline = self._pipelines.get(name) if pipelines and not versions else None
+        if pipeline is not None:
+            versions = {pipeline.version: pipeline}
         if not versions:
-            available = ", ".join(sorted(self._models)) or "none"
+            names = {*self._models, *(self._pipelines.names() if pipelines else ())}
+            available = ", ".join(sorted(names)) or "none"
             raise ModelNotFoundError(f"model {name!r} not found; available: {available}")
         if version is None:
             return versions[max(versions, key=int)]
@@ -96,11 +113,14 @@ class ModelRepository:
         """Loaded, and every model in the directory serves at least one version. A model whose
         only versions were refused makes the server unready (its requests would all be 404);
         a refused new version beside one still serving does not, since that one answers."""
-        return self.loaded and all(self._models.get(name) for name, _ in self._refused)
+        return self.loaded and not self.unserved()
 
     def unserved(self) -> list[str]:
         """Models in the directory with no version serving (why the server is not ready)."""
-        return sorted({name for name, _ in self._refused if not self._models.get(name)})
+        return sorted({name for name, _ in self._refused if not self._served(name)})
+
+    def _served(self, name: str) -> bool:
+        return bool(self._models.get(name)) or self._pipelines.get(name) is not None
 
     @property
     def held(self) -> frozenset[str]:
@@ -112,7 +132,11 @@ class ModelRepository:
         return {key: self.errors.get(where, "refused") for key, (_, where) in self._refused.items()}
 
     def models(self) -> list[ServedModel]:
-        """Every served version, sorted by name then version."""
+        """Every served version, pipelines too, sorted by name then version."""
+        served = [*self._model_versions(), *self._pipelines.models()]
+        return sorted(served, key=lambda s: (s.name, int(s.version)))
+
+    def _model_versions(self) -> list[ServedModel]:
         return [
             self._models[n][v]
             for n in sorted(self._models)
@@ -144,7 +168,7 @@ class ModelRepository:
                 await self._watch_task
             self._watch_task = None
         async with self._lock:
-            served = self.models()
+            served = [*self._pipelines.clear(), *self._model_versions()]  # pipelines drain first
             self._models = {}
             for s in served:
                 await self._retire(s)
@@ -191,13 +215,13 @@ class ModelRepository:
         same bytes too: the caller asked). A version already serving unchanged is kept as it
         is, not reloaded. Raises ModelNotFoundError when the directory holds no such model,
         ModelLoadError when none of its versions loads."""
-        if not any(key[0] == name for key in scan_repository(self.root)):
+        if not self._on_disk(name):
             raise ModelNotFoundError(f"model {name!r} is not in the model repository {self.root}")
         self._held.discard(name)
         for key in [k for k in self._refused if k[0] == name]:
             self._clear_refusal(key)
         await self.poll_once()
-        if not self._models.get(name):
+        if not self._served(name):
             why = "; ".join(m for (n, _), m in sorted(self.refusals().items()) if n == name)
             raise ModelLoadError(f"model {name!r} failed to load: {why or 'no version found'}")
 
@@ -205,11 +229,14 @@ class ModelRepository:
         """Take ``name`` out of service (its in-flight requests finish first) and keep it
         out through file changes until ``load_model``. Raises ModelNotFoundError when the
         model is neither served nor in the directory."""
-        known = name in self._models or any(k[0] == name for k in scan_repository(self.root))
-        if not known:
+        if not (self._served(name) or self._on_disk(name)):
             raise ModelNotFoundError(f"model {name!r} is not in the model repository {self.root}")
         self._held.add(name)
         await self.poll_once()
+
+    def _on_disk(self, name: str) -> bool:
+        on_disk = any(key[0] == name for key in scan_repository(self.root))
+        return on_disk or name in scan_pipelines(self.root)
 
     # -- reconciliation -----------------------------------------------------------------
 
@@ -218,11 +245,12 @@ class ModelRepository:
         async with self._lock:
             events: list[RepositoryEvent] = []
             found = {k: v for k, v in scan_repository(self.root).items() if k[0] not in self._held}
-            current = {(s.name, s.version): s for s in self.models()}
+            pipelines = {n: v for n, v in scan_pipelines(self.root).items() if n not in self._held}
+            current = {(s.name, s.version): s for s in self._model_versions()}
             for key in sorted(set(current) - set(found)):
                 events.append(await self._unload(current[key]))
             for key in list(self._refused):
-                if key not in found:
+                if key not in found and key[0] not in pipelines:
                     self._clear_refusal(key)
             for key, (model, cfg, fp) in sorted(found.items()):
                 old = current.get(key)
@@ -232,7 +260,28 @@ class ModelRepository:
                 if refused is not None and refused[0] == fp:
                     continue  # same bytes that failed last time: do not retry every poll
                 events.append(await self._load(key, model, cfg, fp, old))
+            events.extend(await self._reconcile_pipelines(pipelines))
             return events
+
+    async def _reconcile_pipelines(self, found: dict[str, Any]) -> list[RepositoryEvent]:
+        """Pipelines after models: each is checked against the models now served."""
+        events: list[RepositoryEvent] = []
+        models = functools.partial(self._get, pipelines=False)
+        for c in self._pipelines.reconcile(found, models, self._refused_fingerprint):
+            key = (c.name, PIPELINE_VERSION)
+            if c.kind == "refused":
+                events.append(self._refuse(key, c.key, c.where, c.message, serving=c.served))
+            else:
+                self._clear_refusal(key)
+                events.append(
+                    self._emit(RepositoryEvent(c.kind, *key, load_seconds=c.load_seconds))
+                )
+            if c.retired is not None:
+                await self._retire(c.retired)
+        return events
+
+    def _refused_fingerprint(self, name: str) -> Fingerprint | None:
+        return self._refused.get((name, PIPELINE_VERSION), (None, ""))[0]
 
     async def _load(
         self,

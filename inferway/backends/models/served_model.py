@@ -7,18 +7,62 @@ machinery.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
+
+import numpy as np
+from opentelemetry.trace import SpanContext
 
 from inferway.backends.models.config import ModelConfig
 from inferway.backends.models.scan import Fingerprint
 from inferway.backends.runners.base import Runner, TensorSpec
 
-if TYPE_CHECKING:
-    from inferway.backends.batching import BatchExecutor
+__all__ = [
+    "ModelExecutor",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "RepositoryEvent",
+    "ServedModel",
+]
 
-__all__ = ["ModelLoadError", "ModelNotFoundError", "RepositoryEvent", "ServedModel"]
+
+class ModelExecutor(Protocol):
+    """Where a served version's requests go: a model's BatchExecutor, or a pipeline's
+    PipelineExecutor (which runs its steps on their models' executors)."""
+
+    @property
+    def queue_depth(self) -> int: ...
+
+    @property
+    def in_flight_batches(self) -> int: ...
+
+    def utilization(self) -> float: ...
+
+    def rps(self) -> float: ...
+
+    async def infer(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        deadline: float | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, np.ndarray]: ...
+
+    def submit(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        span_context: SpanContext | None = None,
+    ) -> asyncio.Future[dict[str, np.ndarray]]: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, drain: bool = True) -> None: ...
 
 
 class ModelNotFoundError(LookupError):
@@ -39,14 +83,15 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class ServedModel:
-    """One ready model version. ``executor`` is where requests go."""
+    """One ready model version (or pipeline: ``platform`` "pipeline", no runners).
+    ``executor`` is where requests go."""
 
     name: str
     version: str
     config: ModelConfig
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    executor: BatchExecutor
+    executor: ModelExecutor
     load_seconds: float
     platform: str
     provider: str

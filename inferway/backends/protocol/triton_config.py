@@ -23,6 +23,7 @@ __all__ = ["PLATFORMS", "model_config_json", "triton_data_type"]
 PLATFORMS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime_onnx", "onnxruntime"),
     "tensorrt": ("tensorrt_plan", "tensorrt"),
+    "pipeline": ("ensemble", "ensemble"),
 }
 """inferway's runner platform -> Triton's (platform, backend) names for the same engine."""
 
@@ -49,7 +50,7 @@ def model_config_json(model: ServedModel) -> dict[str, Any]:
     batching = model.config.batching
     batched = _batches(model)
     platform, backend = PLATFORMS.get(model.platform, (model.platform, model.platform))
-    on_cpu = "cpu" in model.provider.lower()
+    on_cpu = "cpu" in model.provider.lower() or model.platform == "pipeline"
     group: dict[str, Any] = {
         "name": model.name,
         "kind": "KIND_CPU" if on_cpu else "KIND_GPU",

@@ -40,6 +40,7 @@ from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry import orca, tracing
 from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.backends.telemetry.output_digest import OutputRecorder
+from inferway.observability.masking import build_masker_from
 
 if TYPE_CHECKING:
     from inferway.backends.models.repository import ModelRepository
@@ -124,8 +125,11 @@ class ServingCore:
         self.settings = settings if settings is not None else ServingSettings()
         self.tracer = tracing.backend_tracer(tracer_provider)
         self._orca = orca.LoadReporter(repository.models)
+        self.masker = build_masker_from(self.settings.mask)
         self.outputs: OutputRecorder | None = (
-            OutputRecorder(self.settings.record_outputs) if self.settings.record_outputs else None
+            OutputRecorder(self.settings.record_outputs, masker=self.masker)
+            if self.settings.record_outputs
+            else None
         )
         """Digests of recent answers by request id (None: not recording)."""
 
@@ -334,7 +338,7 @@ class ServingCore:
             span,
             code=code,
             version=str(model.version) if model is not None else "",
-            error=failure.message if failure is not None else None,
+            error=self.masker.text(failure.message) if failure is not None else None,
             fault=failure is not None and failure.http_status >= 500,
         )
         self._count(model, transport.protocol, code, started)

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from inferway.backends.batching import BatchExecutor
 from inferway.backends.batching.errors import DeadlineExceededError
+from inferway.backends.models.served_model import ModelExecutor
 from inferway.backends.serving.input_validation import InferInputError
 
 __all__ = ["resolve_timeout_param", "run_inference"]
@@ -31,7 +31,7 @@ def resolve_timeout_param(parameters: Mapping[str, Any]) -> float | None:
 
 
 async def run_inference(
-    executor: BatchExecutor, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None
+    executor: ModelExecutor, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None
 ) -> dict[str, np.ndarray]:
     """``executor.infer`` under a deadline: the executor drops the request if the deadline
     passes while queued, and the wait is bounded here too, so a deadline always yields an

@@ -48,7 +48,9 @@ class ServingSettings:
     """``max_body_bytes`` caps every request (a model's ``max_input_bytes`` can only lower it);
     ``default_timeout_s`` bounds requests that name no deadline of their own (None: unbounded);
     ``record_outputs`` > 0 keeps digests of that many recent answers by request id, for a
-    rollout's output-agreement check (telemetry/output_digest.py; 0: off).
+    rollout's output-agreement check (telemetry/output_digest.py; 0: off); ``mask``: built-in
+    names (``email``, ``phone``, ``id_number``) and RE2 patterns masked in the backend's log
+    lines, span errors and recorded text outputs (observability/masking.py).
     ``http_frontend``: ``fast`` serves infer requests with protocol/fast_http.py (httptools)
     and hands every other request to aiohttp; ``aiohttp`` serves all with aiohttp (default:
     $INFERWAY_HTTP_FRONTEND, else DEFAULT_HTTP_FRONTEND)."""
@@ -56,6 +58,7 @@ class ServingSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     default_timeout_s: float | None = None
     record_outputs: int = 0
+    mask: tuple[str, ...] = ()
     http_frontend: str = field(default_factory=_default_http_frontend)
 
     def __post_init__(self) -> None:

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from inferway.observability.masking import NO_MASKING, Masker
+
 if TYPE_CHECKING:  # the gateway compares digests without numpy (the gateway extra has none)
     import numpy as np
 
@@ -127,13 +129,17 @@ def _datatype(array: np.ndarray) -> str:
     return f"{_KIND_PREFIX.get(kind, kind)}{array.dtype.itemsize * 8}"
 
 
-def build_tensor_digest(name: str, array: np.ndarray) -> TensorDigest:
+def build_tensor_digest(name: str, array: np.ndarray, masker: Masker = NO_MASKING) -> TensorDigest:
+    """``masker``: text items are masked before they are hashed, so a hash of a short text
+    (an e-mail address) cannot be turned back into it by trying candidates."""
     datatype = _datatype(array)
     shape = tuple(int(d) for d in array.shape)
     if datatype == "BYTES":
         digest = hashlib.sha256()
         for item in array.reshape(-1):
             raw = item if isinstance(item, bytes) else str(item).encode()
+            if masker.active:
+                raw = masker.text(raw.decode("utf-8", "replace")).encode()
             digest.update(len(raw).to_bytes(8, "little") + raw)
         return TensorDigest(name, datatype, shape, text_hash=digest.hexdigest())
     import numpy as np  # only the backend, which has numpy, builds digests
@@ -159,10 +165,11 @@ class OutputRecorder:
     ``epoch`` is new for every recorder: a reader seeing it change knows the process
     restarted and its sequence numbers began again."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, masker: Masker = NO_MASKING) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
+        self.masker = masker
         self.evicted = 0
         self.epoch = uuid.uuid4().hex
         self._records: OrderedDict[str, OutputDigest] = OrderedDict()
@@ -176,7 +183,9 @@ class OutputRecorder:
         version: str,
         outputs: Sequence[tuple[str, np.ndarray, object]],
     ) -> None:
-        tensors = tuple(build_tensor_digest(name, array) for name, array, *_ in outputs)
+        tensors = tuple(
+            build_tensor_digest(name, array, self.masker) for name, array, *_ in outputs
+        )
         with self._lock:
             self._seq += 1
             self._records.pop(request_id, None)

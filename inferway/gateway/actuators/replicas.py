@@ -91,7 +91,8 @@ class ReplicaManager:
         self._probe_interval = probe_interval
         self._sets: dict[str, ReplicaSet] = {}
         self._events: deque[ReplicaEvent] = deque(maxlen=keep_events)
-        self._published: dict[str, tuple[Endpoint, ...]] | None = None
+        # State starts with no replicas: nothing to publish until a set has some
+        self._published: dict[str, tuple[Endpoint, ...]] = {}
         self._flush_scheduled = False
         self._context: ReplicaContext | None = None
         self._closed = False
@@ -99,14 +100,17 @@ class ReplicaManager:
     # -- the interface -----------------------------------------------------------------------
 
     def configure(self, policy: Policy) -> None:
-        """Follow ``policy``: start sets for new services with ``replicas:``, update changed
-        ones, retire the rest. Idempotent; never publishes synchronously (it is called from
-        the control plane's own apply). After ``close()`` it does nothing: the last
-        publish re-applies the policy, which must not start replicas again."""
+        """Follow ``policy``: start sets for new services with ``replicas:`` (at start or by
+        a later edit), update changed ones, retire the rest. Idempotent; never publishes
+        synchronously (it is called from the control plane's own apply). After ``close()``
+        it does nothing: the last publish re-applies the policy, which must not start
+        replicas again."""
         if self._closed:
             return
-        context = self._ensure_context()
         wanted = {s.name: s.replicas for s in policy.services if s.replicas is not None}
+        if not wanted and not self._sets:
+            return  # nothing to run (yet): no session, no publish
+        context = self._ensure_context()
         for name, spec in wanted.items():
             current = self._sets.get(name)
             if current is None or current.retired:

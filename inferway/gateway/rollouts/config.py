@@ -27,12 +27,12 @@ def build_rollout_config(rollout: Rollout) -> RolloutConfig:
     checks: list[Check] = []
     guards: list[AbsoluteGuard] = []
     for metric in rollout.analysis.metrics:
-        if metric.name == "error-rate":
+        if metric.name in ("error-rate", "backend-error-rate"):
             assert metric.max_increase is not None  # RolloutMetric guarantees it
-            checks.append(ErrorRateCheck(metric.max_increase / 100))
-        elif metric.name == "latency-p99":
+            checks.append(ErrorRateCheck(metric.max_increase / 100, metric.name))
+        elif metric.name in ("latency-p99", "backend-latency-p99"):
             assert metric.max_increase is not None
-            checks.append(LatencyCheck(metric.max_increase / 100))
+            checks.append(LatencyCheck(metric.max_increase / 100, metric.name))
         elif metric.name == "output-agreement":
             assert metric.min is not None
             checks.append(AgreementCheck(metric.min / 100))

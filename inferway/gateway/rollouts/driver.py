@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
 from inferway.gateway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
 from inferway.gateway.controllers.rollout.controller import RolloutController
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.gateway.controllers.rollout.evidence import WindowSample
 from inferway.gateway.controllers.rollout.state import (
     TERMINAL,
     Decision,
@@ -234,7 +234,7 @@ class RolloutDriver:
         if phase in TERMINAL or phase == Phase.FAILED:
             return None
         if sample is not None and entry.pending is not None:
-            sample = _merge(entry.pending, sample)
+            sample = entry.pending.plus(sample)
         now = self._clock()
         if not await self._gates_open(entry, now, sample, error):
             return None
@@ -307,6 +307,7 @@ class RolloutDriver:
                     "errors": s.evidence.stable.errors,
                 },
                 "step_canary_requests": s.evidence.step_canary_requests,
+                **(_backend_evidence(s) if config.needs_backend_metrics else {}),
             },
             "last_analysis": None if last is None else last.to_json(),
             "gate": entry.gate,
@@ -375,17 +376,18 @@ def _target(spec: Rollout) -> RolloutTarget:
     return RolloutTarget(spec.route, spec.stable, spec.canary)
 
 
+def _backend_evidence(s: RolloutState) -> dict[str, Any]:
+    """What the backends themselves reported, as ``rollout status`` shows it."""
+    return {
+        "backend": {
+            role: {"requests": counts.requests, "errors": counts.errors}
+            for role, counts in (
+                ("canary", s.evidence.backend_canary),
+                ("stable", s.evidence.backend_stable),
+            )
+        }
+    }
+
+
 def _same_target(a: Rollout, b: Rollout) -> bool:
     return _target(a) == _target(b)
-
-
-def _counts(a: VersionCounts, b: VersionCounts) -> VersionCounts:
-    total = VersionCounts(a.requests, a.errors, dict(a.latency_ms))
-    total.add(b)
-    return total
-
-
-def _merge(a: WindowSample, b: WindowSample) -> WindowSample:
-    mirror = copy.copy(a.mirror)
-    mirror.add(b.mirror)
-    return WindowSample(_counts(a.stable, b.stable), _counts(a.canary, b.canary), mirror)

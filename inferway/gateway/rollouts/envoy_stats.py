@@ -27,6 +27,7 @@ __all__ = [
     "ScrapeError",
     "build_window",
     "parse_cluster_totals",
+    "window_counts",
 ]
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
@@ -96,7 +97,9 @@ def parse_cluster_totals(text: str, clusters: Iterable[str]) -> dict[str, Cluste
     return totals
 
 
-def _window(before: ClusterTotals | None, now: ClusterTotals) -> VersionCounts:
+def window_counts(before: ClusterTotals | None, now: ClusterTotals) -> VersionCounts:
+    """What happened between two scrapes of one set of totals; totals that went down
+    (a restart) count from zero, never negative."""
     base = ClusterTotals() if before is None or now.went_down_from(before) else before
     requests = now.requests - base.requests
     errors = min(now.errors - base.errors, requests)
@@ -124,8 +127,8 @@ def build_window(
     (Envoy restarted) counts from zero."""
     prev = before or {}
     return WindowSample(
-        stable=_window(prev.get(stable), now.get(stable, ClusterTotals())),
-        canary=_window(prev.get(canary), now.get(canary, ClusterTotals())),
+        stable=window_counts(prev.get(stable), now.get(stable, ClusterTotals())),
+        canary=window_counts(prev.get(canary), now.get(canary, ClusterTotals())),
     )
 
 

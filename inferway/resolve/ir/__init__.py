@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferway.resolve.ir.features import FeatureRouterIR
 from inferway.resolve.ir.grpc_target import GrpcTargetIR
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.observability import ObservabilityIR
@@ -34,3 +35,5 @@ class IR:
     """Never logged or traced: the credential headers plus the policy's redact_headers."""
     grpc_targets: tuple[GrpcTargetIR, ...] = ()
     """What proxyless gRPC clients may dial, in policy order (Envoy nodes never see these)."""
+    feature_router: FeatureRouterIR | None = None
+    """Set when a route matches on body features: the external processor Envoy asks."""

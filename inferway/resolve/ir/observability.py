@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AccessLogIR", "LogFieldIR", "ObservabilityIR", "TracingIR"]
+__all__ = ["AccessLogIR", "LogFieldIR", "MaskSinkIR", "ObservabilityIR", "TracingIR"]
+
+
+@dataclass(frozen=True)
+class MaskSinkIR:
+    """The gateway's masking sink: Envoy sends it access log lines (OTLP logs) and spans
+    (OTLP traces); it masks them, then writes the lines and forwards the spans."""
+
+    host: str
+    port: int
 
 
 @dataclass(frozen=True)
@@ -15,6 +24,8 @@ class TracingIR:
     service_name: str
     sampling_percent: float
     timeout: float
+    via_mask_sink: bool = False
+    """Spans go to the mask sink (collector_host/port), which forwards them masked."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,8 @@ class AccessLogIR:
     path: str
     """``stdout``, ``stderr`` or an absolute file path."""
     extra_fields: tuple[LogFieldIR, ...]
+    mask_sink: MaskSinkIR | None = None
+    """Set: lines go to the mask sink (OTLP logs), which masks and writes them to ``path``."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inferway.resolve.ir.access import AccessIR
+from inferway.resolve.ir.features import FeaturesIR
 from inferway.resolve.ir.route_traffic import CookieMatchIR, FaultIR, MirrorIR
 
 __all__ = [
@@ -51,6 +52,8 @@ class RouteMatchIR:
     path: PathMatchIR
     headers: tuple[HeaderMatchIR, ...]
     cookies: tuple[CookieMatchIR, ...] = ()
+    features: FeaturesIR | None = None
+    """Body features the feature router measured (None: the route does not look)."""
 
 
 @dataclass(frozen=True)
@@ -120,3 +123,5 @@ class RouteIR:
     """The weighted backend is picked by the hash policies, not at random."""
     mirror: MirrorIR | None = None
     fault: FaultIR | None = None
+    served_by_headers: bool = True
+    """Answers carry x-inferway-pool / x-inferway-replica (served_by.py)."""

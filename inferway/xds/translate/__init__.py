@@ -14,6 +14,7 @@ from inferway.xds import type_urls
 from inferway.xds.resources import Resources
 from inferway.xds.translate.cluster import build_cluster
 from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
+from inferway.xds.translate.features import FEATURE_ROUTER_CLUSTER, build_feature_router_cluster
 from inferway.xds.translate.listener import build_listener
 from inferway.xds.translate.observability import build_observability_clusters
 from inferway.xds.translate.route import build_route_configuration
@@ -30,11 +31,22 @@ def translate(ir: IR) -> Resources:
     this function translates what it is given."""
     items = {
         type_urls.LISTENER: [
-            (ln.name, build_listener(ln, observability=ir.observability)) for ln in ir.listeners
+            (
+                ln.name,
+                build_listener(
+                    ln, observability=ir.observability, feature_router=ir.feature_router
+                ),
+            )
+            for ln in ir.listeners
         ],
         type_urls.ROUTE: [(ln.name, build_route_configuration(ln)) for ln in ir.listeners],
         type_urls.CLUSTER: [(s.name, build_cluster(s)) for s in ir.services]
-        + [(c.name, c) for c in build_observability_clusters(ir.observability)],
+        + [(c.name, c) for c in build_observability_clusters(ir.observability)]
+        + (
+            [(FEATURE_ROUTER_CLUSTER, build_feature_router_cluster(ir.feature_router))]
+            if ir.feature_router is not None
+            else []
+        ),
         type_urls.ENDPOINT: [
             (s.name, build_cluster_load_assignment(s)) for s in ir.services if not uses_hostnames(s)
         ],

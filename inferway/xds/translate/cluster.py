@@ -23,6 +23,7 @@ from inferway.xds.translate.endpoint import (
 from inferway.xds.translate.health_check import build_health_check
 from inferway.xds.translate.load_balancing import apply_load_balancing
 from inferway.xds.translate.outlier_detection import build_outlier_detection
+from inferway.xds.translate.served_by import build_service_metadata
 from inferway.xds.translate.tls import build_service_transport_socket
 
 __all__ = ["build_cluster", "build_http_protocol_options"]
@@ -48,6 +49,7 @@ def build_cluster(service: ServiceIR) -> cluster_pb2.Cluster:
         # A replica removed from the endpoints leaves rotation at once, even while it still
         # passes health checks (Envoy's default keeps it until a check fails).
         ignore_health_on_host_removal=True,
+        metadata=build_service_metadata(service.name),  # what x-inferway-pool shows
     )
     if uses_hostnames(service):
         cluster.type = cluster_pb2.Cluster.DiscoveryType.STRICT_DNS

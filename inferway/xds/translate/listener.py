@@ -10,11 +10,13 @@ from inferway._xds_protos.envoy.extensions.filters.http.router.v3 import router_
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from inferway.resolve.ir.features import FeatureRouterIR
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
 from inferway.xds.translate.fault import apply_fault
+from inferway.xds.translate.features import build_feature_router_filter
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.rate_limit import apply_rate_limit
@@ -34,6 +36,7 @@ def build_http_connection_manager(
     *,
     observability: ObservabilityIR,
     route_config: route_pb2.RouteConfiguration | None = None,
+    feature_router: FeatureRouterIR | None = None,
 ) -> hcm_pb2.HttpConnectionManager:
     """HCM for ``listener``: RDS over ADS, or ``route_config`` inlined when given (the
     static bootstrap used for ``envoy --mode validate``). ``observability`` is the IR's
@@ -56,6 +59,9 @@ def build_http_connection_manager(
     apply_rate_limit(manager, listener.routes)
     apply_identity_check(manager, listener)
     apply_observability(manager, observability)
+    if feature_router is not None and any(r.match.features for r in listener.routes):
+        # first: the filters after it see the route the features chose
+        manager.http_filters.insert(0, build_feature_router_filter(feature_router))
     if route_config is None:
         manager.rds.CopyFrom(
             hcm_pb2.Rds(
@@ -73,6 +79,7 @@ def build_listener(
     *,
     observability: ObservabilityIR,
     route_config: route_pb2.RouteConfiguration | None = None,
+    feature_router: FeatureRouterIR | None = None,
 ) -> listener_pb2.Listener:
     return listener_pb2.Listener(
         name=listener.name,
@@ -94,6 +101,7 @@ def build_listener(
                                 listener,
                                 route_config=route_config,
                                 observability=observability,
+                                feature_router=feature_router,
                             )
                         ),
                     )

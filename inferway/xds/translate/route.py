@@ -19,10 +19,17 @@ from inferway.xds.translate import names
 from inferway.xds.translate._protos import bool_value, duration, pack, uint32_value
 from inferway.xds.translate.cookie_match import build_cookie_matcher
 from inferway.xds.translate.fault import add_route_fault
+from inferway.xds.translate.features import (
+    build_feature_matchers,
+    build_malformed_route,
+    disable_feature_router,
+    may_share_requests,
+)
 from inferway.xds.translate.load_balancing import ORCA_HEADER, build_hash_policy
 from inferway.xds.translate.mirror import add_route_mirror
 from inferway.xds.translate.rate_limit import add_route_rate_limit
 from inferway.xds.translate.rbac import add_route_access
+from inferway.xds.translate.served_by import SERVED_BY_HEADERS, add_served_by_headers
 
 __all__ = [
     "build_header_matcher",
@@ -36,19 +43,36 @@ __all__ = [
 
 
 def build_route_configuration(listener: ListenerIR) -> route_pb2.RouteConfiguration:
-    """The listener's routes, in the IR's (policy) order."""
+    """The listener's routes, in the IR's (policy) order; a feature route with
+    ``on_malformed: reject`` is preceded by its reject twin (features.py)."""
     return route_pb2.RouteConfiguration(
         name=listener.name,
         virtual_hosts=[
             rc_pb2.VirtualHost(
                 name=listener.name,
                 domains=["*"],
-                routes=[build_route(r) for r in listener.routes],
+                routes=_listener_routes(listener),
+                # served-by headers are Envoy's to set: a client's never reach the upstream
+                request_headers_to_remove=list(SERVED_BY_HEADERS),
                 # backends' ORCA load reports are for Envoy's load balancer, not for clients
                 response_headers_to_remove=[ORCA_HEADER],
             )
         ],
     )
+
+
+def _listener_routes(listener: ListenerIR) -> list[rc_pb2.Route]:
+    featured = [r.match.path for r in listener.routes if r.match.features is not None]
+    routes: list[rc_pb2.Route] = []
+    for route in listener.routes:
+        proto = build_route(route)
+        features = route.match.features
+        if features is not None and features.on_malformed == "reject":
+            routes.append(build_malformed_route(route, proto.match))
+        if featured and not any(may_share_requests(route.match.path, p) for p in featured):
+            disable_feature_router(proto)
+        routes.append(proto)
+    return routes
 
 
 def build_route(route: RouteIR) -> rc_pb2.Route:
@@ -61,6 +85,9 @@ def build_route(route: RouteIR) -> rc_pb2.Route:
     add_route_access(proto, route)
     add_route_rate_limit(proto, route)
     add_route_fault(proto, route)
+    add_served_by_headers(proto, route)
+    if route.match.features is not None:
+        proto.match.dynamic_metadata.extend(build_feature_matchers(route.match.features))
     proto.route.hash_policy.extend(build_hash_policy(h) for h in route.hash_policies)
     return proto
 

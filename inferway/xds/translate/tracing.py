@@ -15,21 +15,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway._xds_protos.envoy.config.core.v3 import address_pb2, grpc_service_pb2, protocol_pb2
-from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from inferway._xds_protos.envoy.config.core.v3 import grpc_service_pb2
 from inferway._xds_protos.envoy.config.trace.v3 import http_tracer_pb2, opentelemetry_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from inferway._xds_protos.envoy.extensions.upstreams.http.v3 import (
-    http_protocol_options_pb2 as hpo_pb2,
-)
 from inferway._xds_protos.envoy.type.tracing.v3 import custom_tag_pb2
 from inferway._xds_protos.envoy.type.v3 import percent_pb2
 from inferway.resolve.ir.observability import TracingIR
-from inferway.xds.translate import names
 from inferway.xds.translate._protos import duration, pack
-from inferway.xds.translate.endpoint import HOSTNAME_DNS_LOOKUP_FAMILY, is_ip_address
+from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 
 __all__ = [
     "COLLECTOR_CLUSTER",
@@ -87,42 +82,10 @@ def build_tracing(tracing: TracingIR) -> hcm_pb2.HttpConnectionManager.Tracing:
 
 
 def build_collector_cluster(tracing: TracingIR) -> cluster_pb2.Cluster:
-    """The OTLP/gRPC collector as an HTTP/2 cluster with its one endpoint inlined (STATIC for
-    an IP address, STRICT_DNS for a hostname, resolved IPv4 first like service clusters)."""
-    host, port = tracing.collector_host, tracing.collector_port
-    cluster = cluster_pb2.Cluster(
-        name=COLLECTOR_CLUSTER,
-        type=(
-            cluster_pb2.Cluster.DiscoveryType.STATIC
-            if is_ip_address(host)
-            else cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
-        ),
-        connect_timeout=duration(tracing.collector_connect_timeout),
-        load_assignment=endpoint_pb2.ClusterLoadAssignment(
-            cluster_name=COLLECTOR_CLUSTER,
-            endpoints=[
-                endpoint_components_pb2.LocalityLbEndpoints(
-                    lb_endpoints=[
-                        endpoint_components_pb2.LbEndpoint(
-                            endpoint=endpoint_components_pb2.Endpoint(
-                                address=address_pb2.Address(
-                                    socket_address=address_pb2.SocketAddress(
-                                        address=host, port_value=port
-                                    )
-                                )
-                            )
-                        )
-                    ]
-                )
-            ],
-        ),
+    """The OTLP/gRPC collector as an HTTP/2 cluster with its one endpoint inlined."""
+    return build_inline_http2_cluster(
+        COLLECTOR_CLUSTER,
+        tracing.collector_host,
+        tracing.collector_port,
+        tracing.collector_connect_timeout,
     )
-    options = hpo_pb2.HttpProtocolOptions(
-        explicit_http_config=hpo_pb2.HttpProtocolOptions.ExplicitHttpConfig(
-            http2_protocol_options=protocol_pb2.Http2ProtocolOptions()
-        )
-    )
-    cluster.typed_extension_protocol_options[names.HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
-    if cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS:
-        cluster.dns_lookup_family = HOSTNAME_DNS_LOOKUP_FAMILY  # as service clusters resolve
-    return cluster

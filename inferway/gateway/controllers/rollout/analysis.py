@@ -5,11 +5,15 @@ computed from the test, never guessed). Comparisons use the whole run's evidence
 stable over the same windows:
 
 - error rate: SPRT against stable (``stats.sprt_vs_stable``), ``H0``: canary is as good as
-  stable, ``H1``: it is worse by the tolerated limit; stable's rate is integrated over its own
-  posterior, and rates under 1/20 of the limit count as 1/20 of it, so a single 5xx against a
-  spotless stable is not a rollback on its own. Output agreement: SPRT of the disagreement
-  rate, ``H0``: half the tolerated rate, ``H1``: the tolerated rate.
+  stable, ``H1``: it is worse by the tolerated limit (failing on a mixture of the limit and
+  multiples of it, so a much worse canary is failed sooner); stable's rate is integrated
+  over its own posterior, and rates under 1/20 of the limit count as 1/20 of it, so a single
+  5xx against a spotless stable is not a rollback on its own. Output agreement: SPRT of the
+  disagreement rate, ``H0``: half the tolerated rate, ``H1``: the tolerated rate (and its
+  multiples on the fail side).
 - latency: Mann-Whitney U of canary against stable scaled by ``1 + max_increase``.
+
+The ``backend-*`` checks run the same tests on the counts the backends report themselves.
 
 False-rollback bound with identical versions: at most ``alpha`` per comparison for the whole
 run, however often it is analysed (Ville's inequality for the SPRT, exact for a known stable
@@ -111,6 +115,7 @@ def _sprt_verdict(
             "canary_events": events,
             "canary_trials": trials,
             "canary_rate": rate,
+            "llr_mixture": t.llr_fail,  # the fail side: against the limit and beyond it
             "expected_to_pass": t.expected_to_pass(),
             "expected_to_fail": t.expected_to_fail(),
         },
@@ -118,7 +123,7 @@ def _sprt_verdict(
 
 
 def _error_rate(c: ErrorRateCheck, ev: Evidence, a: AnalysisConfig) -> Verdict:
-    s, k = ev.stable, ev.canary
+    s, k = ev.versions(backend=c.backend)
     t = sprt_vs_stable(
         k.errors,
         k.requests,
@@ -146,7 +151,8 @@ def _agreement(c: AgreementCheck, ev: Evidence, a: AnalysisConfig) -> Verdict:
 
 
 def _latency(c: LatencyCheck, ev: Evidence, a: AnalysisConfig, last_look: int) -> Verdict:
-    canary, stable = ev.canary.latency_ms, ev.stable.latency_ms
+    stable_counts, canary_counts = ev.versions(backend=c.backend)
+    canary, stable = canary_counts.latency_ms, stable_counts.latency_ms
     factor = 1 + c.max_increase
     mw = mann_whitney(canary, {v * factor: n for v, n in stable.items()})
     k = look_index(mw.n_x)

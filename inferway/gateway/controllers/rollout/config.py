@@ -57,10 +57,15 @@ class Step:
 @dataclass(frozen=True, slots=True)
 class ErrorRateCheck:
     """Canary's error rate may exceed stable's (same window) by at most ``max_increase``
-    (an absolute rate: 0.005 is 0.5 percentage points)."""
+    (an absolute rate: 0.005 is 0.5 percentage points). ``backend-error-rate`` judges the
+    backends' own answers (their ``/metrics``) instead of what the proxy counted."""
 
     max_increase: float
-    name: Literal["error-rate"] = "error-rate"
+    name: Literal["error-rate", "backend-error-rate"] = "error-rate"
+
+    @property
+    def backend(self) -> bool:
+        return self.name == "backend-error-rate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +74,16 @@ class LatencyCheck:
 
     Tested on the whole distribution (Mann-Whitney U against stable scaled by
     ``1 + max_increase``), which for a scale shift is the same as its p99 moving by that
-    factor, and far more powerful than comparing two noisy tail estimates."""
+    factor, and far more powerful than comparing two noisy tail estimates.
+    ``backend-latency-p99`` compares the time inside the backends (their request duration
+    histogram), which the network and the proxy do not blur."""
 
     max_increase: float
-    name: Literal["latency-p99"] = "latency-p99"
+    name: Literal["latency-p99", "backend-latency-p99"] = "latency-p99"
+
+    @property
+    def backend(self) -> bool:
+        return self.name == "backend-latency-p99"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +174,19 @@ class RolloutConfig:
             raise RolloutConfigError(f"{where}: analysis.metrics names a metric twice")
         for c in a.checks:
             if isinstance(c, ErrorRateCheck) and not 0 < c.max_increase < 1:
-                raise RolloutConfigError(f"{where}: error-rate max_increase must be in (0, 1)")
+                raise RolloutConfigError(f"{where}: {c.name} max_increase must be in (0, 1)")
             if isinstance(c, LatencyCheck) and not c.max_increase > 0:
-                raise RolloutConfigError(f"{where}: latency-p99 max_increase must be positive")
+                raise RolloutConfigError(f"{where}: {c.name} max_increase must be positive")
             if isinstance(c, AgreementCheck) and not 0 < c.min < 1:
                 raise RolloutConfigError(f"{where}: output-agreement min must be in (0, 1)")
         for g in a.guards:
             if g.max <= 0 or not 0 < g.quantile < 1:
                 raise RolloutConfigError(f"{where}: guard {g.metric} needs max > 0, 0<quantile<1")
+
+    @property
+    def needs_backend_metrics(self) -> bool:
+        """A check reads the backends' own metrics (the source must scrape them)."""
+        return any(getattr(c, "backend", False) for c in self.analysis.checks)
 
     @property
     def step_parts(self) -> tuple[int, ...]:

@@ -3,6 +3,10 @@
 Canary and stable are always counted over the same windows, so a comparison never mixes
 a quiet night for one version with a busy day for the other. Latency is value -> count, which
 holds raw samples (count 1) and histogram buckets (upper bound -> bucket count) alike.
+
+Each version is counted twice when a rollout has ``backend-*`` checks: as the proxy saw it
+(Envoy's cluster stats, or Prometheus) and as the backends themselves report it (their own
+``/metrics``: time inside the server, its own error answers), each over the same windows.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Evidence", "MirrorCounts", "VersionCounts", "WindowSample"]
+
+_EMPTY: Mapping[str, Any] = {"requests": 0, "errors": 0, "latency_ms": []}
 
 
 @dataclass(slots=True)
@@ -29,6 +35,12 @@ class VersionCounts:
             )
         if any(c < 0 for c in self.latency_ms.values()):
             raise ValueError("latency counts must not be negative")
+
+    def plus(self, other: VersionCounts) -> VersionCounts:
+        """A new count of both (neither is changed)."""
+        total = VersionCounts(self.requests, self.errors, dict(self.latency_ms))
+        total.add(other)
+        return total
 
     def add(self, other: VersionCounts) -> None:
         self.requests += other.requests
@@ -67,6 +79,9 @@ class MirrorCounts:
                 f"{self.disagreed} of {self.compared}"
             )
 
+    def plus(self, other: MirrorCounts) -> MirrorCounts:
+        return MirrorCounts(self.compared + other.compared, self.disagreed + other.disagreed)
+
     def add(self, other: MirrorCounts) -> None:
         self.compared += other.compared
         self.disagreed += other.disagreed
@@ -81,11 +96,25 @@ class MirrorCounts:
 
 @dataclass(frozen=True, slots=True)
 class WindowSample:
-    """What a metric source measured over one window (deltas, not running totals)."""
+    """What a metric source measured over one window (deltas, not running totals).
+    ``backend_*``: the same window as the backends' own metrics report it (empty unless the
+    rollout has a ``backend-*`` check)."""
 
     stable: VersionCounts
     canary: VersionCounts
     mirror: MirrorCounts = field(default_factory=MirrorCounts)
+    backend_stable: VersionCounts = field(default_factory=VersionCounts)
+    backend_canary: VersionCounts = field(default_factory=VersionCounts)
+
+    def plus(self, other: WindowSample) -> WindowSample:
+        """Both windows as one (a window held back, then joined to the next)."""
+        return WindowSample(
+            self.stable.plus(other.stable),
+            self.canary.plus(other.canary),
+            self.mirror.plus(other.mirror),
+            self.backend_stable.plus(other.backend_stable),
+            self.backend_canary.plus(other.backend_canary),
+        )
 
 
 @dataclass(slots=True)
@@ -97,12 +126,22 @@ class Evidence:
     canary: VersionCounts = field(default_factory=VersionCounts)
     mirror: MirrorCounts = field(default_factory=MirrorCounts)
     step_canary_requests: int = 0
+    backend_stable: VersionCounts = field(default_factory=VersionCounts)
+    backend_canary: VersionCounts = field(default_factory=VersionCounts)
 
     def add(self, sample: WindowSample) -> None:
         self.stable.add(sample.stable)
         self.canary.add(sample.canary)
         self.mirror.add(sample.mirror)
+        self.backend_stable.add(sample.backend_stable)
+        self.backend_canary.add(sample.backend_canary)
         self.step_canary_requests += sample.canary.requests
+
+    def versions(self, *, backend: bool) -> tuple[VersionCounts, VersionCounts]:
+        """(stable, canary) as the proxy counted them, or as the backends report them."""
+        if backend:
+            return self.backend_stable, self.backend_canary
+        return self.stable, self.canary
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +149,8 @@ class Evidence:
             "canary": self.canary.to_json(),
             "mirror": self.mirror.to_json(),
             "step_canary_requests": self.step_canary_requests,
+            "backend_stable": self.backend_stable.to_json(),
+            "backend_canary": self.backend_canary.to_json(),
         }
 
     @classmethod
@@ -119,4 +160,7 @@ class Evidence:
             canary=VersionCounts.from_json(data["canary"]),
             mirror=MirrorCounts.from_json(data["mirror"]),
             step_canary_requests=int(data["step_canary_requests"]),
+            # saved before backend metrics existed: none counted
+            backend_stable=VersionCounts.from_json(data.get("backend_stable", _EMPTY)),
+            backend_canary=VersionCounts.from_json(data.get("backend_canary", _EMPTY)),
         )

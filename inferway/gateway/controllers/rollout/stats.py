@@ -9,7 +9,12 @@ any traffic level:
   looks, and a step waits exactly as long as the evidence needs. Against stable, whose rate
   is itself estimated, the likelihoods are averaged over stable's Beta posterior (a
   Beta-Binomial likelihood ratio), so a noisy stable estimate damps the evidence instead of
-  inflating it.
+  inflating it. The fail side is a mixture SPRT (Robbins' mixture martingale, the "always
+  valid" test of Johari et al., 2017): the alternative is the tolerated increase times each of
+  ``MIXTURE_FACTORS``, equally weighted. An average of martingales is one, so the same bound
+  holds, and a canary far worse than the limit is caught in proportion to how bad it is
+  instead of at the pace of one just at the limit; the pass side stays the plain SPRT against
+  the limit, so passing a canary at the limit keeps probability at most ``beta``.
 - The Mann-Whitney U test for latency distributions, on raw samples or on histogram buckets
   (each bucket's count placed at its upper bound; ties get mid-ranks). Repeated looks are
   corrected by spending ``alpha`` over a geometric look schedule (``alpha_k = alpha 6/(pi^2
@@ -26,6 +31,7 @@ from statistics import NormalDist
 from typing import Literal
 
 __all__ = [
+    "MIXTURE_FACTORS",
     "MannWhitney",
     "Result",
     "Sprt",
@@ -43,6 +49,9 @@ _NORMAL = NormalDist()
 # has FIRST_LOOK * GROWTH**(k-1) samples. Planned by sample size, never by the data.
 FIRST_LOOK = 20
 GROWTH = 1.5
+# The fail side's alternatives: the tolerated increase times these, equally weighted (up to 64x:
+# a 0.5-point limit reaches a 32-point increase). Fixed in advance, never chosen from the data.
+MIXTURE_FACTORS = (1, 2, 4, 8, 16, 32, 64)
 # Cap for "need ~N more": beyond this the evidence is pointing nowhere; say so instead of
 # printing an absurd number.
 MAX_NEED = 10**9
@@ -61,17 +70,18 @@ Result = Literal["pass", "fail", "need_more"]
 class Sprt:
     """One SPRT evaluation: the log likelihood ratio against its two boundaries."""
 
-    llr: float
+    llr: float  # against the limit (p1): the pass side
     upper: float  # fail at or above: ln(1/alpha)
     lower: float  # pass at or below: ln(beta / (1 - alpha))
     p0: float
     p1: float
     drift_h0: float  # expected LLR change per observation if H0 holds (negative)
     drift_h1: float  # ... if H1 holds (positive)
+    llr_fail: float  # against the mixture of alternatives at and beyond p1: the fail side
 
     @property
     def verdict(self) -> Result:
-        if self.llr >= self.upper:
+        if self.llr_fail >= self.upper:
             return "fail"
         if self.llr <= self.lower:
             return "pass"
@@ -85,19 +95,33 @@ class Sprt:
             return 0
         if self.llr <= 0:
             return min(MAX_NEED, math.ceil((self.llr - self.lower) / -self.drift_h0))
-        return min(MAX_NEED, max(1, math.ceil((self.upper - self.llr) / self.drift_h1)))
+        return min(MAX_NEED, max(1, math.ceil((self.upper - self.llr_fail) / self.drift_h1)))
 
     def expected_to_pass(self) -> int:
         """Wald's expected sample size from zero to the pass boundary under H0."""
         return min(MAX_NEED, math.ceil(-self.lower / -self.drift_h0))
 
     def expected_to_fail(self) -> int:
-        """Expected sample size from zero to the fail boundary under H1."""
-        return min(MAX_NEED, math.ceil(self.upper / self.drift_h1))
+        """Expected sample size from zero to the fail boundary for a canary just at the limit
+        (at most: the mixture is never below the limit's LLR less ln of its size)."""
+        return min(MAX_NEED, math.ceil((self.upper + _LN_MIXTURE) / self.drift_h1))
+
+
+_LN_MIXTURE = math.log(len(MIXTURE_FACTORS))
+_TOP = 1.0 - 1e-9
 
 
 def _bernoulli_llr_terms(p0: float, p1: float) -> tuple[float, float]:
     return math.log(p1 / p0), math.log((1.0 - p1) / (1.0 - p0))
+
+
+def _alternatives(p: float, increase: float) -> list[float]:
+    """The mixture's alternative rates for a base rate ``p`` (capped below 1)."""
+    return [min(p + increase * f, _TOP) for f in MIXTURE_FACTORS]
+
+
+def _loglik(events: int, misses: int, rate: float) -> float:
+    return events * math.log(rate) + misses * math.log1p(-rate)
 
 
 def sprt_bernoulli(
@@ -110,7 +134,10 @@ def sprt_bernoulli(
     if not 0 <= events <= trials:
         raise ValueError(f"SPRT needs 0 <= events <= trials, got {events} of {trials}")
     hit, miss = _bernoulli_llr_terms(p0, p1)
-    llr = events * hit + (trials - events) * miss
+    misses = trials - events
+    llr = events * hit + misses * miss
+    null = _loglik(events, misses, p0)
+    mixture = [_loglik(events, misses, q) - null for q in _alternatives(p0, p1 - p0)]
     return Sprt(
         llr=llr,
         upper=math.log(1.0 / alpha),
@@ -119,12 +146,14 @@ def sprt_bernoulli(
         p1=p1,
         drift_h0=p0 * hit + (1.0 - p0) * miss,
         drift_h1=p1 * hit + (1.0 - p1) * miss,
+        llr_fail=_logsumexp(mixture) - _LN_MIXTURE,
     )
 
 
 # Stable's posterior is integrated by Monte Carlo over this many draws, from a fixed seed so a
 # verdict is a pure function of its counts.
 POSTERIOR_DRAWS = 512
+MIXTURE_STRIDE = 4
 _POSTERIOR_SEED = 20261201
 
 
@@ -162,9 +191,20 @@ def sprt_vs_stable(
     top = 1 - increase - 1e-12
     p = [min(max(rng.betavariate(a, b), floor), top) for _ in range(POSTERIOR_DRAWS)]
     misses = trials - events
-    ll0 = [events * math.log(x) + misses * math.log1p(-x) for x in p]
-    ll1 = [events * math.log(x + increase) + misses * math.log1p(-x - increase) for x in p]
-    llr = _logsumexp(ll1) - _logsumexp(ll0)
+    ll0 = [_loglik(events, misses, x) for x in p]
+    ll1 = [_loglik(events, misses, x + increase) for x in p]
+    null = _logsumexp(ll0)
+    llr = _logsumexp(ll1) - null
+    # The mixture: each alternative under every MIXTURE_STRIDE-th draw, equally weighted,
+    # against the null over the same draws (a quarter of the draws keeps the analysis' cost
+    # near the plain test's; still a pure function of the counts).
+    log, log1p, top = math.log, math.log1p, _TOP
+    steps = [increase * f for f in MIXTURE_FACTORS]
+    sub = p[::MIXTURE_STRIDE]
+    mix = [
+        events * log(q) + misses * log1p(-q) for x in sub for q in [min(x + d, top) for d in steps]
+    ]
+    llr_fail = _logsumexp(mix) - _LN_MIXTURE - _logsumexp(ll0[::MIXTURE_STRIDE])
     p0 = min(max(a / (a + b), floor), 1 - increase - 1e-12)
     p1 = p0 + increase
     hit, miss = _bernoulli_llr_terms(p0, p1)
@@ -176,6 +216,7 @@ def sprt_vs_stable(
         p1=p1,
         drift_h0=p0 * hit + (1.0 - p0) * miss,
         drift_h1=p1 * hit + (1.0 - p1) * miss,
+        llr_fail=llr_fail,
     )
 
 

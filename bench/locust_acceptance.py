@@ -1,0 +1,197 @@
+"""The deployment guide's acceptance load test: locust users at 1 request/s each against
+``inferway run`` + ``inferway serve`` on the tiny model (issue 15 goal 3: p99 < 50 ms at 1,000
+users; 2,000 recorded), through the gateway and straight to the backend in the same run.
+
+Real processes on loopback: ``inferway serve`` over a generated repository (the tiny MLP with
+adaptive batching), ``inferway run`` with a one-route policy in front of it, and locust
+(headless, ``FastHttpUser``, ``constant(1)`` think time: each user sends, waits for the
+answer, sleeps 1 s, so a spawned cohort arrives in bursts as locust users do) through
+``inferway verify``'s bounded locust runner. Targets are run in a rotated order per round.
+
+    .venv/bin/python bench/locust_acceptance.py                  # 1,000 and 2,000 users, 60 s
+    .venv/bin/python bench/locust_acceptance.py --quick          # 200 users, 10 s
+    .venv/bin/python bench/locust_acceptance.py --serve-arg=--workers --serve-arg=2
+
+Writes bench/results/locust_acceptance.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from _common import environment, free_port, print_table, write_results
+from batching_models import TINY_SIZES, build_bench_repository, served_name
+
+from inferway.gateway.verify.expect import Probe
+from inferway.gateway.verify.load import LoadSettings, run_load
+
+MODEL = served_name("tiny", "adaptive")
+
+
+def _body() -> bytes:
+    row = [((i * 37) % 100) / 100 for i in range(TINY_SIZES[0])]
+    tensor = {"name": "x", "datatype": "FP32", "shape": [1, TINY_SIZES[0]], "data": row}
+    return json.dumps({"inputs": [tensor]}).encode()
+
+
+def _policy(listener: int, backend: int) -> str:
+    return f"""version: 1
+listeners:
+  - {{name: main, address: 127.0.0.1, port: {listener}}}
+services:
+  - name: model
+    endpoints: ["127.0.0.1:{backend}"]
+routes:
+  - name: all
+    backends: [{{service: model}}]
+"""
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout_s: float = 90) -> None:
+    body = _body()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode}")
+        try:
+            request = urllib.request.Request(
+                url, data=body, headers={"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
+        time.sleep(0.3)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", default="1000,2000")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds per run")
+    parser.add_argument("--spawn-rate", type=float, default=200.0, help="users started per s")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--targets", default="gateway,direct")
+    parser.add_argument("--sla-p99-ms", type=float, default=50.0)
+    parser.add_argument("--serve-arg", action="append", default=[], help="extra serve option")
+    parser.add_argument("--quick", action="store_true", help="200 users, 10 s")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.users, args.duration, args.spawn_rate = "200", 10.0, 100.0
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    users = [int(u) for u in args.users.split(",")]
+    targets = [t for t in args.targets.split(",") if t]
+    cli = [sys.executable, "-m", "inferway.gateway.entry"]
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="inferway-locust-") as scratch:
+        root = Path(scratch)
+        build_bench_repository(root / "models", {"tiny": TINY_SIZES})
+        http, listener = free_port(), free_port()
+        serve = [*cli, "serve", "--model-repository", str(root / "models")]
+        serve += ["--http-port", str(http), "--grpc-port", str(free_port()), *args.serve_arg]
+        (root / "policy.yaml").write_text(_policy(listener, http))
+        run = [*cli, "run", "-f", str(root / "policy.yaml"), "--workdir", str(root / "gw")]
+        run += ["--xds-port", str(free_port()), "--admin-port", str(free_port())]
+        run += ["--envoy-admin-port", str(free_port())]
+        logs = (root / "serve.log").open("wb"), (root / "run.log").open("wb")
+        backend = subprocess.Popen(serve, stdout=logs[0], stderr=subprocess.STDOUT)
+        gateway = subprocess.Popen(run, stdout=logs[1], stderr=subprocess.STDOUT)
+        urls = {
+            "direct": f"http://127.0.0.1:{http}",
+            "gateway": f"http://127.0.0.1:{listener}",
+        }
+        try:
+            path = f"/v2/models/{MODEL}/infer"
+            _wait(urls["direct"] + path, backend, "inferway serve")
+            _wait(urls["gateway"] + path, gateway, "inferway run")
+            probe = Probe("infer", path, (("content-type", "application/json"),), _body())
+            for round_ in range(args.rounds):
+                order = targets[round_ % len(targets) :] + targets[: round_ % len(targets)]
+                for n in users:
+                    for target in order:
+                        settings = LoadSettings(
+                            users=n,
+                            duration_s=args.duration,
+                            spawn_rate=args.spawn_rate,
+                            think_time_s=1.0,
+                            sla_p99_ms=args.sla_p99_ms,
+                        )
+                        report = run_load(urls[target], [probe], settings)
+                        result = report.result
+                        latency = result["latency_ms"]
+                        runs.append(
+                            {
+                                "round": round_,
+                                "target": target,
+                                "users": n,
+                                "requests": result["requests"],
+                                "failures": result["failures"],
+                                "throughput_rps": result["throughput_rps"],
+                                "p50_ms": latency["p50"],
+                                "p95_ms": latency["p95"],
+                                "p99_ms": latency["p99"],
+                                "sla_met": report.ok,
+                                "timeline": result["timeline"],
+                            }
+                        )
+                        print(
+                            f"{target:8} {n:5} users: {result['throughput_rps']:7.0f} req/s, "
+                            f"p99 {latency['p99']} ms, failures {result['failures']}",
+                            flush=True,
+                        )
+        finally:
+            _stop(gateway)
+            _stop(backend)
+            for log in logs:
+                log.close()
+    rows = [
+        (
+            r["target"],
+            r["users"],
+            r["round"] + 1,
+            f"{r['throughput_rps']:.0f}",
+            f"{r['p50_ms']:.1f}",
+            f"{r['p95_ms']:.1f}",
+            f"{r['p99_ms']:.1f}",
+            r["failures"],
+            "met" if r["sla_met"] else "MISSED",
+        )
+        for r in runs
+    ]
+    print_table(
+        f"locust, 1 req/s per user, {args.duration:g} s per run (SLA p99 < {args.sla_p99_ms:g} ms)",
+        ("target", "users", "round", "req/s", "p50 ms", "p95 ms", "p99 ms", "failures", "SLA"),
+        rows,
+    )
+    data = {"environment": environment(), "args": vars(args), "runs": runs}
+    print(f"wrote {write_results('locust_acceptance', data)}")
+    return data
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

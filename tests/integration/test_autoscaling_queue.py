@@ -1,0 +1,128 @@
+"""Autoscaling on the replicas' own queue, over real processes: the gateway's composition root
+with a real Envoy, replicas that are real ``inferway serve`` backends whose batcher holds each
+request 0.2 s (capacity made small on purpose, without burning CPU), and the issue's rule form
+on ``queue_length``. Closed-loop load builds a queue in the backends; the driver reads it from
+their /metrics, scales out to the maximum, and back in once the load stops, with no failed
+request; each replica's /metrics also carries its ORCA busy fraction (``utilization``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from inferway.devtools.demo_models import build_mlp
+from inferway.gateway.backend_scrape import scrape_backends
+from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from tests.envoy_process import free_port
+from tests.helpers import poll_until
+
+pytestmark = pytest.mark.integration
+
+POLICY = """
+listeners: [{{name: edge, port: {listener}}}]
+services:
+  - name: model
+    health_check: {{interval: 250ms}}
+    replicas:
+      command: >-
+        {python} -m inferway.gateway.cli serve --model-repository {repo}
+        --http-port {{port}} --grpc-port {{grpc_port}}
+      min: 1
+      max: 3
+      ready_timeout: 90s
+      drain_timeout: 10s
+      stop_grace: 10s
+    autoscale:
+      scaling_policy:
+        {{metric_type: queue_length, threshold: 3, scale_in_threshold: 1, action: add_instance,
+          cooldown: 1}}
+      sampling_interval: 0.5
+      min_size: 1
+      max_size: 3
+routes:
+  - name: all
+    backends: [{{service: model}}]
+"""
+BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [0.5] * 8}]}
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, int]]:
+    repo = tmp_path / "models"
+    build_mlp(repo / "mlp" / "1" / "model.onnx", (8, 16, 4), seed=0)
+    (repo / "mlp" / "config.yaml").write_text(
+        "batching: {mode: fixed, max_batch_size: 64, max_queue_delay_s: 0.2}\nintra_op_threads: 1\n"
+    )
+    listener = free_port()
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY.format(listener=listener, python=sys.executable, repo=repo))
+    options = GatewayOptions(
+        policy_path=path, xds_port=0, admin_port=0, envoy_admin_port=free_port(), workdir=tmp_path
+    )
+    gw = await start_gateway(options)
+    try:
+        assert gw.supervisor is not None and await gw.supervisor.wait_ready(20)
+        yield gw, listener
+    finally:
+        await gw.stop()
+
+
+def _replicas(gw: Gateway) -> tuple[int, int]:
+    assert gw.replicas is not None
+    (status,) = gw.replicas.status()
+    return status.desired, status.ready
+
+
+async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_request(
+    gateway: tuple[Gateway, int],
+) -> None:
+    gw, listener = gateway
+    assert gw.autoscale is not None and gw.replicas is not None
+    seen: list[dict[str, Any]] = []
+    gw.autoscale.on_decision.append(seen.append)
+    await poll_until(lambda: _replicas(gw) == (1, 1), timeout=90, what="one ready replica")
+
+    failures: list[str] = []
+    answered = 0
+    loading = True
+    url = f"http://127.0.0.1:{listener}/v2/models/mlp/infer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+
+        async def user() -> None:  # a closed loop: at most one request in flight each
+            nonlocal answered
+            while loading:
+                try:
+                    async with session.post(url, json=BODY) as response:
+                        if response.status != 200:
+                            failures.append(f"{response.status} {await response.text()}")
+                        else:
+                            answered += 1
+                except aiohttp.ClientError as exc:
+                    failures.append(repr(exc))
+
+        users = [asyncio.create_task(user()) for _ in range(8)]
+        try:
+            await poll_until(lambda: _replicas(gw) == (3, 3), timeout=120, what="scale out to 3")
+            ready = gw.replicas.endpoints()["model"]
+            scrape = await scrape_backends(session, [f"http://{e.host}:{e.port}" for e in ready])
+        finally:
+            loading = False
+            await asyncio.gather(*users)
+    await poll_until(lambda: _replicas(gw) == (1, 1), timeout=60, what="scale in to 1")
+
+    assert failures == [] and answered > 0
+    assert scrape.failures == {} and len(scrape.totals) == 3
+    assert sum(t.queue_depth for t in scrape.totals.values()) > 0
+    assert all(t.utilization is not None for t in scrape.totals.values())
+    up = next(d for d in seen if d["direction"] == "up")
+    assert up["metric"] == "queue_length" and up["inputs"]["queue_length"] > 3, up
+    down = next(d for d in seen if d["direction"] == "down")
+    assert seen.index(down) > seen.index(up) and down["inputs"]["queue_length"] < 1
+    (service,) = gw.autoscale.status_json()["services"]
+    assert service["error"] is None
