@@ -114,6 +114,8 @@ class Peer:
     path: str
     stop: Callable[[], None]
     versions: dict[str, str] = field(default_factory=dict)
+    grpc_port: int = 0
+    model: str = "mlp"
 
 
 class _Subprocess:
@@ -161,7 +163,8 @@ def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Pe
         versions = _versions(python, ["mosec", "onnxruntime"])
         return Peer(name, port, "/inference", process.stop, versions)
     if name == "pytriton":
-        env |= {"PEER_HTTP_PORT": str(port), "PEER_GRPC_PORT": str(free_port())}
+        grpc_port = free_port()
+        env |= {"PEER_HTTP_PORT": str(port), "PEER_GRPC_PORT": str(grpc_port)}
         # Triton's Python-backend stub links libpython3.X.so: make it the venv interpreter's
         # own (a distribution's older libpython beside a newer stdlib breaks multiprocessing)
         libdir = subprocess.run(
@@ -176,7 +179,7 @@ def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Pe
         process = _Subprocess([str(python), script], env, logs / "pytriton.log")
         _wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/ready", process.proc, 240, "pytriton")
         versions = _versions(python, ["nvidia-pytriton", "onnxruntime"])
-        return Peer(name, port, "/v2/models/mlp/infer", process.stop, versions)
+        return Peer(name, port, "/v2/models/mlp/infer", process.stop, versions, grpc_port)
     raise ValueError(f"unknown server {name!r}; choose from {', '.join(SERVERS)}")
 
 

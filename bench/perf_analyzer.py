@@ -10,6 +10,7 @@ environment (a venv, default under ~/.cache) with pip; libb64 comes from apt.
 
     python bench/perf_analyzer.py --setup
     python bench/perf_analyzer.py --concurrency 1:9:4
+    python bench/perf_analyzer.py --servers inferway,triton   # beside PyTriton (peers.py's venv)
 
 Writes bench/results/perf_analyzer.json (perf_analyzer's CSV rows per protocol).
 """
@@ -94,11 +95,17 @@ def start_serve(models: Path) -> tuple[subprocess.Popen[str], int, int]:
 
 
 def run_tool(
-    binary: Path, env: dict[str, str], protocol: str, port: int, args: argparse.Namespace
+    binary: Path,
+    env: dict[str, str],
+    protocol: str,
+    port: int,
+    args: argparse.Namespace,
+    model: str | None = None,
 ) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.csv"
-        command = [str(binary), "-m", args.model, "-u", f"127.0.0.1:{port}", "-i", protocol]
+        name = model or args.model
+        command = [str(binary), "-m", name, "-u", f"127.0.0.1:{port}", "-i", protocol]
         command += ["--concurrency-range", args.concurrency, "-f", str(report)]
         command += ["--measurement-interval", str(args.interval_ms)]
         command += ["--stability-percentage", str(args.stability), "--max-trials", "8"]
@@ -119,28 +126,72 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=3000)
     parser.add_argument("--stability", type=int, default=25, help="percent")
     parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument(
+        "--servers",
+        default="inferway",
+        help="inferway and/or triton (PyTriton in its own venv, bench/peers.py's set-up), "
+        "measured one after the other per protocol, the order alternating",
+    )
+    parser.add_argument("--venvs", type=Path, default=None, help="peers.py's venvs folder")
     args = parser.parse_args()
     if args.setup:
         setup_tool(args.tool_venv)
         return
     binary, env = tool_env(args.tool_venv)
+    servers = [s for s in args.servers.split(",") if s]
     results: dict[str, Any] = {"environment": environment(), "model": "demo MLP 256-1024-1024-10"}
     with tempfile.TemporaryDirectory(prefix="inferway-pa-") as tmp:
-        write_demo_repository(Path(tmp) / "models", name=args.model)
-        proc, http_port, grpc_port = start_serve(Path(tmp) / "models")
+        models = Path(tmp) / "models"
+        write_demo_repository(models, name=args.model)
+        ports: dict[str, tuple[int, int, str]] = {}
+        stops = []
         try:
-            for protocol in args.protocols.split(","):
-                port = http_port if protocol == "http" else grpc_port
-                rows = run_tool(binary, env, protocol, port, args)
-                results[protocol] = rows
-                print_table(
-                    f"perf_analyzer over {protocol} (latencies in us)",
-                    COLUMNS,
-                    [[row.get(c, "") for c in COLUMNS] for row in rows],
+            if "inferway" in servers:
+                proc, http_port, grpc_port = start_serve(models)
+                ports["inferway"] = (http_port, grpc_port, args.model)
+                stops.append(
+                    lambda: (proc.send_signal(signal.SIGTERM), proc.communicate(timeout=30))
                 )
+            if "triton" in servers:
+                from peers import DEFAULT_VENVS, start_peer
+
+                onnx = next(models.glob(f"{args.model}/*/model.onnx"))
+                peer = start_peer("pytriton", models, onnx, args.venvs or DEFAULT_VENVS, Path(tmp))
+                ports["triton"] = (peer.port, peer.grpc_port, "mlp")
+                stops.append(peer.stop)
+                results["triton_versions"] = peer.versions
+            for i, protocol in enumerate(args.protocols.split(",")):
+                order = servers if i % 2 == 0 else servers[::-1]
+                for server in order:
+                    http_port, grpc_port, model = ports[server]
+                    port = http_port if protocol == "http" else grpc_port
+                    rows = run_tool(binary, env, protocol, port, args, model)
+                    results[protocol if server == "inferway" else f"{server}-{protocol}"] = rows
+                    print_table(
+                        f"perf_analyzer over {protocol} against {server} (latencies in us)",
+                        COLUMNS,
+                        [[row.get(c, "") for c in COLUMNS] for row in rows],
+                    )
+                if {"inferway", "triton"} <= set(servers):
+                    ours, theirs = results[protocol], results[f"triton-{protocol}"]
+                    ratios = [
+                        (
+                            a["Concurrency"],
+                            a["Inferences/Second"],
+                            b["Inferences/Second"],
+                            f"{float(a['Inferences/Second']) / float(b['Inferences/Second']):.2f}",
+                        )
+                        for a, b in zip(ours, theirs, strict=False)
+                    ]
+                    results[f"ratio-{protocol}"] = ratios
+                    print_table(
+                        f"{protocol}: inferway / Triton throughput",
+                        ("concurrency", "inferway inf/s", "Triton inf/s", "ratio"),
+                        ratios,
+                    )
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=30)
+            for stop in reversed(stops):
+                stop()
     print(f"wrote {write_results('perf_analyzer', results)}")
 
 
