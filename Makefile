@@ -4,13 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint fmt golden bench clean
+.PHONY: demo test lint fmt golden bench clean dist
 
 # The editable install runs hatch_build.py, which generates the git-ignored modules (the OIP
 # gRPC code, the private Envoy API copy): a changed .proto or build_support/ reinstalls.
 $(STAMP): pyproject.toml hatch_build.py $(wildcard build_support/*.py inferway/backends/protocol/*.proto)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# the code distribution is inferway-core now; drop a venv's editable install of old `inferway`
+	@$(BIN)/python -m pip uninstall --quiet --yes inferway 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
@@ -33,6 +35,11 @@ fmt: $(STAMP)
 
 golden: $(STAMP)
 	INFERWAY_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/golden tests/unit/test_policy_broken.py -q
+
+# The wheels of inferway-core and its meta-distributions (inferway, inferway-gateway,
+# inferway-backend, inferway-gpu) into dist/, a --find-links folder (docs/install.md).
+dist: $(STAMP)
+	$(BIN)/python -m build_support.dists dist
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

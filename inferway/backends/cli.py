@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from inferway.backends.install_check import missing_backend_message, missing_backend_modules
 from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S, JobSettings
 from inferway.backends.jobs.store import JobStoreUnavailableError
 from inferway.backends.process_tuning import tune_for_serving
@@ -35,7 +36,7 @@ __all__ = ["serve"]
 
 _EXIT_CANNOT_START = 2
 """docs/cli.md's exit code for a precondition not met here (the gateway's EXIT_CANNOT_START;
-the backend does not import the gateway)."""
+the backend does not import the gateway; tests/unit/test_install_check.py checks they agree)."""
 
 
 async def _serve(
@@ -233,6 +234,10 @@ def serve(
     ] = 30.0,
 ) -> None:
     """Serve the models in MODEL_REPOSITORY over the Open Inference Protocol (HTTP + gRPC)."""
+    missing = missing_backend_modules()
+    if missing:  # the gateway-only install (docs/install.md): say which install brings them
+        typer.echo(missing_backend_message("serve", missing), err=True)
+        raise typer.Exit(_EXIT_CANNOT_START)
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")

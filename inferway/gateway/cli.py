@@ -216,7 +216,19 @@ def demo(
     ] = False,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
-    from inferway.devtools.demo import run_demo
+    from inferway.backends.install_check import missing_backend_message, missing_backend_modules
+    from inferway.xds.envoy_binary import find_envoy
+
+    missing = missing_backend_modules()
+    if missing:  # a gateway-only or core-only install (docs/install.md)
+        typer.echo(missing_backend_message("demo", missing), err=True)
+        raise typer.Exit(EXIT_CANNOT_START)
+    try:
+        find_envoy()
+    except FileNotFoundError as exc:  # a backend-only or core-only install
+        typer.echo(f"inferway demo: {exc}", err=True)
+        raise typer.Exit(EXIT_CANNOT_START) from None
+    from inferway.devtools.demo import run_demo  # imports the backend: after the checks
 
     configure_logging("warning")
     raise typer.Exit(

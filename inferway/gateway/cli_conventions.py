@@ -14,6 +14,7 @@ import typer
 from inferway.observability.log_format import LogFormatChoice
 
 __all__ = [
+    "DISTRIBUTION",
     "PIPED_HELP_WIDTH",
     "LogFormatOption",
     "PolicyFile",
@@ -22,15 +23,19 @@ __all__ = [
     "run_app",
 ]
 
+DISTRIBUTION = "inferway-core"
+"""The distribution that holds the code, whichever meta-distribution (``inferway``,
+``inferway-gateway``, ...) pulled it in: all of them pin the same release (docs/install.md)."""
+
 PIPED_HELP_WIDTH = 1000
 """Help's line width when stdout is not a terminal: wide enough that nothing wraps or is cut."""
 
 
 def installed_version() -> str:
-    """The installed distribution's version, from its metadata (what pip and bug reports
+    """The installed code distribution's version, from its metadata (what pip and bug reports
     name); a source tree that was never installed says so."""
     try:
-        return importlib.metadata.version("inferway")
+        return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return "unknown (not installed)"
 

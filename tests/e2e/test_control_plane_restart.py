@@ -116,7 +116,11 @@ async def test_a_config_envoy_rejects_is_recorded_once_not_resent_and_traffic_ke
     assert await cache.wait_for_acks(good.version, node_ids=[NODE_ID], timeout=10)
     pushes_at_nack = len(counter.pushes)
     await asyncio.sleep(2.0)  # a resend loop would push many times a second
-    assert counter.pushes[pushes_at_nack:] == [], "the rejected config was sent again"
+    later = counter.pushes[pushes_at_nack:]
+    # Envoy may still ask for the endpoints once after the re-sent clusters (that answer can
+    # land in this window on a loaded machine): allowed, if it is the good content, once.
+    assert all(v == good.versions[t] for _, t, v in later), f"rejected config re-sent: {later}"
+    assert len({t for _, t, _ in later}) == len(later), f"pushes kept coming: {later}"
     assert len(nacked()) == 1
     # the rejected clusters went out once; everything after is the good snapshot's content
     # (its clusters, and the endpoints Envoy asks for again after them)

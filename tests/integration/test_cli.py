@@ -286,7 +286,7 @@ def test_version_names_the_installed_distribution() -> None:
     shown = _inferway("--version")
     assert (shown.returncode, shown.stdout) == (
         0,
-        f"inferway {importlib.metadata.version('inferway')}\n",
+        f"inferway {importlib.metadata.version('inferway-core')}\n",
     )
 
 

@@ -57,6 +57,16 @@ routes:
         on_malformed: reject
     backends:
       - service: strict-pool
+  - name: with-context
+    match:
+      path:
+        prefix: /v2/models/ctx/infer
+      features:
+        fields:
+          - path: parameters.context
+            present: true
+    backends:
+      - service: cpu-pool
   - name: default
     match:
       path:
@@ -280,3 +290,19 @@ async def test_within_the_pool_features_chose_load_aware_balancing_picks_the_rep
         answered = [await one() for _ in range(300)]
     assert not gpu.hits, "feature-routed requests never reach the other pool"
     assert answered.count("busy") < 0.25 * len(answered), answered.count("busy")
+
+
+async def test_a_present_field_rule_counts_any_value_null_objects_and_lists_too(
+    gateway: TrafficGateway,
+) -> None:
+    for context, pool in (
+        ({"user": "u1"}, "cpu-pool"),
+        ([1, 2], "cpu-pool"),
+        (None, "cpu-pool"),
+        ("text", "cpu-pool"),
+    ):
+        body = json.dumps({"inputs": [], "parameters": {"context": context}}).encode()
+        status, headers, _ = await post(gateway, "/v2/models/ctx/infer", body)
+        assert (status, headers["x-inferway-pool"]) == (200, pool), context
+    status, headers, _ = await post(gateway, "/v2/models/ctx/infer", b'{"parameters": {}}')
+    assert (status, headers["x-inferway-pool"]) == (200, "gpu-pool")

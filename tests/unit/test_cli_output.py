@@ -40,7 +40,7 @@ def _files(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_version_is_the_installed_distributions() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
-    assert result.stdout == f"inferway {importlib.metadata.version('inferway')}\n"
+    assert result.stdout == f"inferway {importlib.metadata.version('inferway-core')}\n"
 
 
 def test_validate_json_lists_every_issue_located_and_a_verdict_per_file(tmp_path: Path) -> None:

@@ -130,11 +130,21 @@ def test_one_plain_install_as_the_makefile_does_with_no_repair_step_after_it(
     makefile = (ROOT / "Makefile").read_text()
     (install,) = [i.value[0] for i in stages(instructions)[1] if i.cmd == "RUN"]
     assert install.count("pip install") == 1, install
-    assert '"inferway${INFERWAY_EXTRAS:+[$INFERWAY_EXTRAS]}"' in install
+    assert '"${INFERWAY_DIST}"' in install
     for text in (makefile, install):
         assert "--force-reinstall" not in text and "opentelemetry-proto" not in text
     assert makefile.count("pip install") == 2  # pip itself, then `-e '.[dev]'`
-    (extras,) = {
-        i.value[0] for i in instructions if i.cmd == "ARG" and "INFERWAY_EXTRAS" in i.value[0]
-    }
-    assert extras == "INFERWAY_EXTRAS=all", "the default image holds Envoy and the CPU backend"
+    (dist,) = {i.value[0] for i in instructions if i.cmd == "ARG" and "INFERWAY_DIST" in i.value[0]}
+    assert dist == "INFERWAY_DIST=inferway", "the default image holds Envoy and the CPU backend"
+
+
+def test_the_build_stage_builds_with_the_documented_command(
+    instructions: list[dockerfile.Command],
+) -> None:
+    """``python -m build_support.dists`` (docs/install.md) makes inferway-core and every
+    meta-distribution; the image's requirement is then resolved against that folder."""
+    (build_step,) = [i.value[0] for i in stages(instructions)[0] if i.cmd == "RUN"]
+    assert build_step.startswith("python -m build_support.dists /dist"), build_step
+    assert '--find-links /dist "${INFERWAY_DIST}"' in build_step
+    copied = {i.value[0] for i in instructions if i.cmd == "COPY"}
+    assert {"packaging", "build_support", "inferway"} <= copied

@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.wheel_install.venvs import Venv
+from tests.wheel_install.venvs import ROOT, Venv, record_lines, record_overlaps
 
-__all__ = ["assert_demo_runs", "assert_no_file_of_another_distribution", "assert_serves"]
+__all__ = [
+    "assert_demo_runs",
+    "assert_installed_from",
+    "assert_no_file_of_another_distribution",
+    "assert_runs",
+    "assert_serves",
+]
+
+
+def assert_installed_from(env: Venv, wheels: dict[str, Path], *names: str) -> None:
+    """Each of ``names`` is installed from the built wheel, not from a registry that might
+    offer the same name: its installed RECORD holds every file line of the wheel's."""
+    site = env.site_packages()
+    for name in names:
+        wheel = wheels[name]
+        version = wheel.name.split("-")[1]
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        assert info.is_dir(), f"{name} {version} not installed: {sorted(site.glob('infer*'))}"
+        installed = set(info.joinpath("RECORD").read_text(encoding="utf-8").splitlines())
+        missing = record_lines(wheel) - installed
+        assert not missing, f"{name}: files not from {wheel.name}: {sorted(missing)[:5]}"
 
 
 def assert_no_file_of_another_distribution(env: Venv) -> None:
-    from tests.wheel_install.venvs import record_overlaps
-
     site = env.site_packages()
     assert record_overlaps(site) == {}
     # the clobbers xds-protos used to cause, each checked where it showed
@@ -58,8 +78,6 @@ def assert_serves(env: Venv, workdir: Path, grpc_client: str | None = None) -> N
     )
     assert made.returncode == 0, made.stderr
     http, grpc = _free_port(), _free_port()
-    import subprocess
-
     server = subprocess.Popen(
         [
             str(env.bin / "inferway"),
@@ -103,3 +121,35 @@ def assert_serves(env: Venv, workdir: Path, grpc_client: str | None = None) -> N
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def assert_runs(env: Venv, workdir: Path) -> None:
+    """``inferway run``: the control plane starts the wheel's Envoy, which takes the policy
+    (the admin API reports the node in sync); SIGTERM stops both cleanly."""
+    policy = workdir / "policy.yaml"
+    canary = (ROOT / "examples" / "canary.yaml").read_text(encoding="utf-8")
+    assert "port: 10000" in canary
+    policy.write_text(canary.replace("port: 10000", f"port: {_free_port()}"), encoding="utf-8")
+    admin = _free_port()
+    command = [str(env.bin / "inferway"), "run", "-f", str(policy), "--admin-port", str(admin)]
+    command += ["--xds-port", str(_free_port()), "--envoy-admin-port", str(_free_port())]
+    command += ["--workdir", str(workdir / "envoy"), "--log-format", "text"]
+    proc = subprocess.Popen(
+        command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()[0]
+            try:
+                nodes = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=2).json()["nodes"]
+                if nodes and all(node["in_sync"] for node in nodes):
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "Envoy never got in sync with inferway run"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out

@@ -1,8 +1,9 @@
 """inferway in one environment with the ML-serving ecosystem's usual packages.
 
-Each case: a fresh venv, ``inferway[all]`` from the built wheel and the other package in one
-``pip install`` (one resolution, as a user's requirements file), then ``pip check``, no file of
-inferway's shared with another distribution, and ``inferway demo --once``.
+Each case: a fresh venv, ``inferway`` (the whole CPU product) from the built wheels and the
+other package in one ``pip install`` (one resolution, as a user's requirements file), then
+``pip check``, no file of inferway's shared with another distribution, and
+``inferway demo --once``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wheel_install.smoke import assert_demo_runs, assert_serves
+from tests.wheel_install.smoke import assert_demo_runs, assert_installed_from, assert_serves
 from tests.wheel_install.venvs import Venv, record_overlaps
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(900)]
@@ -31,10 +32,11 @@ assert client.get_model_metadata("demo").name == "demo"
 @pytest.mark.parametrize(
     "other", ["tritonclient[all]>=2.73", "kserve>=0.21", "ray[serve]", "bentoml"]
 )
-def test_installs_beside(other: str, wheel: Path, tmp_path: Path) -> None:
+def test_installs_beside(other: str, wheels: dict[str, Path], dist: Path, tmp_path: Path) -> None:
     env = Venv(tmp_path / "venv")
-    env.install(f"inferway[all] @ {wheel.as_uri()}", other)
+    env.install("inferway", other, find_links=dist)
     env.check()
+    assert_installed_from(env, wheels, "inferway", "inferway-core")
     overlaps = record_overlaps(env.site_packages())
     assert not {p: d for p, d in overlaps.items() if any("inferway" in x for x in d)}
     assert_demo_runs(env)

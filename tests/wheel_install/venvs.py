@@ -1,8 +1,13 @@
-"""Build inferway's wheel once and install it into fresh virtual environments, as a user would.
+"""Build the project's wheels once and install them into fresh virtual environments, as a
+user would.
 
-Real pip against the real registries (its download cache makes reruns fast). The wheel is built
-from this checkout with build isolation, so it carries exactly what ``[build-system].requires``
-generates (the pinned grpcio-tools' gencode, the pinned xds-protos' Envoy modules).
+Real pip (and uv) against the real registries (their download caches make reruns fast). The
+wheels come from ``build_support.dists`` (the command the docs give: inferway-core and the
+meta-distributions, build isolation on, so the core carries exactly what
+``[build-system].requires`` generates). The venvs are made without pip: this environment's
+pip installs into them with ``--python``, which saves installing (and upgrading: the bundled
+one is as old as the interpreter and backtracks for many minutes over bentoml's pins) a pip
+into each.
 """
 
 from __future__ import annotations
@@ -12,73 +17,100 @@ import os
 import subprocess
 import sys
 import venv
+import zipfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "Venv", "build_wheel", "dry_run", "record_overlaps"]
+__all__ = [
+    "ROOT",
+    "Venv",
+    "dry_run",
+    "record_lines",
+    "record_overlaps",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _pip(python: str | Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(python), "-m", "pip", "--disable-pip-version-check", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def _run(command: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
-        raise AssertionError(f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
     return result
 
 
-def build_wheel(out: Path) -> Path:
-    """The wheel of this checkout, built into ``out`` (emptied first)."""
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("inferway-*.whl"):
-        old.unlink()
-    _pip(sys.executable, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(ROOT))
-    (wheel,) = out.glob("inferway-*.whl")
-    return wheel
+def _pip(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
 
 
-def dry_run(wheel: Path, extra: str) -> set[str]:
-    """Names of every distribution pip would install for ``inferway[extra]`` into an empty
-    environment (``--ignore-installed``: the whole tree, not the difference)."""
-    spec = f"inferway[{extra}] @ {wheel.as_uri()}" if extra else f"inferway @ {wheel.as_uri()}"
-    result = _pip(
-        sys.executable,
-        "install",
-        "--dry-run",
-        "--ignore-installed",
-        "--quiet",
-        "--report",
-        "-",
-        spec,
+def dry_run(requirement: str, find_links: Path) -> set[str]:
+    """Names of every distribution pip would install for ``requirement`` into an empty
+    environment (``--ignore-installed``: the whole tree, not the difference). pip reads the
+    registry's separate metadata files, so nothing large (onnxruntime-gpu) is downloaded."""
+    result = _run(
+        _pip(
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--find-links",
+            str(find_links),
+            "--report",
+            "-",
+            requirement,
+        )
     )
     report: dict[str, Any] = json.loads(result.stdout)
     return {item["metadata"]["name"].lower().replace("_", "-") for item in report["install"]}
 
 
+def _uv() -> str:
+    from uv import find_uv_bin  # the dev extra's uv
+
+    return str(find_uv_bin())
+
+
 class Venv:
-    """A fresh virtual environment under ``path``."""
+    """A fresh virtual environment under ``path`` (no pip inside: see the module's doc)."""
 
     def __init__(self, path: Path) -> None:
-        venv.create(path, with_pip=True, clear=True)
+        venv.create(path, with_pip=False, clear=True)
         self.path = path
         self.bin = path / "bin"
         self.python = self.bin / "python"
-        # the venv's bundled pip is as old as the interpreter; older resolvers backtrack for
-        # many minutes over bentoml's opentelemetry-instrumentation pins before they succeed
-        _pip(self.python, "install", "--quiet", "--upgrade", "pip")
 
-    def install(self, *requirements: str) -> None:
-        _pip(self.python, "install", "--quiet", *requirements)
+    def install(self, *requirements: str, find_links: Path) -> None:
+        """One ``pip install`` (one resolution) of ``requirements``, the built wheels offered
+        by ``--find-links`` beside the registry, as a user given the folder would."""
+        # --no-compile: byte-compiling ray's or kserve's thousands of modules is most of an
+        # install's CPU time, and Python compiles what it imports anyway
+        args = ["install", "--quiet", "--no-compile", "--find-links", str(find_links)]
+        args += requirements
+        _run(_pip("--python", str(self.python), *args))
+
+    def uv_install(self, *requirements: str, find_links: Path) -> None:
+        """The same with ``uv pip install``. uv caches a wheel by name and version (a release is
+        immutable on an index), so the folder's distributions are refreshed: a rebuilt wheel of
+        the same version is taken, not the one cached from an earlier build."""
+        command = [_uv(), "pip", "install", "--quiet", "--python", str(self.python)]  # no .pyc
+        for wheel in sorted(find_links.glob("*.whl")):
+            command += ["--refresh-package", wheel.name.split("-")[0].replace("_", "-")]
+        _run([*command, "--find-links", str(find_links), *requirements])
 
     def check(self) -> str:
         """``pip check``'s output; raises when it reports a broken requirement."""
-        return _pip(self.python, "check").stdout
+        return _run(_pip("--python", str(self.python), "check")).stdout
+
+    def uv_check(self) -> str:
+        return _run([_uv(), "pip", "check", "--python", str(self.python)]).stdout
+
+    def installed(self) -> set[str]:
+        """Normalized names of every distribution installed here."""
+        return {
+            info.name.split("-")[0].lower().replace("_", "-")  # "-" escaped as "_" in it
+            for info in self.site_packages().glob("*.dist-info")
+        }
 
     def site_packages(self) -> Path:
         out = subprocess.run(
@@ -105,6 +137,18 @@ class Venv:
             env=env,
             cwd=cwd or self.path,
         )
+
+    def inferway(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return self.run(str(self.bin / "inferway"), *args, timeout=timeout)
+
+
+def record_lines(wheel: Path) -> set[str]:
+    """The ``path,hash,size`` lines of a wheel's RECORD for its files outside ``.dist-info``:
+    an installed RECORD holding all of them means these exact files came from this wheel."""
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/RECORD")]
+        lines = archive.read(name).decode("utf-8").splitlines()
+    return {line for line in lines if line and ".dist-info/" not in line.split(",")[0]}
 
 
 def record_overlaps(site_packages: Path) -> dict[str, list[str]]:

@@ -138,9 +138,12 @@ def _range(bounds: RangeIR) -> value_pb2.ValueMatcher:
 
 
 def _field(field: FieldMatchIR) -> metadata_pb2.MetadataMatcher:
-    path = (KEY_FIELDS, field.path)
-    if field.present is not None:
-        return _metadata(path, value_pb2.ValueMatcher(present_match=True), invert=not field.present)
+    if field.present is not None:  # any value counts, null/object/list too: `present` has them
+        present = (KEY_PRESENT, field.path)
+        return _metadata(
+            present, value_pb2.ValueMatcher(present_match=True), invert=not field.present
+        )
+    path = (KEY_FIELDS, field.path)  # scalar values only
     if field.range is not None:
         return _metadata(path, _range(field.range))
     if field.regex is not None:
