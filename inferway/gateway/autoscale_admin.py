@@ -21,9 +21,9 @@ AUTOSCALE = web.AppKey("autoscale_driver", AutoscaleDriver)
 async def _show(request: web.Request) -> web.Response:
     document = request.app[AUTOSCALE].status_json()
     if not document["services"] and not document["replicas"]["services"]:
-        # a gateway whose policy runs no replicas (now) has no autoscaler to show
+        # a gateway whose policy runs no replicas and autoscales nothing (now) has none to show
         return web.json_response(
-            {"error": "no service of the live policy has replicas:"}, status=404
+            {"error": "no service of the live policy has replicas: or autoscale:"}, status=404
         )
     return web.json_response(document)
 

@@ -5,7 +5,9 @@ From Envoy's admin ``/stats/prometheus`` (parsed with prometheus_client's text p
 ``upstream_rq_total`` (a running total: its difference over the interval is the request
 rate), ``upstream_rq_active`` (requests in flight, queued ones included) and the
 ``upstream_rq_time`` histogram, whose buckets differenced over the interval give that
-interval's p99. From each ready replica's ``/metrics`` (:mod:`inferway.gateway.backend_scrape`):
+interval's p99, and ``membership_healthy`` (the hosts Envoy holds healthy: the current count
+of a service whose replicas something else runs). From each ready replica's ``/metrics``
+(:mod:`inferway.gateway.backend_scrape`):
 ``inferway_backend_queue_depth`` summed over the replicas is ``queue_length``, and the busy
 fraction of their instances (the ORCA report on the answer) averaged over the replicas is
 ``utilization``. A value the sources could not give (no request in the interval, a replica
@@ -47,11 +49,13 @@ class StatsError(Exception):
 @dataclass(frozen=True)
 class ClusterLoad:
     """One cluster at one scrape: running request total, in flight, and the latency
-    histogram's cumulative buckets (ms, ``inf`` last)."""
+    histogram's cumulative buckets (ms, ``inf`` last); ``healthy`` is its healthy hosts
+    (None: Envoy does not list the cluster)."""
 
     requests_total: int
     active: int
     buckets: Mapping[float, int] = field(default_factory=dict)
+    healthy: int | None = None
 
 
 def parse_cluster_load(text: str, cluster: str) -> ClusterLoad:
@@ -59,6 +63,7 @@ def parse_cluster_load(text: str, cluster: str) -> ClusterLoad:
     (no snapshot, no request) reads as idle. Raises StatsError on text that is not
     Prometheus exposition."""
     total = active = 0
+    healthy: int | None = None
     buckets: dict[float, int] = {}
     try:
         families = list(text_string_to_metric_families(text))
@@ -72,10 +77,12 @@ def parse_cluster_load(text: str, cluster: str) -> ClusterLoad:
                 total = int(sample.value)
             elif sample.name == "envoy_cluster_upstream_rq_active":
                 active = int(sample.value)
+            elif sample.name == "envoy_cluster_membership_healthy":
+                healthy = int(sample.value)
             elif sample.name == "envoy_cluster_upstream_rq_time_bucket":
                 le = sample.labels.get("le", "")
                 buckets[math.inf if le == "+Inf" else float(le)] = int(sample.value)
-    return ClusterLoad(total, active, buckets)
+    return ClusterLoad(total, active, buckets, healthy)
 
 
 def interval_p99_s(before: ClusterLoad | None, now: ClusterLoad) -> float | None:

@@ -4,7 +4,11 @@ The policy layer only knows ``autoscale:`` is a mapping on a service with ``repl
 autoscaler's own reader (controllers/autoscale) lives above it, so the gateway reads the block
 here, after the policy loaded, and places each problem on its line of the policy file. Both
 forms are accepted: the native one (``build_autoscale_config``) and the issue's
-``scaling_policy`` rule (``build_from_scaling_policy``).
+``scaling_policy`` rule (``build_from_scaling_policy``). The block's ``scale_target`` (what
+the decision acts on) is the policy layer's (policies/scale_target.py) and is left out here;
+a target other than the gateway's own replicas cannot use ``queue_length`` or ``utilization``,
+which are read from each replica's /metrics and only the gateway's replicas are known one by
+one (behind a headless Service's name, a scrape reaches one pod of many).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from inferway.gateway.autoscale_inputs import BACKEND_METRICS
 from inferway.gateway.controllers.autoscale.config import build_autoscale_config
 from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
 from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
@@ -23,6 +28,7 @@ from inferway.policies import PolicyError
 from inferway.policies.errors import PolicyIssue
 from inferway.policies.located import place_issues
 from inferway.policies.model import Policy
+from inferway.policies.scale_target import SCALE_TARGET_KEY
 
 __all__ = ["autoscale_configs", "build_config"]
 
@@ -36,12 +42,30 @@ def autoscale_configs(policy: Policy, text: str, source: str) -> dict[str, Autos
         if service.autoscale is None:
             continue
         try:
-            configs[service.name] = build_config(service.name, service.autoscale)
+            config = build_config(service.name, service.autoscale)
         except AutoscaleConfigError as error:
             issues.extend(
                 PolicyIssue(source, None, None, _path(field, service.name, index), message)
                 for field, message in error.problems
             )
+            continue
+        if service.replicas is None and config.metric in BACKEND_METRICS:
+            field = (
+                "scaling_policy.metric_type" if is_scaling_policy(service.autoscale) else "metric"
+            )
+            issues.append(
+                PolicyIssue(
+                    source,
+                    None,
+                    None,
+                    f"services[{index}].autoscale.{field}",
+                    f"{config.metric} is read from each replica's /metrics, which only the "
+                    "gateway's own replicas (replicas:) give it; with this scale_target use "
+                    "in_flight, request_rate or p99_latency (Envoy's view of the cluster)",
+                )
+            )
+            continue
+        configs[service.name] = config
     if issues:
         raise PolicyError(place_issues(text, source, issues))
     return configs
@@ -49,6 +73,7 @@ def autoscale_configs(policy: Policy, text: str, source: str) -> dict[str, Autos
 
 def build_config(service: str, block: Mapping[str, Any]) -> AutoscaleConfig:
     """One block in either form; raises AutoscaleConfigError (fields named by service)."""
+    block = {k: v for k, v in block.items() if k != SCALE_TARGET_KEY}
     if is_scaling_policy(block):
         return build_from_scaling_policy(service, block)
     return build_autoscale_config(service, block)

@@ -1,14 +1,17 @@
 """The autoscaling loop at the edge: Envoy's stats and the replicas' own metrics in, the pure
-Autoscaler's Decision out, ``ReplicaManager.scale_to`` acting on it.
+Autoscaler's Decision out, the service's scale actuator acting on it.
 
 Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster
-from Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99) and,
-for a rule on ``queue_length`` or ``utilization``, every ready replica's ``/metrics``
-(queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs` turns them into a
-MetricSample for the service's Autoscaler, and the driver scales to the Decision. Each
-Decision is logged as one structured event and kept in a bounded history that ``GET
-/autoscale`` shows. A scrape that fails skips the decision (the count holds) and is reported,
-never guessed.
+from Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99, its
+healthy hosts) and, for a rule on ``queue_length`` or ``utilization``, every ready replica's
+``/metrics`` (queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs` turns them
+into a MetricSample for the service's Autoscaler. The counts it decides from and where the
+decision goes are the service's ``scale_target`` (gateway/actuators/scale_actuators.py): the
+gateway's replicas, the published metric only (KEDA or an HPA act), or a Deployment's scale.
+Each Decision is logged as one structured event and kept in a bounded history that ``GET
+/autoscale`` shows. A scrape, a read of the counts or a scale that fails is the service's
+``error`` there and in the log, never a crash and never a guess: without counts the decision
+is skipped; a scale that failed is still a decision (the metric publishes it).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from typing import Any
 import aiohttp
 
 from inferway.gateway.actuators.attach import attach_replica_manager
-from inferway.gateway.actuators.replicas import ReplicaManager, UnknownServiceError
+from inferway.gateway.actuators.replicas import ReplicaManager
+from inferway.gateway.actuators.scale_actuators import (
+    KubernetesFactory,
+    ScaleActuator,
+    ScaleActuatorError,
+    select_actuator,
+)
 from inferway.gateway.autoscale_inputs import (
     BACKEND_METRICS,
     ClusterLoad,
@@ -43,19 +52,24 @@ from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfig
 from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
 from inferway.gateway.controllers.autoscale.samples import MetricSample
 from inferway.policies.model import Policy
+from inferway.policies.scale_target import ScaleTargetSpec, read_scale_target
 
 __all__ = ["AutoscaleDriver", "start_replica_autoscaling"]
 
 log = logging.getLogger(__name__)
 
-_FILTER = r"^cluster\.[^.]+\.upstream_rq_(total|active|time)$"
+_FILTER = r"^cluster\.[^.]+\.(upstream_rq_(total|active|time)|membership_healthy)$"
 
 
 class _Scaled:
-    """One autoscaled service: its Autoscaler and the last total (for the rate)."""
+    """One autoscaled service: its Autoscaler, its actuator and the last total (for the rate)."""
 
-    def __init__(self, config: AutoscaleConfig) -> None:
+    def __init__(
+        self, config: AutoscaleConfig, target: ScaleTargetSpec, actuator: ScaleActuator
+    ) -> None:
         self.config = config
+        self.target = target
+        self.actuator = actuator
         self.autoscaler = Autoscaler(config)
         self.last: tuple[float, ClusterLoad] | None = None
         self.p99: float | None = None
@@ -75,8 +89,10 @@ class AutoscaleDriver:
         clock: Callable[[], float] = time.monotonic,
         keep: int = 256,
         host: str = "127.0.0.1",
+        kubernetes: KubernetesFactory | None = None,
     ) -> None:
         self.manager = manager
+        self._kubernetes = kubernetes
         self._admin_port = envoy_admin_port
         self._clock = clock
         self._host = host
@@ -92,22 +108,27 @@ class AutoscaleDriver:
         self.configure(applied.policy)
 
     def configure(self, policy: Policy) -> None:
-        """A changed block starts a fresh Autoscaler (its history was for other rules)."""
-        wanted: dict[str, AutoscaleConfig] = {}
+        """A changed block starts a fresh Autoscaler (its history was for other rules) and a
+        changed target a fresh actuator."""
+        wanted: dict[str, tuple[AutoscaleConfig, ScaleTargetSpec]] = {}
         for service in policy.services:
-            if service.autoscale is None or service.replicas is None:
+            if service.autoscale is None:
                 continue
             try:
-                wanted[service.name] = build_config(service.name, service.autoscale)
-            except AutoscaleConfigError as error:  # the loader refuses it; never a crash here
+                target = read_scale_target(
+                    service.autoscale, has_replicas=service.replicas is not None
+                )
+                wanted[service.name] = (build_config(service.name, service.autoscale), target)
+            except (AutoscaleConfigError, ValueError) as error:  # the loader refuses these
                 log.warning("autoscale of %s ignored: %s", service.name, error)
         for name in list(self._services):
             if name not in wanted:
                 del self._services[name]
-        for name, config in wanted.items():
+        for name, (config, target) in wanted.items():
             current = self._services.get(name)
-            if current is None or current.config != config:
-                self._services[name] = _Scaled(config)
+            if current is None or (current.config, current.target) != (config, target):
+                actuator = select_actuator(name, target, self.manager, self._kubernetes)
+                self._services[name] = _Scaled(config, target, actuator)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -173,7 +194,7 @@ class AutoscaleDriver:
             )
             scaled.p99 = sample.p99_latency
             scaled.last = (now, load)
-            self._decide(scaled, sample, now)
+            await self._decide(scaled, sample, now, load.healthy)
 
     async def _stats(self) -> str:
         port = self._admin_port()
@@ -206,19 +227,30 @@ class AutoscaleDriver:
             log.warning("autoscale %s: %s", scaled.config.service, scaled.error)
         return replica_load(scrape.totals, len(scrape.failures))
 
-    def _decide(self, scaled: _Scaled, sample: MetricSample, now: float) -> None:
+    async def _decide(
+        self, scaled: _Scaled, sample: MetricSample, now: float, healthy: int | None
+    ) -> None:
         service = scaled.config.service
         scaled.autoscaler.observe(sample)
-        status = {s.service: s for s in self.manager.status()}.get(service)
-        if status is None:
+        try:
+            counts = await scaled.actuator.counts(service, healthy)
+        except ScaleActuatorError as error:
+            scaled.error = f"cannot read the current count: {error}"
+            log.warning("autoscale %s: %s", service, scaled.error)
             return
-        decision = scaled.autoscaler.decide(now, current=status.desired, ready=status.ready)
-        if decision.desired != status.desired:
+        decision = scaled.autoscaler.decide(now, current=counts.current, ready=counts.ready)
+        event = {
+            "wall_time": time.time(),
+            **decision.to_dict(),
+            "scale_target": scaled.target.kind,
+        }
+        if decision.desired != counts.current:
             try:
-                self.manager.scale_to(service, decision.desired, decision.reason)
-            except UnknownServiceError as error:
-                log.warning("autoscale: %s", error)
-        event = {"wall_time": time.time(), **decision.to_dict()}
+                await scaled.actuator.scale_to(service, decision.desired, decision.reason)
+            except ScaleActuatorError as error:
+                scaled.error = f"cannot scale to {decision.desired}: {error}"
+                event["error"] = scaled.error
+                log.warning("autoscale %s: %s", service, scaled.error)
         self.history.append(event)
         log.info("autoscale decision %s", json.dumps(event, sort_keys=True, default=str))
         for hook in self.on_decision:
@@ -247,6 +279,7 @@ class AutoscaleDriver:
                     "algorithm": scaled.config.algorithm,
                     "metric": scaled.config.metric,
                     "sampling_interval_s": scaled.config.sampling_interval_s,
+                    "scale_target": scaled.actuator.describe(),
                     "last_decision": None if last is None else last.to_dict(),
                     "error": scaled.error,
                 }
@@ -264,15 +297,17 @@ def start_replica_autoscaling(
     workdir: Path | None,
     envoy_admin_urls: list[str],
     envoy_admin_port: Callable[[], int | None],
+    kubernetes: KubernetesFactory | None = None,
 ) -> tuple[ReplicaManager, AutoscaleDriver]:
     """The replica manager and its autoscaling loop, both following the live policy: a
     service that gains ``replicas:`` (or ``autoscale:``) by a later edit is started and
-    sized without a restart, one that loses it is drained and stopped. Idle (no process, no
-    session) while no service has ``replicas:``. A replica leaves only once the Envoys at
-    ``envoy_admin_urls`` no longer list it; logs go to ``<workdir>/replicas``."""
+    sized without a restart, one that loses it is drained and stopped. Idle (no process) while
+    no service has ``replicas:``; ``kubernetes`` makes the client of a ``kubernetes`` target
+    (None: from the pod's service account or the kubeconfig). A replica leaves only once the
+    Envoys at ``envoy_admin_urls`` no longer list it; logs go to ``<workdir>/replicas``."""
     log_dir = workdir / "replicas" if workdir is not None else None
     manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
-    driver = AutoscaleDriver(manager, envoy_admin_port)
+    driver = AutoscaleDriver(manager, envoy_admin_port, kubernetes=kubernetes)
     if plane.policy is not None:
         driver.configure(plane.policy)
     plane.add_observer(driver)

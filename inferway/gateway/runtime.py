@@ -22,16 +22,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from inferway.gateway.actuators.replicas import ReplicaManager
-from inferway.gateway.admin import (
-    DEFAULT_ADMIN_PORT,
-    AdminServer,
-    build_admin_app,
-    start_admin_server,
-)
-from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
-from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
+from inferway.gateway.actuators.scale_actuators import KubernetesFactory
+from inferway.gateway.admin import DEFAULT_ADMIN_PORT, AdminServer
 from inferway.gateway.autoscale_policy import autoscale_configs
-from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscaling
+from inferway.gateway.autoscaling import AutoscaleDriver
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
@@ -43,12 +37,11 @@ from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.mask_sink import MaskSinkKeeper, start_mask_sink
 from inferway.gateway.policy_snapshot import build_policy_snapshot
-from inferway.gateway.profile_admin import add_profile_routes
-from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.metrics import RolloutMetrics
 from inferway.gateway.rollouts.sample_source import build_rollout_source
 from inferway.gateway.rollouts.store import RolloutStore
+from inferway.gateway.runtime_admin import AdminSettings, start_admin_and_replicas
 from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
@@ -125,6 +118,9 @@ class GatewayOptions:
     keeper_state_file: Path | None = None
     """Set by the keeper (gateway/keeper.py) for its control-plane process (which runs Envoy);
     the admin API reads Envoy's state from this file."""
+    kubernetes: KubernetesFactory | None = None
+    """Makes the client of a ``scale_target: {kubernetes: ...}`` service (None: the pod's
+    service account, else the kubeconfig). Tests pass one built on a recorded HTTP pool."""
 
 
 @dataclass(frozen=True)
@@ -342,44 +338,25 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 concurrency=options.envoy_concurrency,
             )
 
-        token_dir = options.workdir or Path(
-            stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-admin-"))
-        )
-        token, token_source = resolve_admin_token(
-            token_file=options.admin_token_file, workdir=token_dir
-        )
-        if not is_loopback(options.admin_address):
-            log.warning(
-                "admin API binds %s, not loopback: it shows the whole policy to anyone who can "
-                "reach it (state-changing requests still need the admin token)",
+        parts = await start_admin_and_replicas(
+            AdminSettings(
                 options.admin_address,
-            )
-        admin_app = build_admin_app(
-            plane,
-            supervisor or keeper,
+                options.admin_port,
+                options.admin_token_file,
+                options.workdir,
+                options.kubernetes,
+            ),
+            stack,
+            plane=plane,
             metrics=metrics,
-            token=token,
-            reload=build_reload(watcher),
-            xds_refusals=xds.refusals.recent,
-        )
-        add_rollout_routes(admin_app, rollouts)
-        replicas, autoscale = start_replica_autoscaling(
-            plane,
-            workdir=options.workdir,
-            envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
+            watcher=watcher,
+            xds=xds,
+            rollouts=rollouts,
+            supervisor=supervisor,
+            keeper=keeper,
             envoy_admin_port=envoy_admin_port,
         )
-        add_profile_routes(admin_app, replicas.running_pids)
-        add_autoscale_routes(admin_app, autoscale)  # 404 while no service has replicas:
-        register_autoscale_metrics(metrics.registry, autoscale)
-        admin = await start_admin_server(
-            admin_app,
-            host=options.admin_address,
-            port=options.admin_port,
-        )
-        stack.push_async_callback(admin.stop)
-        log.info("admin API on %s (GET /status, /policy, /healthz, /metrics)", admin.url)
-        log.info("admin token for POST /reload: %s", token_source)
+        admin, replicas, autoscale = parts.admin, parts.replicas, parts.autoscale
 
         if supervisor is not None:
             await supervisor.start()

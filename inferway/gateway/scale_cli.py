@@ -33,7 +33,10 @@ def _fetch(admin: str) -> dict[str, Any]:
         message = f"cannot reach the inferway admin API at {url}: {exc}"
         raise _fail(message, EXIT_UNREACHABLE) from None
     if response.status_code == 404:  # a gateway without replicas has no autoscaler
-        raise _fail(f"{url}: no autoscaler: no service of the gateway has replicas:", EXIT_INVALID)
+        raise _fail(
+            f"{url}: no autoscaler: no service of the gateway has replicas: or autoscale:",
+            EXIT_INVALID,
+        )
     if response.status_code != 200:
         raise _fail(
             f"{url}: HTTP {response.status_code}: {response.text.strip()}", EXIT_UNREACHABLE
@@ -59,11 +62,16 @@ def render_autoscale(document: dict[str, Any], console: Console, *, decisions: i
             line.append(
                 f"  {ready} ready of {r['desired']} desired (min {r['min']}, max {r['max']})"
             )
+        target = service.get("scale_target") or {}
+        if target.get("kind") == "metric":
+            line.append("  -> published metric (KEDA/HPA act)")
+        elif target.get("kind") == "kubernetes":
+            line.append(f"  -> deployment {target['namespace']}/{target['deployment']}")
         console.print(line)
         last = service.get("last_decision")
         console.print(f"  {last['reason'] if last else 'no decision yet'}")
         if service.get("error"):
-            console.print(Text(f"  metrics: {service['error']}", style="red"))
+            console.print(Text(f"  error: {service['error']}", style="red"))
     recent = document.get("decisions", [])[-decisions:]
     if recent:
         table = Table(title="recent decisions", title_justify="left")

@@ -1,5 +1,6 @@
 """Semantic checks of ``services[].replicas``: counts that cannot all hold, devices that
-cannot give every replica its own accelerator, placeholders with nothing to fill them."""
+cannot give every replica its own accelerator, placeholders with nothing to fill them; and
+what ``autoscale:`` acts on (its ``scale_target``, which ``replicas:`` decides the default of)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 
 from inferway.policies.model import Policy
 from inferway.policies.replicas import Replicas, placeholders_in
+from inferway.policies.scale_target import scale_target_issues
 from inferway.policies.yaml_marks import Loc
 
 __all__ = ["check_replicas"]
@@ -16,11 +18,11 @@ def check_replicas(policy: Policy) -> Iterator[tuple[Loc, str]]:
     for s, service in enumerate(policy.services):
         if service.replicas is not None:
             yield from _one(service.replicas, ("services", s, "replicas"))
-        elif service.autoscale is not None:
-            yield (
-                ("services", s, "autoscale"),
-                f"service '{service.name}' has autoscale but no replicas: the autoscaler "
-                "scales replicas the gateway runs itself; add a replicas: section",
+        if service.autoscale is not None:
+            yield from scale_target_issues(
+                service.autoscale,
+                has_replicas=service.replicas is not None,
+                loc=("services", s, "autoscale"),
             )
 
 

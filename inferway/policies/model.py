@@ -113,7 +113,8 @@ class Service(_Model):
     outlier_detection: OutlierDetection | None = None  # None = on, with defaults
     circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
     replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
-    # read by gateway/autoscale_policy.py (the autoscaler's own config reader); needs replicas
+    # read by gateway/autoscale_policy.py (the autoscaler's own config reader); its
+    # scale_target (scale_target.py) says what a decision sizes
     autoscale: dict[str, Any] | None = None
     cost: Cost | None = None  # cost.py: prices and budgets, exported as metrics
 

@@ -86,7 +86,8 @@ def test_autoscale_without_replicas_is_a_located_error() -> None:
     with pytest.raises(PolicyError) as caught:
         load_policy_text(text, "p.yaml")
     (error,) = [str(i) for i in caught.value.issues]
-    assert error.startswith("p.yaml:5:16: services[0].autoscale:") and "no replicas" in error
+    assert error.startswith("p.yaml:5:16: services[0].autoscale:")
+    assert "without replicas" in error and "scale_target" in error
 
 
 def test_the_autoscale_example_builds() -> None:

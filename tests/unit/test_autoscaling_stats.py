@@ -129,5 +129,5 @@ def test_scale_status_text_shows_the_rule_the_replicas_and_the_decisions() -> No
     render_autoscale(document, console)
     text = console.export_text()
     assert "model  proportional on in_flight  1 ready of 3 desired (min 1, max 3)" in text
-    assert "scale out 1->3" in text and "metrics: Envoy admin: refused" in text
+    assert "scale out 1->3" in text and "error: Envoy admin: refused" in text
     assert "in_flight 6" in text and "request_rate" not in text.split("recent decisions")[1]

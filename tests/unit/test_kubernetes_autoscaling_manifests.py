@@ -223,9 +223,15 @@ def exported_desired_metric() -> str:
     return name
 
 
-def policy_services(resources: list[Resource]) -> set[str]:
+def published_services(resources: list[Resource]) -> dict[str, tuple[int, int]]:
+    """The policy's services whose decision the gateway publishes (``scale_target: metric``)
+    -> their autoscale (min_replicas, max_replicas)."""
     policy = yaml.safe_load(find(resources, "ConfigMap", "inferway-policy")["data"]["policy.yaml"])
-    return {s["name"] for s in policy["services"]}
+    return {
+        s["name"]: (s["autoscale"]["min_replicas"], s["autoscale"]["max_replicas"])
+        for s in policy["services"]
+        if (s.get("autoscale") or {}).get("scale_target") == "metric"
+    }
 
 
 @pytest.fixture(scope="module", params=sorted(OVERLAYS))
@@ -339,7 +345,8 @@ def test_keda_takes_the_published_count_as_the_replica_count() -> None:
     metric, namespace, service = match.groups()
     assert metric == exported_desired_metric()
     assert namespace == scaled["metadata"]["namespace"]
-    assert service in policy_services(resources)
+    bounds = (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"])
+    assert published_services(resources)[service] == bounds, "the series exists, same bounds"
 
 
 def test_the_hpa_takes_the_published_count_through_the_adapter_rule() -> None:
@@ -350,7 +357,9 @@ def test_the_hpa_takes_the_published_count_through_the_adapter_rule() -> None:
     external = metric["external"]
     assert external["target"] == {"type": "AverageValue", "averageValue": "1"}
     assert external["metric"]["name"] == exported_desired_metric()
-    assert set(external["metric"]["selector"]["matchLabels"].values()) <= policy_services(resources)
+    (service,) = external["metric"]["selector"]["matchLabels"].values()
+    bounds = (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"])
+    assert published_services(resources)[service] == bounds, "the series exists, same bounds"
     rules = yaml.safe_load(ADAPTER_RULES.read_text())
     jsonschema.validate(rules, ADAPTER_SCHEMA)
     (rule,) = rules["externalRules"]

@@ -1,0 +1,111 @@
+"""The gateway's admin API, assembled and started: its token, the core routes, the rollouts',
+and the replica manager with its autoscaling loop (whose ``GET /autoscale``, profile routes
+and ``inferway_autoscale_desired_replicas`` the admin app serves).
+
+Split from the composition root (runtime.py) because the admin app is where these parts
+meet: the replica manager must exist before the app's router freezes, and is closed here if
+the admin server then fails to start (the caller's exit stack does not own it yet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferway.gateway.actuators.replicas import ReplicaManager
+from inferway.gateway.actuators.scale_actuators import KubernetesFactory
+from inferway.gateway.admin import AdminServer, build_admin_app, start_admin_server
+from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
+from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
+from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscaling
+from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
+from inferway.gateway.keeper_state import KeeperView
+from inferway.gateway.profile_admin import add_profile_routes
+from inferway.gateway.rollouts.admin_routes import add_rollout_routes
+from inferway.gateway.rollouts.driver import RolloutDriver
+from inferway.gateway.supervisor import EnvoySupervisor
+from inferway.gateway.watcher import PolicyWatcher
+from inferway.xds.server import XdsServer
+
+__all__ = ["AdminParts", "AdminSettings", "start_admin_and_replicas"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdminSettings:
+    """The options of GatewayOptions the admin API and the replicas read."""
+
+    address: str
+    port: int
+    token_file: Path | None
+    workdir: Path | None
+    kubernetes: KubernetesFactory | None
+
+
+@dataclass(frozen=True)
+class AdminParts:
+    admin: AdminServer
+    replicas: ReplicaManager
+    """Not on the exit stack yet: the caller closes it (after Envoy's drain can answer)."""
+    autoscale: AutoscaleDriver
+
+
+async def start_admin_and_replicas(
+    settings: AdminSettings,
+    stack: contextlib.AsyncExitStack,
+    *,
+    plane: ControlPlane,
+    metrics: ControlPlaneMetrics,
+    watcher: PolicyWatcher,
+    xds: XdsServer,
+    rollouts: RolloutDriver,
+    supervisor: EnvoySupervisor | None,
+    keeper: KeeperView | None,
+    envoy_admin_port: Callable[[], int | None],
+) -> AdminParts:
+    """Build the admin app with every route, start the replica manager and autoscaling loop
+    (not yet running), then serve the app. The admin server's stop goes on ``stack``."""
+    token_dir = settings.workdir or Path(
+        stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-admin-"))
+    )
+    token, token_source = resolve_admin_token(token_file=settings.token_file, workdir=token_dir)
+    if not is_loopback(settings.address):
+        log.warning(
+            "admin API binds %s, not loopback: it shows the whole policy to anyone who can "
+            "reach it (state-changing requests still need the admin token)",
+            settings.address,
+        )
+    admin_app = build_admin_app(
+        plane,
+        supervisor or keeper,
+        metrics=metrics,
+        token=token,
+        reload=build_reload(watcher),
+        xds_refusals=xds.refusals.recent,
+    )
+    add_rollout_routes(admin_app, rollouts)
+    replicas, autoscale = start_replica_autoscaling(
+        plane,
+        workdir=settings.workdir,
+        envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
+        envoy_admin_port=envoy_admin_port,
+        kubernetes=settings.kubernetes,
+    )
+    try:
+        add_profile_routes(admin_app, replicas.running_pids)
+        add_autoscale_routes(admin_app, autoscale)  # 404 while nothing is autoscaled
+        register_autoscale_metrics(metrics.registry, autoscale)
+        admin = await start_admin_server(admin_app, host=settings.address, port=settings.port)
+    except BaseException:
+        await replicas.close()
+        raise
+    stack.push_async_callback(admin.stop)
+    log.info("admin API on %s (GET /status, /policy, /healthz, /metrics)", admin.url)
+    log.info("admin token for POST /reload: %s", token_source)
+    return AdminParts(admin, replicas, autoscale)
