@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-from pytriton.triton import Triton, TritonConfig
+from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
 options = ort.SessionOptions()
 options.intra_op_num_threads = 1
@@ -37,7 +37,9 @@ config = TritonConfig(
     grpc_port=int(os.environ["PEER_GRPC_PORT"]),
     metrics_port=int(os.environ["PEER_METRICS_PORT"]),
 )
-with Triton(config=config) as triton:
+# Loopback benchmark: no endpoint behind PyTriton's access token, so Triton's own tools
+# (perf_analyzer reads the statistics extension) work as they do against a plain Triton.
+with Triton(config=config, security_config=TritonSecurityConfig(restricted_endpoints=[])) as triton:
     triton.bind(
         model_name="mlp",
         infer_func=infer,
