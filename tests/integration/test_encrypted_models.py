@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -31,6 +30,7 @@ from inferway.devtools.demo_models import build_mlp, mlp_reference
 from inferway.gateway.cli import app
 from tests.envoy_process import free_port
 from tests.helpers import poll_until
+from tests.serve_process import wait_serve_ready
 from tests.softhsm import SoftHsm, init_softhsm
 
 pytestmark = pytest.mark.integration
@@ -190,16 +190,7 @@ async def test_serve_loads_encrypted_models_and_refuses_a_tampered_new_version(
         ]
     }
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "inferway serve never became ready"
-            time.sleep(0.1)
+        wait_serve_ready(proc, base)
         answer = httpx.post(f"{base}/v2/models/demo/infer", json=body, timeout=5)
         assert answer.status_code == 200, answer.text
         got = np.array(answer.json()["outputs"][0]["data"]).reshape(3, SIZES[-1])

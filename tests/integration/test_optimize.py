@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -27,6 +26,7 @@ from inferway.gateway.cli import app
 from inferway.optimize.report import REPORT_FILE
 from inferway.policies.rollouts import Rollout
 from tests.envoy_process import free_port
+from tests.serve_process import wait_serve_ready
 
 pytestmark = pytest.mark.integration
 
@@ -195,16 +195,7 @@ def test_a_range_int8_cannot_hold_is_rejected_and_serve_does_not_load_it(tmp_pat
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{http_port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "inferway serve never became ready"
-            time.sleep(0.1)
+        wait_serve_ready(proc, base)
         index = httpx.post(f"{base}/v2/repository/index", json={}, timeout=5).json()
         states = {e["version"]: (e["state"], e.get("reason", "")) for e in index}
         assert states["1"] == ("READY", "")

@@ -26,6 +26,7 @@ from inferway.gateway.profile_admin import add_profile_routes
 from inferway.gateway.profile_targets import ProfileTarget, find_targets
 from inferway.observability.py_spy import find_py_spy
 from tests.envoy_process import free_port
+from tests.serve_process import wait_serve_ready
 
 pytestmark = pytest.mark.integration
 
@@ -62,18 +63,9 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str
     port = free_port()
     command = [sys.executable, "-m", "inferway.gateway.cli", "serve", "--model-repository"]
     command += [str(models), "--http-port", str(port), "--grpc-port", str(free_port())]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, "inferway serve exited"
-        try:
-            if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "inferway serve never became ready"
-        time.sleep(0.1)
+    wait_serve_ready(proc, base)
     stop = threading.Event()
 
     def load() -> None:  # bounded: it ends with the module

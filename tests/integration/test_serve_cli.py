@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,23 +16,11 @@ from typer.testing import CliRunner
 from inferway.devtools.demo_models import mlp_reference, write_demo_repository
 from inferway.gateway.cli import app
 from tests.envoy_process import free_port
+from tests.serve_process import wait_serve_ready
 
 pytestmark = pytest.mark.integration
 
 SIZES = (8, 16, 4)
-
-
-def _wait_ready(proc: subprocess.Popen[str], base: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        try:
-            if httpx.get(f"{base}/v2/health/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "inferway serve never became ready"
-        time.sleep(0.1)
 
 
 def _mlp_body(x: np.ndarray) -> dict:
@@ -55,7 +42,7 @@ def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_s
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{http_port}"
-        _wait_ready(proc, base)
+        wait_serve_ready(proc, base)
         x = np.linspace(-1, 1, SIZES[0], dtype=np.float32).reshape(1, -1)
         answer = httpx.post(f"{base}/v2/models/demo/infer", json=_mlp_body(x), timeout=5)
         assert answer.status_code == 200, answer.text
@@ -81,7 +68,7 @@ def test_serve_takes_the_body_limit_and_listen_backlog_from_its_options(tmp_path
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{http_port}"
-        _wait_ready(proc, base)
+        wait_serve_ready(proc, base)
         listening = subprocess.run(
             ["ss", "-ltnH", f"sport = :{http_port}"], capture_output=True, text=True, check=True
         ).stdout

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferway.backends.batching.config import BatchingConfig
 from inferway.backends.models.hsm import ModelEncryption
+from inferway.backends.models.yaml_file import read_yaml_file
 
 __all__ = [
     "CONFIG_FILE",
@@ -87,17 +88,9 @@ def yaml_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
 def load_model_config(path: str | Path) -> ModelConfig:
     """Parse and validate one ``config.yaml``; an empty file means all defaults."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ModelConfigError(path, [f"{path}: cannot read: {e.strerror or e}"]) from e
-    try:
-        data = yaml.safe_load(text)
-        tree = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ModelConfigError(path, [f"{where}: invalid YAML: {e}"]) from e
+    data, tree, problem = read_yaml_file(path)
+    if problem is not None:
+        raise ModelConfigError(path, [problem])
     if data is None:
         return ModelConfig()
     if not isinstance(data, dict):

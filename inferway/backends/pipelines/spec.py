@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from inferway.backends.models.config import yaml_line
+from inferway.backends.models.yaml_file import read_yaml_file
 
 __all__ = [
     "PIPELINE_FILE",
@@ -225,17 +226,9 @@ def load_pipeline_spec(path: str | Path) -> tuple[PipelineSpec, yaml.Node | None
     """Parse and validate one ``pipeline.yaml``: the spec and its YAML tree (for locating the
     planner's problems later). Raises PipelineError naming file and line."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise PipelineError(path, [f"{path}: cannot read: {e.strerror or e}"]) from e
-    try:
-        data = yaml.safe_load(text)
-        tree = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise PipelineError(path, [f"{where}: invalid YAML: {e}"]) from e
+    data, tree, problem = read_yaml_file(path)
+    if problem is not None:
+        raise PipelineError(path, [problem])
     if not isinstance(data, dict):
         kind = "an empty file" if data is None else type(data).__name__
         raise PipelineError(
