@@ -18,8 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from inferway.gateway.cli import app
-from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.gateway.runtime import Gateway
 from tests.envoy_process import free_port
+from tests.gateway_process import replica_counts, running_gateway
 from tests.helpers import poll_until
 
 pytestmark = pytest.mark.integration
@@ -63,21 +64,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, int]]:
             listener=listener, python=sys.executable, server=ROOT / "tests" / "replica_server.py"
         )
     )
-    options = GatewayOptions(
-        policy_path=path, xds_port=0, admin_port=0, envoy_admin_port=free_port(), workdir=tmp_path
-    )
-    gw = await start_gateway(options)
-    try:
-        assert gw.supervisor is not None and await gw.supervisor.wait_ready(20)
+    async with running_gateway(path, tmp_path) as gw:
         yield gw, listener
-    finally:
-        await gw.stop()
-
-
-def _replicas(gw: Gateway) -> tuple[int, int]:
-    assert gw.replicas is not None
-    (status,) = gw.replicas.status()
-    return status.desired, status.ready
 
 
 async def test_load_scales_out_then_in_after_the_cooldown_without_a_failed_request(
@@ -87,7 +75,7 @@ async def test_load_scales_out_then_in_after_the_cooldown_without_a_failed_reque
     assert gw.autoscale is not None
     seen: list[dict[str, Any]] = []
     gw.autoscale.on_decision.append(seen.append)
-    await poll_until(lambda: _replicas(gw) == (1, 1), timeout=30, what="one ready replica")
+    await poll_until(lambda: replica_counts(gw) == (1, 1), timeout=30, what="one ready replica")
 
     failures: list[str] = []
     answered = 0
@@ -109,11 +97,13 @@ async def test_load_scales_out_then_in_after_the_cooldown_without_a_failed_reque
 
         users = [asyncio.create_task(user()) for _ in range(6)]
         try:  # 6 in flight at 2 per replica: 3 replicas, all serving
-            await poll_until(lambda: _replicas(gw) == (3, 3), timeout=40, what="scale out to 3")
+            await poll_until(
+                lambda: replica_counts(gw) == (3, 3), timeout=40, what="scale out to 3"
+            )
         finally:
             loading = False
             await asyncio.gather(*users)
-    await poll_until(lambda: _replicas(gw) == (1, 1), timeout=40, what="scale in to 1")
+    await poll_until(lambda: replica_counts(gw) == (1, 1), timeout=40, what="scale in to 1")
 
     assert failures == [] and answered > 0
     directions = [d["direction"] for d in seen]

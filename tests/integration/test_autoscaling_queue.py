@@ -18,8 +18,9 @@ import pytest
 
 from inferway.devtools.demo_models import build_mlp
 from inferway.gateway.backend_scrape import scrape_backends
-from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.gateway.runtime import Gateway
 from tests.envoy_process import free_port
+from tests.gateway_process import replica_counts, running_gateway
 from tests.helpers import poll_until
 
 pytestmark = pytest.mark.integration
@@ -62,21 +63,8 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, int]]:
     listener = free_port()
     path = tmp_path / "policy.yaml"
     path.write_text(POLICY.format(listener=listener, python=sys.executable, repo=repo))
-    options = GatewayOptions(
-        policy_path=path, xds_port=0, admin_port=0, envoy_admin_port=free_port(), workdir=tmp_path
-    )
-    gw = await start_gateway(options)
-    try:
-        assert gw.supervisor is not None and await gw.supervisor.wait_ready(20)
+    async with running_gateway(path, tmp_path) as gw:
         yield gw, listener
-    finally:
-        await gw.stop()
-
-
-def _replicas(gw: Gateway) -> tuple[int, int]:
-    assert gw.replicas is not None
-    (status,) = gw.replicas.status()
-    return status.desired, status.ready
 
 
 async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_request(
@@ -86,7 +74,7 @@ async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_reque
     assert gw.autoscale is not None and gw.replicas is not None
     seen: list[dict[str, Any]] = []
     gw.autoscale.on_decision.append(seen.append)
-    await poll_until(lambda: _replicas(gw) == (1, 1), timeout=90, what="one ready replica")
+    await poll_until(lambda: replica_counts(gw) == (1, 1), timeout=90, what="one ready replica")
 
     failures: list[str] = []
     answered = 0
@@ -108,13 +96,15 @@ async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_reque
 
         users = [asyncio.create_task(user()) for _ in range(8)]
         try:
-            await poll_until(lambda: _replicas(gw) == (3, 3), timeout=120, what="scale out to 3")
+            await poll_until(
+                lambda: replica_counts(gw) == (3, 3), timeout=120, what="scale out to 3"
+            )
             ready = gw.replicas.endpoints()["model"]
             scrape = await scrape_backends(session, [f"http://{e.host}:{e.port}" for e in ready])
         finally:
             loading = False
             await asyncio.gather(*users)
-    await poll_until(lambda: _replicas(gw) == (1, 1), timeout=60, what="scale in to 1")
+    await poll_until(lambda: replica_counts(gw) == (1, 1), timeout=60, what="scale in to 1")
 
     assert failures == [] and answered > 0
     assert scrape.failures == {} and len(scrape.totals) == 3

@@ -17,8 +17,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.gateway.runtime import Gateway
 from tests.envoy_process import free_port
+from tests.gateway_process import running_gateway
 from tests.helpers import poll_until
 
 pytestmark = pytest.mark.integration
@@ -79,15 +80,8 @@ async def gateway(tmp_path: Path, fixed: int) -> AsyncIterator[tuple[Gateway, Pa
     listener = free_port()
     path = tmp_path / "policy.yaml"
     path.write_text(_policy(listener, fixed=fixed))
-    options = GatewayOptions(
-        policy_path=path, xds_port=0, admin_port=0, envoy_admin_port=free_port(), workdir=tmp_path
-    )
-    gw = await start_gateway(options)
-    try:
-        assert gw.supervisor is not None and await gw.supervisor.wait_ready(20)
+    async with running_gateway(path, tmp_path) as gw:
         yield gw, path, listener
-    finally:
-        await gw.stop()
 
 
 def _edit(gw: Gateway, path: Path, text: str) -> None:
