@@ -17,7 +17,24 @@ from inferway.gateway.controllers.rollout.config import (
 )
 from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
 
-__all__ = ["BUCKET_RATIO", "rollout_config", "version_counts", "window"]
+__all__ = ["BUCKET_RATIO", "TWO_VERSION_ROLLOUT", "rollout_config", "version_counts", "window"]
+
+TWO_VERSION_ROLLOUT = """version: 1
+listeners: [{name: edge, port: 18080}]
+services:
+  - {name: v1, endpoints: ["127.0.0.1:1"]}
+  - {name: v2, endpoints: ["127.0.0.1:2"]}
+routes:
+  - name: inference
+    backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]
+rollouts:
+  - name: demo-v2
+    route: inference
+    stable: v1
+    canary: v2
+"""
+"""A policy with one route over v1/v2 and a rollout of v2 on it, up to its steps: tests append
+``steps:`` and ``analysis:`` lines."""
 
 # Log-spaced histogram buckets (5% apart), as a configured Envoy histogram would give.
 BUCKET_RATIO = 1.05

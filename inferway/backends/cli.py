@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from inferway.backends.cli_options import backend_tls, job_settings
 from inferway.backends.install_check import missing_backend_message, missing_backend_modules
 from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S, JobSettings
 from inferway.backends.jobs.store import JobStoreUnavailableError
@@ -285,7 +286,7 @@ def serve(
         raise typer.BadParameter(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
-    tls = _backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
+    tls = backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
     serving = ServingSettings(
         max_body_bytes=max_body_bytes,
         default_timeout_s=default_timeout,
@@ -293,7 +294,7 @@ def serve(
         http_frontend=http_frontend.value,
         mask=rules,
     )
-    jobs = _job_settings(
+    jobs = job_settings(
         jobs_redis, jobs_max, jobs_ttl, jobs_concurrency, jobs_timeout, jobs_claim_idle, workers
     )
     if record_outputs and workers > 1:
@@ -347,38 +348,6 @@ def serve(
             provider.shutdown()
 
 
-def _job_settings(
-    redis_url: str | None,
-    max_jobs: int,
-    ttl_s: float,
-    concurrency: int,
-    timeout_s: float,
-    claim_idle_s: float,
-    workers: int,
-) -> JobSettings | None:
-    """The jobs' settings (None: off). With --workers each process would keep its own jobs
-    and answer polls for a random one's, so jobs are off there (Redis too, for now)."""
-    if workers > 1:
-        if redis_url:
-            raise typer.BadParameter(
-                "asynchronous jobs are served with --workers 1 only", param_hint="--jobs-redis"
-            )
-        return None
-    if max_jobs == 0:
-        return None
-    try:
-        return JobSettings(
-            max_jobs=max_jobs,
-            ttl_s=ttl_s,
-            concurrency=concurrency,
-            timeout_s=timeout_s,
-            redis_url=redis_url or None,
-            claim_idle_s=claim_idle_s,
-        )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--jobs-*") from None
-
-
 def _echo_listeners(host: str, http_port: int, grpc_port: int, tls: BackendTls | None) -> None:
     scheme = "https" if tls else "http"
     typer.echo(f"  HTTP  {scheme}://{host}:{http_port}  (KServe v2, /metrics)")
@@ -388,17 +357,3 @@ def _echo_listeners(host: str, http_port: int, grpc_port: int, tls: BackendTls |
             + ("required" if tls.require_client_cert else "not required")
         )
     typer.echo(f"  gRPC  {host}:{grpc_port}  (inference.GRPCInferenceService)")
-
-
-def _backend_tls(
-    cert: Path | None, key: Path | None, client_ca: Path | None, require: bool
-) -> BackendTls | None:
-    if cert is None and key is None:
-        if client_ca is not None or require:
-            raise typer.BadParameter("client certificates need TLS: give --tls-cert and --tls-key")
-        return None
-    if cert is None or key is None:
-        raise typer.BadParameter("TLS needs both --tls-cert and --tls-key")
-    if require and client_ca is None:
-        raise typer.BadParameter("--require-client-cert needs --client-ca")
-    return BackendTls(cert, key, client_ca, require)

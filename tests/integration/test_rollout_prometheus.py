@@ -31,25 +31,16 @@ from inferway.xds.cache import SnapshotCache
 from tests.e2e.conftest import render_policy
 from tests.envoy_process import free_port
 from tests.prometheus_server import PROMETHEUS, PrometheusServer
+from tests.rollout_samples import TWO_VERSION_ROLLOUT
 
 T = TypeVar("T")
 
-POLICY = """version: 1
-listeners: [{name: edge, port: 18080}]
-services:
-  - {name: v1, endpoints: ["127.0.0.1:1"]}
-  - {name: v2, endpoints: ["127.0.0.1:2"]}
-routes:
-  - name: inference
-    backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]
-rollouts:
-  - name: demo-v2
-    route: inference
-    stable: v1
-    canary: v2
-    steps: [1, 100]
+POLICY = (
+    TWO_VERSION_ROLLOUT
+    + """    steps: [1, 100]
     analysis: {interval: 1s, source: prometheus, prometheus: {url: PROMETHEUS_URL}}
 """
+)
 
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None,

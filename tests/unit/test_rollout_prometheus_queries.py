@@ -19,21 +19,11 @@ from inferway.policies.rollout_prometheus import (
     render_query,
 )
 from inferway.state import State
+from tests.rollout_samples import TWO_VERSION_ROLLOUT
 
-POLICY = """version: 1
-listeners: [{name: edge, port: 18080}]
-services:
-  - {name: v1, endpoints: ["127.0.0.1:1"]}
-  - {name: v2, endpoints: ["127.0.0.1:2"]}
-routes:
-  - name: inference
-    backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]
-rollouts:
-  - name: demo-v2
-    route: inference
-    stable: v1
-    canary: v2
-    steps: [1, 100]
+POLICY = (
+    TWO_VERSION_ROLLOUT
+    + """    steps: [1, 100]
     analysis:
       interval: 30s
       source: prometheus
@@ -42,6 +32,7 @@ rollouts:
         queries:
           requests: sum(increase(my_requests{svc="{cluster}"}[{interval}]))
 """
+)
 
 
 def test_templates_fill_the_cluster_and_the_window_and_leave_label_matchers_alone() -> None:

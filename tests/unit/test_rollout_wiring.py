@@ -30,6 +30,7 @@ from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.policies import PolicyError, load_policy_text
 from inferway.resolve import resolve_policy
 from inferway.xds.cache import SnapshotCache
+from tests.rollout_samples import TWO_VERSION_ROLLOUT
 
 
 def _stats(cluster: str, ok: int, bad: int, buckets: dict[str, int]) -> str:
@@ -106,20 +107,9 @@ def test_state_is_saved_atomically_and_read_back(tmp_path: Path) -> None:
         store.load("r")
 
 
-POLICY = """version: 1
-listeners: [{name: edge, port: 18080}]
-services:
-  - {name: v1, endpoints: ["127.0.0.1:1"]}
-  - {name: v2, endpoints: ["127.0.0.1:2"]}
-routes:
-  - name: inference
-    backends: [{service: v1, weight: 100}, {service: v2, weight: 0}]
-rollouts:
-  - name: demo-v2
-    route: inference
-    stable: v1
-    canary: v2
-    steps: [0.1, 1, {weight: 5, pause: 10m}, 100]
+POLICY = (
+    TWO_VERSION_ROLLOUT
+    + """    steps: [0.1, 1, {weight: 5, pause: 10m}, 100]
     analysis:
       interval: 2s
       min_requests: 50
@@ -128,6 +118,7 @@ rollouts:
         - {name: latency-p99, max_increase: 20%}
     match: [{headers: [{name: x-canary, exact: "true"}]}]
 """
+)
 
 
 def test_the_policy_becomes_the_controllers_config_in_its_units() -> None:

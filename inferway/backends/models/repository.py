@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from inferway.backends.pipelines.registry import (
     scan_pipelines,
 )
 
-__all__ = ["ModelRepository", "describe"]
+__all__ = ["ModelRepository"]
 
 log = logging.getLogger(__name__)
 
@@ -399,22 +399,3 @@ class ModelRepository:
 
     def __repr__(self) -> str:
         return f"ModelRepository({str(self.root)!r}, models={len(self.models())})"
-
-
-def describe(repository: ModelRepository) -> Mapping[str, Any]:
-    """Plain summary for logs and admin endpoints."""
-    return {
-        "root": str(repository.root),
-        "ready": repository.ready,
-        "models": [
-            {
-                "name": s.name,
-                "version": s.version,
-                "platform": s.platform,
-                "provider": s.provider,
-                "load_seconds": round(s.load_seconds, 4),
-            }
-            for s in repository.models()
-        ],
-        "errors": dict(repository.errors),
-    }

@@ -1,0 +1,60 @@
+"""``inferway serve``'s option groups turned into the settings objects they configure
+(asynchronous jobs, TLS), each refusing a combination that cannot work as a usage error
+naming the option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from inferway.backends.jobs.settings import JobSettings
+from inferway.backends.tls import BackendTls
+
+__all__ = ["backend_tls", "job_settings"]
+
+
+def job_settings(
+    redis_url: str | None,
+    max_jobs: int,
+    ttl_s: float,
+    concurrency: int,
+    timeout_s: float,
+    claim_idle_s: float,
+    workers: int,
+) -> JobSettings | None:
+    """The jobs' settings (None: off). With --workers each process would keep its own jobs
+    and answer polls for a random one's, so jobs are off there (Redis too, for now)."""
+    if workers > 1:
+        if redis_url:
+            raise typer.BadParameter(
+                "asynchronous jobs are served with --workers 1 only", param_hint="--jobs-redis"
+            )
+        return None
+    if max_jobs == 0:
+        return None
+    try:
+        return JobSettings(
+            max_jobs=max_jobs,
+            ttl_s=ttl_s,
+            concurrency=concurrency,
+            timeout_s=timeout_s,
+            redis_url=redis_url or None,
+            claim_idle_s=claim_idle_s,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--jobs-*") from None
+
+
+def backend_tls(
+    cert: Path | None, key: Path | None, client_ca: Path | None, require: bool
+) -> BackendTls | None:
+    if cert is None and key is None:
+        if client_ca is not None or require:
+            raise typer.BadParameter("client certificates need TLS: give --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        raise typer.BadParameter("TLS needs both --tls-cert and --tls-key")
+    if require and client_ca is None:
+        raise typer.BadParameter("--require-client-cert needs --client-ca")
+    return BackendTls(cert, key, client_ca, require)
