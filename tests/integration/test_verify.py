@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -131,6 +132,42 @@ async def test_verify_passes_against_the_policy_the_gateway_runs_and_its_load_ru
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert document["cost"]["available"] is False  # no Prometheus, no admin API given
         assert document["ok"] is True
+
+
+async def test_verify_can_judge_the_load_after_the_ramp_with_locust_on_chosen_cpus(
+    tmp_path: Path,
+) -> None:
+    template = POLICY.replace("{gold_pool}", "cpu-pool")
+    cpu = min(os.sched_getaffinity(0))
+    async with TrafficGateway(template, _backends()) as gw:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(gw.render(), encoding="utf-8")
+        document_file = tmp_path / "verify.json"
+        code, out, err = await run_verify_cli(
+            "-f", str(policy), "--gateway", gw.url, "--requests", "200", "--alpha", "1e-6",
+            "--users", "20", "--spawn-rate", "10", "--duration", "5s", "--sla-p99", "2s",
+            "--exclude-ramp", "--load-cpus", str(cpu), "--json", str(document_file),
+        )  # fmt: skip
+        assert code == 0, out + err
+        assert "judged after the ramp" in out
+        load = json.loads(document_file.read_text(encoding="utf-8"))["load"]
+        assert load["exclude_ramp"] is True and load["failures"] == 0
+        # 20 users at 10 a second: the first ten start requests before the last one starts
+        assert load["ramp"]["requests"] > 0
+        assert load["ramp"]["latency_ms"]["p99"] is not None
+        assert load["latency_ms"]["p99"] is not None and load["ok"] is True
+
+
+async def test_verify_refuses_load_cpus_it_may_not_use(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.format(listener_port=10000, cpu=1, gpu1=2, gpu2=3, canary=4,
+                                    gold_pool="cpu-pool"))  # fmt: skip
+    for bad in ("x", "4096"):
+        code, _, err = await run_verify_cli(
+            "-f", str(policy), "--gateway", "http://127.0.0.1:10000", "--users", "5",
+            "--load-cpus", bad,
+        )  # fmt: skip
+        assert code == 2 and "--load-cpus" in err, err
 
 
 async def test_verify_catches_a_rule_the_gateway_routes_elsewhere(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -55,6 +56,21 @@ def _seconds(value: str) -> float:
     return parsed
 
 
+def _cpus(value: str | None) -> tuple[int, ...]:
+    """``--load-cpus 0,1`` -> (0, 1); a CPU this process may not use is a usage error."""
+    if value is None:
+        return ()
+    try:
+        cpus = tuple(sorted({int(part) for part in value.split(",") if part.strip()}))
+    except ValueError:
+        raise _fail(f"--load-cpus {value!r}: give CPU numbers, e.g. 0 or 0,1", 2) from None
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(cpus)
+    outside = [c for c in cpus if c not in allowed]
+    if not cpus or outside:
+        raise _fail(f"--load-cpus {value!r}: usable CPUs are {sorted(allowed)}", 2)
+    return cpus
+
+
 def _fail(message: str, code: int) -> typer.Exit:
     Console(stderr=True).print(Text(message, style="red"))
     return typer.Exit(code)
@@ -93,6 +109,18 @@ def verify(
         float | None, typer.Option(help="Users started per second (default: all in 1 s).")
     ] = None,
     think_time: Annotated[str, typer.Option(help="Each user's wait between requests.")] = "0s",
+    exclude_ramp: Annotated[
+        bool,
+        typer.Option(
+            "--exclude-ramp",
+            help="Judge only requests sent once every user has started (the ramp is reported "
+            "beside), as locust's --reset-stats.",
+        ),
+    ] = False,
+    load_cpus: Annotated[
+        str | None,
+        typer.Option(help="CPUs locust may run on (0 or 0,1): keep it off the gateway's cores."),
+    ] = None,
     sla_p99: Annotated[str, typer.Option(help="The load run's p99 bar (50ms).")] = "50ms",
     max_errors: Annotated[
         float, typer.Option(min=0, max=100, help="Load errors bar, % (5xx, no answer).")
@@ -143,6 +171,8 @@ def verify(
         duration_s=_seconds(duration),
         spawn_rate=spawn_rate,
         think_time_s=_seconds(think_time),
+        exclude_ramp=exclude_ramp,
+        load_cpus=_cpus(load_cpus),
         sla_p99_ms=_seconds(sla_p99) * 1000.0,
         max_error_percent=max_errors,
         prometheus=prometheus,

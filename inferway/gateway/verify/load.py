@@ -44,6 +44,10 @@ class LoadSettings:
     think_time_s: float = 0.0
     sla_p99_ms: float = 50.0
     max_error_percent: float = 0.5
+    steady_only: bool = False
+    """Judge only answers to requests sent once every user has started (the ramp apart)."""
+    cpus: tuple[int, ...] = ()
+    """CPUs the locust process may use (empty: any), to keep it off the servers' cores."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,8 @@ def run_load(gateway: str, probes: list[Probe], settings: LoadSettings) -> LoadR
         "duration_s": settings.duration_s,
         "think_time_s": settings.think_time_s,
         "requests": requests,
+        "steady_only": settings.steady_only,
+        "cpus": list(settings.cpus),
     }
     with tempfile.TemporaryDirectory(prefix="inferway-verify-") as tmp:
         config_path, out_path = Path(tmp) / "config.json", Path(tmp) / "result.json"

@@ -2,7 +2,9 @@
 for gevent when it is imported, which must never happen inside the inferway process (or its
 tests' event loops). ``inferway verify`` starts ``python -m inferway.gateway.verify.locust_run
 CONFIG OUT``; CONFIG is JSON (host, users, spawn_rate, duration_s, think_time_s, requests as
-path/headers/base64 body), OUT receives the totals and the per-second timeline as JSON.
+path/headers/base64 body; optionally ``steady_only``: judge only the answers to requests sent
+after every user was started, as locust's ``--reset-stats`` does, and ``cpus``: the CPUs this
+process may run on), OUT receives the totals and the per-second timeline as JSON.
 
 Only the standard library is imported at module level, and locust only inside :func:`main`,
 so importing this module (as the import checks do) patches nothing.
@@ -14,6 +16,7 @@ import base64
 import itertools
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -40,18 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         sys.stderr.write("usage: python -m inferway.gateway.verify.locust_run CONFIG OUT\n")
         return 2
+    with open(args[0], encoding="utf-8") as stream:
+        config: dict[str, Any] = json.load(stream)
+    if config.get("cpus"):
+        os.sched_setaffinity(0, {int(c) for c in config["cpus"]})
     import gevent
     from locust import FastHttpUser, constant, events, task  # patches the stdlib for gevent
     from locust.env import Environment
 
-    with open(args[0], encoding="utf-8") as stream:
-        config: dict[str, Any] = json.load(stream)
     requests = [
         (r["path"], r["headers"], base64.b64decode(r["body"]), r["name"])
         for r in config["requests"]
     ]
     order = itertools.cycle(range(len(requests)))
     latencies: list[float] = []
+    ramp: list[float] = []  # answers to requests sent before the last user started
+    spawned: list[float] = []  # when spawning completed (time.time())
+    steady_only = bool(config.get("steady_only", False))
     buckets: dict[int, list[float]] = defaultdict(list)
     bucket_failures: Counter[int] = Counter()
     statuses: Counter[str] = Counter()
@@ -80,11 +88,19 @@ def main(argv: list[str] | None = None) -> int:
 
     @events.request.add_listener
     def _record(response_time: float, exception: BaseException | None, **_: Any) -> None:
-        second = int(time.time() - started)
-        latencies.append(response_time)
+        now = time.time()
+        second = int(now - started)
+        sent = now - response_time / 1000.0
+        (latencies if not steady_only or (spawned and sent >= spawned[0]) else ramp).append(
+            response_time
+        )
         buckets[second].append(response_time)
         if exception is not None:
             bucket_failures[second] += 1
+
+    @events.spawning_complete.add_listener
+    def _spawned(**_: Any) -> None:
+        spawned.append(time.time())
 
     env = Environment(user_classes=[VerifyUser], events=events)
     runner = env.create_local_runner()
@@ -100,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         "failures": total.num_failures,
         "throughput_rps": total.num_requests / elapsed if elapsed > 0 else 0.0,
         "latency_ms": _quantiles(latencies),
+        "measured_requests": len(latencies),
+        "steady_only": steady_only,
+        "spawned_after_s": spawned[0] - started if spawned else None,
+        "ramp": {"requests": len(ramp), "latency_ms": _quantiles(ramp)},
+        "all_latency_ms": _quantiles(latencies + ramp),
         "statuses": dict(statuses),
         "errors": {str(k): v.occurrences for k, v in env.stats.errors.items()},
         "timeline": [

@@ -113,6 +113,8 @@ def run_document(run: VerifyRun) -> dict[str, Any]:
             "sla_p99_ms": run.load.settings.sla_p99_ms,
             "ok": run.load.ok,
             "timeline": result["timeline"],
+            "exclude_ramp": run.load.settings.steady_only,
+            "ramp": result.get("ramp"),
             "png": run.png,
         }
     return {
@@ -196,6 +198,13 @@ def render_run(document: dict[str, Any], console: Console, *, mismatches: int = 
             f"{q['p95'] or 0:.1f} / p99 {q['p99'] or 0:.1f} ms, {load['failures']} errors"
             + (f"; latency over time: {load['png']}" if load["png"] else "")
         )
+        ramp = load.get("ramp")
+        if load.get("exclude_ramp") and ramp:
+            r = ramp["latency_ms"]
+            console.print(
+                f"  judged after the ramp; the ramp's {ramp['requests']} requests: "
+                f"p99 {r['p99'] or 0:.1f} ms"
+            )
     cost = document["cost"]
     if not cost["available"]:
         console.print(f"cost and utilisation: {cost['note'] or 'not available'}")

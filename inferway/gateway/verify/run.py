@@ -33,6 +33,10 @@ class VerifySettings:
     spawn_rate: float | None = None
     """None: every user started within the first second."""
     think_time_s: float = 0.0
+    exclude_ramp: bool = False
+    """Judge only requests sent once every user has started."""
+    load_cpus: tuple[int, ...] = ()
+    """CPUs the locust process may use (empty: any)."""
     sla_p99_ms: float = 50.0
     max_error_percent: float = 0.5
     prometheus: str | None = None
@@ -72,6 +76,8 @@ async def run_verify(
             think_time_s=settings.think_time_s,
             sla_p99_ms=settings.sla_p99_ms,
             max_error_percent=settings.max_error_percent,
+            steady_only=settings.exclude_ramp,
+            cpus=settings.load_cpus,
         )
         load = await asyncio.to_thread(run_load, gateway, served or probes, load_settings)
         if settings.png is not None:
