@@ -49,7 +49,7 @@ def _backend_server(root: str, frontend: str, conn: Connection) -> None:
     import uvloop
 
     logging.basicConfig(level=logging.WARNING)
-    from inferway.backends.process_tuning import tune_for_serving
+    from inferway.backends.process_tuning import freeze_startup_heap, tune_for_serving
 
     tune_for_serving()  # as `inferway serve` does
 
@@ -59,6 +59,7 @@ def _backend_server(root: str, frontend: str, conn: Connection) -> None:
 
         settings = ServingSettings(http_frontend=frontend)
         handle = await start_backend(root, watch=False, settings=settings)
+        freeze_startup_heap()  # as `inferway serve` does
         conn.send((handle.http_port, handle.grpc_port))
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
         await handle.stop(grace=1.0)

@@ -19,7 +19,7 @@ from inferway.backends.cli_options import backend_tls, job_settings
 from inferway.backends.install_check import missing_backend_message, missing_backend_modules
 from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S, JobSettings
 from inferway.backends.jobs.store import JobStoreUnavailableError
-from inferway.backends.process_tuning import tune_for_serving
+from inferway.backends.process_tuning import freeze_startup_heap, tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
     DEFAULT_HTTP_FRONTEND,
@@ -81,6 +81,7 @@ async def _serve(
         backlog=backlog,
         jobs=jobs,
     )
+    freeze_startup_heap()
     try:
         typer.echo(f"inferway backend serving {model_repository}")
         _echo_listeners(host, handle.http_port, handle.grpc_port, tls)

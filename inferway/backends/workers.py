@@ -109,6 +109,7 @@ def _worker_main(settings: WorkerSettings, index: int, events: Any, parent: int)
 
 async def _serve_worker(settings: WorkerSettings, index: int, events: Any) -> None:
     from inferway.backends.app import describe_served, start_backend
+    from inferway.backends.process_tuning import freeze_startup_heap
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -126,6 +127,7 @@ async def _serve_worker(settings: WorkerSettings, index: int, events: Any) -> No
         load_first=True,
         metrics_dir=os.environ[METRICS_DIR_ENV],
     )
+    freeze_startup_heap()
     try:
         models = [describe_served(m) for m in handle.repository.models()]
         refused = [f"{w}: {why}" for w, why in sorted(handle.repository.errors.items())]
