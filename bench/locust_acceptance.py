@@ -1,6 +1,7 @@
 """The deployment guide's acceptance load test: locust users at 1 request/s each against
 ``inferway run`` + ``inferway serve`` on the tiny model (issue 15 goal 3: p99 < 50 ms at 1,000
-users; 2,000 recorded), through the gateway and straight to the backend in the same run.
+users; 2,000 recorded), through the gateway and straight to the backend in the same run, and
+against a static server that answers at once (``floor``: the latency locust itself adds).
 
 Real processes on loopback: ``inferway serve`` over a generated repository (the tiny MLP with
 adaptive batching), ``inferway run`` with a one-route policy in front of it, and locust
@@ -10,7 +11,12 @@ answer, sleeps 1 s, so a spawned cohort arrives in bursts as locust users do) th
 
     .venv/bin/python bench/locust_acceptance.py                  # 1,000 and 2,000 users, 60 s
     .venv/bin/python bench/locust_acceptance.py --quick          # 200 users, 10 s
+    .venv/bin/python bench/locust_acceptance.py --spawn-rate 50 --duration 70 --rounds 2
     .venv/bin/python bench/locust_acceptance.py --serve-arg=--workers --serve-arg=2
+    .venv/bin/python bench/locust_acceptance.py --pin            # locust on CPU 0, servers on 1
+
+p99 is judged over the requests sent once every user has started (``--include-ramp``: all);
+the ramp's p99 and that of all requests are reported beside it.
 
 Writes bench/results/locust_acceptance.json.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -86,15 +93,41 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
 
 
+def _cpu_split(pin: bool) -> tuple[tuple[int, ...], set[int]]:
+    """(locust's CPUs, the servers' CPUs); both empty when not pinning."""
+    if not pin:
+        return (), set()
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    return (cpus[0],), set(cpus[1:])
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", default="1000,2000")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per run")
     parser.add_argument("--spawn-rate", type=float, default=200.0, help="users started per s")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--targets", default="gateway,direct")
+    parser.add_argument(
+        "--targets",
+        default="gateway,direct,floor",
+        help="gateway (Envoy + backend), direct (backend), floor (static answers: what locust "
+        "itself adds)",
+    )
     parser.add_argument("--sla-p99-ms", type=float, default=50.0)
     parser.add_argument("--serve-arg", action="append", default=[], help="extra serve option")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="locust on CPU 0, the gateway and the backend on the other CPUs (needs 2+)",
+    )
+    parser.add_argument(
+        "--include-ramp",
+        action="store_true",
+        help="judge the ramp too (default: only requests sent once every user has started, "
+        "as locust's --reset-stats; the ramp's figures are reported beside)",
+    )
     parser.add_argument("--quick", action="store_true", help="200 users, 10 s")
     args = parser.parse_args(argv)
     if args.quick:
@@ -119,16 +152,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run += ["--xds-port", str(free_port()), "--admin-port", str(free_port())]
         run += ["--envoy-admin-port", str(free_port())]
         logs = (root / "serve.log").open("wb"), (root / "run.log").open("wb")
-        backend = subprocess.Popen(serve, stdout=logs[0], stderr=subprocess.STDOUT)
-        gateway = subprocess.Popen(run, stdout=logs[1], stderr=subprocess.STDOUT)
+        locust_cpus, server_cpus = _cpu_split(args.pin)
+        pin = None if not server_cpus else (lambda: os.sched_setaffinity(0, server_cpus))
+        backend = subprocess.Popen(serve, stdout=logs[0], stderr=subprocess.STDOUT, preexec_fn=pin)
+        gateway = subprocess.Popen(run, stdout=logs[1], stderr=subprocess.STDOUT, preexec_fn=pin)
+        floor_port = free_port()
+        static = Path(__file__).with_name("static_http_server.py")
+        floor = subprocess.Popen(
+            [sys.executable, str(static), str(floor_port)],
+            preexec_fn=pin,
+        )
         urls = {
             "direct": f"http://127.0.0.1:{http}",
             "gateway": f"http://127.0.0.1:{listener}",
+            "floor": f"http://127.0.0.1:{floor_port}",
         }
         try:
             path = f"/v2/models/{MODEL}/infer"
             _wait(urls["direct"] + path, backend, "inferway serve")
             _wait(urls["gateway"] + path, gateway, "inferway run")
+            _wait(urls["floor"] + path, floor, "the static floor server")
             probe = Probe("infer", path, (("content-type", "application/json"),), _body())
             for round_ in range(args.rounds):
                 order = targets[round_ % len(targets) :] + targets[: round_ % len(targets)]
@@ -140,6 +183,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             spawn_rate=args.spawn_rate,
                             think_time_s=1.0,
                             sla_p99_ms=args.sla_p99_ms,
+                            steady_only=not args.include_ramp,
+                            cpus=locust_cpus,
                         )
                         report = run_load(urls[target], [probe], settings)
                         result = report.result
@@ -155,16 +200,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 "p50_ms": latency["p50"],
                                 "p95_ms": latency["p95"],
                                 "p99_ms": latency["p99"],
+                                "ramp_s": result["spawned_after_s"],
+                                "ramp_requests": result["ramp"]["requests"],
+                                "ramp_p99_ms": result["ramp"]["latency_ms"]["p99"],
+                                "all_p99_ms": result["all_latency_ms"]["p99"],
                                 "sla_met": report.ok,
                                 "timeline": result["timeline"],
                             }
                         )
                         print(
                             f"{target:8} {n:5} users: {result['throughput_rps']:7.0f} req/s, "
-                            f"p99 {latency['p99']} ms, failures {result['failures']}",
+                            f"p99 {latency['p99']:.1f} ms (with the ramp "
+                            f"{result['all_latency_ms']['p99']:.1f} ms), "
+                            f"failures {result['failures']}",
                             flush=True,
                         )
         finally:
+            _stop(floor)
             _stop(gateway)
             _stop(backend)
             for log in logs:
@@ -178,6 +230,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{r['p50_ms']:.1f}",
             f"{r['p95_ms']:.1f}",
             f"{r['p99_ms']:.1f}",
+            f"{r['ramp_p99_ms']:.1f}" if r["ramp_p99_ms"] is not None else "-",
+            f"{r['all_p99_ms']:.1f}",
             r["failures"],
             "met" if r["sla_met"] else "MISSED",
         )
@@ -185,7 +239,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     print_table(
         f"locust, 1 req/s per user, {args.duration:g} s per run (SLA p99 < {args.sla_p99_ms:g} ms)",
-        ("target", "users", "round", "req/s", "p50 ms", "p95 ms", "p99 ms", "failures", "SLA"),
+        (
+            "target",
+            "users",
+            "round",
+            "req/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "ramp p99",
+            "all p99",
+            "failures",
+            "SLA",
+        ),
         rows,
     )
     data = {"environment": environment(), "args": vars(args), "runs": runs}
