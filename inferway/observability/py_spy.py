@@ -68,7 +68,40 @@ def _explain(stderr: str, pid: int) -> str:
     return f"py-spy failed on pid {pid}: {said or 'no output'}"
 
 
-async def _sampler(binary: str, args: list[str]) -> tuple[int, str]:
+_ATTACH_RACE = "no python processes found"
+"""What py-spy says when it cannot read the interpreter at start-up, which happens when the
+other sampler has the target stopped at that moment (one ptrace tracer at a time)."""
+ATTACH_TRIES = 3
+
+
+async def _sampler(binary: str, args: list[str], pid: int) -> tuple[int, str]:
+    """Run one py-spy; a start-up that lost the race for the target is run again (up to
+    ``ATTACH_TRIES`` in all, a fraction of a second later) while the target is alive."""
+    attempt = 1
+    while True:
+        code, stderr = await _run_once(binary, args)
+        if (
+            code == 0
+            or attempt >= ATTACH_TRIES
+            or _ATTACH_RACE not in stderr.lower()
+            or not _alive(pid)
+        ):
+            return code, stderr
+        await asyncio.sleep(0.05 * attempt)
+        attempt += 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _run_once(binary: str, args: list[str]) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         binary, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
@@ -103,8 +136,8 @@ async def record_profile(
     with tempfile.TemporaryDirectory(prefix="inferway-profile-") as scratch:
         folded = Path(scratch) / "stacks.txt"
         (code_svg, err_svg), (code_raw, err_raw) = await asyncio.gather(
-            _sampler(binary, [*common, "--format", "flamegraph", "--output", str(svg)]),
-            _sampler(binary, [*common, "--format", "raw", "--output", str(folded)]),
+            _sampler(binary, [*common, "--format", "flamegraph", "--output", str(svg)], pid),
+            _sampler(binary, [*common, "--format", "raw", "--output", str(folded)], pid),
         )
         if code_svg != 0 or not svg.is_file():
             raise ProfileError(_explain(err_svg, pid))
