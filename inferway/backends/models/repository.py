@@ -28,22 +28,14 @@ from inferway.backends.models.loading import (
     default_runner_factory,
     load_runners,
 )
-from inferway.backends.models.scan import (
-    Fingerprint,
-    VersionKey,
-    scan_repository,
-)
+from inferway.backends.models.scan import Fingerprint, VersionKey, scan_repository
 from inferway.backends.models.served_model import (
     ModelLoadError,
     ModelNotFoundError,
     RepositoryEvent,
     ServedModel,
 )
-from inferway.backends.pipelines.registry import (
-    PIPELINE_VERSION,
-    PipelineSet,
-    scan_pipelines,
-)
+from inferway.backends.pipelines.registry import PIPELINE_VERSION, PipelineSet, scan_pipelines
 
 __all__ = ["ModelRepository"]
 
