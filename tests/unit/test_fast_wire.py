@@ -8,6 +8,7 @@ import json
 import pytest
 
 from inferway.backends.protocol.fast_wire import (
+    FastCall,
     error_body,
     head_end,
     hot_route,
@@ -65,3 +66,18 @@ def test_response_bytes_frame_the_body_and_say_when_the_connection_closes() -> N
     kept = response_bytes(200, b"application/json", b"", [], keep_alive=True, http10=True)
     assert b"Connection: keep-alive\r\n" in kept
     assert b"Connection" not in response_bytes(200, b"x", b"", [], keep_alive=True)
+
+
+def test_only_the_json_part_is_searched_for_a_timeout_parameter() -> None:
+    head = (
+        b'{"inputs":[{"name":"x","datatype":"BYTES","shape":[1],'
+        b'"parameters":{"binary_data_size":9}}]}'
+    )
+    tensor = b'"timeout"'  # tensor bytes that happen to spell it
+    binary = {"inference-header-content-length": str(len(head))}
+    assert not FastCall("m", None, binary, head + tensor).may_name_timeout()
+    with_timeout = head.replace(b'"inputs"', b'"parameters":{"timeout":2},"inputs"')
+    assert FastCall("m", None, {}, with_timeout).may_name_timeout()
+    binary = {"inference-header-content-length": str(len(with_timeout))}
+    assert FastCall("m", None, binary, with_timeout + b"\0" * 8).may_name_timeout()
+    assert not FastCall("m", None, {}, head).may_name_timeout()

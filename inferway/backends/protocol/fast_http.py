@@ -319,7 +319,7 @@ class FastHttpServer:
             core.outputs is None
             and core.settings.default_timeout_s is None
             and ENVOY_TIMEOUT_HEADER not in call.headers
-            and b'"timeout"' not in call.body
+            and not call.may_name_timeout()
             and not tracing.is_tracing(core.tracer)
         )
 

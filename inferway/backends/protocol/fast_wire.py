@@ -159,6 +159,13 @@ class FastCall:
         head, binary = split_binary_body(self.body, self.headers.get(_BINARY_KEY))
         return decode_json_request(parse_json_header(head), binary, model.inputs)
 
+    def may_name_timeout(self) -> bool:
+        """Whether the request's JSON could carry ``parameters.timeout``: a byte search of the
+        JSON part only (with the binary extension, the tensor bytes after it are not read)."""
+        size = self.headers.get(_BINARY_KEY)
+        end = int(size) if size is not None and size.isdigit() else len(self.body)
+        return self.body.find(b'"timeout"', 0, end) >= 0
+
     def transport_timeout_s(self) -> float | None:
         return envoy_timeout_s(self.headers.get(ENVOY_TIMEOUT_HEADER))
 
