@@ -51,7 +51,13 @@ from batching_models import (
 )
 from batching_report import evaluate_targets, print_report
 from loadgen import PROTOCOLS, LoadWorker
-from servers import ServerProcess, WorkersServer, backend_server_main, plain_server_main
+from servers import (
+    ServerProcess,
+    WorkersServer,
+    backend_server_main,
+    fast_backend_server_main,
+    plain_server_main,
+)
 
 from inferway.devtools.demo_models import HEAVY_SIZES
 
@@ -104,6 +110,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="one core each: the load generator on CPU 0, the server (and ORT direct for (a)) "
         "on CPU 1, so both sides get the same core budget (Linux; needs 2+ CPUs)",
     )
+    p.add_argument(
+        "--http-frontend",
+        choices=("fast", "aiohttp"),
+        default="fast",
+        help="the backend's HTTP front end (default fast, as `inferway serve`; aiohttp: the "
+        "one these figures were measured with before the fast front end existed)",
+    )
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results)")
     return p.parse_args(argv)
 
@@ -137,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "closed_clients": {m: CLOSED_CLIENTS[m] for m in models},
         "search_probes": search_probes,
         "pinned": {"loadgen_cpu": LOADGEN_CPU, "server_cpu": SERVER_CPU} if args.pin else None,
+        "http_frontend": args.http_frontend,
         "configs": {f"{m}-{mode}": batching_settings(m, mode) for m in models for mode in modes},
     }
     with tempfile.TemporaryDirectory(prefix="inferway-bench-") as tmp:
@@ -162,8 +176,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 flush=True,
             )
         with pinned(SERVER_CPU if args.pin else None):  # children inherit the affinity
-            server = ServerProcess(backend_server_main, (str(root),), metrics=True)
-        many = WorkersServer(root, args.workers) if args.workers > 1 else None
+            fast = args.http_frontend == "fast"
+            main_fn = fast_backend_server_main if fast else backend_server_main
+            server = ServerProcess(main_fn, (str(root),), metrics=True)
+        many = (
+            WorkersServer(root, args.workers, frontend=args.http_frontend)
+            if args.workers > 1
+            else None
+        )
         many_mode = WORKERS_MODE.format(n=args.workers)
         plain = None
         if "tiny" in models and "http-json" in protocols:

@@ -9,7 +9,7 @@ batch, which for a small model is ten times the compute itself. 0.5 ms measured 
 Once the models are loaded and the listeners open, the heap holds a few hundred thousand
 objects that live as long as the process (modules, the models' sessions, metrics, pydantic
 models). CPython's cyclic collector walks all of them in every full collection, which the
-growth of per-connection state under load triggers: 100 ms pauses in the middle of serving,
+growth of per-connection state under load triggers: 70-odd ms pauses in the middle of serving,
 measured under 1,000 locust users (BENCHMARKS.md). ``freeze_startup_heap`` moves them out of
 the collector's sight (``gc.freeze``, as pre-fork servers do); what is created later is
 collected as usual.
