@@ -29,6 +29,7 @@ __all__ = [
     "measure_body",
     "measure_bodyless",
     "parse_field_paths",
+    "rows_of",
 ]
 
 BINARY_HEADER_LENGTH = "inference-header-content-length"
@@ -65,7 +66,7 @@ def measure_body(
     if not isinstance(document, dict):
         return out
     out[KEY_JSON] = True
-    rows = _rows(document)
+    rows = rows_of(document)
     if rows is not None:
         out[KEY_INFERENCE] = True
         out[KEY_ROWS] = rows
@@ -87,7 +88,8 @@ def measure_body(
     return out
 
 
-def _rows(document: dict[str, Any]) -> int | None:
+def rows_of(document: dict[str, Any]) -> int | None:
+    """The OIP request's rows: its first input's ``shape[0]`` (None when there is none)."""
     inputs = document.get("inputs")
     if not isinstance(inputs, list) or not inputs or not isinstance(inputs[0], dict):
         return None

@@ -19,6 +19,8 @@ import orjson
 import re2
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferway.gateway.features.measure import rows_of
+
 __all__ = [
     "Bounds",
     "FeatureRule",
@@ -119,20 +121,6 @@ def body_document(body: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return document if isinstance(document, dict) else None
-
-
-def rows_of(document: dict[str, Any]) -> int | None:
-    """The OIP request's rows: its first input's ``shape[0]`` (None when there is none)."""
-    inputs = document.get("inputs")
-    if not isinstance(inputs, list) or not inputs or not isinstance(inputs[0], dict):
-        return None
-    shape = inputs[0].get("shape")
-    if not isinstance(shape, list) or not shape:
-        return None
-    first = shape[0]
-    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-        return None
-    return first
 
 
 def field_value(document: dict[str, Any], path: str) -> tuple[bool, Any]:
