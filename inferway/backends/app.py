@@ -96,6 +96,7 @@ def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider |
             name=name,
             on_batch=metrics.on_batch,
             tracer_provider=tracer_provider,
+            measure_loop=True,  # the fill_when_busy rule: the server's loop is measured
         )
 
     return build

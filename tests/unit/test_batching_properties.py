@@ -46,9 +46,11 @@ configs = st.builds(
     ops=st.lists(
         st.one_of(submit_op, submit_op, cancel_op, step_op, done_op), min_size=20, max_size=100
     ),
+    loop_busy=st.sampled_from([0.0, 0.5, 0.95]),  # 0.95: the fill_when_busy rule is on
 )
-def test_every_request_gets_exactly_one_outcome_and_batches_honour_limits(config, ops):
+def test_every_request_gets_exactly_one_outcome_and_batches_honour_limits(config, ops, loop_busy):
     s = Scheduler(config)
+    s.loop_busy = loop_busy
     now = 0.0
     outcomes: dict[int, list[str]] = {}
     accepted: list[Pending] = []
@@ -67,6 +69,9 @@ def test_every_request_gets_exactly_one_outcome_and_batches_honour_limits(config
             action = s.next_action(now, idle)
             if isinstance(action, WaitUntil):
                 assert action.at > now
+                # an idle instance never holds the oldest request past max_queue_delay_s
+                oldest = min(r.arrival for r in accepted if r.state is RequestState.QUEUED)
+                assert action.at <= oldest + config.max_queue_delay_s + 1e-9
             if not isinstance(action, Dispatch):
                 break
             idle -= 1

@@ -28,6 +28,9 @@ class BatchingConfig(BaseModel):
     max_queue_size: int = Field(default=1024, ge=1)
     max_batch_bytes: int | None = Field(default=None, ge=1)
     instances: int = Field(default=1, ge=1, le=64)
+    fill_when_busy: bool = True
+    """``adaptive``: while the server's event loop is the bottleneck (busy at least
+    ``loop_load.LOOP_BUSY`` of the time), wait for fuller batches within the latency limits."""
 
     @field_validator("mode", mode="before")
     @classmethod

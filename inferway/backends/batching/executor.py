@@ -32,6 +32,7 @@ from .config import BatchingConfig
 from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
+from .loop_load import LoopLoad
 from .queued import QueuedRequest
 from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
@@ -65,6 +66,7 @@ class BatchExecutor:
         tracer_provider: trace.TracerProvider | None = None,
         stats_window_s: float = 10.0,
         inline_below_s: float = INLINE_BELOW_S,
+        measure_loop: bool = False,
     ) -> None:
         if not runners:
             raise ValueError(f"model {name!r}: BatchExecutor needs at least one runner")
@@ -92,6 +94,10 @@ class BatchExecutor:
         self._closed = False
         self._stats = WindowStats(len(self._runners), stats_window_s, clock())
         self._inline_below_s = inline_below_s
+        # the loop's busy share for the scheduler's fill_when_busy rule, measured on the loop
+        # thread once started (off by default: tests drive the scheduler deterministically)
+        self._measure_loop = measure_loop and config.mode == "adaptive" and config.fill_when_busy
+        self._loop_load: LoopLoad | None = None
 
     # -- public surface -------------------------------------------------------------------
 
@@ -231,6 +237,8 @@ class BatchExecutor:
         if self._closing:
             raise ExecutorClosedError(f"model {self.name!r}: executor was stopped")
         self._loop = asyncio.get_running_loop()
+        if self._measure_loop:
+            self._loop_load = LoopLoad()
         self._stats.restart(self.clock())
         self._dispatcher.start(self._loop)
 
@@ -249,6 +257,8 @@ class BatchExecutor:
         """Expire overdue requests and launch every batch the scheduler wants now; returns what
         to wait for next (None: stopped and drained). Called on the loop thread only."""
         sched = self._sched
+        if self._loop_load is not None:
+            sched.loop_busy = self._loop_load.share()
         while True:
             now = self.clock()
             for req in sched.expire(now):

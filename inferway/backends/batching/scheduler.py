@@ -11,7 +11,12 @@ requests run together and when. Rules, in order:
   full batch, or dispatches a preferred size as soon as one can be formed; ``adaptive`` waits
   only while the learned cost model says a bigger batch both improves throughput and still
   meets ``latency_slo_s`` (never longer than ``max_queue_delay_s``), and otherwise dispatches
-  at once, so a lone request pays no batching latency.
+  at once, so a lone request pays no batching latency;
+- ``adaptive`` while the event loop is the bottleneck (``loop_busy`` at least ``LOOP_BUSY``,
+  set by the executor; ``fill_when_busy``): an idle instance costs nothing then, but every
+  batch costs the loop a dispatch and a settle (and a CPU model's compute takes cores from
+  the loop), so with two or more requests queued it waits for more rows as long as requests
+  keep arriving and the same latency limits hold.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Generic, TypeVar
 from .config import BatchingConfig
 from .cost_model import ArrivalRate, CostModel
 from .errors import InvalidRequestError, QueueFullError
+from .loop_load import LOOP_BUSY
 from .records import IDLE, Dispatch, Idle, Pending, RequestState, WaitUntil
 
 __all__ = ["Scheduler"]
@@ -36,6 +42,7 @@ _QUEUED = RequestState.QUEUED
 _COMPUTE_SAFETY = 1.25  # predicted compute time is inflated by this before an SLO check
 _GAIN = 1.02  # waiting must improve throughput by at least this factor
 _MIN_WAIT = 1e-4  # never ask to be woken sooner than this: avoids spinning on bursts
+_SILENCE = 2.0  # filling stops once no request came for this many mean gaps
 
 
 class Scheduler(Generic[RequestT]):
@@ -64,6 +71,10 @@ class Scheduler(Generic[RequestT]):
         self._expired: list[RequestT] = []
         self._seq = 0
         self._queued_rows = 0
+        self.loop_busy = 0.0
+        """The event loop's busy share (``LoopLoad``), kept current by the executor."""
+        self.filled = 0
+        """Waits chosen because the loop was busy (the ``fill_when_busy`` rule)."""
 
     # -- queue ---------------------------------------------------------------------------
 
@@ -250,30 +261,40 @@ class Scheduler(Generic[RequestT]):
             return self._take(group, count, rows, nbytes)
         if mode == "fixed":
             return self._park(cap_at)
-        wake = self._adaptive_wait(now, head.arrival, rows, earliest)
+        wake = self._adaptive_wait(now, head.arrival, rows, earliest, count)
         if wake is None:
             return self._take(group, count, rows, nbytes)
         return self._park(min(wake, cap_at))
 
     def _adaptive_wait(
-        self, now: float, head_arrival: float, rows: int, earliest: float
+        self, now: float, head_arrival: float, rows: int, earliest: float, count: int
     ) -> float | None:
         """When to look again if waiting for more rows pays off; None to dispatch now."""
         cost = self.cost_model
         t_now = cost.predict(rows)
         if t_now is None or t_now <= 0:
             return None  # nothing learned yet: run, and learn
-        gap = self.arrivals.expected_wait(now)
+        arrivals = self.arrivals
+        gap = arrivals.expected_wait(now)
         if not math.isfinite(gap):
             return None
         gap = max(gap, _MIN_WAIT)
-        more = min(rows + max(1, round(self.arrivals.mean_rows)), self._max_rows)
+        more = min(rows + max(1, round(arrivals.mean_rows)), self._max_rows)
         t_more = cost.predict(more)
         if t_more is None:
             return None
-        # Throughput: rows per second of instance time, dispatching now vs after one arrival.
-        # At low arrival rates the wait costs more than the bigger batch saves: run now.
-        if more * t_now <= _GAIN * rows * (gap + t_more):
+        # A lone request never waits: with one client (or each client's one request queued)
+        # nothing else may be on its way, however busy the loop is.
+        filling = count >= 2 and self.loop_busy >= LOOP_BUSY and self.config.fill_when_busy
+        if filling:
+            # The loop limits: waiting leaves the instance idle but costs no throughput, so
+            # wait while requests keep coming (the latency limits below still hold).
+            mean_gap = arrivals.mean_gap
+            if mean_gap is None or gap > _SILENCE * max(mean_gap, _MIN_WAIT):
+                return None
+        elif more * t_now <= _GAIN * rows * (gap + t_more):
+            # Throughput: rows per second of instance time, dispatching now vs after one
+            # arrival. At low arrival rates the wait costs more than the bigger batch saves.
             return None
         # Latency: the oldest request (and every deadline) must still make it after waiting.
         finish = now + gap + _COMPUTE_SAFETY * t_more
@@ -281,6 +302,8 @@ class Scheduler(Generic[RequestT]):
             return None
         latest = min(head_arrival + self.config.latency_slo_s, earliest)
         latest -= _COMPUTE_SAFETY * t_more
+        if filling:
+            self.filled += 1
         return min(now + gap, latest)
 
     def _take(
