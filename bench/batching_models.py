@@ -20,6 +20,7 @@ from inferway.devtools.demo_models import build_mlp, mlp_reference
 __all__ = [
     "CLOSED_CLIENTS",
     "MODES",
+    "NOFILL",
     "PLAIN",
     "SLO_S",
     "TINY_SIZES",
@@ -40,6 +41,8 @@ def served_name(model: str, mode: str) -> str:
     return f"{model}-adaptive" if mode.startswith("adaptive-w") else f"{model}-{mode}"
 
 
+NOFILL = "adaptive-nofill"
+"""The repository's adaptive model with ``fill_when_busy: false`` (an A/B beside adaptive)."""
 PLAIN = "plain-aiohttp"
 """The issue's yardstick: tiny behind a bare aiohttp handler, ORT inline (tiny, HTTP JSON)."""
 TINY_SIZES = (256, 1024, 1024, 10)
@@ -50,7 +53,8 @@ CLOSED_CLIENTS = {"heavy": 128, "tiny": 16}
 
 
 def batching_settings(model: str, mode: str) -> dict[str, Any]:
-    """The ``config.yaml`` of one benchmark model: CPU provider, one instance."""
+    """The ``config.yaml`` of one benchmark model: CPU provider, one instance. ``NOFILL`` is
+    adaptive without its rule for a busy event loop (``fill_when_busy``), for an A/B."""
     slo = SLO_S[model]
     if mode == "off":
         batching: dict[str, Any] = {"mode": "off", "max_batch_size": 1}
@@ -66,6 +70,7 @@ def batching_settings(model: str, mode: str) -> dict[str, Any]:
             "max_batch_size": 64 if model == "heavy" else 128,
             "max_queue_delay_s": 0.040 if model == "heavy" else 0.005,
             "latency_slo_s": slo / 2,
+            "fill_when_busy": mode != NOFILL,
         }
     batching["max_queue_size"] = 2048
     return {"batching": batching, "provider": "cpu"}
@@ -86,6 +91,12 @@ def build_bench_repository(root: Path, sizes: dict[str, tuple[int, ...]]) -> dic
                 shutil.copyfile(onnx_path, vdir / "model.onnx")
             settings = batching_settings(model, mode)
             (vdir.parent / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        # adaptive without the fill_when_busy rule, for side-by-side A/B runs
+        vdir = root / f"{model}-{NOFILL}" / "1"
+        vdir.mkdir(parents=True)
+        shutil.copyfile(root / f"{model}-adaptive" / "1" / "model.onnx", vdir / "model.onnx")
+        settings = batching_settings(model, NOFILL)
+        (vdir.parent / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     return built
 
 

@@ -8,6 +8,8 @@ Servers:
 - ``aiohttp``: the yardstick, ONNX Runtime inline in a bare aiohttp handler, no batching;
 - ``inferway``: ``start_backend`` with adaptive batching (one process), aiohttp front end;
 - ``inferway-fast``: the same with the fast HTTP front end (``--http-frontend fast``);
+- ``inferway-fast-nofill``: ``inferway-fast`` with ``batching.fill_when_busy: false`` (an A/B
+  of that rule in the same run);
 - ``inferway-w2`` / ``inferway-fast-w2``: ``inferway serve --workers 2`` with either;
 - ``mosec``: Mosec with dynamic batching (max batch 64, wait 5 ms), one worker, in its venv;
 - ``pytriton``: Triton's server and dynamic batcher through PyTriton (same limits), its venv.
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 from _common import environment, free_port, percentile, print_table, write_results
-from batching_models import TINY_SIZES, build_bench_repository, served_name
+from batching_models import NOFILL, TINY_SIZES, build_bench_repository, served_name
 from loadgen import LoadSpec, LoadWorker
 from servers import (
     ServerProcess,
@@ -60,6 +62,7 @@ SERVERS = (
     "aiohttp",
     "inferway",
     "inferway-fast",
+    "inferway-fast-nofill",
     "inferway-w2",
     "inferway-fast-w2",
     "mosec",
@@ -144,7 +147,9 @@ def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Pe
     if name == "inferway":
         server = ServerProcess(backend_server_main, (str(root),), metrics=True)
         return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
-    if name == "inferway-fast":
+    if name in ("inferway-fast", "inferway-fast-nofill"):
+        if name.endswith("nofill"):
+            model = served_name("tiny", NOFILL)
         server = ServerProcess(fast_backend_server_main, (str(root),), metrics=True)
         return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
     if name in ("inferway-w2", "inferway-fast-w2"):
