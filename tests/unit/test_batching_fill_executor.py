@@ -74,9 +74,7 @@ async def test_a_busy_loop_makes_the_executor_fill_batches(fill: bool) -> None:
         latency_slo_s=0.5,
         fill_when_busy=fill,
     )
-    ex = BatchExecutor(
-        [SlowDouble()], cfg, name="fill", on_batch=records.append, measure_loop=True
-    )
+    ex = BatchExecutor([SlowDouble()], cfg, name="fill", on_batch=records.append, measure_loop=True)
     await ex.start()
     try:
         answered = await busy_loop_traffic(ex, 1.5)
