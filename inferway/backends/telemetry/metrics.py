@@ -37,7 +37,13 @@ def _split_name(name: str) -> tuple[str, str]:
     return model, version
 
 
-_MODEL_GAUGES: tuple[tuple[str, str, Callable[[Any], float], str], ...] = (
+def _scheduler_value(model: Any, name: str) -> float | None:
+    """An attribute of a model's batching scheduler; None for a pipeline (no scheduler)."""
+    scheduler = getattr(model.executor, "scheduler", None)
+    return None if scheduler is None else float(getattr(scheduler, name))
+
+
+_MODEL_GAUGES: tuple[tuple[str, str, Callable[[Any], float | None], str], ...] = (
     (
         "queue_depth",
         "Requests waiting in the model's queue.",
@@ -56,8 +62,23 @@ _MODEL_GAUGES: tuple[tuple[str, str, Callable[[Any], float], str], ...] = (
         lambda m: m.load_seconds,
         "livemax",
     ),
+    (
+        "loop_busy",
+        "The event loop's busy share as the model's batcher last saw it (0-1); from 0.8 "
+        "adaptive batching waits for fuller batches (fill_when_busy).",
+        lambda m: _scheduler_value(m, "loop_busy"),
+        "livemax",
+    ),
+    (
+        "batch_fill_waits",
+        "Times, since the version loaded, adaptive batching waited for a fuller batch because "
+        "the event loop was busy (fill_when_busy).",
+        lambda m: _scheduler_value(m, "filled"),
+        "livesum",
+    ),
 )
-"""Per model version: (name, help, value, how workers' values combine with ``--workers``)."""
+"""Per model version: (name, help, value, how workers' values combine with ``--workers``); a
+value of None (a pipeline has no batcher of its own) leaves the series out."""
 _READY_HELP = "1 when the backend is ready to serve (every model loaded and warm), else 0."
 
 
@@ -75,7 +96,9 @@ class _ModelGauges(Collector):
         for m in self._models():
             labels = [str(m.name), str(m.version)]
             for family, value in families:
-                family.add_metric(labels, float(value(m)))
+                got = value(m)
+                if got is not None:
+                    family.add_metric(labels, float(got))
         for family, _ in families:
             yield family
 
@@ -248,7 +271,9 @@ class _SharedGauges:
             key = (str(m.name), str(m.version))
             current.add(key)
             for gauge, value, _ in self._gauges:
-                gauge.labels(*key).set(float(value(m)))
+                got = value(m)
+                if got is not None:
+                    gauge.labels(*key).set(float(got))
         for key in self._seen - current:
             # An unloaded version drops out of the sums. The multiprocess files cannot forget
             # a series, so it stays listed, at 0, until the worker restarts.
