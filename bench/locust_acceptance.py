@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from _common import environment, free_port, print_table, write_results
-from batching_models import TINY_SIZES, build_bench_repository, served_name
+from batching_models import NOFILL, TINY_SIZES, build_bench_repository, served_name
 
 from inferway.gateway.verify.expect import Probe
 from inferway.gateway.verify.load import LoadSettings, run_load
 
 MODEL = served_name("tiny", "adaptive")
+MODEL_NOFILL = served_name("tiny", NOFILL)
 
 
 def _body() -> bytes:
@@ -113,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--targets",
         default="gateway,direct,floor",
         help="gateway (Envoy + backend), direct (backend), floor (static answers: what locust "
-        "itself adds)",
+        "itself adds), direct-nofill (backend, the model without batching.fill_when_busy)",
     )
     parser.add_argument("--sla-p99-ms", type=float, default=50.0)
     parser.add_argument("--serve-arg", action="append", default=[], help="extra serve option")
@@ -166,13 +167,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "direct": f"http://127.0.0.1:{http}",
             "gateway": f"http://127.0.0.1:{listener}",
             "floor": f"http://127.0.0.1:{floor_port}",
+            "direct-nofill": f"http://127.0.0.1:{http}",
         }
+        unknown = set(targets) - set(urls)
+        if unknown:
+            raise SystemExit(f"--targets: unknown {', '.join(sorted(unknown))}")
         try:
             path = f"/v2/models/{MODEL}/infer"
             _wait(urls["direct"] + path, backend, "inferway serve")
             _wait(urls["gateway"] + path, gateway, "inferway run")
             _wait(urls["floor"] + path, floor, "the static floor server")
-            probe = Probe("infer", path, (("content-type", "application/json"),), _body())
+            probes = {
+                t: Probe(
+                    "infer",
+                    f"/v2/models/{MODEL_NOFILL}/infer" if t == "direct-nofill" else path,
+                    (("content-type", "application/json"),),
+                    _body(),
+                )
+                for t in urls
+            }
             for round_ in range(args.rounds):
                 order = targets[round_ % len(targets) :] + targets[: round_ % len(targets)]
                 for n in users:
@@ -186,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             steady_only=not args.include_ramp,
                             cpus=locust_cpus,
                         )
-                        report = run_load(urls[target], [probe], settings)
+                        report = run_load(urls[target], [probes[target]], settings)
                         result = report.result
                         latency = result["latency_ms"]
                         runs.append(
