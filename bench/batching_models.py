@@ -83,21 +83,22 @@ def build_bench_repository(root: Path, sizes: dict[str, tuple[int, ...]]) -> dic
         onnx_path = build_mlp(root / ".src" / f"{model}.onnx", widths)
         built[model] = onnx_path
         for mode in MODES:
-            vdir = root / f"{model}-{mode}" / "1"
-            vdir.mkdir(parents=True)
-            try:
-                os.link(onnx_path, vdir / "model.onnx")
-            except OSError:
-                shutil.copyfile(onnx_path, vdir / "model.onnx")
-            settings = batching_settings(model, mode)
-            (vdir.parent / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+            _place(root, model, mode, onnx_path)
         # adaptive without the fill_when_busy rule, for side-by-side A/B runs
-        vdir = root / f"{model}-{NOFILL}" / "1"
-        vdir.mkdir(parents=True)
-        shutil.copyfile(root / f"{model}-adaptive" / "1" / "model.onnx", vdir / "model.onnx")
-        settings = batching_settings(model, NOFILL)
-        (vdir.parent / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        _place(root, model, NOFILL, onnx_path)
     return built
+
+
+def _place(root: Path, model: str, mode: str, onnx_path: Path) -> None:
+    """``<model>-<mode>/1/model.onnx`` (a hard link where it can) and its ``config.yaml``."""
+    vdir = root / f"{model}-{mode}" / "1"
+    vdir.mkdir(parents=True)
+    try:
+        os.link(onnx_path, vdir / "model.onnx")
+    except OSError:
+        shutil.copyfile(onnx_path, vdir / "model.onnx")
+    settings = batching_settings(model, mode)
+    (vdir.parent / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
 
 
 def check_answers(port: int, model: str, sizes: tuple[int, ...]) -> None:

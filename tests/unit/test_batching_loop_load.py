@@ -77,3 +77,15 @@ def test_the_reader_measures_the_thread_that_built_it():
         pass
     thread.join()
     assert box["busy"] < 0.02
+
+
+def test_one_meter_per_thread_shared_by_its_callers():
+    from inferway.backends.batching.loop_load import this_threads_loop_load
+
+    mine = this_threads_loop_load()
+    assert this_threads_loop_load() is mine
+    other: list[LoopLoad] = []
+    thread = threading.Thread(target=lambda: other.append(this_threads_loop_load()))
+    thread.start()
+    thread.join()
+    assert other[0] is not mine

@@ -24,15 +24,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 from opentelemetry import trace
 
 from ..runners.base import Runner
+from .batch_tensors import join_inputs, split_outputs
 from .config import BatchingConfig
 from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
-from .loop_load import LoopLoad
+from .loop_load import LoopLoad, this_threads_loop_load
 from .queued import QueuedRequest
 from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
@@ -238,7 +238,7 @@ class BatchExecutor:
             raise ExecutorClosedError(f"model {self.name!r}: executor was stopped")
         self._loop = asyncio.get_running_loop()
         if self._measure_loop:
-            self._loop_load = LoopLoad()
+            self._loop_load = this_threads_loop_load()
         self._stats.restart(self.clock())
         self._dispatcher.start(self._loop)
 
@@ -379,26 +379,6 @@ class BatchExecutor:
         """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
         clock = self.clock
         t0 = clock()
-        reqs = batch.requests
-        if len(reqs) == 1:
-            inputs: Inputs = reqs[0].inputs
-        else:
-            first = reqs[0].inputs
-            inputs = {n: np.concatenate([r.inputs[n] for r in reqs]) for n in first}
-        outputs = self._runners[instance].run(inputs)
-        for out_name, arr in outputs.items():
-            if getattr(arr, "ndim", 0) == 0 or arr.shape[0] != batch.rows:
-                raise RuntimeError(
-                    f"model {self.name!r}: output {out_name!r} has shape "
-                    f"{getattr(arr, 'shape', None)}, expected {batch.rows} rows first"
-                )
-        if len(reqs) == 1:
-            results = [dict(outputs)]
-        else:
-            results = []
-            offset = 0
-            for r in reqs:
-                end = offset + r.rows
-                results.append({n: a[offset:end] for n, a in outputs.items()})
-                offset = end
+        outputs = self._runners[instance].run(join_inputs(batch.requests))
+        results = split_outputs(self.name, outputs, batch.requests, batch.rows)
         return results, clock() - t0

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["LOOP_BUSY", "LoopLoad", "schedstat_reader"]
+__all__ = ["LOOP_BUSY", "LoopLoad", "schedstat_reader", "this_threads_loop_load"]
 
 LOOP_BUSY = 0.8
 """A loop at least this busy limits throughput: the batcher fills batches (Scheduler)."""
@@ -87,3 +87,15 @@ class LoopLoad:
         self._at, self._busy = now, busy
         self._share += _SMOOTHING * (window - self._share)
         return self._share
+
+
+_per_thread = threading.local()
+
+
+def this_threads_loop_load() -> LoopLoad:
+    """The calling thread's meter, one per thread: every model's executor on a loop shares
+    it, so the counter is read once per window however many models are served."""
+    load: LoopLoad | None = getattr(_per_thread, "load", None)
+    if load is None:
+        load = _per_thread.load = LoopLoad()
+    return load

@@ -1,0 +1,51 @@
+"""One batch's tensors: the requests' inputs joined along the first dimension, and the
+runner's outputs split back into each request's rows (checked to have one row per input row)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from .inputs import Inputs, Outputs
+
+__all__ = ["join_inputs", "split_outputs"]
+
+
+class _Rows(Protocol):
+    @property
+    def inputs(self) -> Inputs: ...
+
+    @property
+    def rows(self) -> int: ...
+
+
+def join_inputs(requests: Sequence[_Rows]) -> Inputs:
+    """The batch's inputs: each name's arrays concatenated in request order."""
+    if len(requests) == 1:
+        return requests[0].inputs
+    first = requests[0].inputs
+    return {n: np.concatenate([r.inputs[n] for r in requests]) for n in first}
+
+
+def split_outputs(
+    model: str, outputs: Mapping[str, np.ndarray], requests: Sequence[_Rows], rows: int
+) -> list[Outputs]:
+    """Each request's slice of ``outputs``; RuntimeError when an output does not have
+    ``rows`` rows first (the model broke the batch dimension)."""
+    for out_name, arr in outputs.items():
+        if getattr(arr, "ndim", 0) == 0 or arr.shape[0] != rows:
+            raise RuntimeError(
+                f"model {model!r}: output {out_name!r} has shape "
+                f"{getattr(arr, 'shape', None)}, expected {rows} rows first"
+            )
+    if len(requests) == 1:
+        return [dict(outputs)]
+    results = []
+    offset = 0
+    for r in requests:
+        end = offset + r.rows
+        results.append({n: a[offset:end] for n, a in outputs.items()})
+        offset = end
+    return results
