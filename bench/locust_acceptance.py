@@ -16,7 +16,8 @@ answer, sleeps 1 s, so a spawned cohort arrives in bursts as locust users do) th
     .venv/bin/python bench/locust_acceptance.py --pin            # locust on CPU 0, servers on 1
 
 p99 is judged over the requests sent once every user has started (``--include-ramp``: all);
-the ramp's p99 and that of all requests are reported beside it.
+the ramp's p99 and that of all requests are reported beside it, and how late locust's own
+event loop ran (its p99 and max over the run: a delay every request in flight shares).
 
 Writes bench/results/locust_acceptance.json.
 """
@@ -82,6 +83,13 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout_s: float =
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
         time.sleep(0.3)
+
+
+def _lag(result: dict[str, Any], which: str) -> str:
+    """The load generator's own loop lateness (generator_health.py), formatted."""
+    generator = result["load_generator"]
+    value = generator["loop_lag_max_ms"] if which == "max" else generator["loop_lag_ms"][which]
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -218,6 +226,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 "ramp_p99_ms": result["ramp"]["latency_ms"]["p99"],
                                 "all_p99_ms": result["all_latency_ms"]["p99"],
                                 "sla_met": report.ok,
+                                "load_generator": result["load_generator"],
                                 "timeline": result["timeline"],
                             }
                         )
@@ -225,7 +234,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             f"{target:8} {n:5} users: {result['throughput_rps']:7.0f} req/s, "
                             f"p99 {latency['p99']:.1f} ms (with the ramp "
                             f"{result['all_latency_ms']['p99']:.1f} ms), "
-                            f"failures {result['failures']}",
+                            f"failures {result['failures']}; locust's loop late by p99 "
+                            f"{_lag(result, 'p99')} ms, at most {_lag(result, 'max')} ms",
                             flush=True,
                         )
         finally:
@@ -245,6 +255,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{r['p99_ms']:.1f}",
             f"{r['ramp_p99_ms']:.1f}" if r["ramp_p99_ms"] is not None else "-",
             f"{r['all_p99_ms']:.1f}",
+            _lag(r, "p99"),
+            _lag(r, "max"),
             r["failures"],
             "met" if r["sla_met"] else "MISSED",
         )
@@ -262,6 +274,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "p99 ms",
             "ramp p99",
             "all p99",
+            "locust lag p99",
+            "lag max",
             "failures",
             "SLA",
         ),

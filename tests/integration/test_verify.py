@@ -129,6 +129,12 @@ async def test_verify_passes_against_the_policy_the_gateway_runs_and_its_load_ru
         assert load["failures"] == 0 and load["throughput_rps"] > 0
         assert 0 < load["latency_ms"]["p50"] <= load["latency_ms"]["p99"] <= 2000
         assert len(load["timeline"]) >= 3
+        # what locust itself added: its loop's lateness, second by second and in all
+        generator = load["load_generator"]
+        assert generator["loop_lag_ms"]["tick_ms"] == 5.0
+        assert 0 <= generator["loop_lag_ms"]["p50"] <= generator["loop_lag_max_ms"]
+        assert all(t["loop_lag_max_ms"] is not None for t in load["timeline"][1:-1])
+        assert "load generator: its loop ran late by p99" in out
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert document["cost"]["available"] is False  # no Prometheus, no admin API given
         assert document["ok"] is True

@@ -4,10 +4,13 @@ tests' event loops). ``inferway verify`` starts ``python -m inferway.gateway.ver
 CONFIG OUT``; CONFIG is JSON (host, users, spawn_rate, duration_s, think_time_s, requests as
 path/headers/base64 body; optionally ``steady_only``: judge only the answers to requests sent
 after every user was started, as locust's ``--reset-stats`` does, and ``cpus``: the CPUs this
-process may run on), OUT receives the totals and the per-second timeline as JSON.
+process may run on), OUT receives the totals, the per-second timeline and what the load
+generator itself added (``load_generator``: its collector's pauses and its loop's lateness,
+generator_health.py) as JSON.
 
-Only the standard library is imported at module level, and locust only inside :func:`main`,
-so importing this module (as the import checks do) patches nothing.
+Only the standard library (and generator_health, which imports only the standard library) is
+imported at module level, and locust only inside :func:`main`, so importing this module (as
+the import checks do) patches nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import sys
 import time
 from collections import Counter, defaultdict
 from typing import Any
+
+from inferway.gateway.verify.generator_health import LAG_TICK_S, GeneratorHealth, freeze_heap
 
 __all__ = ["main", "percentile"]
 
@@ -64,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     bucket_failures: Counter[int] = Counter()
     statuses: Counter[str] = Counter()
     started = time.time()
+    health = GeneratorHealth(started)
+    health.install()
 
     class VerifyUser(FastHttpUser):
         host = config["host"]
@@ -101,11 +108,19 @@ def main(argv: list[str] | None = None) -> int:
     @events.spawning_complete.add_listener
     def _spawned(**_: Any) -> None:
         spawned.append(time.time())
+        freeze_heap()  # the users, their clients and greenlets live until the end
 
     env = Environment(user_classes=[VerifyUser], events=events)
     runner = env.create_local_runner()
+    freeze_heap(collect=True)  # see generator_health: locust's own full collections
     runner.start(int(config["users"]), spawn_rate=float(config["spawn_rate"]))
-    gevent.spawn_later(float(config["duration_s"]), runner.quit)
+    watcher = gevent.spawn(health.watch_loop)
+
+    def _stop() -> None:
+        watcher.kill()  # stopping a thousand users holds the loop; that is not load
+        runner.quit()
+
+    gevent.spawn_later(float(config["duration_s"]), _stop)
     runner.greenlet.join()
     elapsed = time.time() - started
     total = env.stats.total
@@ -122,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         "ramp": {"requests": len(ramp), "latency_ms": _quantiles(ramp)},
         "all_latency_ms": _quantiles(latencies + ramp),
         "statuses": dict(statuses),
+        "load_generator": {
+            "gc": health.gc_summary(),
+            "loop_lag_ms": {"tick_ms": LAG_TICK_S * 1000.0, **_quantiles(health.all_lags())},
+            "loop_lag_max_ms": max(health.all_lags(), default=None),
+        },
         "errors": {str(k): v.occurrences for k, v in env.stats.errors.items()},
         "timeline": [
             {
@@ -129,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 "requests": len(values),
                 "failures": bucket_failures[second],
                 **_quantiles(values),
+                "loop_lag_max_ms": health.lag_max_ms(second),
             }
             for second, values in sorted(buckets.items())
         ],

@@ -100,6 +100,25 @@ def _bars(run: VerifyRun) -> list[dict[str, Any]]:
     return bars
 
 
+def _generator_line(generator: dict[str, Any], sla_p99_ms: float) -> str:
+    """What locust itself added: its loop's lateness and its collector's longest pause; with a
+    hint when that alone takes a large share of the p99 budget."""
+    lag = generator.get("loop_lag_ms") or {}
+    full = (generator.get("gc") or {}).get("2") or {}
+    worst = generator.get("loop_lag_max_ms") or 0.0
+    line = (
+        f"  load generator: its loop ran late by p99 {lag.get('p99') or 0:.1f} ms, at most "
+        f"{worst:.1f} ms; {full.get('collections', 0)} full collections, longest "
+        f"{full.get('max_ms', 0.0):.1f} ms"
+    )
+    if lag.get("p99") is not None and float(lag["p99"]) >= sla_p99_ms / 4:
+        line += (
+            f" (a quarter of the {sla_p99_ms:g} ms budget or more is the load generator's "
+            "own delay: give it cores of its own, --load-cpus)"
+        )
+    return line
+
+
 def run_document(run: VerifyRun) -> dict[str, Any]:
     f = run.functional
     bars = _bars(run)
@@ -115,6 +134,7 @@ def run_document(run: VerifyRun) -> dict[str, Any]:
             "timeline": result["timeline"],
             "exclude_ramp": run.load.settings.steady_only,
             "ramp": result.get("ramp"),
+            "load_generator": result.get("load_generator"),
             "png": run.png,
         }
     return {
@@ -205,6 +225,9 @@ def render_run(document: dict[str, Any], console: Console, *, mismatches: int = 
                 f"  judged after the ramp; the ramp's {ramp['requests']} requests: "
                 f"p99 {r['p99'] or 0:.1f} ms"
             )
+        generator = load.get("load_generator")
+        if generator:
+            console.print(Text(_generator_line(generator, load["sla_p99_ms"])))
     cost = document["cost"]
     if not cost["available"]:
         console.print(f"cost and utilisation: {cost['note'] or 'not available'}")
