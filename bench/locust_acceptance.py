@@ -137,6 +137,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="judge the ramp too (default: only requests sent once every user has started, "
         "as locust's --reset-stats; the ramp's figures are reported beside)",
     )
+    parser.add_argument(
+        "--locust-heaps",
+        default="frozen",
+        help="frozen (locust's start-up heap kept from its collector, as verify does), plain "
+        "(not), or frozen,plain: every target run with each, side by side",
+    )
     parser.add_argument("--quick", action="store_true", help="200 users, 10 s")
     args = parser.parse_args(argv)
     if args.quick:
@@ -148,6 +154,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     users = [int(u) for u in args.users.split(",")]
     targets = [t for t in args.targets.split(",") if t]
+    heaps = [h for h in args.locust_heaps.split(",") if h]
+    if not heaps or set(heaps) - {"frozen", "plain"}:
+        raise SystemExit("--locust-heaps: frozen, plain or frozen,plain")
     cli = [sys.executable, "-m", "inferway.gateway.entry"]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="inferway-locust-") as scratch:
@@ -195,9 +204,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for t in urls
             }
             for round_ in range(args.rounds):
-                order = targets[round_ % len(targets) :] + targets[: round_ % len(targets)]
+                runs_ = [(t, h) for t in targets for h in heaps]
+                order = runs_[round_ % len(runs_) :] + runs_[: round_ % len(runs_)]
                 for n in users:
-                    for target in order:
+                    for target, heap in order:
                         settings = LoadSettings(
                             users=n,
                             duration_s=args.duration,
@@ -206,6 +216,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             sla_p99_ms=args.sla_p99_ms,
                             steady_only=not args.include_ramp,
                             cpus=locust_cpus,
+                            freeze_heap=heap == "frozen",
                         )
                         report = run_load(urls[target], [probes[target]], settings)
                         result = report.result
@@ -214,6 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             {
                                 "round": round_,
                                 "target": target,
+                                "locust_heap": heap,
                                 "users": n,
                                 "requests": result["requests"],
                                 "failures": result["failures"],
@@ -231,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             }
                         )
                         print(
-                            f"{target:8} {n:5} users: {result['throughput_rps']:7.0f} req/s, "
+                            f"{target:8} {heap:6} {n:5} users: "
+                            f"{result['throughput_rps']:7.0f} req/s, "
                             f"p99 {latency['p99']:.1f} ms (with the ramp "
                             f"{result['all_latency_ms']['p99']:.1f} ms), "
                             f"failures {result['failures']}; locust's loop late by p99 "
@@ -247,6 +260,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = [
         (
             r["target"],
+            r["locust_heap"],
             r["users"],
             r["round"] + 1,
             f"{r['throughput_rps']:.0f}",
@@ -266,6 +280,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"locust, 1 req/s per user, {args.duration:g} s per run (SLA p99 < {args.sla_p99_ms:g} ms)",
         (
             "target",
+            "locust heap",
             "users",
             "round",
             "req/s",

@@ -134,6 +134,7 @@ async def test_verify_passes_against_the_policy_the_gateway_runs_and_its_load_ru
         assert generator["loop_lag_ms"]["tick_ms"] == 5.0
         assert 0 <= generator["loop_lag_ms"]["p50"] <= generator["loop_lag_max_ms"]
         assert all(t["loop_lag_max_ms"] is not None for t in load["timeline"][1:-1])
+        assert generator["frozen_objects"] > 10_000  # locust's start-up heap, then its users
         assert "load generator: its loop ran late by p99" in out
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert document["cost"]["available"] is False  # no Prometheus, no admin API given

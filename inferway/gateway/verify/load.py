@@ -48,6 +48,9 @@ class LoadSettings:
     """Judge only answers to requests sent once every user has started (the ramp apart)."""
     cpus: tuple[int, ...] = ()
     """CPUs the locust process may use (empty: any), to keep it off the servers' cores."""
+    freeze_heap: bool = True
+    """Keep locust's start-up heap and its spawned users out of its collector's sight
+    (generator_health.py); False only to measure what that changes."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ def run_load(gateway: str, probes: list[Probe], settings: LoadSettings) -> LoadR
         "requests": requests,
         "steady_only": settings.steady_only,
         "cpus": list(settings.cpus),
+        "freeze_heap": settings.freeze_heap,
     }
     with tempfile.TemporaryDirectory(prefix="inferway-verify-") as tmp:
         config_path, out_path = Path(tmp) / "config.json", Path(tmp) / "result.json"

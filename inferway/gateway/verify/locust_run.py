@@ -3,10 +3,10 @@ for gevent when it is imported, which must never happen inside the inferway proc
 tests' event loops). ``inferway verify`` starts ``python -m inferway.gateway.verify.locust_run
 CONFIG OUT``; CONFIG is JSON (host, users, spawn_rate, duration_s, think_time_s, requests as
 path/headers/base64 body; optionally ``steady_only``: judge only the answers to requests sent
-after every user was started, as locust's ``--reset-stats`` does, and ``cpus``: the CPUs this
-process may run on), OUT receives the totals, the per-second timeline and what the load
-generator itself added (``load_generator``: its collector's pauses and its loop's lateness,
-generator_health.py) as JSON.
+after every user was started, as locust's ``--reset-stats`` does; ``cpus``: the CPUs this
+process may run on; ``freeze_heap``, default true: see generator_health). OUT receives the
+totals, the per-second timeline and what the load generator itself added
+(``load_generator``: its collector's pauses and its loop's lateness) as JSON.
 
 Only the standard library (and generator_health, which imports only the standard library) is
 imported at module level, and locust only inside :func:`main`, so importing this module (as
@@ -16,6 +16,7 @@ the import checks do) patches nothing.
 from __future__ import annotations
 
 import base64
+import gc
 import itertools
 import json
 import math
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ramp: list[float] = []  # answers to requests sent before the last user started
     spawned: list[float] = []  # when spawning completed (time.time())
     steady_only = bool(config.get("steady_only", False))
+    freeze = bool(config.get("freeze_heap", True))
     buckets: dict[int, list[float]] = defaultdict(list)
     bucket_failures: Counter[int] = Counter()
     statuses: Counter[str] = Counter()
@@ -72,9 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     health = GeneratorHealth(started)
     health.install()
 
+    cohort = max(1, math.floor(float(config["spawn_rate"])))  # locust starts this many at once
+    users_started = itertools.count(1)
+
     class VerifyUser(FastHttpUser):
         host = config["host"]
         wait_time = constant(float(config.get("think_time_s", 0.0)))
+
+        def on_start(self) -> None:
+            if freeze and next(users_started) % cohort == 0:
+                freeze_heap()  # each cohort as it starts: a long ramp's users live to the end
 
         @task
         def infer(self) -> None:
@@ -108,11 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     @events.spawning_complete.add_listener
     def _spawned(**_: Any) -> None:
         spawned.append(time.time())
-        freeze_heap()  # the users, their clients and greenlets live until the end
+        if freeze:
+            freeze_heap()  # the users, their clients and greenlets live until the end
 
     env = Environment(user_classes=[VerifyUser], events=events)
     runner = env.create_local_runner()
-    freeze_heap(collect=True)  # see generator_health: locust's own full collections
+    if freeze:
+        freeze_heap(collect=True)  # see generator_health: locust's own full collections
     runner.start(int(config["users"]), spawn_rate=float(config["spawn_rate"]))
     watcher = gevent.spawn(health.watch_loop)
 
@@ -133,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency_ms": _quantiles(latencies),
         "measured_requests": len(latencies),
         "steady_only": steady_only,
+        "heap_frozen": freeze,
         "spawned_after_s": spawned[0] - started if spawned else None,
         "ramp": {"requests": len(ramp), "latency_ms": _quantiles(ramp)},
         "all_latency_ms": _quantiles(latencies + ramp),
@@ -141,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             "gc": health.gc_summary(),
             "loop_lag_ms": {"tick_ms": LAG_TICK_S * 1000.0, **_quantiles(health.all_lags())},
             "loop_lag_max_ms": max(health.all_lags(), default=None),
+            "frozen_objects": gc.get_freeze_count(),
         },
         "errors": {str(k): v.occurrences for k, v in env.stats.errors.items()},
         "timeline": [
