@@ -31,6 +31,15 @@ class Int8Mode(enum.StrEnum):
     static = "static"
 
 
+class ReduceRange(enum.StrEnum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+    def requested(self) -> bool | None:
+        return None if self is ReduceRange.auto else self is ReduceRange.on
+
+
 def _percent(value: str) -> float:
     text = value.strip().removesuffix("%").strip()
     try:
@@ -88,6 +97,10 @@ def render_report(report: dict[str, Any]) -> None:
         "size on disk (bytes)", str(size["before"]), str(size["after"]), _num(size["ratio"], ".2f")
     )
     console.print(speed)
+    weights = report.get("int8_weights")
+    if weights:
+        bits = 7 if weights["reduce_range"] else 8
+        console.print(Text(f"int8 weights: {bits}-bit ({weights['reason']})"))
     rows = ", ".join(f"{k} {v}" for k, v in validation["rows_by_category"].items())
     console.print(Text(f"inputs: {rows}"))
     if report["accepted"]:
@@ -131,6 +144,13 @@ def optimize(
         Int8Mode,
         typer.Option(help="auto: static with --calibration (or --tensorrt), else dynamic."),
     ] = Int8Mode.auto,
+    int8_reduce_range: Annotated[
+        ReduceRange,
+        typer.Option(
+            help="7-bit INT8 weights. auto: on for x86-64 CPUs without VNNI, whose ORT INT8 "
+            "kernels saturate with 8-bit weights; off elsewhere and for --tensorrt."
+        ),
+    ] = ReduceRange.auto,
     calibration: Annotated[
         Path | None,
         typer.Option(
@@ -176,6 +196,7 @@ def optimize(
         fp16=fp16,
         int8=int8,
         int8_mode=int8_mode.value,
+        int8_reduce_range=int8_reduce_range.requested(),
         calibration=calibration,
         graph=graph,
         tensorrt=tensorrt,

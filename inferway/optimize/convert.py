@@ -47,12 +47,21 @@ def _quiet_quantizer() -> Iterator[None]:
         root.setLevel(level)
 
 
-def build_int8_dynamic(src: Path, dst: Path, *, per_channel: bool = True) -> None:
-    """INT8 weights (per output channel), activations quantised at run time."""
+def build_int8_dynamic(
+    src: Path, dst: Path, *, per_channel: bool = True, reduce_range: bool = False
+) -> None:
+    """INT8 weights (per output channel), activations quantised at run time; ``reduce_range``
+    keeps weights to 7 bits (``inferway.optimize.int8_weights`` says when)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with _quiet_quantizer():
-        quantize_dynamic(str(src), str(dst), per_channel=per_channel, weight_type=QuantType.QInt8)
+        quantize_dynamic(
+            str(src),
+            str(dst),
+            per_channel=per_channel,
+            reduce_range=reduce_range,
+            weight_type=QuantType.QInt8,
+        )
 
 
 def build_int8_static(
@@ -63,10 +72,12 @@ def build_int8_static(
     batch: int = 32,
     per_channel: bool = True,
     symmetric: bool = False,
+    reduce_range: bool = False,
 ) -> None:
     """INT8 weights (per output channel) and activations, their ranges calibrated on
     ``calibration`` (MinMax), as QuantizeLinear/DequantizeLinear pairs (QDQ, which ORT and
-    TensorRT both run as INT8). ``symmetric`` activations are what TensorRT needs."""
+    TensorRT both run as INT8). ``symmetric`` activations are what TensorRT needs;
+    ``reduce_range`` keeps weights to 7 bits."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -90,6 +101,7 @@ def build_int8_static(
             Reader(),
             quant_format=QuantFormat.QDQ,
             per_channel=per_channel,
+            reduce_range=reduce_range,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
             extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},

@@ -37,6 +37,7 @@ from inferway.backends.runners.tensorrt import tensorrt_unavailable_reason
 from inferway.optimize import convert
 from inferway.optimize.compare import compare_runners, measure_speed
 from inferway.optimize.inputs import build_validation_cases, load_calibration
+from inferway.optimize.int8_weights import WeightRange, host_weight_range
 from inferway.optimize.report import REPORT_FILE, build_report, build_rollout_stanza, judge
 
 __all__ = ["NeedsTensorRTError", "OptimizeError", "OptimizeRequest", "optimize_model"]
@@ -68,6 +69,8 @@ class OptimizeRequest:
     bench_runs: int = 20
     per_channel: bool = True
     route: str = "inference"
+    int8_reduce_range: bool | None = None
+    """7-bit INT8 weights: None decides from the CPU (``int8_weights``), True/False forces."""
 
 
 def _resolve_source(request: OptimizeRequest) -> tuple[Path, Path]:
@@ -159,11 +162,12 @@ def _convert(
     max_batch: int,
     per_channel: bool,
     steps: list[str],
+    reduce_range: bool,
 ) -> None:
     if step == "fp16":
         convert.build_fp16(src, dst)
     elif step == "int8-dynamic":
-        convert.build_int8_dynamic(src, dst, per_channel=per_channel)
+        convert.build_int8_dynamic(src, dst, per_channel=per_channel, reduce_range=reduce_range)
     elif step == "int8-static":
         assert calibration is not None
         convert.build_int8_static(
@@ -173,6 +177,7 @@ def _convert(
             batch=max_batch,
             per_channel=per_channel,
             symmetric="tensorrt" in steps,
+            reduce_range=reduce_range,
         )
     elif step == "graph":
         convert.build_graph_optimized(src, dst)
@@ -186,6 +191,12 @@ def optimize_model(request: OptimizeRequest, progress: Progress = lambda _: None
     model_dir, source_dir = _resolve_source(request)
     config_path = resolve_model_config_path(model_dir, source_dir)
     version = _next_version(model_dir)
+    weights = None
+    if any(step.startswith("int8") for step in steps):
+        weights = host_weight_range(
+            requested=request.int8_reduce_range, tensorrt="tensorrt" in steps
+        )
+        progress(f"int8 weights: {7 if weights.reduce_range else 8}-bit ({weights.reason})")
     build = _Build(
         request=request,
         steps=steps,
@@ -195,6 +206,7 @@ def optimize_model(request: OptimizeRequest, progress: Progress = lambda _: None
         version=version,
         staging=model_dir / f".optimize-{version}-{os.getpid()}",
         progress=progress,
+        weights=weights,
     )
     build.staging.mkdir()
     try:
@@ -221,6 +233,8 @@ class _Build:
     version: str
     staging: Path
     progress: Progress
+    weights: WeightRange | None = None
+    """How INT8 weights are quantised (None: no INT8 step)."""
 
     @property
     def max_batch(self) -> int:
@@ -272,6 +286,7 @@ class _Build:
             after=after,
             size_before=(self.source_dir / MODEL_FILE).stat().st_size,
             size_after=_size(self.staging),
+            int8_weights=self.weights.as_dict() if self.weights else None,
             stanza=build_rollout_stanza(
                 model_dir.name, self.source_dir.name, self.version, request.route
             ),
@@ -299,7 +314,14 @@ class _Build:
                 }
             try:
                 _convert(
-                    step, current, out, data, self.max_batch, self.request.per_channel, self.steps
+                    step,
+                    current,
+                    out,
+                    data,
+                    self.max_batch,
+                    self.request.per_channel,
+                    self.steps,
+                    self.weights.reduce_range if self.weights else False,
                 )
             except Exception as e:  # onnx / onnxruntime raise their own types
                 raise OptimizeError(f"{current}: {step} failed: {e}") from e

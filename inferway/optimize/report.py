@@ -109,6 +109,7 @@ def build_report(
     size_before: int,
     size_after: int,
     stanza: dict[str, Any],
+    int8_weights: dict[str, object] | None = None,
 ) -> dict[str, Any]:
     """The report document; docs/optimize.md lists its fields."""
     return {
@@ -121,6 +122,7 @@ def build_report(
         "accepted": verdict.accepted,
         "reasons": list(verdict.reasons),
         "tolerance_percent": tolerance_percent,
+        "int8_weights": int8_weights,
         "validation": {
             "cases": comparison.cases,
             "rows": comparison.rows,

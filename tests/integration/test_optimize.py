@@ -23,6 +23,7 @@ from inferway.backends.models.rejection import REJECTED_FILE
 from inferway.backends.runners.tensorrt import tensorrt_unavailable_reason
 from inferway.devtools.demo_models import write_demo_repository
 from inferway.gateway.cli import app
+from inferway.optimize.int8_weights import host_weight_range
 from inferway.optimize.report import REPORT_FILE
 from inferway.policies.rollouts import Rollout
 from tests.envoy_process import free_port
@@ -62,6 +63,7 @@ def test_fp16_writes_a_new_validated_version_and_its_report(demo: Path) -> None:
     assert (
         report["status"] == "accepted" and report["version"] == "2" and report["steps"] == ["fp16"]
     )
+    assert report["int8_weights"] is None  # no INT8 step
     assert json.loads((new / REPORT_FILE).read_text()) == report  # the JSON beside the model
     assert not (new / REJECTED_FILE).exists()
     assert TensorProto.FLOAT16 in _initializer_types(new / "model.onnx")
@@ -95,6 +97,34 @@ def test_int8_dynamic_quantises_weights_per_channel(demo: Path) -> None:
     assert any(numpy_helper.to_array(s).size > 1 for s in scales)  # one scale per channel
     assert report["size_bytes"]["ratio"] < 0.4
     assert 0 < report["validation"]["outputs"][0]["deviation_percent"] < 5
+    # 7-bit weights exactly where this CPU's ORT INT8 kernels would saturate 8-bit ones
+    assert report["int8_weights"] == host_weight_range(requested=None).as_dict()
+    assert _weights_fit_7_bits(demo / "2") is report["int8_weights"]["reduce_range"]
+
+
+def _weights_fit_7_bits(version: Path) -> bool:
+    model = onnx.load(str(version / "model.onnx"))
+    weights = [
+        numpy_helper.to_array(t)
+        for t in model.graph.initializer
+        if t.data_type == TensorProto.INT8 and t.name.endswith("_quantized")
+    ]
+    assert weights, "no INT8 weights in the model"
+    return max(int(np.abs(w.astype(np.int16)).max()) for w in weights) <= 64
+
+
+def test_int8_reduce_range_on_and_off_reach_the_quantiser(demo: Path) -> None:
+    """``on`` keeps the weights within 7 bits (-64..64); ``off`` uses all 8 (up to ±127)."""
+    for choice, version, seven_bits in (("on", "2", True), ("off", "3", False)):
+        _code, report, output = _optimize(
+            str(demo), "--int8", "--int8-reduce-range", choice, "--tolerance", "50%"
+        )
+        assert report["version"] == version, output
+        assert report["int8_weights"] == {
+            "reduce_range": seven_bits,
+            "reason": f"--int8-reduce-range {choice}",
+        }
+        assert _weights_fit_7_bits(demo / version) is seven_bits
 
 
 def test_int8_static_on_generated_calibration_then_graph_optimised(demo: Path) -> None:
