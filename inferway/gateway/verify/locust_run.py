@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     gevent.spawn_later(float(config["duration_s"]), _stop)
     runner.greenlet.join()
     elapsed = time.time() - started
+    lags = health.all_lags()
     total = env.stats.total
     document = {
         "users": int(config["users"]),
@@ -151,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         "statuses": dict(statuses),
         "load_generator": {
             "gc": health.gc_summary(),
-            "loop_lag_ms": {"tick_ms": LAG_TICK_S * 1000.0, **_quantiles(health.all_lags())},
-            "loop_lag_max_ms": max(health.all_lags(), default=None),
+            "loop_lag_ms": {"tick_ms": LAG_TICK_S * 1000.0, **_quantiles(lags)},
+            "loop_lag_max_ms": max(lags, default=None),
             "frozen_objects": gc.get_freeze_count(),
         },
         "errors": {str(k): v.occurrences for k, v in env.stats.errors.items()},
