@@ -108,6 +108,25 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float, what: 
         time.sleep(0.2)
 
 
+def pytriton_command(
+    python: Path, env: dict[str, str], http_port: int, grpc_port: int
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run ``peer_servers/pytriton_mlp.py`` in PyTriton's
+    venv (``env`` holds PEER_MODEL and the batching limits)."""
+    env = dict(env, PEER_HTTP_PORT=str(http_port), PEER_GRPC_PORT=str(grpc_port))
+    # Triton's Python-backend stub links libpython3.X.so: make it the venv interpreter's
+    # own (a distribution's older libpython beside a newer stdlib breaks multiprocessing)
+    libdir = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH")) if p)
+    env["PEER_METRICS_PORT"] = str(free_port())
+    return [str(python), str(HERE / "peer_servers" / "pytriton_mlp.py")], env
+
+
 @dataclass
 class Peer:
     """One server under test: where its KServe v2 JSON endpoint is and how to stop it."""
@@ -169,19 +188,8 @@ def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Pe
         return Peer(name, port, "/inference", process.stop, versions)
     if name == "pytriton":
         grpc_port = free_port()
-        env |= {"PEER_HTTP_PORT": str(port), "PEER_GRPC_PORT": str(grpc_port)}
-        # Triton's Python-backend stub links libpython3.X.so: make it the venv interpreter's
-        # own (a distribution's older libpython beside a newer stdlib breaks multiprocessing)
-        libdir = subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH")) if p)
-        env["PEER_METRICS_PORT"] = str(free_port())
-        script = str(HERE / "peer_servers" / "pytriton_mlp.py")
-        process = _Subprocess([str(python), script], env, logs / "pytriton.log")
+        command, env = pytriton_command(python, env, port, grpc_port)
+        process = _Subprocess(command, env, logs / "pytriton.log")
         _wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/ready", process.proc, 240, "pytriton")
         versions = _versions(python, ["nvidia-pytriton", "onnxruntime"])
         return Peer(name, port, "/v2/models/mlp/infer", process.stop, versions, grpc_port)
