@@ -241,7 +241,9 @@ def _bodies(server: str, bodies: Sequence[str]) -> list[str]:
     return [b for b in bodies if server not in JSON_ONLY or BODIES[b][0] == "http-json"]
 
 
-def measure(worker: LoadWorker, server: Server, body: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure(
+    worker: LoadWorker, server: Server, body: str, args: argparse.Namespace
+) -> dict[str, Any]:
     spec = _spec(server, body, args.warmup, args.concurrency)
     worker.run(spec)  # warm-up, outside the window
     timed = dataclasses.replace(spec, duration_s=args.duration)
