@@ -44,6 +44,8 @@ from inferway.gateway.verify.load import LoadSettings, run_load
 
 MODEL = served_name("tiny", "adaptive")
 MODEL_NOFILL = served_name("tiny", NOFILL)
+HEAPS = ("frozen", "plain", "deferred")
+"""How locust's collector is set: frozen heap (verify's default), none, frozen + no full GC."""
 
 
 def _body() -> bytes:
@@ -83,6 +85,11 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout_s: float =
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
         time.sleep(0.3)
+
+
+def _full_gc_ms(result: dict[str, Any]) -> str:
+    full = result["load_generator"]["gc"].get("2")
+    return f"{full['max_ms']:.1f}" if full else "none"
 
 
 def _lag(result: dict[str, Any], which: str) -> str:
@@ -141,7 +148,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--locust-heaps",
         default="frozen",
         help="frozen (locust's start-up heap kept from its collector, as verify does), plain "
-        "(not), or frozen,plain: every target run with each, side by side",
+        "(not), deferred (frozen, and locust's full collections kept out of the run), or a "
+        "list (frozen,deferred): every target run with each, side by side",
     )
     parser.add_argument("--quick", action="store_true", help="200 users, 10 s")
     args = parser.parse_args(argv)
@@ -155,8 +163,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     users = [int(u) for u in args.users.split(",")]
     targets = [t for t in args.targets.split(",") if t]
     heaps = [h for h in args.locust_heaps.split(",") if h]
-    if not heaps or set(heaps) - {"frozen", "plain"}:
-        raise SystemExit("--locust-heaps: frozen, plain or frozen,plain")
+    if not heaps or set(heaps) - set(HEAPS):
+        raise SystemExit(f"--locust-heaps: a list of {', '.join(HEAPS)}")
     cli = [sys.executable, "-m", "inferway.gateway.entry"]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="inferway-locust-") as scratch:
@@ -216,7 +224,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             sla_p99_ms=args.sla_p99_ms,
                             steady_only=not args.include_ramp,
                             cpus=locust_cpus,
-                            freeze_heap=heap == "frozen",
+                            freeze_heap=heap != "plain",
+                            defer_full_gc=heap == "deferred",
                         )
                         report = run_load(urls[target], [probes[target]], settings)
                         result = report.result
@@ -243,12 +252,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             }
                         )
                         print(
-                            f"{target:8} {heap:6} {n:5} users: "
+                            f"{target:8} {heap:8} {n:5} users: "
                             f"{result['throughput_rps']:7.0f} req/s, "
                             f"p99 {latency['p99']:.1f} ms (with the ramp "
                             f"{result['all_latency_ms']['p99']:.1f} ms), "
                             f"failures {result['failures']}; locust's loop late by p99 "
-                            f"{_lag(result, 'p99')} ms, at most {_lag(result, 'max')} ms",
+                            f"{_lag(result, 'p99')} ms, at most {_lag(result, 'max')} ms; "
+                            f"longest full GC {_full_gc_ms(result)} ms, peak memory "
+                            f"{result['load_generator'].get('peak_rss_mb') or 0:.0f} MB",
                             flush=True,
                         )
         finally:

@@ -135,6 +135,8 @@ async def test_verify_passes_against_the_policy_the_gateway_runs_and_its_load_ru
         assert 0 <= generator["loop_lag_ms"]["p50"] <= generator["loop_lag_max_ms"]
         assert all(t["loop_lag_max_ms"] is not None for t in load["timeline"][1:-1])
         assert generator["frozen_objects"] > 10_000  # locust's start-up heap, then its users
+        assert generator["full_collections_deferred"] is False  # the default
+        assert generator["peak_rss_mb"] > 20.0  # locust, gevent and their users
         assert "load generator: its loop ran late by p99" in out
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert document["cost"]["available"] is False  # no Prometheus, no admin API given

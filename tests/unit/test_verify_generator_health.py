@@ -7,7 +7,14 @@ import gc
 import subprocess
 import sys
 
-from inferway.gateway.verify.generator_health import LAG_TICK_S, GeneratorHealth, freeze_heap
+from inferway.gateway.verify.generator_health import (
+    DEFERRED_FULL_THRESHOLD,
+    LAG_TICK_S,
+    GeneratorHealth,
+    defer_full_collections,
+    freeze_heap,
+    peak_rss_mb,
+)
 
 
 def test_collections_are_recorded_per_generation_while_installed() -> None:
@@ -74,3 +81,40 @@ def test_freeze_heap_hides_the_live_objects_from_the_collector() -> None:
     finally:
         gc.unfreeze()
     assert gc.get_freeze_count() == 0
+
+
+def _collections_while_keeping(objects: int) -> dict[str, dict[str, float]]:
+    """Collections seen while ``objects`` new lists are made and kept (promoted, so the
+    collector's rule for a full collection comes due), and as many cycles dropped."""
+    health = GeneratorHealth(started=0.0)
+    health.install()
+    kept: list[list[object]] = []
+    try:
+        for _ in range(objects):
+            kept.append([])
+            cycle: list[object] = []
+            cycle.append(cycle)
+    finally:
+        health.uninstall()
+    del kept
+    return health.gc_summary()
+
+
+def test_deferring_full_collections_keeps_the_young_ones() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(100, 2, 2)  # frequent collections of every generation
+        control = _collections_while_keeping(400_000)
+        assert control["2"]["collections"] >= 1  # the test can see a full collection
+        assert defer_full_collections() == (100, 2, 2)
+        assert gc.get_threshold() == (100, 2, DEFERRED_FULL_THRESHOLD)
+        deferred = _collections_while_keeping(400_000)
+        assert deferred["0"]["collections"] >= 100 and deferred["1"]["collections"] >= 10
+        assert "2" not in deferred
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_peak_memory_is_reported_in_megabytes() -> None:
+    peak = peak_rss_mb()
+    assert peak is not None and 5.0 < peak < 100_000.0

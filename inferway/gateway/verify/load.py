@@ -51,6 +51,9 @@ class LoadSettings:
     freeze_heap: bool = True
     """Keep locust's start-up heap and its spawned users out of its collector's sight
     (generator_health.py); False only to measure what that changes."""
+    defer_full_gc: bool = False
+    """Keep locust's full collections out of the run (generator_health.defer_full_collections;
+    what only they would reclaim waits for locust's exit): for A/B runs, no gain measured."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ def run_load(gateway: str, probes: list[Probe], settings: LoadSettings) -> LoadR
         "steady_only": settings.steady_only,
         "cpus": list(settings.cpus),
         "freeze_heap": settings.freeze_heap,
+        "defer_full_gc": settings.defer_full_gc,
     }
     with tempfile.TemporaryDirectory(prefix="inferway-verify-") as tmp:
         config_path, out_path = Path(tmp) / "config.json", Path(tmp) / "result.json"

@@ -4,7 +4,8 @@ tests' event loops). ``inferway verify`` starts ``python -m inferway.gateway.ver
 CONFIG OUT``; CONFIG is JSON (host, users, spawn_rate, duration_s, think_time_s, requests as
 path/headers/base64 body; optionally ``steady_only``: judge only the answers to requests sent
 after every user was started, as locust's ``--reset-stats`` does; ``cpus``: the CPUs this
-process may run on; ``freeze_heap``, default true: see generator_health). OUT receives the
+process may run on; ``freeze_heap``, default true, and ``defer_full_gc``, default false: see
+generator_health). OUT receives the
 totals, the per-second timeline and what the load generator itself added
 (``load_generator``: its collector's pauses and its loop's lateness) as JSON.
 
@@ -26,7 +27,13 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from inferway.gateway.verify.generator_health import LAG_TICK_S, GeneratorHealth, freeze_heap
+from inferway.gateway.verify.generator_health import (
+    LAG_TICK_S,
+    GeneratorHealth,
+    defer_full_collections,
+    freeze_heap,
+    peak_rss_mb,
+)
 
 __all__ = ["main", "percentile"]
 
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     spawned: list[float] = []  # when spawning completed (time.time())
     steady_only = bool(config.get("steady_only", False))
     freeze = bool(config.get("freeze_heap", True))
+    defer_full = bool(config.get("defer_full_gc", False))
     buckets: dict[int, list[float]] = defaultdict(list)
     bucket_failures: Counter[int] = Counter()
     statuses: Counter[str] = Counter()
@@ -124,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     runner = env.create_local_runner()
     if freeze:
         freeze_heap(collect=True)  # see generator_health: locust's own full collections
+        health.pauses.clear()  # that collection came before any load: not the run's
+    if defer_full:
+        defer_full_collections()
     runner.start(int(config["users"]), spawn_rate=float(config["spawn_rate"]))
     watcher = gevent.spawn(health.watch_loop)
 
@@ -155,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             "loop_lag_ms": {"tick_ms": LAG_TICK_S * 1000.0, **_quantiles(lags)},
             "loop_lag_max_ms": max(lags, default=None),
             "frozen_objects": gc.get_freeze_count(),
+            "full_collections_deferred": defer_full,
+            "uncollected_objects": len(gc.get_objects(2)) if defer_full else None,
+            "peak_rss_mb": peak_rss_mb(),
         },
         "errors": {str(k): v.occurrences for k, v in env.stats.errors.items()},
         "timeline": [
