@@ -32,10 +32,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +51,7 @@ from peers import (
     MAX_BATCH,
     MAX_WAIT_MS,
     PEER_PACKAGES,
+    PeerProcess,
     _versions,
     ensure_venv,
     pytriton_command,
@@ -95,7 +94,7 @@ def tree_cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-class Server:
+class Server(PeerProcess):
     """One server under test in its own session, pinned to ``SERVER_CPU``."""
 
     def __init__(
@@ -107,16 +106,8 @@ class Server:
         log: Path,
         env: dict[str, str] | None = None,
     ) -> None:
+        super().__init__(command, env, log, cpus={SERVER_CPU})
         self.name, self.port, self.path = name, port, path
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            command,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: os.sched_setaffinity(0, {SERVER_CPU}),
-        )
 
     def wait_ready(self, request: bytes, timeout_s: float = 120.0) -> None:
         """Until the port takes connections and answers the benchmark's request with 200."""
@@ -132,16 +123,6 @@ class Server:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} did not answer 200 on :{self.port}")
             time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._log.close()
 
 
 def _status(port: int, request: bytes) -> int:

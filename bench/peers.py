@@ -140,11 +140,25 @@ class Peer:
     model: str = "mlp"
 
 
-class _Subprocess:
-    def __init__(self, command: list[str], env: dict[str, str], log: Path) -> None:
+class PeerProcess:
+    """A server command in a session of its own (so ``stop`` reaches its children), its output
+    in ``log``; ``cpus``: the CPUs it (and what it starts) may run on."""
+
+    def __init__(
+        self,
+        command: list[str],
+        env: dict[str, str] | None,
+        log: Path,
+        cpus: set[int] | None = None,
+    ) -> None:
         self.log = log.open("wb")
         self.proc = subprocess.Popen(
-            command, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)),
         )
 
     def stop(self) -> None:
@@ -182,14 +196,14 @@ def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Pe
     if name == "mosec":
         script = str(HERE / "peer_servers" / "mosec_mlp.py")
         command = [str(python), script, "--port", str(port), "--address", "127.0.0.1"]
-        process = _Subprocess(command, env, logs / "mosec.log")
+        process = PeerProcess(command, env, logs / "mosec.log")
         _wait_http(f"http://127.0.0.1:{port}/", process.proc, 120, "mosec")
         versions = _versions(python, ["mosec", "onnxruntime"])
         return Peer(name, port, "/inference", process.stop, versions)
     if name == "pytriton":
         grpc_port = free_port()
         command, env = pytriton_command(python, env, port, grpc_port)
-        process = _Subprocess(command, env, logs / "pytriton.log")
+        process = PeerProcess(command, env, logs / "pytriton.log")
         _wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/ready", process.proc, 240, "pytriton")
         versions = _versions(python, ["nvidia-pytriton", "onnxruntime"])
         return Peer(name, port, "/v2/models/mlp/infer", process.stop, versions, grpc_port)
@@ -217,7 +231,7 @@ def check_answer(peer: Peer, onnx: Path) -> None:
         raise RuntimeError(f"{peer.name} answered {got.ravel()[:4]}, expected {expected[:4]}")
 
 
-def measure(worker: LoadWorker, peer: Peer, concurrency: int, keepalive: bool, args: Any) -> dict:
+def measure(worker: LoadWorker, peer: Peer, concurrency: int, keepalive: bool, args: Any) -> dict[str, Any]:
     spec = LoadSpec(
         protocol="http-json",
         host="127.0.0.1",
