@@ -231,7 +231,9 @@ def check_answer(peer: Peer, onnx: Path) -> None:
         raise RuntimeError(f"{peer.name} answered {got.ravel()[:4]}, expected {expected[:4]}")
 
 
-def measure(worker: LoadWorker, peer: Peer, concurrency: int, keepalive: bool, args: Any) -> dict[str, Any]:
+def measure(
+    worker: LoadWorker, peer: Peer, concurrency: int, keepalive: bool, args: Any
+) -> dict[str, Any]:
     spec = LoadSpec(
         protocol="http-json",
         host="127.0.0.1",
