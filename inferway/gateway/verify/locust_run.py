@@ -5,9 +5,9 @@ CONFIG OUT``; CONFIG is JSON (host, users, spawn_rate, duration_s, think_time_s,
 path/headers/base64 body; optionally ``steady_only``: judge only the answers to requests sent
 after every user was started, as locust's ``--reset-stats`` does; ``cpus``: the CPUs this
 process may run on; ``freeze_heap``, default true, and ``defer_full_gc``, default false: see
-generator_health). OUT receives the
-totals, the per-second timeline and what the load generator itself added
-(``load_generator``: its collector's pauses and its loop's lateness) as JSON.
+generator_health). OUT receives the totals, the per-second timeline and what the load
+generator itself added (``load_generator``: its collector's pauses, its loop's lateness, its
+peak memory) as JSON.
 
 Only the standard library (and generator_health, which imports only the standard library) is
 imported at module level, and locust only inside :func:`main`, so importing this module (as
