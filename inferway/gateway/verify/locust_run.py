@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     statuses: Counter[str] = Counter()
     started = time.time()
     health = GeneratorHealth(started)
-    health.install()
 
     cohort = max(1, math.floor(float(config["spawn_rate"])))  # locust starts this many at once
     users_started = itertools.count(1)
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = env.create_local_runner()
     if freeze:
         freeze_heap(collect=True)  # see generator_health: locust's own full collections
-        health.pauses.clear()  # that collection came before any load: not the run's
+    health.install()  # from here on: the collections made before the load are not the run's
     if defer_full:
         defer_full_collections()
     runner.start(int(config["users"]), spawn_rate=float(config["spawn_rate"]))
