@@ -41,7 +41,6 @@ from batching_measure import MIN_OPEN_SAMPLES, run_protocol
 from batching_models import (
     CLOSED_CLIENTS,
     MODES,
-    NOCLIFF,
     NOFILL,
     PLAIN,
     SLO_S,
@@ -82,9 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default="heavy,tiny")
     p.add_argument("--protocols", default=",".join(PROTOCOLS))
     p.add_argument(
-        "--modes",
-        default=",".join(MODES),
-        help=f"of {', '.join(MODES)}, {NOFILL}, {NOCLIFF} (A/Bs)",
+        "--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}, {NOFILL} (an A/B)"
     )
     p.add_argument("--duration", type=float, default=None, help="seconds per load point")
     p.add_argument("--heavy-sizes", default=",".join(map(str, HEAVY_SIZES)))
@@ -142,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     models = [m for m in args.models.split(",") if m]
     protocols = [p for p in args.protocols.split(",") if p]
     modes = [m for m in args.modes.split(",") if m]
-    known = {*MODES, NOFILL, NOCLIFF}
+    known = {*MODES, NOFILL}
     for bad in set(models) - set(SLO_S) | set(protocols) - set(PROTOCOLS) | set(modes) - known:
         raise SystemExit(f"unknown model/protocol/mode {bad!r}")
     all_sizes = {"heavy": tuple(int(x) for x in args.heavy_sizes.split(",")), "tiny": TINY_SIZES}

@@ -200,7 +200,6 @@ def bound(
 ) -> list[dict[str, Any]]:
     slo = SLO_S["heavy"]
     config = BatchingConfig(**batching_settings("heavy", "adaptive")["batching"])
-    plain = config.model_copy(update={"avoid_cost_cliffs": False})
     seeds = tuple(range(args.seeds))
     search = {
         "lo": 0.05 * best_rows_s,
@@ -219,7 +218,6 @@ def bound(
             caps[cap] = max_rate(partial(greedy, cost=cost, c=c, cap=cap), **search)
         best_cap = max(caps, key=lambda k: caps[k])
         ours = max_rate(partial(adaptive, cost=cost, c=c, config=config), **search)
-        no_cuts = max_rate(partial(adaptive, cost=cost, c=c, config=plain), **search)
         row: dict[str, Any] = {
             "frontend_us": us,
             "ceiling_rows_s": round(_ceiling(cost, c), 1),
@@ -229,15 +227,12 @@ def bound(
             "greedy_by_cap": {str(k): round(v, 1) for k, v in caps.items()},
             "adaptive_rows_s": round(ours, 1),
             "adaptive_share": round(ours / best_rows_s, 3),
-            "no_cliff_rule_rows_s": round(no_cuts, 1),
-            "no_cliff_rule_share": round(no_cuts / best_rows_s, 3),
         }
         rows.append(row)
         print(
             f"  front end {us:5.0f} us: best greedy {row['greedy_rows_s']:7.1f} rows/s "
             f"(cap {best_cap}, {100 * row['greedy_share']:.0f}% of (a)), inferway adaptive "
-            f"{row['adaptive_rows_s']:7.1f} ({100 * row['adaptive_share']:.0f}%; without "
-            f"avoid_cost_cliffs {100 * row['no_cliff_rule_share']:.0f}%) "
+            f"{row['adaptive_rows_s']:7.1f} ({100 * row['adaptive_share']:.0f}%) "
             f"[{time.perf_counter() - began:.0f}s]",
             file=sys.stderr,
             flush=True,
@@ -350,7 +345,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "% of (a)",
                 "inferway adaptive rows/s",
                 "% of (a)",
-                "without avoid_cost_cliffs",
             ],
             [
                 (
@@ -361,7 +355,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{100 * r['greedy_share']:.0f}%",
                     r["adaptive_rows_s"],
                     f"{100 * r['adaptive_share']:.0f}%",
-                    f"{r['no_cliff_rule_rows_s']} ({100 * r['no_cliff_rule_share']:.0f}%)",
                 )
                 for r in rows
             ],

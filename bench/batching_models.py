@@ -20,7 +20,6 @@ from inferway.devtools.demo_models import build_mlp, mlp_reference
 __all__ = [
     "CLOSED_CLIENTS",
     "MODES",
-    "NOCLIFF",
     "NOFILL",
     "PLAIN",
     "SLO_S",
@@ -44,8 +43,6 @@ def served_name(model: str, mode: str) -> str:
 
 NOFILL = "adaptive-nofill"
 """The repository's adaptive model with ``fill_when_busy: false`` (an A/B beside adaptive)."""
-NOCLIFF = "adaptive-nocliff"
-"""The repository's adaptive model with ``avoid_cost_cliffs: false`` (an A/B beside adaptive)."""
 PLAIN = "plain-aiohttp"
 """The issue's yardstick: tiny behind a bare aiohttp handler, ORT inline (tiny, HTTP JSON)."""
 TINY_SIZES = (256, 1024, 1024, 10)
@@ -57,8 +54,7 @@ CLOSED_CLIENTS = {"heavy": 128, "tiny": 16}
 
 def batching_settings(model: str, mode: str) -> dict[str, Any]:
     """The ``config.yaml`` of one benchmark model: CPU provider, one instance. ``NOFILL`` is
-    adaptive without its rule for a busy event loop (``fill_when_busy``), ``NOCLIFF`` without
-    its rule for cost cliffs (``avoid_cost_cliffs``), each for an A/B."""
+    adaptive without its rule for a busy event loop (``fill_when_busy``), for an A/B."""
     slo = SLO_S[model]
     if mode == "off":
         batching: dict[str, Any] = {"mode": "off", "max_batch_size": 1}
@@ -75,7 +71,6 @@ def batching_settings(model: str, mode: str) -> dict[str, Any]:
             "max_queue_delay_s": 0.040 if model == "heavy" else 0.005,
             "latency_slo_s": slo / 2,
             "fill_when_busy": mode != NOFILL,
-            "avoid_cost_cliffs": mode != NOCLIFF,
         }
     batching["max_queue_size"] = 2048
     return {"batching": batching, "provider": "cpu"}
@@ -91,7 +86,6 @@ def build_bench_repository(root: Path, sizes: dict[str, tuple[int, ...]]) -> dic
             _place(root, model, mode, onnx_path)
         # adaptive without the fill_when_busy rule, for side-by-side A/B runs
         _place(root, model, NOFILL, onnx_path)
-        _place(root, model, NOCLIFF, onnx_path)  # and without avoid_cost_cliffs
     return built
 
 

@@ -208,14 +208,6 @@ def _bracket(search: dict[str, Any] | None) -> str:
     return f"{shown} ({search['probes_used']})"
 
 
-def _cut_share(point: dict[str, Any]) -> str:
-    """The share of a point's batches adaptive batching cut at a cost cliff."""
-    batches, cuts = point.get("batches"), point.get("cliff_cuts")
-    if not batches or cuts is None:
-        return ""
-    return f"{100 * cuts / batches:.0f}%"
-
-
 def print_report(results: dict[str, Any], table: Callable[..., None]) -> None:
     for model, d in results["direct"].items():
         table(
@@ -226,7 +218,7 @@ def print_report(results: dict[str, Any], table: Callable[..., None]) -> None:
         )
     columns = [
         "protocol", "mode", "load", "offered", "achieved", "p50 ms", "p99 ms", "errors",
-        "batch", "cut", "srv cpu%", "cli cpu%",
+        "batch", "srv cpu%", "cli cpu%",
     ]  # fmt: skip
     models = sorted({r["model"] for r in results.get("runs", [])})
     for model in models:
@@ -241,7 +233,7 @@ def print_report(results: dict[str, Any], table: Callable[..., None]) -> None:
             for label, p in points:
                 if p.get("skipped"):
                     rows.append([run["protocol"], run["mode"], label, _f(p["offered_rps"], 0),
-                                 "skipped", "", "", "", "", "", "", ""])  # fmt: skip
+                                 "skipped", "", "", "", "", "", ""])  # fmt: skip
                     continue
                 rows.append(
                     [
@@ -254,7 +246,6 @@ def print_report(results: dict[str, Any], table: Callable[..., None]) -> None:
                         _f(p["p99_ms"], 1),
                         p["errors"],
                         _f(p.get("mean_batch"), 1),
-                        _cut_share(p),
                         _f(p.get("server_cpu_pct"), 0),
                         _f(p["client_cpu_pct"], 0),
                     ]

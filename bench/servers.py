@@ -173,12 +173,11 @@ class WorkersServer:
             self._proc.wait(5)
 
 
-def scrape_batches(port: int, model: str) -> tuple[float, float, float]:
-    """(rows, batches, batches cut at a cost cliff) the server has executed for ``model`` so
-    far, from /metrics."""
+def scrape_batches(port: int, model: str) -> tuple[float, float]:
+    """(rows, batches) the server has executed for ``model`` so far, from /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    total = count = cuts = 0.0
+    total = count = 0.0
     label = f'model="{model}"'
     for line in text.splitlines():
         if label not in line:
@@ -187,9 +186,7 @@ def scrape_batches(port: int, model: str) -> tuple[float, float, float]:
             total += float(line.rsplit(" ", 1)[1])
         elif line.startswith("inferway_backend_batch_size_count{"):
             count += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("inferway_backend_batch_cliff_cuts{"):
-            cuts += float(line.rsplit(" ", 1)[1])
-    return total, count, cuts
+    return total, count
 
 
 def plain_server_main(onnx_path: str, model: str, conn: Connection) -> None:

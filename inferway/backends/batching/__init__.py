@@ -1,7 +1,7 @@
 """Adaptive batching: a pure scheduler (``Scheduler``) and its asyncio shell (``BatchExecutor``)."""
 
 from .config import BatchingConfig
-from .cost_model import TRUSTED, ArrivalRate, CostModel
+from .cost_model import ArrivalRate, CostModel
 from .errors import (
     BatchingError,
     DeadlineExceededError,
@@ -15,7 +15,6 @@ from .scheduler import Scheduler
 
 __all__ = [
     "IDLE",
-    "TRUSTED",
     "ArrivalRate",
     "BatchExecutor",
     "BatchRecord",

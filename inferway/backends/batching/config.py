@@ -31,10 +31,6 @@ class BatchingConfig(BaseModel):
     fill_when_busy: bool = True
     """``adaptive``: while the server's event loop is the bottleneck (busy at least
     ``loop_load.LOOP_BUSY`` of the time), wait for fuller batches within the latency limits."""
-    avoid_cost_cliffs: bool = True
-    """``adaptive``: when the learned costs show a smaller batch size computing a row for at
-    least 15% less than the batch the queue would form (a CPU kernel's cliff), run that size
-    and leave the rest for the next batch."""
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -2,21 +2,14 @@
 
 Pure (times are passed in). The cost model keeps an EWMA per observed batch size and a
 decayed least-squares fit of ``t(b) = a + c*b`` for sizes never seen, the way BentoML's
-optimizer models batch cost; the scheduler asks it whether a bigger batch is worth waiting for,
-and whether a smaller size it has measured computes a row for less (``cheaper_size``): CPU
-kernels have cliffs, where a batch one size up runs in another blocking or spills a cache, and
-there one batch of b rows can cost more than two batches of b/2.
+optimizer models batch cost; the scheduler asks it whether a bigger batch is worth waiting for.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 
-__all__ = ["TRUSTED", "ArrivalRate", "CostModel"]
-
-TRUSTED = 3
-"""Observations of a batch size before ``cheaper_size`` offers it."""
+__all__ = ["ArrivalRate", "CostModel"]
 
 
 class CostModel:
@@ -28,12 +21,6 @@ class CostModel:
         self._alpha = alpha
         self._decay = decay
         self._ewma: dict[int, float] = {}
-        self._seen: dict[int, int] = {}
-        # sizes seen at least TRUSTED times, ascending, and for each the cheapest per row of
-        # those up to it: (size, seconds per row); rebuilt after an observation
-        self._sizes: list[int] = []
-        self._cheapest: list[tuple[int, float]] = []
-        self._table_stale = False
         # decayed sums for weighted least squares: n, sum b, sum b^2, sum t, sum b*t
         self._s0 = self._sb = self._sbb = self._st = self._sbt = 0.0
         self._fit: tuple[float, float] | None = None
@@ -50,8 +37,6 @@ class CostModel:
             return
         old = self._ewma.get(rows)
         self._ewma[rows] = seconds if old is None else old + self._alpha * (seconds - old)
-        self._seen[rows] = self._seen.get(rows, 0) + 1
-        self._table_stale = True
         d = self._decay
         self._s0 = self._s0 * d + 1.0
         self._sb = self._sb * d + rows
@@ -92,35 +77,6 @@ class CostModel:
             return None
         ((size, secs),) = self._ewma.items()
         return secs if rows <= size else secs * rows / size
-
-    def cheaper_size(self, rows: int, margin: float) -> int | None:
-        """A measured size below ``rows`` whose cost per row is under ``t(rows)/rows`` by more
-        than ``margin`` (e.g. 1.15: 15% cheaper), the cheapest such; None when ``rows`` is
-        as cheap per row as any smaller size. Both sizes must have been timed ``TRUSTED``
-        times, so one unlucky timing cannot make a cliff, nor one lucky one attract every
-        batch."""
-        if self._table_stale:
-            self._rebuild()
-        i = bisect.bisect_left(self._sizes, rows)  # sizes strictly below rows: [0, i)
-        if i == 0:
-            return None
-        size, per_row = self._cheapest[i - 1]
-        if self._seen.get(rows, 0) < TRUSTED:
-            return None  # not timed often enough to call it a cliff: run it, and learn
-        if self._ewma[rows] <= margin * per_row * rows:
-            return None
-        return size
-
-    def _rebuild(self) -> None:
-        self._sizes = sorted(s for s, n in self._seen.items() if n >= TRUSTED)
-        self._cheapest = []
-        best: tuple[int, float] | None = None
-        for size in self._sizes:
-            per_row = self._ewma[size] / size
-            if best is None or per_row < best[1]:
-                best = (size, per_row)
-            self._cheapest.append(best)
-        self._table_stale = False
 
 
 class ArrivalRate:

@@ -16,11 +16,7 @@ requests run together and when. Rules, in order:
   set by the executor; ``fill_when_busy``): an idle instance costs nothing then, but every
   batch costs the loop a dispatch and a settle (and a CPU model's compute takes cores from
   the loop), so with two or more requests queued it waits for more rows as long as requests
-  keep arriving and the same latency limits hold;
-- ``adaptive`` past a cost cliff (``avoid_cost_cliffs``): when a smaller size the cost model
-  has measured computes a row for ``_CLIFF_MARGIN`` less than the batch the queue would form,
-  that size runs and the rest waits for the next batch; one such batch in ``_PROBE_EVERY``
-  runs whole, so the cliff is measured again and is forgotten once it is gone.
+  keep arriving and the same latency limits hold.
 """
 
 from __future__ import annotations
@@ -47,8 +43,6 @@ _COMPUTE_SAFETY = 1.25  # predicted compute time is inflated by this before an S
 _GAIN = 1.02  # waiting must improve throughput by at least this factor
 _MIN_WAIT = 1e-4  # never ask to be woken sooner than this: avoids spinning on bursts
 _SILENCE = 2.0  # filling stops once no request came for this many mean gaps
-_CLIFF_MARGIN = 1.15  # a smaller size must compute a row for 15% less to cut a batch to it
-_PROBE_EVERY = 20  # past a cliff, one batch in this many runs whole, to measure it again
 
 
 class Scheduler(Generic[RequestT]):
@@ -81,9 +75,6 @@ class Scheduler(Generic[RequestT]):
         """The event loop's busy share (``LoopLoad``), kept current by the executor."""
         self.filled = 0
         """Waits chosen because the loop was busy (the ``fill_when_busy`` rule)."""
-        self.cliff_cuts = 0
-        """Batches cut to a size that computes a row for less (``avoid_cost_cliffs``)."""
-        self._cliff_seen = 0
 
     # -- queue ---------------------------------------------------------------------------
 
@@ -264,10 +255,6 @@ class Scheduler(Generic[RequestT]):
         full = blocked or rows >= max_rows
         if pref_count and not full:
             return self._take(group, pref_count, pref_rows, pref_bytes)
-        if mode == "adaptive" and count >= 2 and not flush and self.config.avoid_cost_cliffs:
-            cut = self._cliff_cut(group, count, rows, nbytes)
-            if cut is not None:
-                return self._take(group, *cut)
         head = group[0]
         cap_at = head.arrival + self.config.max_queue_delay_s
         if full or flush or now >= cap_at:
@@ -278,33 +265,6 @@ class Scheduler(Generic[RequestT]):
         if wake is None:
             return self._take(group, count, rows, nbytes)
         return self._park(min(wake, cap_at))
-
-    def _cliff_cut(
-        self, group: deque[RequestT], count: int, rows: int, nbytes: int
-    ) -> tuple[int, int, int] | None:
-        """(count, rows, bytes) to run now instead of the batch as formed (``count``
-        requests, ``rows``, ``nbytes``) when a smaller measured size computes a row for less:
-        its FIFO prefix, or the whole batch when it is this cliff's turn to be measured
-        again; None when there is no cliff to avoid."""
-        size = self.cost_model.cheaper_size(rows, _CLIFF_MARGIN)
-        if size is None:
-            return None
-        self._cliff_seen += 1
-        if self._cliff_seen % _PROBE_EVERY == 0:
-            return count, rows, nbytes  # run it whole now: the cliff is measured again
-        cut = taken = cut_bytes = 0
-        for req in group:
-            if req.state is not _QUEUED:
-                continue
-            if taken + req.rows > size:
-                break
-            taken += req.rows
-            cut_bytes += req.nbytes
-            cut += 1
-        if cut == 0:
-            return None
-        self.cliff_cuts += 1
-        return cut, taken, cut_bytes
 
     def _adaptive_wait(
         self, now: float, head_arrival: float, rows: int, earliest: float, count: int

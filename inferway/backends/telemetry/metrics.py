@@ -76,13 +76,6 @@ _MODEL_GAUGES: tuple[tuple[str, str, Callable[[Any], float | None], str], ...] =
         lambda m: _scheduler_value(m, "filled"),
         "livesum",
     ),
-    (
-        "batch_cliff_cuts",
-        "Batches, since the version loaded, adaptive batching cut to a smaller size that its "
-        "measured costs showed computing a row for at least 15% less (avoid_cost_cliffs).",
-        lambda m: _scheduler_value(m, "cliff_cuts"),
-        "livesum",
-    ),
 )
 """Per model version: (name, help, value, how workers' values combine with ``--workers``); a
 value of None (a pipeline has no batcher of its own) leaves the series out."""
