@@ -35,8 +35,9 @@ class SlowDouble:
 async def busy_loop_traffic(ex: BatchExecutor, seconds: float) -> tuple[int, float]:
     """Keep the loop busy all the time (spinning 9 ms at a go, then only yielding: a sleep
     would idle it for as long as the host's timers take, several ms on a loaded VM) while a
-    request arrives every 0.5 ms or so; returns how many were answered (each checked) and the highest busy share
-    the scheduler was given while the loop spun (the drain after it is quieter)."""
+    request arrives every 0.5 ms or so; returns how many were answered (each checked) and
+    the highest busy share the scheduler was given while the loop spun (the drain after it
+    is quieter)."""
     stop = time.monotonic() + seconds
     answered = 0
     peak = 0.0
