@@ -10,6 +10,7 @@ the rest: the front end (parse, decode, queue, settle, encode, write).
 
     .venv/bin/python bench/frontend_cost.py                       # tiny JSON and binary, c=64
     .venv/bin/python bench/frontend_cost.py --modes adaptive,adaptive-nofill --pin 1 -o json
+    .venv/bin/python bench/frontend_cost.py --bodies binary --plans on,off --pin 1  # an A/B
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from loadgen_spec import request_row
 from inferway.backends.app import start_backend
 from inferway.backends.process_tuning import freeze_startup_heap, tune_for_serving
 from inferway.backends.protocol import fast_http
+from inferway.backends.protocol.decode_plans import DEFAULT_CAPACITY, DecodePlans
 from inferway.backends.serving.settings import ServingSettings
 
 BODIES = ("json", "binary")
@@ -157,22 +159,29 @@ async def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
     rows = []
     try:
         cases = [
-            (mode, body)
+            (mode, body, plans)
             for mode in args.modes.split(",")
             if mode
             for body in args.bodies.split(",")
             if body
+            for plans in args.plans.split(",")
+            if plans
         ]
-        for mode, body in cases:
+        for mode, body, plans in cases:
             if body not in BODIES:
                 raise SystemExit(f"--bodies: {body!r} is not one of {', '.join(BODIES)}")
             if mode not in ("adaptive", NOFILL):
                 raise SystemExit(f"--modes: {mode!r} is not adaptive or {NOFILL}")
-            request = request_bytes(served_name("tiny", mode), TINY_SIZES[0], body)
-            per: list[float] = []
-            compute: list[float] = []
-            batch: list[float] = []
-            for _ in range(args.rounds):
+            if plans not in ("on", "off"):
+                raise SystemExit(f"--plans: {plans!r} is not on or off")
+        per: dict[tuple[str, str, str], list[float]] = {c: [] for c in cases}
+        compute: dict[tuple[str, str, str], list[float]] = {c: [] for c in cases}
+        batch: dict[tuple[str, str, str], list[float]] = {c: [] for c in cases}
+        for round_ in range(args.rounds):  # every case once a round, the order rotated
+            for mode, body, plans in cases[round_ % len(cases) :] + cases[: round_ % len(cases)]:
+                case = (mode, body, plans)
+                fast.plans = DecodePlans(capacity=DEFAULT_CAPACITY if plans == "on" else 0)
+                request = request_bytes(served_name("tiny", mode), TINY_SIZES[0], body)
                 c0, n0 = _compute_seconds(handle)
                 got = await measure(
                     fast,
@@ -182,30 +191,35 @@ async def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
                     warmup=args.warmup,
                 )
                 c1, n1 = _compute_seconds(handle)
-                per.append(got["cpu_s"] / args.requests * 1e6)
+                per[case].append(got["cpu_s"] / args.requests * 1e6)
                 # the warm-up's batches are in the difference too: scale to the measured part
                 share = args.requests / (args.requests + args.warmup)
-                compute.append((c1 - c0) * share / args.requests * 1e6)
-                batch.append((args.requests + args.warmup) / max(n1 - n0, 1))
+                compute[case].append((c1 - c0) * share / args.requests * 1e6)
+                batch[case].append((args.requests + args.warmup) / max(n1 - n0, 1))
                 print(
-                    f"  {mode} {body:6} c={args.concurrency}: {per[-1]:6.1f} us CPU a request "
-                    f"({compute[-1]:.1f} in ONNX Runtime), {batch[-1]:.1f}-request batches",
+                    f"  {mode} {body:6} plans {plans:3} c={args.concurrency}: "
+                    f"{per[case][-1]:6.1f} us CPU a request ({compute[case][-1]:.1f} in ONNX "
+                    f"Runtime), {batch[case][-1]:.1f}-request batches",
                     file=sys.stderr,
                     flush=True,
                 )
-            cpu = statistics.median(per)
-            ort = statistics.median(compute)
+        for case in cases:
+            mode, body, plans = case
+            cpu = statistics.median(per[case])
+            ort = statistics.median(compute[case])
             rows.append(
                 {
                     "mode": mode,
                     "body": body,
+                    "decode_plans": plans,
                     "concurrency": args.concurrency,
                     "requests": args.requests,
                     "rounds": args.rounds,
                     "cpu_us_per_request": round(cpu, 1),
+                    "cpu_us_rounds": [round(v, 1) for v in per[case]],
                     "ort_us_per_request": round(ort, 1),
                     "frontend_us_per_request": round(cpu - ort, 1),
-                    "mean_batch": round(statistics.median(batch), 1),
+                    "mean_batch": round(statistics.median(batch[case]), 1),
                 }
             )
     finally:
@@ -217,6 +231,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--bodies", default=",".join(BODIES), help="json, binary or both")
     p.add_argument("--modes", default="adaptive", help=f"adaptive and/or {NOFILL} (an A/B)")
+    p.add_argument(
+        "--plans", default="on", help="on and/or off: the front end's decoding plans (an A/B)"
+    )
     p.add_argument("--requests", type=int, default=20000, help="measured per round")
     p.add_argument("--warmup", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3, help="the median is reported")
@@ -243,11 +260,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     else:
         print_table(
             "fast front end, in process: CPU per request (medians)",
-            ["mode", "body", "c", "CPU us", "ONNX Runtime us", "front end us", "mean batch"],
+            [
+                "mode",
+                "body",
+                "decode plans",
+                "c",
+                "CPU us",
+                "ONNX Runtime us",
+                "front end us",
+                "mean batch",
+            ],
             [
                 [
                     r["mode"],
                     r["body"],
+                    r["decode_plans"],
                     r["concurrency"],
                     r["cpu_us_per_request"],
                     r["ort_us_per_request"],

@@ -24,6 +24,7 @@ from typing import Any, cast
 import httptools
 from aiohttp import web_server
 
+from inferway.backends.protocol.decode_plans import DecodePlans
 from inferway.backends.protocol.fast_wire import (
     HOT_SKIP_HEADERS,
     Encoded,
@@ -158,7 +159,7 @@ class _Connection(asyncio.Protocol):
         del self._raw[:end]
         assert self._route is not None
         model, version = self._route
-        call = FastCall(model, version, self._headers, body)
+        call = FastCall(model, version, self._headers, body, self._front.plans)
         self._body = []
         http10 = self._parser.get_http_version() == "1.0"
         self._queue.append(_Request(call, self._parser.should_keep_alive(), http10))
@@ -305,6 +306,8 @@ class FastHttpServer:
         self.core = core
         self.aiohttp_server = aiohttp_server
         self.max_body_bytes = core.settings.max_body_bytes
+        self.plans = DecodePlans()
+        """Binary-extension heads seen before, decoded once (see decode_plans)."""
         self.connections: set[_Connection] = set()
         self.closing = False
         self._server: asyncio.Server | None = None

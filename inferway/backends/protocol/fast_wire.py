@@ -12,17 +12,13 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from inferway.backends.protocol.binary_codec import split_binary_body
+from inferway.backends.protocol.decode_plans import DecodePlans
 from inferway.backends.protocol.http_server import (
     BINARY_HEADER,
     ENVOY_TIMEOUT_HEADER,
     envoy_timeout_s,
 )
-from inferway.backends.protocol.json_codec import (
-    decode_json_request,
-    encode_json_response,
-    parse_json_header,
-)
+from inferway.backends.protocol.json_codec import encode_json_response
 from inferway.backends.serving.core import Chosen
 from inferway.backends.serving.request import DecodedRequest
 
@@ -135,19 +131,29 @@ def response_bytes(
     return b"".join(parts)
 
 
-class FastCall:
-    """One infer request as the serving core sees it (see InferCall); its body is read."""
+_NO_PLANS = DecodePlans(capacity=0)
 
-    __slots__ = ("body", "headers", "model_name", "model_version")
+
+class FastCall:
+    """One infer request as the serving core sees it (see InferCall); its body is read.
+    ``plans``: the front end's decoding plans (binary-extension heads seen before)."""
+
+    __slots__ = ("body", "headers", "model_name", "model_version", "plans")
     needs_read = False
 
     def __init__(
-        self, model: str, version: str | None, headers: dict[str, str], body: bytes
+        self,
+        model: str,
+        version: str | None,
+        headers: dict[str, str],
+        body: bytes,
+        plans: DecodePlans = _NO_PLANS,
     ) -> None:
         self.model_name = model
         self.model_version = version
         self.headers = headers
         self.body = body
+        self.plans = plans
 
     def body_size(self) -> int | None:
         return len(self.body)
@@ -156,8 +162,9 @@ class FastCall:
         return None
 
     def decode(self, model: ServedModel) -> DecodedRequest:
-        head, binary = split_binary_body(self.body, self.headers.get(_BINARY_KEY))
-        return decode_json_request(parse_json_header(head), binary, model.inputs)
+        return self.plans.decode(
+            model.name, str(model.version), self.body, self.headers.get(_BINARY_KEY), model.inputs
+        )
 
     def may_name_timeout(self) -> bool:
         """Whether the request's JSON could carry ``parameters.timeout``: a byte search of the
