@@ -142,6 +142,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     known = {*MODES, NOFILL}
     for bad in set(models) - set(SLO_S) | set(protocols) - set(PROTOCOLS) | set(modes) - known:
         raise SystemExit(f"unknown model/protocol/mode {bad!r}")
+    for given, what in ((models, "--models"), (protocols, "--protocols"), (modes, "--modes")):
+        twice = sorted({x for x in given if given.count(x) > 1})
+        if twice:  # the report finds runs by name: a repeat printed the first run twice
+            raise SystemExit(
+                f"{what}: {', '.join(twice)} given more than once; rerun the script to repeat"
+            )
     all_sizes = {"heavy": tuple(int(x) for x in args.heavy_sizes.split(",")), "tiny": TINY_SIZES}
     sizes = {m: all_sizes[m] for m in models}
     started = time.perf_counter()
