@@ -163,8 +163,9 @@ def test_without_the_binary_header_or_with_a_bad_one_it_is_the_full_path():
     body = json.dumps(doc).encode()
     specs = (TensorSpec("x", "FP32", (-1, 4)),)
     same(plans.decode("m", "1", body, None, specs), full(body, None, specs))
-    with pytest.raises(InferInputError, match="must be an integer"):
-        plans.decode("m", "1", body, "3x", specs)
+    for bad in ("3x", "\u00b2"):  # "²" is a digit to str.isdigit, not to int()
+        with pytest.raises(InferInputError, match="must be an integer"):
+            plans.decode("m", "1", body, bad, specs)
     assert len(plans) == 0
 
 

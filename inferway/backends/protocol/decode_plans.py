@@ -78,7 +78,7 @@ class DecodePlans:
     ) -> DecodedRequest:
         """The request in ``body`` decoded for the model whose inputs are ``specs``; raises
         InferInputError, as ``decode_json_request`` does, for one that does not fit."""
-        if header_length is not None and header_length.isdigit():
+        if header_length is not None and header_length.isascii() and header_length.isdigit():
             length = int(header_length)
             key = (model, version, body[:length])
             plan = self._plans.get(key)
