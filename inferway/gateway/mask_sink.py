@@ -107,7 +107,7 @@ def line_of(body: common_pb2.AnyValue, masker: Masker) -> str:
     if not isinstance(fields, dict):
         fields = {"message": fields}
     for key in _NUMBERS & fields.keys():
-        if isinstance(fields[key], str) and fields[key].isdigit():
+        if isinstance(fields[key], str) and fields[key].isascii() and fields[key].isdigit():
             fields[key] = int(fields[key])
     return json.dumps(masker.value(fields), sort_keys=True, separators=(",", ":"))
 

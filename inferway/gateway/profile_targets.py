@@ -62,7 +62,7 @@ def classify(argv: Sequence[str]) -> ProfileTarget | None:
 
 def _processes(proc: Path) -> Iterable[tuple[int, list[str]]]:
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
+        if not (entry.name.isascii() and entry.name.isdigit()):
             continue
         try:
             raw = (entry / "cmdline").read_bytes()

@@ -64,7 +64,7 @@ def parse_folded(text: str) -> FoldedStacks:
         if not line.strip():
             continue
         stack, _, count = line.rstrip().rpartition(" ")
-        if not stack or not count.isdigit():
+        if not stack or not (count.isascii() and count.isdigit()):
             raise ValueError(f"line {number}: expected 'frame;frame;... COUNT', got {line!r}")
         stacks[tuple(stack.split(";"))] += int(count)
     return FoldedStacks(dict(stacks))

@@ -112,14 +112,21 @@ def _replace_path(document: Any, path: tuple[str, ...], replacement: str) -> Non
     last = path[-1]
     if isinstance(current, dict) and last in current:
         current[last] = replacement
-    elif isinstance(current, list) and last.isdigit() and int(last) < len(current):
+    elif (
+        isinstance(current, list) and last.isascii() and last.isdigit() and int(last) < len(current)
+    ):
         current[int(last)] = replacement
 
 
 def _child(node: Any, segment: str) -> Any:
     if isinstance(node, dict):
         return node.get(segment)
-    if isinstance(node, list) and segment.isdigit() and int(segment) < len(node):
+    if (
+        isinstance(node, list)
+        and segment.isascii()
+        and segment.isdigit()
+        and int(segment) < len(node)
+    ):
         return node[int(segment)]
     return None
 

@@ -73,15 +73,21 @@ class OptimizeRequest:
     """7-bit INT8 weights: None decides from the CPU (``int8_weights``), True/False forces."""
 
 
+def _version_dir(path: Path) -> bool:
+    """Whether ``path`` is named like a version: ASCII digits (``str.isdigit`` alone also
+    takes "²", which ``int`` refuses)."""
+    return path.name.isascii() and path.name.isdigit()
+
+
 def _resolve_source(request: OptimizeRequest) -> tuple[Path, Path]:
     """(model directory, source version directory)."""
     path = request.model_dir
-    if path.name.isdigit() and (path / MODEL_FILE).is_file() and request.source_version is None:
+    if _version_dir(path) and (path / MODEL_FILE).is_file() and request.source_version is None:
         return path.parent, path
     if not path.is_dir():
         raise OptimizeError(f"{path}: not a model directory (<model>/<version>/model.onnx)")
     versions = sorted(
-        (p for p in path.iterdir() if p.name.isdigit() and (p / MODEL_FILE).is_file()),
+        (p for p in path.iterdir() if _version_dir(p) and (p / MODEL_FILE).is_file()),
         key=lambda p: int(p.name),
     )
     if request.source_version is not None:
@@ -103,7 +109,7 @@ def _resolve_source(request: OptimizeRequest) -> tuple[Path, Path]:
 
 
 def _next_version(model_dir: Path) -> str:
-    numbers = [int(p.name) for p in model_dir.iterdir() if p.name.isdigit()]
+    numbers = [int(p.name) for p in model_dir.iterdir() if _version_dir(p)]
     return str(max(numbers, default=0) + 1)
 
 

@@ -58,7 +58,7 @@ def split_host_port(address: object) -> tuple[str, int]:
         host, sep, port = text[1:].partition("]:")
     else:
         host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"expected 'host:port' such as 127.0.0.1:8000, got {address!r}")
     if ":" in host and not text.startswith("["):
         raise ValueError(

@@ -40,7 +40,11 @@ def scan_repository(root: Path) -> dict[VersionKey, ScanEntry]:
         if model_dir.name.startswith("."):
             continue
         for vdir in sorted(p for p in model_dir.iterdir() if p.is_dir()):
-            if not vdir.name.isdigit() or int(vdir.name) < 1 or vdir.name != str(int(vdir.name)):
+            if (
+                not (vdir.name.isascii() and vdir.name.isdigit())
+                or int(vdir.name) < 1
+                or vdir.name != str(int(vdir.name))
+            ):
                 continue
             model = vdir / MODEL_FILE
             try:

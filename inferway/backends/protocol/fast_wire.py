@@ -170,7 +170,9 @@ class FastCall:
         """Whether the request's JSON could carry ``parameters.timeout``: a byte search of the
         JSON part only (with the binary extension, the tensor bytes after it are not read)."""
         size = self.headers.get(_BINARY_KEY)
-        end = int(size) if size is not None and size.isdigit() else len(self.body)
+        end = (
+            int(size) if size is not None and size.isascii() and size.isdigit() else len(self.body)
+        )
         return self.body.find(b'"timeout"', 0, end) >= 0
 
     def transport_timeout_s(self) -> float | None:

@@ -107,7 +107,7 @@ def _lookup(document: Any, path: str) -> Any:
     for segment in path.split("."):
         if isinstance(current, dict):
             current = current.get(segment, _MISSING)
-        elif isinstance(current, list) and segment.isdigit():
+        elif isinstance(current, list) and segment.isascii() and segment.isdigit():
             index = int(segment)
             current = current[index] if index < len(current) else _MISSING
         else:

@@ -53,7 +53,7 @@ def _header(headers: ep_pb2.HttpHeaders, name: str) -> str | None:
 
 
 def _json_length(value: str | None) -> int | None:
-    if value is None or not value.strip().isdigit():
+    if value is None or not (value.isascii() and value.strip().isdigit()):
         return None
     return int(value)
 

@@ -154,7 +154,7 @@ def _set(document: dict[str, Any], path: str, value: Any, *, present: bool = Tru
     *parents, last = path.split(".")
     node: Any = document
     for part in parents:
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        if isinstance(node, list) and part.isascii() and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         elif isinstance(node, dict):
             if not isinstance(node.get(part), dict | list):
@@ -162,7 +162,7 @@ def _set(document: dict[str, Any], path: str, value: Any, *, present: bool = Tru
             node = node[part]
         else:
             return
-    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+    if isinstance(node, list) and last.isascii() and last.isdigit() and int(last) < len(node):
         if present:
             node[int(last)] = value
     elif isinstance(node, dict):
