@@ -21,7 +21,7 @@ import numpy as np
 from _common import environment, print_table, write_results
 from batching_models import TINY_SIZES
 
-from inferway.backends.protocol.decode_plans import DecodePlans
+from inferway.backends.protocol.decode_plans import DEFAULT_CAPACITY, DecodePlans
 from inferway.backends.protocol.fast_wire import FastCall
 from inferway.backends.runners.base import TensorSpec
 from inferway.devtools.demo_models import HEAVY_SIZES
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         served: Any = _Model(width)  # what decode reads of a ServedModel
         calls = {
             plans: FastCall("bench", None, headers, body, DecodePlans(capacity=cap))
-            for plans, cap in (("on", 256), ("off", 0))
+            for plans, cap in (("on", DEFAULT_CAPACITY), ("off", 0))
         }
         timed: dict[str, list[float]] = {"on": [], "off": []}
         for round_ in range(args.rounds):

@@ -39,7 +39,7 @@ class _Tensor:
     name: str
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
-    start: int  # offset in the body, past the head
+    start: int  # offsets in the whole body (its head included)
     end: int
 
 
