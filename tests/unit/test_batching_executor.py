@@ -316,6 +316,34 @@ async def test_submitted_future_cancelled_while_queued_is_never_computed():
     assert runner.seen_rows == 3  # 1 + 2: the cancelled 5 rows never ran
 
 
+async def test_cancelled_in_the_same_pass_as_its_batch_forms_is_not_computed():
+    """The future is cancelled, then the finishing batch launches the next one before the
+    cancel's forget callback has run (both were queued on the loop): the batch leaves it out."""
+    loop = asyncio.get_running_loop()
+    runner = DoubleRunner()
+    runner.gate = threading.Event()
+    compute = runner.run
+
+    def run_then_cancel(inputs):  # on the worker thread, just before the batch's settle is
+        out = compute(inputs)  # posted: the cancel runs first, its forget lands behind it
+        if not gone.done():
+            loop.call_soon_threadsafe(gone.cancel)
+        return out
+
+    runner.run = run_then_cancel
+    ex = BatchExecutor([runner], fixed(max_queue_delay_s=0.0))
+    busy = ex.submit({"x": np.ones((1, 2), np.float32)})
+    await poll(lambda: ex.in_flight_batches == 1)
+    gone = ex.submit({"x": np.ones((5, 2), np.float32)})
+    kept = ex.submit({"x": np.full((2, 2), 4, np.float32)})
+    runner.gate.set()
+    await busy
+    np.testing.assert_array_equal((await kept)["y"], np.full((2, 2), 8, np.float32))
+    await ex.stop()
+    assert gone.cancelled()
+    assert runner.seen_rows == 3  # 1 + 2: the cancelled 5 rows never ran
+
+
 async def test_a_dead_dispatcher_fails_the_queued_requests_instead_of_leaving_them_hanging():
     runner = DoubleRunner()
     ex = BatchExecutor([runner], fixed(max_queue_delay_s=5.0), name="orphan")

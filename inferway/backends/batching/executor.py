@@ -288,6 +288,13 @@ class BatchExecutor:
 
     def _launch(self, batch: Dispatch[QueuedRequest], now: float) -> None:
         assert self._loop is not None
+        if any(req.future.done() for req in batch.requests):
+            # cancelled after the scheduler took it, before its forget callback ran (both
+            # wait for the loop's next pass): nobody waits for these rows
+            live = tuple(req for req in batch.requests if not req.future.done())
+            if not live:
+                return
+            batch = Dispatch(live, sum(r.rows for r in live), sum(r.nbytes for r in live))
         instance = self._idle.pop()
         self._in_flight += 1
         self._stats.begin(instance, now)
