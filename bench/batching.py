@@ -40,8 +40,10 @@ from batching_direct import measure_direct
 from batching_measure import MIN_OPEN_SAMPLES, run_protocol
 from batching_models import (
     CLOSED_CLIENTS,
+    HEAVY_MAX_BATCH,
     MODES,
     NOFILL,
+    ON_WORKERS,
     PLAIN,
     SLO_S,
     TINY_SIZES,
@@ -81,10 +83,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default="heavy,tiny")
     p.add_argument("--protocols", default=",".join(PROTOCOLS))
     p.add_argument(
-        "--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}, {NOFILL} (an A/B)"
+        "--modes",
+        default=",".join(MODES),
+        help=f"of {', '.join(MODES)}, {NOFILL}, {ON_WORKERS} (A/Bs)",
     )
     p.add_argument("--duration", type=float, default=None, help="seconds per load point")
     p.add_argument("--heavy-sizes", default=",".join(map(str, HEAVY_SIZES)))
+    p.add_argument(
+        "--heavy-max-batch",
+        type=int,
+        default=HEAVY_MAX_BATCH,
+        help="heavy adaptive's max_batch_size (ONNX Runtime's own rate at this size bounds it)",
+    )
     p.add_argument("--tiny-rates", default=None, help="open-loop req/s, comma separated")
     p.add_argument("--heavy-fractions", default=None, help="open-loop rates as fractions of (a)")
     p.add_argument(
@@ -139,7 +149,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     models = [m for m in args.models.split(",") if m]
     protocols = [p for p in args.protocols.split(",") if p]
     modes = [m for m in args.modes.split(",") if m]
-    known = {*MODES, NOFILL}
+    if not 1 <= args.heavy_max_batch <= 4096:
+        raise SystemExit(f"--heavy-max-batch: {args.heavy_max_batch} is not in 1..4096")
+    known = {*MODES, NOFILL, ON_WORKERS}
     for bad in set(models) - set(SLO_S) | set(protocols) - set(PROTOCOLS) | set(modes) - known:
         raise SystemExit(f"unknown model/protocol/mode {bad!r}")
     for given, what in ((models, "--models"), (protocols, "--protocols"), (modes, "--modes")):
@@ -161,11 +173,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "search_probes": search_probes,
         "pinned": {"loadgen_cpu": LOADGEN_CPU, "server_cpu": SERVER_CPU} if args.pin else None,
         "http_frontend": args.http_frontend,
-        "configs": {f"{m}-{mode}": batching_settings(m, mode) for m in models for mode in modes},
+        "configs": {
+            f"{m}-{mode}": batching_settings(m, mode, heavy_max_batch=args.heavy_max_batch)
+            for m in models
+            for mode in modes
+        },
     }
     with tempfile.TemporaryDirectory(prefix="inferway-bench-") as tmp:
         root = Path(tmp)
-        onnx_files = build_bench_repository(root, sizes)
+        onnx_files = build_bench_repository(root, sizes, heavy_max_batch=args.heavy_max_batch)
         for model, widths in sizes.items():
             weights = sum(a * b + b for a, b in itertools.pairwise(widths))
             with pinned(SERVER_CPU if args.pin else None):

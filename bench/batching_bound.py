@@ -44,7 +44,7 @@ from typing import Any
 
 from _common import environment, print_table, write_results
 from batching_direct import measure_direct
-from batching_models import SLO_S, batching_settings
+from batching_models import HEAVY_MAX_BATCH, SLO_S, batching_settings
 
 from inferway.backends.batching import (
     BatchingConfig,
@@ -199,7 +199,8 @@ def bound(
     cost: CostCurve, best_rows_s: float, frontend_us: Sequence[float], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
     slo = SLO_S["heavy"]
-    config = BatchingConfig(**batching_settings("heavy", "adaptive")["batching"])
+    settings = batching_settings("heavy", "adaptive", heavy_max_batch=args.heavy_max_batch)
+    config = BatchingConfig(**settings["batching"])
     seeds = tuple(range(args.seeds))
     search = {
         "lo": 0.05 * best_rows_s,
@@ -286,6 +287,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pin", type=int, default=1, help="CPU for ONNX Runtime's sweep (-1: none)")
     p.add_argument("--seconds", type=float, default=0.6, help="timing per batch size")
     p.add_argument("--heavy-sizes", default=",".join(map(str, HEAVY_SIZES)))
+    p.add_argument(
+        "--heavy-max-batch",
+        type=int,
+        default=HEAVY_MAX_BATCH,
+        help="max_batch_size of inferway's scheduler in the simulation (as batching.py's)",
+    )
     p.add_argument(
         "--frontend-us", default="0,25,50,100,168", help="front-end CPU per request, microseconds"
     )

@@ -19,8 +19,10 @@ from inferway.devtools.demo_models import build_mlp, mlp_reference
 
 __all__ = [
     "CLOSED_CLIENTS",
+    "HEAVY_MAX_BATCH",
     "MODES",
     "NOFILL",
+    "ON_WORKERS",
     "PLAIN",
     "SLO_S",
     "TINY_SIZES",
@@ -43,18 +45,26 @@ def served_name(model: str, mode: str) -> str:
 
 NOFILL = "adaptive-nofill"
 """The repository's adaptive model with ``fill_when_busy: false`` (an A/B beside adaptive)."""
+ON_WORKERS = "adaptive-workers"
+"""The repository's adaptive model with ``compute_on: workers``: batches on a worker thread
+even where ``auto`` runs them on the event loop (one CPU: ``--pin``), for an A/B."""
 PLAIN = "plain-aiohttp"
 """The issue's yardstick: tiny behind a bare aiohttp handler, ORT inline (tiny, HTTP JSON)."""
 TINY_SIZES = (256, 1024, 1024, 10)
 SLO_S = {"heavy": 0.100, "tiny": 0.020}
 """p99 latency a rate must meet to count as sustained (tiny also reports 50 ms)."""
+HEAVY_MAX_BATCH = 64
+"""heavy ``adaptive``'s ``max_batch_size`` unless the run names another (``--heavy-max-batch``)."""
 CLOSED_CLIENTS = {"heavy": 128, "tiny": 16}
 """heavy: enough clients that a max-size batch (64) can form while another one computes."""
 
 
-def batching_settings(model: str, mode: str) -> dict[str, Any]:
+def batching_settings(
+    model: str, mode: str, *, heavy_max_batch: int = HEAVY_MAX_BATCH
+) -> dict[str, Any]:
     """The ``config.yaml`` of one benchmark model: CPU provider, one instance. ``NOFILL`` is
-    adaptive without its rule for a busy event loop (``fill_when_busy``), for an A/B."""
+    adaptive without its rule for a busy event loop (``fill_when_busy``), ``ON_WORKERS`` adaptive
+    with its batches on a worker thread (``compute_on``), each for an A/B."""
     slo = SLO_S[model]
     if mode == "off":
         batching: dict[str, Any] = {"mode": "off", "max_batch_size": 1}
@@ -67,29 +77,33 @@ def batching_settings(model: str, mode: str) -> dict[str, Any]:
     else:
         batching = {
             "mode": "adaptive",
-            "max_batch_size": 64 if model == "heavy" else 128,
+            "max_batch_size": heavy_max_batch if model == "heavy" else 128,
             "max_queue_delay_s": 0.040 if model == "heavy" else 0.005,
             "latency_slo_s": slo / 2,
             "fill_when_busy": mode != NOFILL,
         }
+        if mode == ON_WORKERS:
+            batching["compute_on"] = "workers"
     batching["max_queue_size"] = 2048
     return {"batching": batching, "provider": "cpu"}
 
 
-def build_bench_repository(root: Path, sizes: dict[str, tuple[int, ...]]) -> dict[str, Path]:
+def build_bench_repository(
+    root: Path, sizes: dict[str, tuple[int, ...]], *, heavy_max_batch: int = HEAVY_MAX_BATCH
+) -> dict[str, Path]:
     """One model per (model, mode) named ``<model>-<mode>``; returns model -> onnx file."""
     built = {}
     for model, widths in sizes.items():
         onnx_path = build_mlp(root / ".src" / f"{model}.onnx", widths)
         built[model] = onnx_path
-        for mode in MODES:
-            _place(root, model, mode, onnx_path)
-        # adaptive without the fill_when_busy rule, for side-by-side A/B runs
-        _place(root, model, NOFILL, onnx_path)
+        # and adaptive without the fill_when_busy rule, and on worker threads, for A/B runs
+        for mode in (*MODES, NOFILL, ON_WORKERS):
+            settings = batching_settings(model, mode, heavy_max_batch=heavy_max_batch)
+            _place(root, model, mode, onnx_path, settings)
     return built
 
 
-def _place(root: Path, model: str, mode: str, onnx_path: Path) -> None:
+def _place(root: Path, model: str, mode: str, onnx_path: Path, settings: dict[str, Any]) -> None:
     """``<model>-<mode>/1/model.onnx`` (a hard link where it can) and its ``config.yaml``."""
     vdir = root / f"{model}-{mode}" / "1"
     vdir.mkdir(parents=True)
@@ -97,7 +111,6 @@ def _place(root: Path, model: str, mode: str, onnx_path: Path) -> None:
         os.link(onnx_path, vdir / "model.onnx")
     except OSError:
         shutil.copyfile(onnx_path, vdir / "model.onnx")
-    settings = batching_settings(model, mode)
     (vdir.parent / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
 
 
