@@ -43,7 +43,6 @@ from batching_models import (
     HEAVY_MAX_BATCH,
     MODES,
     NOFILL,
-    ON_WORKERS,
     PLAIN,
     SLO_S,
     TINY_SIZES,
@@ -83,9 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default="heavy,tiny")
     p.add_argument("--protocols", default=",".join(PROTOCOLS))
     p.add_argument(
-        "--modes",
-        default=",".join(MODES),
-        help=f"of {', '.join(MODES)}, {NOFILL}, {ON_WORKERS} (A/Bs)",
+        "--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}, {NOFILL} (an A/B)"
     )
     p.add_argument("--duration", type=float, default=None, help="seconds per load point")
     p.add_argument("--heavy-sizes", default=",".join(map(str, HEAVY_SIZES)))
@@ -151,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     modes = [m for m in args.modes.split(",") if m]
     if not 1 <= args.heavy_max_batch <= 4096:
         raise SystemExit(f"--heavy-max-batch: {args.heavy_max_batch} is not in 1..4096")
-    known = {*MODES, NOFILL, ON_WORKERS}
+    known = {*MODES, NOFILL}
     for bad in set(models) - set(SLO_S) | set(protocols) - set(PROTOCOLS) | set(modes) - known:
         raise SystemExit(f"unknown model/protocol/mode {bad!r}")
     for given, what in ((models, "--models"), (protocols, "--protocols"), (modes, "--modes")):

@@ -22,7 +22,6 @@ __all__ = [
     "HEAVY_MAX_BATCH",
     "MODES",
     "NOFILL",
-    "ON_WORKERS",
     "PLAIN",
     "SLO_S",
     "TINY_SIZES",
@@ -45,9 +44,6 @@ def served_name(model: str, mode: str) -> str:
 
 NOFILL = "adaptive-nofill"
 """The repository's adaptive model with ``fill_when_busy: false`` (an A/B beside adaptive)."""
-ON_WORKERS = "adaptive-workers"
-"""The repository's adaptive model with ``compute_on: workers``: batches on a worker thread
-even where ``auto`` runs them on the event loop (one CPU: ``--pin``), for an A/B."""
 PLAIN = "plain-aiohttp"
 """The issue's yardstick: tiny behind a bare aiohttp handler, ORT inline (tiny, HTTP JSON)."""
 TINY_SIZES = (256, 1024, 1024, 10)
@@ -63,8 +59,7 @@ def batching_settings(
     model: str, mode: str, *, heavy_max_batch: int = HEAVY_MAX_BATCH
 ) -> dict[str, Any]:
     """The ``config.yaml`` of one benchmark model: CPU provider, one instance. ``NOFILL`` is
-    adaptive without its rule for a busy event loop (``fill_when_busy``), ``ON_WORKERS`` adaptive
-    with its batches on a worker thread (``compute_on``), each for an A/B."""
+    adaptive without its rule for a busy event loop (``fill_when_busy``), for an A/B."""
     slo = SLO_S[model]
     if mode == "off":
         batching: dict[str, Any] = {"mode": "off", "max_batch_size": 1}
@@ -82,8 +77,6 @@ def batching_settings(
             "latency_slo_s": slo / 2,
             "fill_when_busy": mode != NOFILL,
         }
-        if mode == ON_WORKERS:
-            batching["compute_on"] = "workers"
     batching["max_queue_size"] = 2048
     return {"batching": batching, "provider": "cpu"}
 
@@ -96,8 +89,8 @@ def build_bench_repository(
     for model, widths in sizes.items():
         onnx_path = build_mlp(root / ".src" / f"{model}.onnx", widths)
         built[model] = onnx_path
-        # and adaptive without the fill_when_busy rule, and on worker threads, for A/B runs
-        for mode in (*MODES, NOFILL, ON_WORKERS):
+        # every mode, and adaptive without the fill_when_busy rule for side-by-side A/B runs
+        for mode in (*MODES, NOFILL):
             settings = batching_settings(model, mode, heavy_max_batch=heavy_max_batch)
             _place(root, model, mode, onnx_path, settings)
     return built

@@ -82,12 +82,10 @@ class BackendHandle:
 
 def describe_served(model: Any) -> str:
     """One line about a loaded model version, as ``inferway serve`` prints it."""
-    line = (
+    return (
         f"{model.name} v{model.version}: {model.platform} on {model.provider}, "
         f"loaded in {model.load_seconds:.2f}s"
     )
-    placement = getattr(model.executor, "placement", None)  # pipelines have none
-    return f"{line}; {placement}" if placement else line
 
 
 def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider | None) -> Any:

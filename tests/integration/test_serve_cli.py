@@ -1,10 +1,8 @@
 """``inferway serve`` as a user runs it: a real subprocess over a model repository, answering
-the Open Inference Protocol until SIGTERM (on one CPU too, where batches run on its loop)."""
+the Open Inference Protocol until SIGTERM."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -101,44 +99,3 @@ def test_serve_refuses_two_different_repositories_and_a_missing_one(tmp_path: Pa
     recording += ["--http-port", "1", "--grpc-port", "2"]
     split = runner.invoke(app, recording)
     assert split.exit_code == 2 and "record outputs with --workers 1" in split.output
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
-def test_serve_on_one_cpu_runs_batches_on_the_loop_and_says_so(tmp_path: Path) -> None:
-    write_demo_repository(tmp_path / "models", versions=(1,), sizes=SIZES)
-    http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(tmp_path / "models")]
-    command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
-    one_cpu = {min(os.sched_getaffinity(0))}
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, one_cpu),
-    )
-    try:
-        base = f"http://127.0.0.1:{http_port}"
-        wait_serve_ready(proc, base)
-        x = np.linspace(-1, 1, 48 * SIZES[0], dtype=np.float32).reshape(48, SIZES[0])
-
-        async def burst() -> list[httpx.Response]:
-            async with httpx.AsyncClient(base_url=base, timeout=10) as client:
-                posts = [
-                    client.post("/v2/models/demo/infer", json=_mlp_body(x[i : i + 1]))
-                    for i in range(len(x))
-                ]
-                return await asyncio.gather(*posts, client.get("/v2/health/ready"))
-
-        *answers, ready = asyncio.run(burst())
-        assert ready.status_code == 200
-        expected = mlp_reference(x, sizes=SIZES, seed=0)
-        for i, answer in enumerate(answers):
-            assert answer.status_code == 200, answer.text
-            (output,) = answer.json()["outputs"]
-            np.testing.assert_allclose(output["data"], expected[i], rtol=1e-4, atol=1e-5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
-    assert proc.returncode == 0, out
-    assert "batches run on the event loop (compute_on: auto; one CPU instance, 1 CPU" in out

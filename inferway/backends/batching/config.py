@@ -31,13 +31,6 @@ class BatchingConfig(BaseModel):
     fill_when_busy: bool = True
     """``adaptive``: while the server's event loop is the bottleneck (busy at least
     ``loop_load.LOOP_BUSY`` of the time), wait for fuller batches within the latency limits."""
-    compute_on: Literal["auto", "workers", "loop"] = "auto"
-    """Where batches run. ``workers``: each instance's own worker thread, so the event loop
-    keeps reading and answering while a batch computes. ``loop``: on the event loop's thread,
-    after the loop has read every request that is ready (one instance only). ``auto``: ``loop``
-    for one instance of a CPU model in a process allowed one CPU, where a worker thread only
-    adds hand-offs between two threads that share the core (``placement.batches_on_loop``);
-    ``workers`` otherwise."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -52,15 +45,6 @@ class BatchingConfig(BaseModel):
                 'adaptive (quote it, e.g. mode: "adaptive")'
             )
         return value
-
-    @model_validator(mode="after")
-    def _loop_runs_one_instance(self) -> BatchingConfig:
-        if self.compute_on == "loop" and self.instances > 1:
-            raise ValueError(
-                f"compute_on: loop runs one batch at a time on the event loop, so it takes one "
-                f"instance, not {self.instances}; use compute_on: workers (or auto) for more"
-            )
-        return self
 
     @model_validator(mode="after")
     def _preferred_within_max(self) -> BatchingConfig:

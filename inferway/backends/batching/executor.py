@@ -7,11 +7,6 @@ event loop never leaves an instance idle). One dispatcher task per model covers 
 time the scheduler named, cancels, and draining on stop. Each model instance owns one worker
 thread, so a runner's ``run`` is never called concurrently.
 
-Where batches run on the loop's own thread instead (``compute_on``, ``placement.py``: one CPU
-instance in a one-CPU process), a submit does not ask the scheduler at once: it asks once at
-the end of the loop's pass, after every request that was ready has been read, and the batch
-runs to completion right there.
-
 One class; its collaborators are composed, not inherited: the Scheduler decides, the Dispatcher
 (``dispatcher.py``) owns the timer task, the BatchReporter (``reporting.py``) makes spans and
 batch records, WindowStats keeps the load figures ORCA reports. A queued request is one typed
@@ -38,9 +33,8 @@ from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
 from .loop_load import LoopLoad, this_threads_loop_load
-from .placement import allowed_cpus, batches_on_loop, placement_reason
 from .queued import QueuedRequest
-from .records import IDLE, BatchRecord, Dispatch, Idle, WaitUntil
+from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
 from .scheduler import Scheduler
 from .window_stats import WindowStats
@@ -73,7 +67,6 @@ class BatchExecutor:
         stats_window_s: float = 10.0,
         inline_below_s: float = INLINE_BELOW_S,
         measure_loop: bool = False,
-        cpus: int | None = None,
     ) -> None:
         if not runners:
             raise ValueError(f"model {name!r}: BatchExecutor needs at least one runner")
@@ -105,13 +98,6 @@ class BatchExecutor:
         # thread once started (off by default: tests drive the scheduler deterministically)
         self._measure_loop = measure_loop and config.mode == "adaptive" and config.fill_when_busy
         self._loop_load: LoopLoad | None = None
-        # where batches run: worker threads, or the loop's own thread (``placement.py``)
-        cpus = allowed_cpus() if cpus is None else cpus
-        self._on_loop = batches_on_loop(config, self._runners, cpus)
-        self.placement = placement_reason(config, self._runners, cpus)
-        """Where batches run and why, in words (``inferway serve`` prints it per model)."""
-        self._pump_due: asyncio.Handle | None = None  # on the loop: the pump due this pass
-        log.debug("model %r: %s", name, self.placement)
 
     # -- public surface -------------------------------------------------------------------
 
@@ -122,11 +108,6 @@ class BatchExecutor:
     @property
     def instances(self) -> int:
         return len(self._runners)
-
-    @property
-    def on_loop(self) -> bool:
-        """Whether batches run on the event loop's thread rather than on worker threads."""
-        return self._on_loop
 
     @property
     def queue_depth(self) -> int:
@@ -240,27 +221,8 @@ class BatchExecutor:
             span_context=span_context,
         )
         self._sched.submit(req, now)
-        if self._on_loop:
-            self._pump_at_end_of_pass()  # decide once the loop has read what else is ready
-        else:
-            self._pump()
-        return fut, request_id
-
-    def _pump_at_end_of_pass(self, *, behind_answers: bool = False) -> None:
-        """Batches on the loop: pump once the loop has run what is ready now. One pump due
-        is enough, except after a batch ran here (``behind_answers``): then the pump moves
-        behind that batch's answers, whoever launched it."""
-        handle = self._pump_due
-        if handle is not None:
-            if not behind_answers:
-                return
-            handle.cancel()
-        assert self._loop is not None
-        self._pump_due = self._loop.call_soon(self._deferred_pump)
-
-    def _deferred_pump(self) -> None:
-        self._pump_due = None
         self._pump()
+        return fut, request_id
 
     def _forget(self, request_id: int) -> None:
         """A caller gave up: drop its request if it is still queued."""
@@ -313,11 +275,6 @@ class BatchExecutor:
             action = sched.next_action(now, len(self._idle), flush=self._closing)
             if isinstance(action, Dispatch):
                 self._launch(action, now)
-                if self._on_loop and sched.queued:
-                    # computed already: let the loop write its answers and read what came
-                    # meanwhile before the next batch forms
-                    self._pump_at_end_of_pass(behind_answers=True)
-                    return IDLE
                 continue
             if self._closing and not sched.queued and self._in_flight == 0:
                 self._dispatcher.wake()
@@ -341,9 +298,6 @@ class BatchExecutor:
         instance = self._idle.pop()
         self._in_flight += 1
         self._stats.begin(instance, now)
-        if self._on_loop:
-            self._run_inline(instance, batch, now)
-            return
         if self._inline_below_s > 0:
             predicted = self._sched.cost_model.predict(batch.rows)
             if predicted is not None and predicted < self._inline_below_s:
@@ -395,8 +349,7 @@ class BatchExecutor:
                 )
 
     def _run_inline(self, instance: int, batch: Dispatch[QueuedRequest], started: float) -> None:
-        """Compute a batch right here, on the event loop thread (a tiny one, or every one
-        where batches run on the loop)."""
+        """Compute a tiny batch right here, on the event loop thread."""
         span = self._reporter.start_span(instance, batch.requests, batch.rows, started)
         try:
             results, compute_s = self._execute(instance, batch)
@@ -430,8 +383,7 @@ class BatchExecutor:
     def _execute(
         self, instance: int, batch: Dispatch[QueuedRequest]
     ) -> tuple[list[Outputs], float]:
-        """Concatenate, run, split (on the instance's worker thread, or on the loop). Its
-        duration feeds the cost model."""
+        """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
         clock = self.clock
         t0 = clock()
         outputs = self._runners[instance].run(join_inputs(batch.requests))
