@@ -20,6 +20,7 @@ import httpx
 from aiohttp import web
 
 from inferway.devtools.demo_models import build_add, write_demo_repository
+from tests.aiohttp_sites import start_site
 from tests.envoy_process import free_port
 
 __all__ = [
@@ -160,10 +161,7 @@ class CallbackReceiver:
     async def __aenter__(self) -> CallbackReceiver:
         app = web.Application()
         app.router.add_post("/hook", self._hook)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self._runner, port = await start_site(app)
         self.url = f"http://127.0.0.1:{port}/hook"
         return self
 

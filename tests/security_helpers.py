@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from tests.aiohttp_sites import answer_every_path, start_site
 from tests.helpers import poll_until  # re-exported for the tests importing them here
 
 __all__ = [
@@ -40,12 +41,5 @@ async def start_echo_backend() -> EchoBackend:
             text=json.dumps({"path": request.path}), content_type="application/json"
         )
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", echo)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None and server.sockets
-    return EchoBackend(runner, int(server.sockets[0].getsockname()[1]), seen)
+    runner, port = await start_site(answer_every_path(echo))
+    return EchoBackend(runner, port, seen)

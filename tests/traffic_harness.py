@@ -30,6 +30,7 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
+from tests.aiohttp_sites import start_site
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import poll_until  # re-exported for the tests importing them here
 
@@ -72,13 +73,9 @@ class ControlledBackend:
         app = web.Application()
         app.router.add_get("/v2/health/ready", self._health)
         app.router.add_route("*", "/{tail:.*}", self._answer)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.05)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
-        await site.start()
-        server = site._server
-        assert server is not None and server.sockets
-        self.port = int(server.sockets[0].getsockname()[1])
+        self._runner, self.port = await start_site(
+            app, port=self.port, reuse_address=True, shutdown_timeout=0.05
+        )
         return self
 
     async def kill(self) -> None:

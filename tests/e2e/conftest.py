@@ -30,6 +30,7 @@ from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import Resources
 from inferway.xds.translate import translate
+from tests.aiohttp_sites import answer_every_path, start_site
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import (  # re-exported for the tests importing them here
     poll_until,
@@ -88,15 +89,7 @@ async def start_version_backend(version: str) -> tuple[web.AppRunner, int]:
     async def answer(_request: web.Request) -> web.Response:
         return web.Response(body=body, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None and server.sockets
-    return runner, int(server.sockets[0].getsockname()[1])
+    return await start_site(answer_every_path(answer))
 
 
 @pytest.fixture

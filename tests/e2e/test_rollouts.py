@@ -21,6 +21,7 @@ from aiohttp import web
 
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.xds.bootstrap import build_bootstrap
+from tests.aiohttp_sites import answer_every_path, start_site
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import poll_until
 
@@ -41,14 +42,7 @@ async def _backend(version: str, error_rate: float = 0.0) -> tuple[web.AppRunner
             return web.Response(status=500, text="injected failure")
         return web.json_response({"version": version})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    assert site._server is not None and site._server.sockets
-    return runner, int(site._server.sockets[0].getsockname()[1])
+    return await start_site(answer_every_path(answer))
 
 
 def _policy(listener: int, ports: dict[str, int], steps: str) -> str:

@@ -26,6 +26,7 @@ from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import XdsServer
 from inferway.xds.stats import XdsStats
+from tests.aiohttp_sites import answer_every_path, start_site
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import (  # re-exported for the tests importing them here
     poll_until,
@@ -56,14 +57,7 @@ class Backend:
                     self.slow_done += 1
             return web.json_response({"port": self.port})
 
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", answer)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        assert site._server is not None and site._server.sockets  # type: ignore[attr-defined]
-        self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        self.runner, self.port = await start_site(answer_every_path(answer))
 
     async def stop(self) -> None:
         if self.runner is not None:

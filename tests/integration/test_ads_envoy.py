@@ -19,6 +19,7 @@ from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import Snapshot, build_snapshot
+from tests.aiohttp_sites import start_site
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.xds_sample import build_sample_resources
 
@@ -34,11 +35,7 @@ async def start_backend(body: str) -> tuple[web.AppRunner, int]:
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", hello)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return await start_site(app)
 
 
 @pytest.fixture

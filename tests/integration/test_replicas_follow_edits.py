@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from inferway.gateway.runtime import Gateway
+from tests.aiohttp_sites import answer_every_path, start_site
 from tests.envoy_process import free_port
 from tests.gateway_process import running_gateway
 from tests.helpers import poll_until
@@ -63,12 +64,7 @@ async def fixed() -> AsyncIterator[int]:
     async def answer(_request: web.Request) -> web.Response:
         return web.json_response({"backend": "fixed"})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    runner, port = await start_site(answer_every_path(answer))
     try:
         yield port
     finally:

@@ -28,6 +28,7 @@ from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.policies import load_policy_text
 from inferway.policies.rollout_prometheus import PrometheusAnalysis, PrometheusQueries
 from inferway.xds.cache import SnapshotCache
+from tests.aiohttp_sites import answer_every_path, start_site
 from tests.e2e.conftest import render_policy
 from tests.envoy_process import free_port
 from tests.prometheus_server import PROMETHEUS, PrometheusServer
@@ -55,15 +56,7 @@ async def _backend(version: str) -> tuple[web.AppRunner, int]:
         status = 500 if version == "v2" and request.path.endswith("/fail") else 200
         return web.json_response({"version": version}, status=status)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None and server.sockets
-    return runner, int(server.sockets[0].getsockname()[1])
+    return await start_site(answer_every_path(answer))
 
 
 @dataclass

@@ -16,6 +16,7 @@ from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.store import RolloutStore
 from inferway.policies import load_policy_text
 from inferway.xds.cache import SnapshotCache
+from tests.aiohttp_sites import start_site
 from tests.helpers import poll_until
 
 pytestmark = pytest.mark.integration
@@ -44,12 +45,7 @@ async def hooks() -> Any:
     server = Hooks()
     app = web.Application()
     app.router.add_post("/{name}", server.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    assert site._server is not None and site._server.sockets
-    port = site._server.sockets[0].getsockname()[1]
+    runner, port = await start_site(app)
     try:
         yield server, f"http://127.0.0.1:{port}"
     finally:

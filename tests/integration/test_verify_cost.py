@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from inferway.gateway.verify.cost import read_cost
+from tests.aiohttp_sites import start_site
 from tests.helpers import poll_until
 from tests.prometheus_server import PROMETHEUS, PrometheusServer
 
@@ -34,12 +35,7 @@ async def _metrics_server(text: str) -> tuple[web.AppRunner, int]:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    assert site._server is not None and site._server.sockets
-    return runner, int(site._server.sockets[0].getsockname()[1])
+    return await start_site(app)
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="needs the prometheus binary (Debian package)")

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from inferway.gateway.verify.expect import Probe
 from inferway.gateway.verify.load import LoadSettings, run_load
+from tests.aiohttp_sites import start_site
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +24,7 @@ async def _serve() -> tuple[web.AppRunner, str]:
 
     app = web.Application()
     app.router.add_post("/v2/models/m/infer", infer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await start_site(app)
     return runner, f"http://127.0.0.1:{port}"
 
 

@@ -22,6 +22,7 @@ from inferway.pki.bundle_files import BundlePaths, bundle_paths, write_bundle
 from inferway.pki.mint import build_ca, build_certificate, spiffe_id_for
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
+from tests.aiohttp_sites import answer_every_path, start_site
 from tests.envoy_process import EnvoyProcess
 
 NODE_ID = "tls-node"
@@ -137,15 +138,7 @@ async def start_answering_backend(
             peer = dict(x[0] for x in sslobj.getpeercert()["subject"]).get("commonName")
         return web.json_response({"backend": "ok", "peer": peer})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
-    await site.start()
-    server = site._server
-    assert server is not None and server.sockets
-    return runner, int(server.sockets[0].getsockname()[1])
+    return await start_site(answer_every_path(answer), ssl_context=ssl_context)
 
 
 class TlsGateway:
