@@ -50,6 +50,7 @@ from batching_models import (
     batching_settings,
     build_bench_repository,
     check_answers,
+    heavy_max_batch_arg,
 )
 from batching_report import evaluate_targets, print_report
 from loadgen import PROTOCOLS, LoadWorker
@@ -88,7 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--heavy-sizes", default=",".join(map(str, HEAVY_SIZES)))
     p.add_argument(
         "--heavy-max-batch",
-        type=int,
+        type=heavy_max_batch_arg,
         default=HEAVY_MAX_BATCH,
         help="heavy adaptive's max_batch_size (ONNX Runtime's own rate at this size bounds it)",
     )
@@ -146,8 +147,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     models = [m for m in args.models.split(",") if m]
     protocols = [p for p in args.protocols.split(",") if p]
     modes = [m for m in args.modes.split(",") if m]
-    if not 1 <= args.heavy_max_batch <= 4096:
-        raise SystemExit(f"--heavy-max-batch: {args.heavy_max_batch} is not in 1..4096")
     known = {*MODES, NOFILL}
     for bad in set(models) - set(SLO_S) | set(protocols) - set(PROTOCOLS) | set(modes) - known:
         raise SystemExit(f"unknown model/protocol/mode {bad!r}")

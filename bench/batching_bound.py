@@ -44,7 +44,7 @@ from typing import Any
 
 from _common import environment, print_table, write_results
 from batching_direct import measure_direct
-from batching_models import HEAVY_MAX_BATCH, SLO_S, batching_settings
+from batching_models import HEAVY_MAX_BATCH, SLO_S, batching_settings, heavy_max_batch_arg
 
 from inferway.backends.batching import (
     BatchingConfig,
@@ -289,7 +289,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--heavy-sizes", default=",".join(map(str, HEAVY_SIZES)))
     p.add_argument(
         "--heavy-max-batch",
-        type=int,
+        type=heavy_max_batch_arg,
         default=HEAVY_MAX_BATCH,
         help="max_batch_size of inferway's scheduler in the simulation (as batching.py's)",
     )

@@ -4,6 +4,7 @@ like the numpy reference. Kept apart so ``batching.py`` is only the run's orches
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -14,7 +15,9 @@ from typing import Any
 import numpy as np
 import yaml
 from loadgen_spec import request_row
+from pydantic import ValidationError
 
+from inferway.backends.batching import BatchingConfig
 from inferway.devtools.demo_models import build_mlp, mlp_reference
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "batching_settings",
     "build_bench_repository",
     "check_answers",
+    "heavy_max_batch_arg",
     "served_name",
 ]
 
@@ -51,6 +55,19 @@ SLO_S = {"heavy": 0.100, "tiny": 0.020}
 """p99 latency a rate must meet to count as sustained (tiny also reports 50 ms)."""
 HEAVY_MAX_BATCH = 64
 """heavy ``adaptive``'s ``max_batch_size`` unless the run names another (``--heavy-max-batch``)."""
+
+
+def heavy_max_batch_arg(text: str) -> int:
+    """``--heavy-max-batch``: an int the model config accepts as ``max_batch_size``."""
+    try:
+        size = int(text)
+        BatchingConfig(max_batch_size=size)
+    except (ValueError, ValidationError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else "not an int"
+        raise argparse.ArgumentTypeError(f"{text!r}: {reason}") from None
+    return size
+
+
 CLOSED_CLIENTS = {"heavy": 128, "tiny": 16}
 """heavy: enough clients that a max-size batch (64) can form while another one computes."""
 
