@@ -16,16 +16,17 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from inferway.free_ports import free_port as inferway_free_port
 from inferway.xds.bootstrap import write_bootstrap
 from inferway.xds.envoy_binary import find_envoy
 
@@ -34,11 +35,18 @@ __all__ = ["EnvoyProcess", "EnvoyStartError", "free_port"]
 _base_ids = itertools.count(1)
 
 
+_handed_out: deque[int] = deque(maxlen=2048)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free right now on ``host`` (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free right now on ``host``, and none of the last 2,048 this test process
+    handed out: tests pick their ports one call at a time, bound later by the processes they
+    start, and the OS may give one free port to two calls (Envoy's admin port and a listener
+    of the same test then collide, and the listener's update is refused)."""
+    while (port := inferway_free_port(host)) in _handed_out:
+        pass
+    _handed_out.append(port)
+    return port
 
 
 class EnvoyStartError(RuntimeError):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from inferway.devtools.demo_rollout import BAD_CANARY_FAULT, run_rollout_scene
 from inferway.devtools.demo_trace import BACKEND_SERVICE, GATEWAY_SERVICE, show_trace
 from inferway.devtools.demo_traffic import build_infer_request, sample_traffic, split_ok
 from inferway.devtools.otlp_receiver import OtlpReceiver, start_otlp_receiver
+from inferway.free_ports import free_ports
 from inferway.gateway.console import make_console, short_version
 from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
@@ -91,12 +91,6 @@ def build_demo_policy(
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _write_atomically(path: Path, text: str) -> None:
     """How editors save: a temporary file renamed over the original."""
     temporary = path.with_name(f".{path.name}.tmp")
@@ -146,7 +140,7 @@ async def run_demo(
             setup_demo_mtls(workdir, console) if mtls else (None, {}, None)
         )
         try:
-            listener_port = _free_port()
+            listener_port, envoy_admin_port = free_ports("127.0.0.1", "127.0.0.1")
             policy = build_demo_policy(
                 listener_port, backends.ports, canary=10, collector=collector, tls=tls
             )
@@ -156,7 +150,7 @@ async def run_demo(
                 policy_path=policy_path,
                 xds_port=0,
                 admin_port=0,
-                envoy_admin_port=_free_port(),
+                envoy_admin_port=envoy_admin_port,
                 node_id=NODE_ID,
                 workdir=workdir / "envoy",
                 envoy_concurrency=1,

@@ -22,11 +22,11 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from inferway.free_ports import free_ports
 from inferway.gateway.control_plane_process import ControlPlaneProcess, ControlPlaneSpec
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.exit_codes import EXIT_CANNOT_START
@@ -71,14 +71,18 @@ async def run_keeper(spec: ControlPlaneSpec) -> int:
 class _Keeper:
     def __init__(self, spec: ControlPlaneSpec, workdir: Path, stop: asyncio.Event) -> None:
         options = spec.options
-        # Fixed ports: a restarted control plane must listen where Envoy (and `status`) look.
+        # Fixed ports: a restarted control plane must listen where Envoy (and `status`) look;
+        # picked together, so no two of them are the same number.
+        xds_port, admin_port, envoy_admin_port = free_ports(
+            options.host, options.admin_address, "127.0.0.1"
+        )
         self.options = replace(
             options,
             workdir=workdir,
             with_envoy=False,
-            xds_port=options.xds_port or _free_port(options.host),
-            admin_port=options.admin_port or _free_port(options.admin_address),
-            envoy_admin_port=options.envoy_admin_port or _free_port("127.0.0.1"),
+            xds_port=options.xds_port or xds_port,
+            admin_port=options.admin_port or admin_port,
+            envoy_admin_port=options.envoy_admin_port or envoy_admin_port,
             keeper_state_file=workdir / KEEPER_STATE_FILE,
         )
         self.workdir = workdir
@@ -212,11 +216,3 @@ class _Keeper:
         while True:
             self.publish()
             await asyncio.sleep(_PUBLISH_INTERVAL_S)
-
-
-def _free_port(host: str) -> int:
-    """A port free now, fixed for the keeper's lifetime (0 would move with every restart)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

@@ -6,13 +6,16 @@ start fails the start loudly. Real ``inferway run`` processes, real Envoy, loopb
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -65,6 +68,8 @@ class RunProcess:
         ]
         self.cwd = tmp_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self.last_status: dict | None = None
+        """The last status the admin API answered, for a failure's message."""
         self.seen: set[int] = set()
         """Every descendant pid ever observed: none may survive the keeper."""
 
@@ -93,7 +98,10 @@ class RunProcess:
             response = httpx.get(f"http://127.0.0.1:{self.admin_port}/status", timeout=2)
         except httpx.HTTPError:
             return None
-        return response.json() if response.status_code == 200 else None
+        if response.status_code != 200:
+            return None
+        self.last_status = response.json()
+        return self.last_status
 
     def in_sync(self) -> dict | None:
         """The status once Envoy is connected and has ACKed the live snapshot."""
@@ -149,9 +157,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def _poll(predicate, *, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    """poll_until for blocking predicates: run them off the loop that serves the backends."""
-    return await poll_until(lambda: asyncio.to_thread(predicate), timeout=timeout, what=what)
+async def _poll(run: RunProcess, predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    """poll_until for blocking predicates: run them off the loop that serves the backends. A
+    timeout's message holds the run's last status (each node's ACKs, its last NACK) and log."""
+    try:
+        return await poll_until(lambda: asyncio.to_thread(predicate), timeout=timeout, what=what)
+    except AssertionError as failed:
+        if not str(failed).startswith("timed out"):
+            raise  # the predicate's own failure (the run exited) already says what happened
+        status = json.dumps(run.last_status, indent=1)
+        raise AssertionError(f"{failed}\nlast status: {status}\n{run.output()}") from None
 
 
 class Load:
@@ -224,7 +239,7 @@ async def test_envoy_outlives_a_sigkilled_control_plane_and_an_edit_saved_meanwh
     _write_policy(policy, listener_port, backends, 100, 0)
     run = RunProcess(tmp_path, policy, protocol=protocol).start()
     try:
-        first = await _poll(run.in_sync, timeout=40, what="Envoy in sync under inferway run")
+        first = await _poll(run, run.in_sync, timeout=40, what="Envoy in sync under inferway run")
         envoy_pid, plane_pid = first["envoy"]["pid"], first["keeper"]["control_plane"]["pid"]
         async with Load(f"http://127.0.0.1:{listener_port}/infer") as load:
             await poll_until(lambda: load.last_backends(50) == {"v1"}, timeout=20, what="load")
@@ -237,7 +252,7 @@ async def test_envoy_outlives_a_sigkilled_control_plane_and_an_edit_saved_meanwh
                 plane = None if status is None else status["keeper"]["control_plane"]
                 return status if plane and plane["pid"] not in (None, plane_pid) else None
 
-            back = await _poll(restarted, timeout=40, what="a restarted control plane in sync")
+            back = await _poll(run, restarted, timeout=40, what="a restarted control plane in sync")
             back_at = time.monotonic()
             assert back["keeper"]["control_plane"]["restarts"] == 1
             assert back["keeper"]["control_plane"]["last_exit_code"] == -signal.SIGKILL
@@ -290,7 +305,7 @@ def test_a_relative_workdir_runs_envoy(tmp_path: Path) -> None:
     policy.write_text(POLICY.format(listener_port=free_port(), v1=1, v2=2, w1=50, w2=50))
     run = RunProcess(tmp_path, policy, workdir="wd").start()
     try:
-        status = asyncio.run(_poll(run.in_sync, timeout=40, what="Envoy in sync"))
+        status = asyncio.run(_poll(run, run.in_sync, timeout=40, what="Envoy in sync"))
         assert status["envoy"]["running"] and status["envoy"]["restarts"] == 0, run.output()
         assert (tmp_path / "wd" / "envoy-bootstrap.json").is_file()
         assert run.stop() == 0

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,15 +19,7 @@ import aiohttp
 
 from inferway.parent_death import set_parent_death_signal
 
-__all__ = ["ReplicaProcess", "free_port", "probe_ready", "spawn_replica"]
-
-
-def free_port(host: str) -> int:
-    """A TCP port free right now on ``host`` (the OS picks it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+__all__ = ["ReplicaProcess", "probe_ready", "spawn_replica"]
 
 
 class ReplicaProcess:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
+from inferway.free_ports import free_ports
 from inferway.gateway.actuators.replica_plan import (
     ReplicaState,
     ReplicaStatus,
@@ -33,7 +34,6 @@ from inferway.gateway.actuators.replica_plan import (
 )
 from inferway.gateway.actuators.replica_process import (
     ReplicaProcess,
-    free_port,
     probe_ready,
     spawn_replica,
 )
@@ -270,7 +270,7 @@ class ReplicaSet:
     async def _spawn(self, replica: _Replica) -> bool:
         spec = replica.spec
         try:
-            replica.port, replica.grpc_port = _two_free_ports(spec.host)
+            replica.port, replica.grpc_port = free_ports(spec.host, spec.host)
         except OSError as error:
             self._fail(replica, "spawn_failed", f"no free port on {spec.host}: {error}")
             return False
@@ -385,10 +385,3 @@ class ReplicaSet:
         except Exception:  # an unanswerable probe is "not drained": the timeout bounds it
             log.exception("drain probe for %s %s:%d failed", self.service, host, port)
             return False
-
-
-def _two_free_ports(host: str) -> tuple[int, int]:
-    port = free_port(host)
-    while (other := free_port(host)) == port:
-        pass
-    return port, other
