@@ -140,7 +140,8 @@ async def run_demo(
             setup_demo_mtls(workdir, console) if mtls else (None, {}, None)
         )
         try:
-            listener_port, envoy_admin_port = free_ports("127.0.0.1", "127.0.0.1")
+            # All four picked together: a port bound to 0 later could be the listener's.
+            listener_port, envoy_admin_port, xds_port, admin_port = free_ports(*["127.0.0.1"] * 4)
             policy = build_demo_policy(
                 listener_port, backends.ports, canary=10, collector=collector, tls=tls
             )
@@ -148,8 +149,8 @@ async def run_demo(
             policy_path.write_text(dump_policy(policy), encoding="utf-8")
             options = GatewayOptions(
                 policy_path=policy_path,
-                xds_port=0,
-                admin_port=0,
+                xds_port=xds_port,
+                admin_port=admin_port,
                 envoy_admin_port=envoy_admin_port,
                 node_id=NODE_ID,
                 workdir=workdir / "envoy",
