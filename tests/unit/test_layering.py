@@ -15,13 +15,14 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "inferway"
 
-BASE = {"pki", "parent_death", "_xds_protos"}
-"""Below everything: certificates and keys, process helpers, the generated Envoy API modules.
-They import nothing of inferway but themselves."""
+BASE = {"pki", "parent_death", "free_ports", "_xds_protos"}
+"""Below everything: certificates and keys, process helpers (parent death, free ports), the
+generated Envoy API modules. They import nothing of inferway but themselves."""
 
 MAY_IMPORT: dict[str, set[str]] = {
     "pki": BASE,
     "parent_death": BASE,
+    "free_ports": BASE,
     "_xds_protos": BASE,
     "policies": BASE | {"policies"},
     "state": BASE | {"policies", "state"},
