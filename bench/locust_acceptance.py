@@ -152,6 +152,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "list (frozen,deferred): every target run with each, side by side",
     )
     parser.add_argument("--quick", action="store_true", help="200 users, 10 s")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results)")
     args = parser.parse_args(argv)
     if args.quick:
         args.users, args.duration, args.spawn_rate = "200", 10.0, 100.0
@@ -307,8 +308,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ),
         rows,
     )
-    data = {"environment": environment(), "args": vars(args), "runs": runs}
-    print(f"wrote {write_results('locust_acceptance', data)}")
+    settings = {**vars(args), "out": None if args.out is None else str(args.out)}
+    data = {"environment": environment(), "args": settings, "runs": runs}
+    print(f"wrote {write_results('locust_acceptance', data, args.out)}")
     return data
 
 
