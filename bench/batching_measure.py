@@ -31,14 +31,21 @@ def grid_duration(rate: float, duration: float, min_samples: int = MIN_OPEN_SAMP
 def run_point(
     worker: LoadWorker, server: ServerProcess, spec: LoadSpec, served: str
 ) -> dict[str, Any]:
-    rows0, batches0 = scrape_batches(server.http_port, served) if server.metrics else (1, 1)
+    rows0, batches0, compute0 = (
+        scrape_batches(server.http_port, served) if server.metrics else (1, 1, 0)
+    )
     cpu0, wall0 = server.cpu_seconds(), time.perf_counter()
     raw = worker.run(spec)
     cpu1, wall1 = server.cpu_seconds(), time.perf_counter()
-    rows1, batches1 = scrape_batches(server.http_port, served) if server.metrics else (2, 2)
+    rows1, batches1, compute1 = (
+        scrape_batches(server.http_port, served) if server.metrics else (2, 2, 0)
+    )
     point = summarize_point(spec, raw)
     point["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / max(wall1 - wall0, 1e-9), 1)
-    point["mean_batch"] = round((rows1 - rows0) / max(batches1 - batches0, 1), 2)
+    batches = max(batches1 - batches0, 1)
+    point["mean_batch"] = round((rows1 - rows0) / batches, 2)
+    if server.metrics:  # a batch's model run inside the server, to hold against ORT alone's
+        point["mean_compute_ms"] = round(1000 * (compute1 - compute0) / batches, 3)
     return point
 
 

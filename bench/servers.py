@@ -173,11 +173,12 @@ class WorkersServer:
             self._proc.wait(5)
 
 
-def scrape_batches(port: int, model: str) -> tuple[float, float]:
-    """(rows, batches) the server has executed for ``model`` so far, from /metrics."""
+def scrape_batches(port: int, model: str) -> tuple[float, float, float]:
+    """(rows, batches, compute seconds) the server has executed for ``model`` so far, from
+    /metrics; the compute seconds are each batch's model run as the server timed it."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    total = count = 0.0
+    total = count = compute = 0.0
     label = f'model="{model}"'
     for line in text.splitlines():
         if label not in line:
@@ -186,7 +187,9 @@ def scrape_batches(port: int, model: str) -> tuple[float, float]:
             total += float(line.rsplit(" ", 1)[1])
         elif line.startswith("inferway_backend_batch_size_count{"):
             count += float(line.rsplit(" ", 1)[1])
-    return total, count
+        elif line.startswith("inferway_backend_compute_seconds_sum{"):
+            compute += float(line.rsplit(" ", 1)[1])
+    return total, count, compute
 
 
 def plain_server_main(onnx_path: str, model: str, conn: Connection) -> None:
