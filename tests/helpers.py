@@ -11,7 +11,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["poll_until", "write_atomically"]
+__all__ = ["PollTimeout", "poll_until", "write_atomically"]
+
+
+class PollTimeout(AssertionError):
+    """``poll_until``'s deadline passed (the predicate's own failures propagate as they are)."""
 
 
 async def poll_until(
@@ -31,7 +35,7 @@ async def poll_until(
         if result:
             return result
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise PollTimeout(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
 
 

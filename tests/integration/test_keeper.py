@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from tests.envoy_process import free_port
-from tests.helpers import poll_until, write_atomically
+from tests.helpers import PollTimeout, poll_until, write_atomically
 from tests.traffic_harness import ControlledBackend, Result
 
 pytestmark = pytest.mark.integration
@@ -162,9 +162,7 @@ async def _poll(run: RunProcess, predicate: Callable[[], Any], *, timeout: float
     timeout's message holds the run's last status (each node's ACKs, its last NACK) and log."""
     try:
         return await poll_until(lambda: asyncio.to_thread(predicate), timeout=timeout, what=what)
-    except AssertionError as failed:
-        if not str(failed).startswith("timed out"):
-            raise  # the predicate's own failure (the run exited) already says what happened
+    except PollTimeout as failed:  # the predicate's own failure (the run exited) says enough
         status = json.dumps(run.last_status, indent=1)
         raise AssertionError(f"{failed}\nlast status: {status}\n{run.output()}") from None
 
