@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import psutil
 from _common import free_port
+from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
     "ServerProcess",
@@ -178,18 +179,18 @@ def scrape_batches(port: int, model: str) -> tuple[float, float, float]:
     /metrics; the compute seconds are each batch's model run as the server timed it."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    total = count = compute = 0.0
-    label = f'model="{model}"'
-    for line in text.splitlines():
-        if label not in line:
-            continue
-        if line.startswith("inferway_backend_batch_size_sum{"):
-            total += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("inferway_backend_batch_size_count{"):
-            count += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("inferway_backend_compute_seconds_sum{"):
-            compute += float(line.rsplit(" ", 1)[1])
-    return total, count, compute
+    wanted = {
+        "inferway_backend_batch_size_sum": 0,
+        "inferway_backend_batch_size_count": 1,
+        "inferway_backend_compute_seconds_sum": 2,
+    }
+    sums = [0.0, 0.0, 0.0]
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            slot = wanted.get(sample.name)
+            if slot is not None and sample.labels.get("model") == model:
+                sums[slot] += sample.value
+    return sums[0], sums[1], sums[2]
 
 
 def plain_server_main(onnx_path: str, model: str, conn: Connection) -> None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Collection
 
 __all__ = ["free_port", "free_ports"]
 
 
-def free_ports(*hosts: str) -> list[int]:
+def free_ports(*hosts: str, avoid: Collection[int] = ()) -> list[int]:
     """One port free right now on each of ``hosts`` (IPv4 or IPv6 addresses), in the order
-    given, no two the same number."""
+    given, no two the same number and none in ``avoid`` (ports named elsewhere that are not
+    bound yet, such as the ones a user gave on the command line)."""
     ports: list[int] = []
     with contextlib.ExitStack() as held:
         for host in hosts:
@@ -25,7 +27,7 @@ def free_ports(*hosts: str) -> list[int]:
                 sock = held.enter_context(socket.socket(family, socket.SOCK_STREAM))
                 sock.bind((host, 0))
                 port = int(sock.getsockname()[1])
-                if port not in ports:  # the same number on another address: keep it held
+                if port not in ports and port not in avoid:  # else keep it held, pick again
                     ports.append(port)
                     break
     return ports

@@ -72,9 +72,10 @@ class _Keeper:
     def __init__(self, spec: ControlPlaneSpec, workdir: Path, stop: asyncio.Event) -> None:
         options = spec.options
         # Fixed ports: a restarted control plane must listen where Envoy (and `status`) look;
-        # picked together, so no two of them are the same number.
+        # picked together, so no two of them are the same number, nor one the user named.
+        given = {p for p in (options.xds_port, options.admin_port, options.envoy_admin_port) if p}
         xds_port, admin_port, envoy_admin_port = free_ports(
-            options.host, options.admin_address, "127.0.0.1"
+            options.host, options.admin_address, "127.0.0.1", avoid=given
         )
         self.options = replace(
             options,

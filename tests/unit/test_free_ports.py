@@ -47,3 +47,26 @@ def test_a_number_offered_twice_is_held_and_another_picked_on_each_family(
     assert free_ports("127.0.0.1", "::1") == [40001, 40003]
     assert [sock.family for sock in opened] == [socket.AF_INET, socket.AF_INET6, socket.AF_INET6]
     assert all(sock.closed for sock in opened)
+
+
+def test_a_port_to_avoid_is_held_and_another_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    offered = iter([40002, 40005])
+
+    class FakeSocket:
+        def __init__(self, family: int, kind: int) -> None:
+            pass
+
+        def __enter__(self) -> FakeSocket:
+            return self
+
+        def __exit__(self, *_: Any) -> None:
+            pass
+
+        def bind(self, address: tuple[str, int]) -> None:
+            self.port = next(offered)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(free_ports_module.socket, "socket", FakeSocket)
+    assert free_ports("127.0.0.1", avoid={40002}) == [40005]
