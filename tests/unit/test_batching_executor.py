@@ -316,6 +316,44 @@ async def test_submitted_future_cancelled_while_queued_is_never_computed():
     assert runner.seen_rows == 3  # 1 + 2: the cancelled 5 rows never ran
 
 
+async def test_requests_submitted_in_one_loop_pass_share_a_batch_on_an_idle_instance():
+    """The scheduler decides once the loop has run what was ready, not at each submit: with
+    the instance idle and no wait allowed, requests read in one pass still form one batch
+    (deciding at the first submit sent it alone, and the rest in a second batch)."""
+    records: list[BatchRecord] = []
+    ex = BatchExecutor([DoubleRunner()], fixed(max_queue_delay_s=0.0), on_batch=records.append)
+    await ex.start()
+    futures = [ex.submit({"x": np.full((1, 2), i, np.float32)}) for i in range(5)]
+    assert ex.queue_depth == 5 and ex.in_flight_batches == 0  # nothing decided mid-pass
+    for i, fut in enumerate(futures):
+        np.testing.assert_array_equal((await fut)["y"], np.full((1, 2), 2 * i, np.float32))
+    await ex.stop()
+    assert [r.requests for r in records] == [5]
+
+
+async def test_submit_calls_on_done_once_with_the_settled_future():
+    runner = DoubleRunner()
+    runner.gate = threading.Event()
+    ex = BatchExecutor([runner], fixed(max_queue_delay_s=0.0))
+    seen: list[tuple[str, bool]] = []
+    busy = ex.submit(
+        {"x": np.ones((1, 2), np.float32)}, on_done=lambda f: seen.append(("busy", f.cancelled()))
+    )
+    await poll(lambda: ex.in_flight_batches == 1)
+    gone = ex.submit(
+        {"x": np.ones((5, 2), np.float32)}, on_done=lambda f: seen.append(("gone", f.cancelled()))
+    )
+    await poll(lambda: ex.queue_depth == 1)
+    gone.cancel()
+    await poll(lambda: ex.queue_depth == 0)  # the cancelled request is forgotten
+    runner.gate.set()
+    await busy
+    await asyncio.sleep(0)
+    await ex.stop()
+    assert sorted(seen) == [("busy", False), ("gone", True)]
+    assert runner.seen_rows == 1
+
+
 async def test_cancelled_in_the_same_pass_as_its_batch_forms_is_not_computed():
     """The future is cancelled, then the finishing batch launches the next one before the
     cancel's forget callback has run (both were queued on the loop): the batch leaves it out."""

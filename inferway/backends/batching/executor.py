@@ -1,11 +1,13 @@
 """The asyncio shell around the pure Scheduler: futures, worker threads, numpy and tracing.
 
-The scheduler is asked what to do right where its answer can change: in ``infer`` after a
-submit, and in the callback that a worker thread posts when a batch finishes (one hop onto the
-loop; the next batch is launched before the finished batch's futures are resolved, so a busy
-event loop never leaves an instance idle). One dispatcher task per model covers the rest: the
-time the scheduler named, cancels, and draining on stop. Each model instance owns one worker
-thread, so a runner's ``run`` is never called concurrently.
+The scheduler is asked what to do right where its answer can change: once per pass of the
+event loop that saw a submit (after the loop has read every request that was ready, so they
+can share a batch; one decision for all of them, not one per request), and in the callback
+that a worker thread posts when a batch finishes (one hop onto the loop; the next batch is
+launched before the finished batch's futures are resolved, so a busy event loop never leaves
+an instance idle). One dispatcher task per model covers the rest: the time the scheduler
+named, cancels, and draining on stop. Each model instance owns one worker thread, so a
+runner's ``run`` is never called concurrently.
 
 One class; its collaborators are composed, not inherited: the Scheduler decides, the Dispatcher
 (``dispatcher.py``) owns the timer task, the BatchReporter (``reporting.py``) makes spans and
@@ -98,6 +100,7 @@ class BatchExecutor:
         # thread once started (off by default: tests drive the scheduler deterministically)
         self._measure_loop = measure_loop and config.mode == "adaptive" and config.fill_when_busy
         self._loop_load: LoopLoad | None = None
+        self._pump_due: asyncio.Handle | None = None  # the decision due at this pass's end
 
     # -- public surface -------------------------------------------------------------------
 
@@ -173,17 +176,22 @@ class BatchExecutor:
         deadline: float | None = None,
         timeout: float | None = None,
         span_context: trace.SpanContext | None = None,
+        on_done: Callable[[asyncio.Future[Outputs]], None] | None = None,
     ) -> asyncio.Future[Outputs]:
         """Queue one request without a coroutine of its own; the future gets its rows (or
         the error). Cancelling the future drops the request if it is still queued. Batch
-        spans link to ``span_context`` (default: the current span's)."""
+        spans link to ``span_context`` (default: the current span's). ``on_done`` is called
+        with the future once it is done, as a done-callback would be (one callback a request
+        instead of two: this path is per request)."""
         fut, request_id = self._enqueue(inputs, deadline, timeout, span_context)
 
-        def forget_if_cancelled(done: asyncio.Future[Outputs]) -> None:
+        def settled(done: asyncio.Future[Outputs]) -> None:
             if done.cancelled():
                 self._forget(request_id)
+            if on_done is not None:
+                on_done(done)
 
-        fut.add_done_callback(forget_if_cancelled)
+        fut.add_done_callback(settled)
         return fut
 
     def _enqueue(
@@ -221,8 +229,14 @@ class BatchExecutor:
             span_context=span_context,
         )
         self._sched.submit(req, now)
-        self._pump()
+        if self._pump_due is None:
+            self._pump_due = self._loop.call_soon(self._deferred_pump)
         return fut, request_id
+
+    def _deferred_pump(self) -> None:
+        """The decision a submit asked for, made once the loop has run what was ready."""
+        self._pump_due = None
+        self._pump()
 
     def _forget(self, request_id: int) -> None:
         """A caller gave up: drop its request if it is still queued."""

@@ -8,7 +8,7 @@ machinery.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -58,6 +58,7 @@ class ModelExecutor(Protocol):
         deadline: float | None = None,
         timeout: float | None = None,
         span_context: SpanContext | None = None,
+        on_done: Callable[[asyncio.Future[dict[str, np.ndarray]]], None] | None = None,
     ) -> asyncio.Future[dict[str, np.ndarray]]: ...
 
     async def start(self) -> None: ...

@@ -153,9 +153,11 @@ class PipelineExecutor:
         deadline: float | None = None,
         timeout: float | None = None,
         span_context: trace.SpanContext | None = None,
+        on_done: Callable[[asyncio.Future[Outputs]], None] | None = None,
     ) -> asyncio.Future[Outputs]:
         """``infer`` as a task (cancel it to drop the request); step spans go under
-        ``span_context`` when it is valid (default: the current span)."""
+        ``span_context`` when it is valid (default: the current span); ``on_done`` is the
+        task's done-callback."""
         if self._closing:
             raise ExecutorClosedError(f"pipeline {self.name!r} is stopping")
 
@@ -165,7 +167,10 @@ class PipelineExecutor:
                 otel_context.attach(parent)  # this task's own context copy
             return await self.infer(inputs, deadline=deadline, timeout=timeout)
 
-        return asyncio.ensure_future(run())
+        task = asyncio.ensure_future(run())
+        if on_done is not None:
+            task.add_done_callback(on_done)
+        return task
 
     # -- running the DAG -------------------------------------------------------------------
 

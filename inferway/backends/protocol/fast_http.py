@@ -50,6 +50,8 @@ _JSON = b"application/json"
 _JSON_ERROR = b"application/json; charset=utf-8"
 _BINARY = b"application/octet-stream"
 _REQUEST_ID = tracing.REQUEST_ID_HEADER
+_ROUTES_KEPT = 1024
+"""Distinct URLs whose route the front end remembers."""
 
 
 class _HandOff(Exception):
@@ -143,7 +145,7 @@ class _Connection(asyncio.Protocol):
         self._headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
-        route = hot_route(self._url) if self._parser.get_method() == b"POST" else None
+        route = self._front.route(self._url) if self._parser.get_method() == b"POST" else None
         if route is None or self._parser.should_upgrade() or self._closing:
             raise _HandOff
         if int(self._headers.get("content-length", "0")) > self._front.max_body_bytes:
@@ -309,9 +311,22 @@ class FastHttpServer:
         self.plans = DecodePlans()
         """Binary-extension heads seen before, decoded once (see decode_plans)."""
         self.connections: set[_Connection] = set()
+        self._routes: dict[bytes, tuple[str, str | None] | None] = {}
         self.closing = False
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
+
+    def route(self, url: bytes) -> tuple[str, str | None] | None:
+        """``hot_route(url)``, remembered: a client sends the same few URLs over and over."""
+        routes = self._routes
+        try:
+            return routes[url]
+        except KeyError:
+            pass
+        if len(routes) >= _ROUTES_KEPT:
+            routes.clear()  # a client that sends ever new URLs gets no help, and no growth
+        route = routes[url] = hot_route(url)
+        return route
 
     def plain(self, call: FastCall) -> bool:
         """Whether ``call`` may take the core's callback path (ServingCore.submit): it needs

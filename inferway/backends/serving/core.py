@@ -265,38 +265,40 @@ class ServingCore:
         The call's body must already be read (``needs_read`` False)."""
         started = time.perf_counter()
         model: ServedModel | None = None
+        job: _Prepared | None = None
+
+        def done(fut: asyncio.Future[dict[str, np.ndarray]]) -> None:
+            assert model is not None and job is not None  # both set before the request queued
+            if fut.cancelled():  # the stream broke: nobody is left to answer
+                self._count(model, transport.protocol, transport.code(CLIENT_GONE), started)
+                return
+            response: ResponseT | None = None
+            failure: Failure | None = None
+            try:
+                chosen = select_outputs(fut.result(), job.decoded.outputs, job.output_names)
+                response = call.encode(model, job.decoded, chosen)
+            except Exception as exc:
+                failure = classify_error(exc, request_id=request_id, model=model.name)
+            self._count(model, transport.protocol, transport.code(failure), started)
+            finish(response, failure)
+
         try:
             model = self._lookup(call)
             self._check_size(call, model)
             job = self._prepare(call, model, INVALID_SPAN)
             if job.timeout_s is not None and job.timeout_s <= 0:
                 raise DeadlineExceededError("the deadline had passed before the request was queued")
-            fut = model.executor.submit(
-                job.decoded.inputs, timeout=job.timeout_s, span_context=INVALID_SPAN_CONTEXT
+            return model.executor.submit(
+                job.decoded.inputs,
+                timeout=job.timeout_s,
+                span_context=INVALID_SPAN_CONTEXT,
+                on_done=done,
             )
         except Exception as exc:
             failure = classify_error(exc, request_id=request_id, model=call.model_name)
             self._count(model, transport.protocol, transport.code(failure), started)
             finish(None, failure)
             return None
-        served = model
-
-        def done(fut: asyncio.Future[dict[str, np.ndarray]]) -> None:
-            if fut.cancelled():  # the stream broke: nobody is left to answer
-                self._count(served, transport.protocol, transport.code(CLIENT_GONE), started)
-                return
-            response: ResponseT | None = None
-            failure: Failure | None = None
-            try:
-                chosen = select_outputs(fut.result(), job.decoded.outputs, job.output_names)
-                response = call.encode(served, job.decoded, chosen)
-            except Exception as exc:
-                failure = classify_error(exc, request_id=request_id, model=served.name)
-            self._count(served, transport.protocol, transport.code(failure), started)
-            finish(response, failure)
-
-        fut.add_done_callback(done)
-        return fut
 
     def _lookup(self, call: InferCall[ResponseT]) -> ServedModel:
         if not self.repository.loaded:  # not ``ready``: one unservable model spares the rest
