@@ -9,6 +9,7 @@ import pytest
 
 from inferway.backends.protocol.fast_wire import (
     FastCall,
+    RouteMemo,
     error_body,
     head_end,
     hot_route,
@@ -37,6 +38,17 @@ from inferway.backends.protocol.fast_wire import (
 )
 def test_hot_route_takes_only_the_infer_paths(url: bytes, expected: object) -> None:
     assert hot_route(url) == expected
+
+
+def test_route_memo_answers_as_hot_route_and_stays_bounded() -> None:
+    memo = RouteMemo(capacity=3)
+    for _ in range(2):
+        assert memo(b"/v2/models/mlp/infer") == ("mlp", None)
+        assert memo(b"/v2/models/mlp/ready") is None
+    assert len(memo) == 2
+    for i in range(10):
+        assert memo(b"/v2/models/m%d/infer" % i) == (f"m{i}", None)
+        assert len(memo) <= 3
 
 
 def test_head_end_finds_the_blank_line_after_optional_leading_empty_lines() -> None:

@@ -29,9 +29,9 @@ from inferway.backends.protocol.fast_wire import (
     HOT_SKIP_HEADERS,
     Encoded,
     FastCall,
+    RouteMemo,
     error_body,
     head_end,
-    hot_route,
     response_bytes,
     retry_after_value,
 )
@@ -50,8 +50,6 @@ _JSON = b"application/json"
 _JSON_ERROR = b"application/json; charset=utf-8"
 _BINARY = b"application/octet-stream"
 _REQUEST_ID = tracing.REQUEST_ID_HEADER
-_ROUTES_KEPT = 1024
-"""Distinct URLs whose route the front end remembers."""
 
 
 class _HandOff(Exception):
@@ -311,22 +309,11 @@ class FastHttpServer:
         self.plans = DecodePlans()
         """Binary-extension heads seen before, decoded once (see decode_plans)."""
         self.connections: set[_Connection] = set()
-        self._routes: dict[bytes, tuple[str, str | None] | None] = {}
+        self.route = RouteMemo()
+        """``hot_route``, remembered per URL."""
         self.closing = False
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
-
-    def route(self, url: bytes) -> tuple[str, str | None] | None:
-        """``hot_route(url)``, remembered: a client sends the same few URLs over and over."""
-        routes = self._routes
-        try:
-            return routes[url]
-        except KeyError:
-            pass
-        if len(routes) >= _ROUTES_KEPT:
-            routes.clear()  # a client that sends ever new URLs gets no help, and no growth
-        route = routes[url] = hot_route(url)
-        return route
 
     def plain(self, call: FastCall) -> bool:
         """Whether ``call`` may take the core's callback path (ServingCore.submit): it needs

@@ -29,6 +29,7 @@ __all__ = [
     "HOT_SKIP_HEADERS",
     "Encoded",
     "FastCall",
+    "RouteMemo",
     "error_body",
     "head_end",
     "hot_route",
@@ -69,6 +70,29 @@ def hot_route(url: bytes) -> tuple[str, str | None] | None:
             "utf-8", "surrogateescape"
         )
     return None
+
+
+class RouteMemo:
+    """``hot_route``, remembered by URL: a client sends the same few URLs over and over. At
+    most ``capacity`` are kept; a client that sends ever new ones gets no help, and no growth."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._routes: dict[bytes, tuple[str, str | None] | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def __call__(self, url: bytes) -> tuple[str, str | None] | None:
+        routes = self._routes
+        try:
+            return routes[url]
+        except KeyError:
+            pass
+        if len(routes) >= self.capacity:
+            routes.clear()
+        route = routes[url] = hot_route(url)
+        return route
 
 
 def head_end(buffer: bytes | bytearray) -> int:
