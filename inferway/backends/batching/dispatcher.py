@@ -1,9 +1,12 @@
-"""The one task per executor that acts when nothing else would: at the time the scheduler
-named, after a cancel, and while draining on stop. The request path asks the scheduler itself
-(right after a submit and when a batch finishes); this task only covers the gaps.
+"""When the executor's ``pump`` runs, besides the finish of a batch (which pumps at once).
 
-A collaborator of BatchExecutor: it owns the task, its timer and its wake-up future, and
-calls back the executor's ``pump`` (launch what can run, return what to wait for)."""
+One task per executor acts when nothing else would: at the time the scheduler named, after a
+cancel, and while draining on stop. Submits ask for a pump at the end of the loop's pass
+(``pump_soon``): one decision for every request read in that pass, so they can share a batch.
+
+A collaborator of BatchExecutor: it owns the task, its timer, its wake-up future and the pump
+due this pass, and calls back the executor's ``pump`` (launch what can run, return what to
+wait for)."""
 
 from __future__ import annotations
 
@@ -41,6 +44,18 @@ class Dispatcher:
         self._waiter: asyncio.Future[None] | None = None
         self.sleeping_until: float | None = None
         """When the task's timer fires; None: no timer (asleep until woken, or awake)."""
+        self._pump_due: asyncio.Handle | None = None
+
+    def pump_soon(self) -> None:
+        """Pump once the loop has run what is ready now; asked again within the pass, still
+        once. Only after ``start``."""
+        if self._pump_due is None:
+            assert self._loop is not None
+            self._pump_due = self._loop.call_soon(self._pump_now)
+
+    def _pump_now(self) -> None:
+        self._pump_due = None
+        self._pump()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

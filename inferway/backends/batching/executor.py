@@ -100,7 +100,6 @@ class BatchExecutor:
         # thread once started (off by default: tests drive the scheduler deterministically)
         self._measure_loop = measure_loop and config.mode == "adaptive" and config.fill_when_busy
         self._loop_load: LoopLoad | None = None
-        self._pump_due: asyncio.Handle | None = None  # the decision due at this pass's end
 
     # -- public surface -------------------------------------------------------------------
 
@@ -229,14 +228,8 @@ class BatchExecutor:
             span_context=span_context,
         )
         self._sched.submit(req, now)
-        if self._pump_due is None:
-            self._pump_due = self._loop.call_soon(self._deferred_pump)
+        self._dispatcher.pump_soon()  # decided once the loop has read what else is ready
         return fut, request_id
-
-    def _deferred_pump(self) -> None:
-        """The decision a submit asked for, made once the loop has run what was ready."""
-        self._pump_due = None
-        self._pump()
 
     def _forget(self, request_id: int) -> None:
         """A caller gave up: drop its request if it is still queued."""
