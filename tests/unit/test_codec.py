@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from inferway.backends.protocol import json_codec
 from inferway.backends.protocol.binary_codec import (
     decode_raw_tensor,
     encode_raw_tensor,
@@ -194,6 +195,68 @@ def test_response_json_and_binary_outputs_follow_the_request() -> None:
         model_name="m", model_version="1", request_id=None, outputs=[("y", y, None)]
     )
     assert none is None and json.loads(plain)["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0]
+
+
+_F32 = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+@pytest.mark.parametrize(
+    ("outputs", "binary_default", "head_built_once"),
+    [
+        ([("y", _F32, None)], True, True),
+        (
+            [("a", np.arange(3, dtype=np.int64), True), ("b", np.ones((1, 2), np.float16), None)],
+            True,
+            True,
+        ),
+        ([("z", np.array([[True], [False]]), True)], False, True),
+        ([("s", np.float64(2.5).reshape(()), True)], False, True),
+        ([("t", _F32.T, True)], False, True),  # not contiguous: sent in row-major order
+        ([("e", _F32.astype(">f4"), True)], False, False),  # big-endian: swapped by the full path
+        ([("y", _F32, None)], False, False),  # JSON data
+        ([("y", _F32, True), ("j", _F32, False)], False, False),  # one of them JSON
+        ([("w", np.array([b"ab", b"c"], dtype=object), True)], False, False),  # BYTES
+    ],
+)
+def test_binary_answers_reuse_their_json_head_and_match_the_full_encoding(
+    outputs: list, binary_default: bool, head_built_once: bool
+) -> None:
+    json_codec._binary_head.cache_clear()
+    for _ in range(2):
+        got = encode_json_response(
+            model_name="m",
+            model_version="2",
+            request_id=None,
+            outputs=outputs,
+            binary_default=binary_default,
+        )
+        assert got == json_codec._encode_response(
+            model_name="m",
+            model_version="2",
+            request_id=None,
+            outputs=outputs,
+            binary_default=binary_default,
+            parameters=None,
+        )
+    info = json_codec._binary_head.cache_info()
+    assert (info.misses, info.hits) == ((1, 1) if head_built_once else (0, 0))
+
+
+def test_answers_with_an_id_or_parameters_build_their_own_head() -> None:
+    json_codec._binary_head.cache_clear()
+    body, size = encode_json_response(
+        model_name="m", model_version="1", request_id="r-9", outputs=[("y", _F32, True)]
+    )
+    assert size is not None and json.loads(body[:size])["id"] == "r-9"
+    body, size = encode_json_response(
+        model_name="m",
+        model_version="1",
+        request_id=None,
+        outputs=[("y", _F32, True)],
+        parameters={"k": 1},
+    )
+    assert size is not None and json.loads(body[:size])["parameters"] == {"k": 1}
+    assert json_codec._binary_head.cache_info().misses == 0
 
 
 def test_unknown_requested_output_is_refused() -> None:

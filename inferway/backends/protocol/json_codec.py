@@ -6,6 +6,7 @@ takes its bytes from the binary extension instead, so one request may mix both.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -210,6 +211,12 @@ def _json_data(array: np.ndarray) -> list[Any]:
     return flat.tolist()
 
 
+_WIRE_DTYPES = {dt: name for name, dt in DATATYPES.items() if name != "BYTES"}
+"""Numeric dtypes whose bytes go on the wire as they are (little-endian, as the protocol's)."""
+
+Layout = tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
+
+
 def encode_json_response(
     *,
     model_name: str,
@@ -220,6 +227,60 @@ def encode_json_response(
     parameters: Mapping[str, Any] | None = None,
 ) -> tuple[bytes, int | None]:
     """Response body and, when any output travels as binary, the JSON header's length."""
+    if request_id is None and not parameters:
+        layout = _binary_layout(outputs, binary_default)
+        if layout is not None:  # the JSON head depends on nothing else: built once
+            head = _binary_head(model_name, model_version, layout)
+            return head + b"".join([array.tobytes() for _, array, _ in outputs]), len(head)
+    return _encode_response(
+        model_name=model_name,
+        model_version=model_version,
+        request_id=request_id,
+        outputs=outputs,
+        binary_default=binary_default,
+        parameters=parameters,
+    )
+
+
+def _binary_layout(
+    outputs: Sequence[tuple[str, np.ndarray, bool | None]], binary_default: bool
+) -> Layout | None:
+    """(name, dtype, shape) of each output when every one is a numeric tensor sent as binary
+    in the wire's byte order; None otherwise."""
+    layout = []
+    for name, array, binary in outputs:
+        if not (binary_default if binary is None else binary) or array.dtype not in _WIRE_DTYPES:
+            return None
+        layout.append((name, array.dtype, array.shape))
+    return tuple(layout) if layout else None
+
+
+@functools.lru_cache(maxsize=256)
+def _binary_head(model_name: str, model_version: str, layout: Layout) -> bytes:
+    """The JSON head of an all-binary answer, as ``_encode_response`` writes it."""
+    entries = [
+        {
+            "name": name,
+            "datatype": _WIRE_DTYPES[dtype],
+            "shape": list(shape),
+            "parameters": {"binary_data_size": math.prod(shape) * dtype.itemsize},
+        }
+        for name, dtype, shape in layout
+    ]
+    doc = {"model_name": model_name, "model_version": model_version, "outputs": entries}
+    return _dump_json(doc, True)
+
+
+def _encode_response(
+    *,
+    model_name: str,
+    model_version: str,
+    request_id: str | None,
+    outputs: Sequence[tuple[str, np.ndarray, bool | None]],
+    binary_default: bool,
+    parameters: Mapping[str, Any] | None,
+) -> tuple[bytes, int | None]:
+    """``encode_json_response``'s every case: each output's entry built and encoded."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     finite = True
