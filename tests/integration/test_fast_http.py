@@ -107,6 +107,49 @@ async def test_json_and_binary_infer_with_request_id_and_load_report(backend) ->
     writer.close()
 
 
+def _binary_infer(row: np.ndarray, headers: str = "") -> bytes:
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": n,
+                    "datatype": "FP32",
+                    "shape": [1, 4],
+                    "parameters": {"binary_data_size": 16},
+                }
+                for n in "ab"
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    length = f"Inference-Header-Content-Length: {len(head)}\r\n"
+    return _request("/v2/models/add/infer", head + row.tobytes() * 2, headers=length + headers)
+
+
+async def test_requests_that_repeat_a_head_skip_the_parser_and_are_answered_in_order(
+    backend,
+) -> None:
+    rows = [np.full((1, 4), i, np.float32) for i in range(6)]
+    sent = [_binary_infer(row) for row in rows]
+    sent[4] = _binary_infer(rows[4], headers="x-request-id: r-4\r\n")  # another head
+    reader, writer = await asyncio.open_connection("127.0.0.1", backend.http_port)
+    writer.write(sent[0])  # parsed, and its head remembered
+    answers = [await _response(reader)]
+    writer.write(sent[1] + sent[2] + sent[3][:-5])  # two repeats and one not all there yet
+    await asyncio.sleep(0.05)
+    writer.write(sent[3][-5:] + sent[4] + sent[5])
+    answers += [await _response(reader) for _ in range(5)]
+    writer.close()
+    for i, (status, headers, body) in enumerate(answers):
+        assert status == 200, body
+        size = int(headers["inference-header-content-length"])
+        np.testing.assert_array_equal(
+            np.frombuffer(body[size : size + 16], np.float32), rows[i][0] * 2
+        )
+        assert headers.get("x-request-id") == ("r-4" if i == 4 else None)
+    assert backend._fast is not None and backend._fast.repeated_heads >= 2
+
+
 async def test_other_routes_after_an_infer_on_one_connection_are_aiohttps(backend) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", backend.http_port)
     writer.write(_infer())

@@ -9,12 +9,14 @@ import pytest
 
 from inferway.backends.protocol.fast_wire import (
     FastCall,
+    RepeatedHead,
     RouteMemo,
     error_body,
     head_end,
     hot_route,
     response_bytes,
     retry_after_value,
+    take_repeats,
 )
 
 
@@ -49,6 +51,19 @@ def test_route_memo_answers_as_hot_route_and_stays_bounded() -> None:
     for i in range(10):
         assert memo(b"/v2/models/m%d/infer" % i) == (f"m{i}", None)
         assert len(memo) <= 3
+
+
+def test_take_repeats_takes_only_whole_requests_with_the_same_head_bytes() -> None:
+    head = RepeatedHead(
+        b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 3\r\n\r\n", 3, ("m", None), {}, False
+    )
+    one, two = head.data + b"abc", head.data + b"xyz"
+    assert take_repeats(one + two, head) == ([b"abc", b"xyz"], len(one) * 2)
+    assert take_repeats(one + two[:-1], head) == ([b"abc"], len(one))  # the second not all there
+    other = one.replace(b"HTTP/1.1", b"HTTP/1.0")
+    assert take_repeats(other + one, head) == ([], 0)  # another head first: all the parser's
+    assert take_repeats(one + other + two, head) == ([b"abc"], len(one))
+    assert take_repeats(b"", head) == ([], 0)
 
 
 def test_head_end_finds_the_blank_line_after_optional_leading_empty_lines() -> None:

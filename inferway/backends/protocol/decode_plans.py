@@ -39,8 +39,7 @@ class _Tensor:
     name: str
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
-    start: int  # offsets in the whole body (its head included)
-    end: int
+    start: int  # the offset in the whole body (its head included); the size is the shape's
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +105,9 @@ class DecodePlans:
 
 
 def _apply(plan: _Plan, body: bytes) -> DecodedRequest:
-    view = memoryview(body)
     inputs: dict[str, np.ndarray] = {}
     for t in plan.tensors:
-        arr = np.frombuffer(view[t.start : t.end], dtype=t.dtype).reshape(t.shape)
+        arr = np.ndarray(t.shape, t.dtype, body, t.start)  # a read-only view of its bytes
         if not arr.flags.aligned:  # the head's length put it off its alignment: copy it
             arr = arr.copy()
             arr.flags.writeable = False  # read-only, as every tensor from a request body is
@@ -141,9 +139,7 @@ def _plan_of(
         if size is None or datatype == "BYTES":
             return None
         name = item["name"]
-        tensors.append(
-            _Tensor(name, DATATYPES[datatype], decoded.inputs[name].shape, offset, offset + size)
-        )
+        tensors.append(_Tensor(name, DATATYPES[datatype], decoded.inputs[name].shape, offset))
         offset += size
     return _Plan(
         specs=specs,

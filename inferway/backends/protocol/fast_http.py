@@ -29,11 +29,13 @@ from inferway.backends.protocol.fast_wire import (
     HOT_SKIP_HEADERS,
     Encoded,
     FastCall,
+    RepeatedHead,
     RouteMemo,
     error_body,
     head_end,
     response_bytes,
     retry_after_value,
+    take_repeats,
 )
 from inferway.backends.protocol.http_server import BINARY_HEADER, ENVOY_TIMEOUT_HEADER, HTTP
 from inferway.backends.serving.core import ServingCore
@@ -77,6 +79,7 @@ class _Connection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._route: tuple[str, str | None] | None = None
+        self._head: RepeatedHead | None = None  # the last head parsed whole, to repeat
         self._queue: collections.deque[_Request] = collections.deque()
         self._serving: _Request | None = None  # answered one at a time, in order
         self._task: asyncio.Future[Any] | None = None  # its task, or its queued batch entry
@@ -93,6 +96,22 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.idle_since = None
+        if self._head is not None and not self._raw and not self._handoff and not self._closing:
+            # Between requests (the parser has nothing pending): requests that repeat the
+            # last head byte for byte need no parsing, only their bodies are new.
+            bodies, taken = take_repeats(data, self._head)
+            if taken:
+                self._front.repeated_heads += len(bodies)
+                head = self._head
+                model, version = head.route
+                for body in bodies:
+                    call = FastCall(model, version, head.headers, body, self._front.plans)
+                    self._accept(_Request(call, True, head.http10))
+                data = data[taken:]
+                if not data:
+                    if self._serving is None and not self._queue:
+                        self.idle_since = time.monotonic()
+                    return
         self._raw += data
         if self._handoff:
             return
@@ -155,14 +174,23 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         body = b"".join(self._body)
-        end = head_end(self._raw) + len(body)
-        del self._raw[:end]
+        head_size = head_end(self._raw)
         assert self._route is not None
         model, version = self._route
         call = FastCall(model, version, self._headers, body, self._front.plans)
         self._body = []
         http10 = self._parser.get_http_version() == "1.0"
-        self._queue.append(_Request(call, self._parser.should_keep_alive(), http10))
+        keep_alive = self._parser.should_keep_alive()
+        if keep_alive and self._headers.get("content-length") == str(len(body)):
+            head = self._head
+            if head is None or head.body_size != len(body) or head.data != self._raw[:head_size]:
+                data = bytes(self._raw[:head_size])
+                self._head = RepeatedHead(data, len(body), self._route, self._headers, http10)
+        del self._raw[: head_size + len(body)]
+        self._accept(_Request(call, keep_alive, http10))
+
+    def _accept(self, request: _Request) -> None:
+        self._queue.append(request)
         if self._serving is None and not self._paused:
             self._next()
 
@@ -311,6 +339,8 @@ class FastHttpServer:
         self.connections: set[_Connection] = set()
         self.route = RouteMemo()
         """``hot_route``, remembered per URL."""
+        self.repeated_heads = 0
+        """Requests taken without the parser: they repeated their connection's last head."""
         self.closing = False
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING
@@ -29,12 +30,14 @@ __all__ = [
     "HOT_SKIP_HEADERS",
     "Encoded",
     "FastCall",
+    "RepeatedHead",
     "RouteMemo",
     "error_body",
     "head_end",
     "hot_route",
     "response_bytes",
     "retry_after_value",
+    "take_repeats",
 ]
 
 HOT_SKIP_HEADERS = frozenset({"transfer-encoding", "expect", "prefer", "upgrade"})
@@ -93,6 +96,36 @@ class RouteMemo:
             routes.clear()
         route = routes[url] = hot_route(url)
         return route
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatedHead:
+    """A request head a connection's parser read whole, and what it read: a client repeats
+    one head (method, URL, headers, Content-Length) with every request of a shape, and only
+    the body changes. The same bytes parse the same way, so a later request that starts with
+    exactly these bytes is taken without the parser (``take_repeats``). Only heads of
+    keep-alive requests with a Content-Length are kept; ``headers`` is shared by every call
+    that repeats it and is never written to."""
+
+    data: bytes
+    body_size: int
+    route: tuple[str, str | None]
+    headers: dict[str, str]
+    http10: bool
+
+
+def take_repeats(data: bytes, head: RepeatedHead) -> tuple[list[bytes], int]:
+    """The bodies of the whole requests at the start of ``data`` that repeat ``head`` byte for
+    byte, and how many bytes of ``data`` they take; the rest (another head, or a request not
+    all there yet) is for the parser."""
+    bodies: list[bytes] = []
+    start = 0
+    size = len(head.data)
+    whole = size + head.body_size
+    while len(data) - start >= whole and data.startswith(head.data, start):
+        bodies.append(data[start + size : start + whole])
+        start += whole
+    return bodies, start
 
 
 def head_end(buffer: bytes | bytearray) -> int:
