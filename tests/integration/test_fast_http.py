@@ -69,45 +69,8 @@ async def backend(tmp_path: Path) -> AsyncIterator[BackendHandle]:
         await handle.stop()
 
 
-async def test_json_and_binary_infer_with_request_id_and_load_report(backend) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", backend.http_port)
-    writer.write(_infer(headers="x-request-id: r-1\r\n"))
-    status, headers, body = await _response(reader)
-    assert status == 200 and headers["content-type"] == "application/json"
-    assert headers["x-request-id"] == "r-1" and "endpoint-load-metrics" in headers
-    assert json.loads(body)["outputs"][0]["data"] == [2, 2, 2, 2]
-    a = np.arange(4, dtype=np.float32).reshape(1, 4)
-    head = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": n,
-                    "datatype": "FP32",
-                    "shape": [1, 4],
-                    "parameters": {"binary_data_size": 16},
-                }
-                for n in "ab"
-            ],
-            "parameters": {"binary_data_output": True},
-        }
-    ).encode()
-    writer.write(
-        _request(
-            "/v2/models/add/versions/1/infer",
-            head + a.tobytes() + a.tobytes(),
-            headers=f"Inference-Header-Content-Length: {len(head)}\r\n",
-        )
-    )
-    status, headers, body = await _response(reader)
-    assert status == 200 and headers["content-type"] == "application/octet-stream"
-    size = int(headers["inference-header-content-length"])
-    outputs = json.loads(body[:size])["outputs"]
-    np.testing.assert_array_equal(np.frombuffer(body[size : size + 16], np.float32), (a + a)[0])
-    assert outputs[0]["parameters"]["binary_data_size"] == 16
-    writer.close()
-
-
-def _binary_infer(row: np.ndarray, headers: str = "") -> bytes:
+def _binary_infer(row: np.ndarray, headers: str = "", path: str = "/v2/models/add/infer") -> bytes:
+    """Both inputs of ``add`` set to ``row``, as binary, asking for binary outputs."""
     head = json.dumps(
         {
             "inputs": [
@@ -123,7 +86,25 @@ def _binary_infer(row: np.ndarray, headers: str = "") -> bytes:
         }
     ).encode()
     length = f"Inference-Header-Content-Length: {len(head)}\r\n"
-    return _request("/v2/models/add/infer", head + row.tobytes() * 2, headers=length + headers)
+    return _request(path, head + row.tobytes() * 2, headers=length + headers)
+
+
+async def test_json_and_binary_infer_with_request_id_and_load_report(backend) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", backend.http_port)
+    writer.write(_infer(headers="x-request-id: r-1\r\n"))
+    status, headers, body = await _response(reader)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert headers["x-request-id"] == "r-1" and "endpoint-load-metrics" in headers
+    assert json.loads(body)["outputs"][0]["data"] == [2, 2, 2, 2]
+    a = np.arange(4, dtype=np.float32).reshape(1, 4)
+    writer.write(_binary_infer(a, path="/v2/models/add/versions/1/infer"))
+    status, headers, body = await _response(reader)
+    assert status == 200 and headers["content-type"] == "application/octet-stream"
+    size = int(headers["inference-header-content-length"])
+    outputs = json.loads(body[:size])["outputs"]
+    np.testing.assert_array_equal(np.frombuffer(body[size : size + 16], np.float32), (a + a)[0])
+    assert outputs[0]["parameters"]["binary_data_size"] == 16
+    writer.close()
 
 
 async def test_requests_that_repeat_a_head_skip_the_parser_and_are_answered_in_order(
