@@ -14,6 +14,7 @@ from inferway.backends.protocol.fast_wire import (
     error_body,
     head_end,
     hot_route,
+    repeatable_head,
     response_bytes,
     retry_after_value,
     take_repeats,
@@ -64,6 +65,19 @@ def test_take_repeats_takes_only_whole_requests_with_the_same_head_bytes() -> No
     assert take_repeats(other + one, head) == ([], 0)  # another head first: all the parser's
     assert take_repeats(one + other + two, head) == ([b"abc"], len(one))
     assert take_repeats(b"", head) == ([], 0)
+
+
+def test_only_heads_that_can_repeat_are_kept() -> None:
+    head = b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 3\r\n\r\n"
+    raw = bytearray(head + b"abc")
+    kept = repeatable_head(raw, len(head), b"abc", ("m", None), {"content-length": "3"}, False)
+    assert kept is not None and kept.data == head and kept.body_size == 3
+    for headers in (
+        {"content-length": "03"},  # not the body's length as written: left to the parser
+        {"content-length": "3", "x-request-id": "r-1"},
+        {"content-length": "3", "traceparent": "00-ab-cd-01"},
+    ):
+        assert repeatable_head(raw, len(head), b"abc", ("m", None), headers, False) is None
 
 
 def test_head_end_finds_the_blank_line_after_optional_leading_empty_lines() -> None:

@@ -31,16 +31,15 @@ from inferway.backends.protocol.fast_wire import (
     FastCall,
     RepeatedHead,
     RouteMemo,
-    error_body,
+    answer_bytes,
     head_end,
-    response_bytes,
-    retry_after_value,
+    repeatable_head,
     take_repeats,
 )
-from inferway.backends.protocol.http_server import BINARY_HEADER, ENVOY_TIMEOUT_HEADER, HTTP
+from inferway.backends.protocol.http_server import ENVOY_TIMEOUT_HEADER, HTTP
 from inferway.backends.serving.core import ServingCore
 from inferway.backends.serving.failures import Failure, classify_error
-from inferway.backends.telemetry import orca, tracing
+from inferway.backends.telemetry import tracing
 
 __all__ = ["FastHttpServer"]
 
@@ -48,9 +47,6 @@ log = logging.getLogger("inferway.backends.http")
 
 KEEPALIVE_TIMEOUT_S = 75.0
 """Idle keep-alive connections are closed after this long, as aiohttp does."""
-_JSON = b"application/json"
-_JSON_ERROR = b"application/json; charset=utf-8"
-_BINARY = b"application/octet-stream"
 _REQUEST_ID = tracing.REQUEST_ID_HEADER
 
 
@@ -97,34 +93,32 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.idle_since = None
         if self._head is not None and not self._raw and not self._handoff and not self._closing:
-            # Between requests (the parser has nothing pending): requests that repeat the
-            # last head byte for byte need no parsing, only their bodies are new.
-            bodies, taken = take_repeats(data, self._head)
-            if taken:
-                self._front.repeated_heads += len(bodies)
-                head = self._head
-                model, version = head.route
-                for body in bodies:
-                    call = FastCall(model, version, head.headers, body, self._front.plans)
-                    self._accept(_Request(call, True, head.http10))
-                data = data[taken:]
-                if not data:
-                    if self._serving is None and not self._queue:
-                        self.idle_since = time.monotonic()
-                    return
-        self._raw += data
-        if self._handoff:
-            return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError:
-            # A request it does not serve, or one it cannot parse: aiohttp answers it (400 for
-            # malformed HTTP) once the requests before it are answered.
-            self._handoff = True
+            data = self._take_repeats(data, self._head)
+        if data:
+            self._raw += data
+            if self._handoff:
+                return
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserError:
+                # A request it does not serve, or one it cannot parse: aiohttp answers it (400
+                # for malformed HTTP) once the requests before it are answered.
+                self._handoff = True
         if self._handoff:
             self._maybe_hand_off()
         elif self._serving is None and not self._queue:
             self.idle_since = time.monotonic()
+
+    def _take_repeats(self, data: bytes, head: RepeatedHead) -> bytes:
+        """Between requests (the parser has nothing pending), serve the requests that repeat
+        the last head byte for byte without parsing them; the rest of ``data``."""
+        bodies, taken = take_repeats(data, head)
+        self._front.repeated_heads += len(bodies)
+        model, version = head.route
+        for body in bodies:
+            call = FastCall(model, version, head.headers, body, self._front.plans)
+            self._accept(_Request(call, True, head.http10))
+        return data[taken:] if taken else data
 
     def eof_received(self) -> bool | None:
         # A client that half-closes has gone away, as aiohttp reads it: the transport closes
@@ -181,11 +175,10 @@ class _Connection(asyncio.Protocol):
         self._body = []
         http10 = self._parser.get_http_version() == "1.0"
         keep_alive = self._parser.should_keep_alive()
-        if keep_alive and self._headers.get("content-length") == str(len(body)):
-            head = self._head
-            if head is None or head.body_size != len(body) or head.data != self._raw[:head_size]:
-                data = bytes(self._raw[:head_size])
-                self._head = RepeatedHead(data, len(body), self._route, self._headers, http10)
+        if keep_alive:
+            self._head = repeatable_head(
+                self._raw, head_size, body, self._route, self._headers, http10
+            )
         del self._raw[: head_size + len(body)]
         self._accept(_Request(call, keep_alive, http10))
 
@@ -250,39 +243,10 @@ class _Connection(asyncio.Protocol):
         request_id: str | None,
         keep_alive: bool,
     ) -> None:
-        headers: list[tuple[str, str]] = []
-        if failure is not None:
-            status, content_type, body = (
-                failure.http_status,
-                _JSON_ERROR,
-                error_body(failure.message),
-            )
-            if failure.retry_after_s is not None:
-                headers.append(("Retry-After", retry_after_value(failure.retry_after_s)))
-        else:
-            assert encoded is not None
-            body, head_len = encoded
-            status = 200
-            if head_len is None:
-                content_type = _JSON
-            else:
-                content_type = _BINARY
-                headers.append((BINARY_HEADER, str(head_len)))
         report = self._front.core.load_report()
-        if report is not None:
-            headers.append((orca.ORCA_HEADER, report))
-        if request_id:
-            headers.append((_REQUEST_ID, request_id))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(
-                response_bytes(
-                    status,
-                    content_type,
-                    body,
-                    headers,
-                    keep_alive=keep_alive,
-                    http10=request.http10,
-                )
+                answer_bytes(encoded, failure, report, request_id, keep_alive, request.http10)
             )
 
     def _maybe_hand_off(self) -> None:

@@ -21,7 +21,9 @@ from inferway.backends.protocol.http_server import (
 )
 from inferway.backends.protocol.json_codec import encode_json_response
 from inferway.backends.serving.core import Chosen
+from inferway.backends.serving.failures import Failure
 from inferway.backends.serving.request import DecodedRequest
+from inferway.backends.telemetry import orca, tracing
 
 if TYPE_CHECKING:
     from inferway.backends.models.served_model import ServedModel
@@ -32,9 +34,11 @@ __all__ = [
     "FastCall",
     "RepeatedHead",
     "RouteMemo",
+    "answer_bytes",
     "error_body",
     "head_end",
     "hot_route",
+    "repeatable_head",
     "response_bytes",
     "retry_after_value",
     "take_repeats",
@@ -114,6 +118,28 @@ class RepeatedHead:
     http10: bool
 
 
+_UNIQUE_HEADERS = ("x-request-id", "traceparent")
+"""Headers that name one request (Envoy adds a fresh x-request-id to each): a head with one
+never repeats, so it is not kept."""
+
+
+def repeatable_head(
+    raw: bytes | bytearray,
+    head_size: int,
+    body: bytes,
+    route: tuple[str, str | None],
+    headers: dict[str, str],
+    http10: bool,
+) -> RepeatedHead | None:
+    """The keep-alive request just parsed (its head the first ``head_size`` bytes of ``raw``),
+    kept for repeats when its Content-Length is its body's and no header names the request."""
+    if headers.get("content-length") != str(len(body)):
+        return None
+    if any(name in headers for name in _UNIQUE_HEADERS):
+        return None
+    return RepeatedHead(bytes(raw[:head_size]), len(body), route, headers, http10)
+
+
 def take_repeats(data: bytes, head: RepeatedHead) -> tuple[list[bytes], int]:
     """The bodies of the whole requests at the start of ``data`` that repeat ``head`` byte for
     byte, and how many bytes of ``data`` they take; the rest (another head, or a request not
@@ -186,6 +212,42 @@ def response_bytes(
     parts.append(b"\r\n")
     parts.append(body)
     return b"".join(parts)
+
+
+_JSON = b"application/json"
+_JSON_ERROR = b"application/json; charset=utf-8"
+_BINARY = b"application/octet-stream"
+
+
+def answer_bytes(
+    encoded: Encoded | None,
+    failure: Failure | None,
+    report: str | None,
+    request_id: str | None,
+    keep_alive: bool,
+    http10: bool,
+) -> bytes:
+    """The whole answer to an infer request: its outcome (``encoded``, or ``failure`` with its
+    status and Retry-After), the ORCA load ``report`` and the request id, when there are any."""
+    headers: list[tuple[str, str]] = []
+    if failure is not None:
+        status, content_type, body = failure.http_status, _JSON_ERROR, error_body(failure.message)
+        if failure.retry_after_s is not None:
+            headers.append(("Retry-After", retry_after_value(failure.retry_after_s)))
+    else:
+        assert encoded is not None
+        body, head_len = encoded
+        status = 200
+        if head_len is None:
+            content_type = _JSON
+        else:
+            content_type = _BINARY
+            headers.append((BINARY_HEADER, str(head_len)))
+    if report is not None:
+        headers.append((orca.ORCA_HEADER, report))
+    if request_id:
+        headers.append((tracing.REQUEST_ID_HEADER, request_id))
+    return response_bytes(status, content_type, body, headers, keep_alive=keep_alive, http10=http10)
 
 
 _NO_PLANS = DecodePlans(capacity=0)

@@ -214,7 +214,7 @@ def _json_data(array: np.ndarray) -> list[Any]:
 _WIRE_DTYPES = {dt: name for name, dt in DATATYPES.items() if name != "BYTES"}
 """Numeric dtypes whose bytes go on the wire as they are (little-endian, as the protocol's)."""
 
-Layout = tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
+_Layout = tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
 
 
 def encode_json_response(
@@ -244,7 +244,7 @@ def encode_json_response(
 
 def _binary_layout(
     outputs: Sequence[tuple[str, np.ndarray, bool | None]], binary_default: bool
-) -> Layout | None:
+) -> _Layout | None:
     """(name, dtype, shape) of each output when every one is a numeric tensor sent as binary
     in the wire's byte order; None otherwise."""
     layout = []
@@ -256,7 +256,7 @@ def _binary_layout(
 
 
 @functools.lru_cache(maxsize=256)
-def _binary_head(model_name: str, model_version: str, layout: Layout) -> bytes:
+def _binary_head(model_name: str, model_version: str, layout: _Layout) -> bytes:
     """The JSON head of an all-binary answer, as ``_encode_response`` writes it."""
     entries = [
         {
