@@ -115,8 +115,11 @@ async def test_fault_aborts_and_delays_their_share_of_requests() -> None:
         assert all(r.status == 200 for r, _ in timings)
         delayed = sum((await gw.stats(delays)).values()) - before_delays
         assert _within_binomial(delayed, m, 0.5), f"{delayed} of {m} delayed at 50%"
-        took_the_delay = sum(elapsed >= 0.4 for _, elapsed in timings)
-        assert took_the_delay >= delayed, f"{delayed} delayed, {took_the_delay} took 0.4 s"
+        # Envoy arms the delay from its event loop's cached time, taken when the loop's pass
+        # began: on a busy host the timer fires that pass's length early (58 of 59 delayed
+        # requests measured >= 0.4 s once). 20 ms of slack is 5% of the delay.
+        took_the_delay = sum(elapsed >= 0.38 for _, elapsed in timings)
+        assert took_the_delay >= delayed, f"{delayed} delayed, {took_the_delay} took ~0.4 s"
         clean = await gw.send(100, path="/clean")
         assert share(clean) == {"model": 100}, share(clean)
 
