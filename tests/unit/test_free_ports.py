@@ -64,3 +64,22 @@ def test_a_number_offered_twice_is_held_and_another_picked_on_each_family(
 def test_a_port_to_avoid_is_held_and_another_picked(monkeypatch: pytest.MonkeyPatch) -> None:
     offer(monkeypatch, 40002, 40005)
     assert free_ports("127.0.0.1", avoid={40002}) == [40005]
+
+
+def test_ports_are_picked_under_the_kernels_ephemeral_range_where_it_leaves_room() -> None:
+    first, _ = free_ports_module.ephemeral_range()
+    if first < free_ports_module._LOWEST + free_ports_module._TRIES:
+        pytest.skip(f"the ephemeral range starts at {first}: no room under it")
+    ports = free_ports(*["127.0.0.1"] * 32)
+    assert all(free_ports_module._LOWEST <= port < first for port in ports), ports
+
+
+def test_a_taken_candidate_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        tries = iter([busy, busy, 0])
+        monkeypatch.setattr(free_ports_module, "_candidates", lambda: tries)
+        (port,) = free_ports("127.0.0.1")
+        assert port != busy
