@@ -123,6 +123,11 @@ def _clean_loc(root: type[BaseModel], loc: tuple[Any, ...], data: object) -> tup
     return tuple(cleaned), parent, annotation
 
 
+_YAML_BOOL_HINT = (
+    "YAML reads an unquoted yes, no, on, off, true or false as a boolean: quote the word you meant"
+)
+
+
 def _message(error: Any, loc: Loc, parent: Any, node: Any) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -144,7 +149,10 @@ def _message(error: Any, loc: Loc, parent: Any, node: Any) -> str:
     if kind == "literal_error":
         if loc == ("version",):
             return f"unsupported policy version {got}; this inferway reads version 1"
-        return f"expected {ctx.get('expected')}, got {got}"
+        message = f"expected {ctx.get('expected')}, got {got}"
+        if isinstance(error.get("input"), bool):
+            message += f" ({_YAML_BOOL_HINT})"
+        return message
     if kind == "string_pattern_mismatch":
         return f"invalid name {got}: {_NAME_RULE}"
     if kind in ("int_type", "int_parsing", "int_from_float"):

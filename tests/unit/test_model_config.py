@@ -89,3 +89,16 @@ def test_batching_mode_read_as_true_says_to_quote_it(tmp_path, spelling: str) ->
     (problem,) = info.value.problems
     assert problem.startswith(f"{path}:2: batching.mode: ")
     assert "unquoted on/yes/true" in problem and "quote it" in problem
+
+
+@pytest.mark.parametrize(("spelling", "read_as"), [("off", "false"), ("yes", "true")])
+def test_another_choice_read_as_a_boolean_says_to_quote_it(
+    tmp_path, spelling: str, read_as: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"fp16: true\nprovider: {spelling}\n")
+    with pytest.raises(ModelConfigError) as info:
+        load_model_config(path)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{path}:2: provider: Input should be 'auto'")
+    assert f"got {read_as} (YAML reads an unquoted yes, no, on, off as a boolean" in problem

@@ -73,6 +73,19 @@ def test_literal_error_lists_the_allowed_values() -> None:
     assert issue.message == "expected 'http1' or 'http2', got 'grpc'"
 
 
+@pytest.mark.parametrize(
+    ("written", "read_as"), [("off", "false"), ("yes", "true"), ("no", "false")]
+)
+def test_an_unquoted_yaml_boolean_in_a_choice_says_to_quote_it(written: str, read_as: str) -> None:
+    text = GOOD.replace("  - name: model\n", f"  - name: model\n    protocol: {written}\n")
+    [issue] = _issues(text)
+    assert issue.message.startswith(f"expected 'http1' or 'http2', got {read_as} (YAML reads")
+    assert "quote the word you meant" in issue.message
+    # quoted, the same word is a string: the plain message, no hint
+    [quoted] = _issues(text.replace(f"protocol: {written}", f"protocol: '{written}'"))
+    assert quoted.message == f"expected 'http1' or 'http2', got '{written}'"
+
+
 def test_yaml_one_one_booleans_do_not_turn_the_on_key_into_true() -> None:
     text = GOOD + "    retries:\n      on: [5xx]\n"
     policy = load_policy_text(text)

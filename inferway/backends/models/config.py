@@ -85,6 +85,9 @@ def yaml_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+_YAML_BOOL_HINT = "YAML reads an unquoted yes, no, on, off as a boolean: quote the word you meant"
+
+
 def load_model_config(path: str | Path) -> ModelConfig:
     """Parse and validate one ``config.yaml``; an empty file means all defaults."""
     path = Path(path)
@@ -107,6 +110,8 @@ def load_model_config(path: str | Path) -> ModelConfig:
             line = yaml_line(tree, loc)
             where = f"{path}:{line}" if line else str(path)
             msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
+            if err["type"] == "literal_error" and isinstance(err.get("input"), bool):
+                msg += f", got {str(err['input']).lower()} ({_YAML_BOOL_HINT})"
             located.append((line or 0, f"{where}: {field}: {msg}"))
         raise ModelConfigError(path, [p for _, p in sorted(located)]) from None
 
