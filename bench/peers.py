@@ -260,13 +260,24 @@ def measure(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--servers", default=",".join(SERVERS))
-    parser.add_argument("--concurrency", default="1,16,64")
-    parser.add_argument("--connections", default="new,keepalive")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--servers",
+        default=",".join(SERVERS),
+        help=f"comma-separated, of {', '.join(SERVERS)}; aiohttp, the yardstick, always runs",
+    )
+    parser.add_argument("--concurrency", default="1,16,64", help="closed-loop clients, a list")
+    parser.add_argument(
+        "--connections", default="new,keepalive", help="new (one per request), keepalive or both"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, each in a rotated order")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per point")
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--venvs", type=Path, default=DEFAULT_VENVS)
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each point")
+    parser.add_argument(
+        "--venvs",
+        type=Path,
+        default=DEFAULT_VENVS,
+        help="where Mosec's and PyTriton's own venvs are made on first use (default %(default)s)",
+    )
     parser.add_argument("--quick", action="store_true", help="1 round of 2 s points")
     args = parser.parse_args(argv)
     if args.quick:

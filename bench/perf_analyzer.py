@@ -119,13 +119,24 @@ def run_tool(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tool-venv", type=Path, default=DEFAULT_TOOL_VENV)
+    parser.add_argument(
+        "--tool-venv",
+        type=Path,
+        default=DEFAULT_TOOL_VENV,
+        help="the venv holding tritonclient's perf_analyzer (default %(default)s)",
+    )
     parser.add_argument("--setup", action="store_true", help="create the tool venv and exit")
-    parser.add_argument("--model", default="demo")
-    parser.add_argument("--concurrency", default="1:9:4", help="perf_analyzer's range")
-    parser.add_argument("--interval-ms", type=int, default=3000)
-    parser.add_argument("--stability", type=int, default=25, help="percent")
-    parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--model", default="demo", help="the model name perf_analyzer asks for")
+    parser.add_argument(
+        "--concurrency", default="1:9:4", help="perf_analyzer's range, start:end:step"
+    )
+    parser.add_argument(
+        "--interval-ms", type=int, default=3000, help="perf_analyzer's measurement window"
+    )
+    parser.add_argument(
+        "--stability", type=int, default=25, help="percent the windows may differ by"
+    )
+    parser.add_argument("--protocols", default="http,grpc", help="http, grpc or both")
     parser.add_argument(
         "--servers",
         default="inferway",
