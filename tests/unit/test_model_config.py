@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from inferway.backends.models.config import (
@@ -80,13 +82,18 @@ def test_batching_mode_off_unquoted_is_read_as_off(tmp_path, spelling: str) -> N
     assert load_model_config(path).batching.mode == "off"
 
 
-@pytest.mark.parametrize("spelling", ["on", "yes", "true"])
-def test_batching_mode_read_as_true_says_to_quote_it(tmp_path, spelling: str) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(f"batching:\n  mode: {spelling}\n")
+def _only_problem(path: Path, text: str) -> str:
+    path.write_text(text)
     with pytest.raises(ModelConfigError) as info:
         load_model_config(path)
     (problem,) = info.value.problems
+    return problem
+
+
+@pytest.mark.parametrize("spelling", ["on", "yes", "true"])
+def test_batching_mode_read_as_true_says_to_quote_it(tmp_path, spelling: str) -> None:
+    path = tmp_path / "config.yaml"
+    problem = _only_problem(path, f"batching:\n  mode: {spelling}\n")
     assert problem.startswith(f"{path}:2: batching.mode: ")
     assert "unquoted on/yes/true" in problem and "quote it" in problem
 
@@ -96,9 +103,6 @@ def test_another_choice_read_as_a_boolean_says_to_quote_it(
     tmp_path, spelling: str, read_as: str
 ) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text(f"fp16: true\nprovider: {spelling}\n")
-    with pytest.raises(ModelConfigError) as info:
-        load_model_config(path)
-    (problem,) = info.value.problems
+    problem = _only_problem(path, f"fp16: true\nprovider: {spelling}\n")
     assert problem.startswith(f"{path}:2: provider: Input should be 'auto'")
     assert f"got {read_as} (YAML reads an unquoted yes, no, on, off as a boolean" in problem
