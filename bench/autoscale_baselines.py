@@ -20,9 +20,9 @@ import math
 from collections import deque
 from typing import Protocol
 
-from inferway.gateway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
-from inferway.gateway.controllers.autoscale.samples import MetricSample
+from inferway.controllers.autoscale.autoscaler import Autoscaler
+from inferway.controllers.autoscale.params import AutoscaleConfig
+from inferway.controllers.autoscale.samples import MetricSample
 
 __all__ = ["HPA", "KPA", "Controller", "InferwayController"]
 

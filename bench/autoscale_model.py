@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inferway.gateway.controllers.autoscale.samples import MetricSample
+from inferway.controllers.autoscale.samples import MetricSample
 
 __all__ = ["Cluster", "ReplicaModel", "SecondStats"]
 

@@ -32,8 +32,8 @@ from bench._common import RESULTS_DIR, environment, print_table
 from bench.autoscale_baselines import HPA, KPA, Controller, InferwayController
 from bench.autoscale_model import Cluster, ReplicaModel
 from bench.autoscale_traces import Trace, build_traces
-from inferway.gateway.controllers.autoscale.config import build_autoscale_config
-from inferway.gateway.controllers.autoscale.rule import build_from_scaling_policy
+from inferway.controllers.autoscale.config import build_autoscale_config
+from inferway.controllers.autoscale.rule import build_from_scaling_policy
 
 MIN_REPLICAS, MAX_REPLICAS = 2, 16
 TARGET_UTILIZATION = 0.6

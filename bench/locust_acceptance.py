@@ -39,8 +39,8 @@ from typing import Any
 from _common import environment, free_port, print_table, write_results
 from batching_models import NOFILL, TINY_SIZES, build_bench_repository, served_name
 
-from inferway.gateway.verify.expect import Probe
-from inferway.gateway.verify.load import LoadSettings, run_load
+from inferway.tools.verify.expect import Probe
+from inferway.tools.verify.load import LoadSettings, run_load
 
 MODEL = served_name("tiny", "adaptive")
 MODEL_NOFILL = served_name("tiny", NOFILL)
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     heaps = [h for h in args.locust_heaps.split(",") if h]
     if not heaps or set(heaps) - set(HEAPS):
         raise SystemExit(f"--locust-heaps: a list of {', '.join(HEAPS)}")
-    cli = [sys.executable, "-m", "inferway.gateway.entry"]
+    cli = [sys.executable, "-m", "inferway.cli.entry"]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="inferway-locust-") as scratch:
         root = Path(scratch)

@@ -74,7 +74,7 @@ def tool_env(root: Path) -> tuple[Path, dict[str, str]]:
 
 def start_serve(models: Path) -> tuple[subprocess.Popen[str], int, int]:
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(models)]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", str(models)]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120

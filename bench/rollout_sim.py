@@ -34,10 +34,10 @@ from _common import environment, percentile, print_table, write_results
 from rollout_flagger import FlaggerBaseline, FlaggerSettings
 from rollout_traces import Scenario, Trace, Window
 
-from inferway.gateway.controllers.rollout.config import RolloutConfig, Step
-from inferway.gateway.controllers.rollout.controller import RolloutController
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
-from inferway.gateway.controllers.rollout.state import Phase
+from inferway.controllers.rollout.config import RolloutConfig, Step
+from inferway.controllers.rollout.controller import RolloutController
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.controllers.rollout.state import Phase
 
 HOUR = 3600.0
 SCENARIOS = (

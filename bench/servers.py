@@ -122,7 +122,7 @@ class WorkersServer:
         import time
 
         self.http_port, self.grpc_port = free_port(), free_port()
-        command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(root)]
+        command = [sys.executable, "-m", "inferway.cli.main", "serve", str(root)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         command += ["--workers", str(workers), "--log-level", "warning"]
         command += ["--http-frontend", frontend]

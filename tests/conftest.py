@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-# As inferway.gateway.cli.main does: the in-process gateways fork Envoy while gRPC threads
+# As inferway.cli.main.main does: the in-process gateways fork Envoy while gRPC threads
 # run, and gRPC's fork handlers would print a warning on every fork.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 

@@ -75,7 +75,7 @@ class ServeProcess:
         self.http_port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         self._log_path = log
-        command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(models)]
+        command = [sys.executable, "-m", "inferway.cli.main", "serve", str(models)]
         command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         command += ["--log-format", "text", *extra]
         with log.open("ab") as out:

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from inferway.gateway.controllers.rollout.config import (
+from inferway.controllers.rollout.config import (
     TOTAL_WEIGHT,
     AnalysisConfig,
     ErrorRateCheck,
@@ -15,7 +15,7 @@ from inferway.gateway.controllers.rollout.config import (
     RolloutConfig,
     Step,
 )
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 
 __all__ = ["BUCKET_RATIO", "TWO_VERSION_ROLLOUT", "rollout_config", "version_counts", "window"]
 

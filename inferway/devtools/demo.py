@@ -24,6 +24,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from rich.panel import Panel
 
+from inferway.console import make_console, short_version
 from inferway.devtools.demo_backend import DEMO_MODEL, start_demo_backends
 from inferway.devtools.demo_mtls import CurlTls, setup_demo_mtls
 from inferway.devtools.demo_output import build_keep_running_text, build_split_table, keep_running
@@ -32,11 +33,10 @@ from inferway.devtools.demo_trace import BACKEND_SERVICE, GATEWAY_SERVICE, show_
 from inferway.devtools.demo_traffic import build_infer_request, sample_traffic, split_ok
 from inferway.devtools.otlp_receiver import OtlpReceiver, start_otlp_receiver
 from inferway.free_ports import free_ports
-from inferway.gateway.console import make_console, short_version
-from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.observability.otel import setup_tracing
 from inferway.policies import Policy, dump_policy
+from inferway.xds.policy_snapshot import build_policy_snapshot
 from inferway.xds.translate.tracing import FAST_FLUSH_RUNTIME
 
 __all__ = [

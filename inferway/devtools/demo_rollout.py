@@ -23,11 +23,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from inferway.controllers.rollout.config import TOTAL_WEIGHT
+from inferway.controllers.rollout.state import Decision
 from inferway.devtools.demo_backend import DEMO_MODEL
 from inferway.devtools.demo_fault import DemoFault
 from inferway.devtools.demo_traffic import CONCURRENCY, build_infer_request
-from inferway.gateway.controllers.rollout.config import TOTAL_WEIGHT
-from inferway.gateway.controllers.rollout.state import Decision
 from inferway.gateway.rollouts.driver import RolloutDriver, UnknownRolloutError
 from inferway.policies import Policy, dump_policy, load_policy_text
 

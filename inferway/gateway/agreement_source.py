@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from inferway.backends.telemetry.output_digest import OutputDigest
-from inferway.gateway.controllers.rollout.agreement import AgreementMatcher, Disagreement
-from inferway.gateway.controllers.rollout.evidence import MirrorCounts
+from inferway.controllers.rollout.agreement import AgreementMatcher, Disagreement
+from inferway.controllers.rollout.evidence import MirrorCounts
 
 __all__ = ["OUTPUTS_PATH", "AgreementSource", "AgreementWindow"]
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferway.controllers.autoscale.samples import MetricSample
+from inferway.controllers.rollout.stats import weighted_quantile
 from inferway.gateway.backend_scrape import BackendTotals
-from inferway.gateway.controllers.autoscale.samples import MetricSample
-from inferway.gateway.controllers.rollout.stats import weighted_quantile
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, window_counts
 
 __all__ = [

@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from inferway.gateway.autoscale_inputs import BACKEND_METRICS
-from inferway.gateway.controllers.autoscale.config import build_autoscale_config
-from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
-from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
-from inferway.gateway.controllers.autoscale.rule import (
+from inferway.controllers.autoscale.config import build_autoscale_config
+from inferway.controllers.autoscale.config_reader import AutoscaleConfigError
+from inferway.controllers.autoscale.params import AutoscaleConfig
+from inferway.controllers.autoscale.rule import (
     build_from_scaling_policy,
     is_scaling_policy,
 )
+from inferway.gateway.autoscale_inputs import BACKEND_METRICS
 from inferway.policies import PolicyError
 from inferway.policies.errors import PolicyIssue
 from inferway.policies.located import place_issues

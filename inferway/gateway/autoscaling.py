@@ -28,6 +28,10 @@ from typing import Any
 
 import aiohttp
 
+from inferway.controllers.autoscale.autoscaler import Autoscaler
+from inferway.controllers.autoscale.config_reader import AutoscaleConfigError
+from inferway.controllers.autoscale.params import AutoscaleConfig
+from inferway.controllers.autoscale.samples import MetricSample
 from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import (
@@ -47,10 +51,6 @@ from inferway.gateway.autoscale_inputs import (
 from inferway.gateway.autoscale_policy import build_config
 from inferway.gateway.backend_scrape import scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
-from inferway.gateway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
-from inferway.gateway.controllers.autoscale.params import AutoscaleConfig
-from inferway.gateway.controllers.autoscale.samples import MetricSample
 from inferway.policies.model import Policy
 from inferway.policies.scale_target import ScaleTargetSpec, read_scale_target
 

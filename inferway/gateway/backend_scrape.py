@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferway.gateway.controllers.rollout.evidence import VersionCounts
+from inferway.controllers.rollout.evidence import VersionCounts
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, ScrapeError, window_counts
 
 __all__ = [

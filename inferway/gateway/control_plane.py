@@ -22,7 +22,6 @@ from typing import Any
 
 from opentelemetry import trace
 
-from inferway.gateway.policy_snapshot import resolve_and_snapshot
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
@@ -30,6 +29,7 @@ from inferway.state import State
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
+from inferway.xds.policy_snapshot import resolve_and_snapshot
 from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 import sys
 
-from inferway.gateway.console import configure_logging
+from inferway.console import configure_logging
 from inferway.gateway.control_plane_process import READY_LINE, ControlPlaneSpec
 from inferway.gateway.foreground import run_event_loop, serve_gateway
 from inferway.gateway.runtime import Gateway

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from inferway.gateway.cost.metrics import CostCollector
+from inferway.gateway.cost_metrics import CostCollector
 from inferway.xds import type_urls
 from inferway.xds.cache import node_in_sync
 

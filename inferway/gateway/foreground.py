@@ -15,9 +15,9 @@ import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from inferway.gateway.console import make_console, print_issues
+from inferway.console import make_console, print_issues
+from inferway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID
 from inferway.gateway.control_plane import PolicyRefusedError
-from inferway.gateway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.gateway.xds_mtls import XdsMtlsError
 from inferway.policies import PolicyError

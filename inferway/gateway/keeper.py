@@ -26,10 +26,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from inferway.exit_codes import EXIT_CANNOT_START
 from inferway.free_ports import free_ports
 from inferway.gateway.control_plane_process import ControlPlaneProcess, ControlPlaneSpec
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
-from inferway.gateway.exit_codes import EXIT_CANNOT_START
 from inferway.gateway.foreground import unless_stopped
 from inferway.gateway.keeper_state import (
     KEEPER_STATE_FILE,

@@ -34,7 +34,7 @@ class Candidate:
     command: str
 
 
-_CLI_MODULES = ("inferway.gateway.cli", "inferway.gateway.entry")
+_CLI_MODULES = ("inferway.cli.main", "inferway.cli.entry")
 
 
 def _subcommand(argv: Sequence[str]) -> str | None:

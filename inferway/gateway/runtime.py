@@ -36,7 +36,6 @@ from inferway.gateway.features.server import FeatureRouterKeeper, start_feature_
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.mask_sink import MaskSinkKeeper, start_mask_sink
-from inferway.gateway.policy_snapshot import build_policy_snapshot
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.metrics import RolloutMetrics
 from inferway.gateway.rollouts.sample_source import build_rollout_source
@@ -56,6 +55,7 @@ from inferway.resolve import IR
 from inferway.state import State
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import node_group
+from inferway.xds.policy_snapshot import build_policy_snapshot
 from inferway.xds.resources import Resources
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.snapshot import Snapshot

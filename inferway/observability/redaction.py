@@ -16,9 +16,18 @@ import re
 from collections.abc import Iterable
 
 from inferway.observability.masking import NO_MASKING, Masker
-from inferway.policies.access import ALWAYS_REDACTED_HEADERS
 
-__all__ = ["REDACTED", "RedactingFilter", "install_redaction", "redact_text"]
+__all__ = ["CREDENTIAL_HEADERS", "REDACTED", "RedactingFilter", "install_redaction", "redact_text"]
+
+CREDENTIAL_HEADERS: tuple[str, ...] = (
+    "authorization",
+    "cookie",
+    "proxy-authorization",
+    "set-cookie",
+    "x-api-key",
+)
+"""Headers that carry credentials: never written to access logs, traces or inferway's logs,
+whatever the policy says (the policy's access rules and log fields read this list)."""
 
 REDACTED = "[REDACTED]"
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
@@ -40,7 +49,7 @@ def _replace(match: re.Match[str]) -> str:
     return f"{match['key']}{quote}{REDACTED}{quote}"
 
 
-def redact_text(text: str, names: Iterable[str] = ALWAYS_REDACTED_HEADERS) -> str:
+def redact_text(text: str, names: Iterable[str] = CREDENTIAL_HEADERS) -> str:
     """``text`` with the values of the ``names`` headers and bearer tokens replaced."""
     text = _header_pattern(names).sub(_replace, text)
     return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
@@ -50,7 +59,7 @@ class RedactingFilter(logging.Filter):
     """A logging filter (attach to handlers) that scrubs each record's final message."""
 
     def __init__(
-        self, names: Iterable[str] = ALWAYS_REDACTED_HEADERS, masker: Masker = NO_MASKING
+        self, names: Iterable[str] = CREDENTIAL_HEADERS, masker: Masker = NO_MASKING
     ) -> None:
         super().__init__()
         self.masker = masker
@@ -60,7 +69,7 @@ class RedactingFilter(logging.Filter):
     def set_names(self, names: Iterable[str]) -> None:
         """Redact the credential headers plus ``names`` from now on (a policy's
         ``redact_headers`` can change while the gateway runs)."""
-        self.names = tuple(dict.fromkeys([*ALWAYS_REDACTED_HEADERS, *(n.lower() for n in names)]))
+        self.names = tuple(dict.fromkeys([*CREDENTIAL_HEADERS, *(n.lower() for n in names)]))
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -81,7 +90,7 @@ class RedactingFilter(logging.Filter):
 
 
 def install_redaction(
-    names: Iterable[str] = ALWAYS_REDACTED_HEADERS,
+    names: Iterable[str] = CREDENTIAL_HEADERS,
     logger: logging.Logger | None = None,
     masker: Masker = NO_MASKING,
 ) -> RedactingFilter:

@@ -33,23 +33,12 @@ from pydantic import (
 )
 
 __all__ = [
-    "ALWAYS_REDACTED_HEADERS",
     "Access",
     "AccessHeader",
     "AccessRule",
     "RedactHeaders",
     "normalize_header_names",
 ]
-
-ALWAYS_REDACTED_HEADERS: tuple[str, ...] = (
-    "authorization",
-    "cookie",
-    "proxy-authorization",
-    "set-cookie",
-    "x-api-key",
-)
-"""Headers that carry credentials: never written to access logs, traces or inferway's logs,
-whatever the policy says."""
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]+$")
 """An HTTP header field name (RFC 9110 token), lowercase."""

@@ -24,19 +24,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from inferway.observability.redaction import CREDENTIAL_HEADERS
 from inferway.policies.types import split_host_port
 
-__all__ = ["CREDENTIAL_HEADERS", "AccessLog", "Observability", "Tracing", "logged_headers"]
-
-CREDENTIAL_HEADERS: tuple[str, ...] = (
-    "authorization",
-    "cookie",
-    "proxy-authorization",
-    "set-cookie",
-    "x-api-key",
-)
-"""Never logged, whatever the policy says (the same list as access.ALWAYS_REDACTED_HEADERS;
-the policy's own ``redact_headers`` are refused by checks_observability)."""
+__all__ = ["AccessLog", "Observability", "Tracing", "logged_headers"]
 
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 _HEADER_OPERATOR = re.compile(r"%(?:REQ|RESP|TRAILER|REQ_WITHOUT_QUERY)\(([^)]*)\)", re.IGNORECASE)

@@ -13,7 +13,8 @@ Only the shown copy changes; the policy that is live (and its version) is untouc
 
 from __future__ import annotations
 
-from inferway.policies.access import ALWAYS_REDACTED_HEADERS, Access, AccessHeader, AccessRule
+from inferway.observability.redaction import CREDENTIAL_HEADERS
+from inferway.policies.access import Access, AccessHeader, AccessRule
 from inferway.policies.model import HeaderMatch, Policy, Route
 
 __all__ = ["REDACTED_VALUE", "build_redacted_policy"]
@@ -23,7 +24,7 @@ REDACTED_VALUE = "<redacted>"
 
 def build_redacted_policy(policy: Policy) -> Policy:
     """``policy`` with secret header values replaced by :data:`REDACTED_VALUE`."""
-    secret_names = {*ALWAYS_REDACTED_HEADERS, *policy.redact_headers}
+    secret_names = {*CREDENTIAL_HEADERS, *policy.redact_headers}
     routes = [_route(route, secret_names) for route in policy.routes]
     return policy.model_copy(update={"routes": routes})
 

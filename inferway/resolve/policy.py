@@ -7,7 +7,7 @@ needs and nothing it has to decide.
 
 from __future__ import annotations
 
-from inferway.policies.access import ALWAYS_REDACTED_HEADERS
+from inferway.observability.redaction import CREDENTIAL_HEADERS
 from inferway.policies.model import Listener, Policy, Route, Service
 from inferway.policies.rollouts import Rollout
 from inferway.resolve.canary_match import resolve_canary_routes
@@ -66,7 +66,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
         observability=resolve_observability(policy.observability, policy.mask),
         secrets=resolve_secrets(policy, state),
         redacted_headers=tuple(
-            sorted({*ALWAYS_REDACTED_HEADERS, *(h.lower() for h in policy.redact_headers)})
+            sorted({*CREDENTIAL_HEADERS, *(h.lower() for h in policy.redact_headers)})
         ),
         grpc_targets=tuple(resolve_grpc_target(t, by_name, services) for t in policy.grpc_targets),
         feature_router=resolve_feature_router(policy.feature_router, by_name.values()),

@@ -193,7 +193,7 @@ async def _cli(*args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "inferway.gateway.cli",
+        "inferway.cli.main",
         "rollout",
         *args,
         stdout=asyncio.subprocess.PIPE,

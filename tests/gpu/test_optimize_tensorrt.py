@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from inferway.backends.runners.tensorrt import tensorrt_unavailable_reason
+from inferway.cli.main import app
 from inferway.devtools.demo_models import write_demo_repository
-from inferway.gateway.cli import app
 
 pytestmark = [
     pytest.mark.gpu,

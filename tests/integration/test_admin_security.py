@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from inferway.cli.admin_client import fetch_status
 from inferway.gateway.admin_security import (
     ADMIN_TOKEN_ENV,
     MAX_BODY_BYTES,
@@ -18,7 +19,6 @@ from inferway.gateway.admin_security import (
     resolve_admin_token,
 )
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
-from inferway.gateway.status_client import fetch_status
 from tests.envoy_process import free_port
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from inferway.gateway.cli import app
+from inferway.cli.main import app
 from inferway.gateway.runtime import Gateway
 from tests.envoy_process import free_port
 from tests.gateway_process import replica_counts, running_gateway

@@ -32,7 +32,7 @@ services:
     health_check: {{interval: 250ms}}
     replicas:
       command: >-
-        {python} -m inferway.gateway.cli serve --model-repository {repo}
+        {python} -m inferway.cli.main serve --model-repository {repo}
         --http-port {{port}} --grpc-port {{grpc_port}}
       min: 1
       max: 3

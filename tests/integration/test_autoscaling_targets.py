@@ -25,8 +25,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from inferway.cli.main import app
 from inferway.gateway.actuators.kubernetes_scale import ScaleTarget
-from inferway.gateway.cli import app
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from tests.envoy_process import free_port
 from tests.helpers import poll_until

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from inferway.gateway.cli import app
+from inferway.cli.main import app
 from tests.envoy_process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-INFERWAY = [sys.executable, "-m", "inferway.gateway.cli"]
+INFERWAY = [sys.executable, "-m", "inferway.cli.main"]
 
 GOOD = """\
 version: 1

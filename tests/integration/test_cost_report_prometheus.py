@@ -109,7 +109,7 @@ async def prometheus(tmp_path: Path) -> tuple[PrometheusServer, float]:
 
 def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inferway.gateway.cli", "report", "cost", "--prometheus", url,
+        [sys.executable, "-m", "inferway.cli.main", "report", "cost", "--prometheus", url,
          *args],
         capture_output=True,
         text=True,

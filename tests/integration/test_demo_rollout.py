@@ -56,7 +56,7 @@ async def test_a_faulty_demo_backend_fails_its_share_and_serves_the_rest_for_rea
 def test_demo_rollout_promotes_a_good_v2_and_rolls_a_bad_v3_back_with_the_verdicts() -> None:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "inferway.gateway.cli", "demo", "--once", "-n", "40", "--no-trace",
+        [sys.executable, "-m", "inferway.cli.main", "demo", "--once", "-n", "40", "--no-trace",
          "--rollout"],
         cwd=ROOT, capture_output=True, text=True, timeout=90,
         env={**os.environ, "COLUMNS": "200"},

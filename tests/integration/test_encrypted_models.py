@@ -26,8 +26,8 @@ from inferway.backends.models.encrypted import (
 )
 from inferway.backends.models.hsm import ModelEncryption
 from inferway.backends.models.repository import ModelRepository
+from inferway.cli.main import app
 from inferway.devtools.demo_models import build_mlp, mlp_reference
-from inferway.gateway.cli import app
 from tests.envoy_process import free_port
 from tests.helpers import poll_until
 from tests.serve_process import wait_serve_ready
@@ -178,7 +178,7 @@ async def test_serve_loads_encrypted_models_and_refuses_a_tampered_new_version(
     env.update(SOFTHSM2_CONF=str(hsm.conf), INFERWAY_PKCS11_MODULE=hsm.module)
     env["INFERWAY_PKCS11_PIN_FILE"] = str(pin_file)  # the PIN from a file this time
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(root)]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", str(root)]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env

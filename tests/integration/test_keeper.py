@@ -60,7 +60,7 @@ class RunProcess:
         self.envoy_admin_port = free_port()
         self.log_path = tmp_path / "run.log"
         self.command = [
-            *(sys.executable, "-m", "inferway.gateway.cli", "run", "-f", str(policy)),
+            *(sys.executable, "-m", "inferway.cli.main", "run", "-f", str(policy)),
             *("--xds-port", str(free_port()), "--admin-port", str(self.admin_port)),
             *("--envoy-admin-port", str(self.envoy_admin_port), "--node-id", NODE_ID),
             *("--workdir", workdir or str(tmp_path / "wd"), "--envoy-log-level", "info"),

@@ -83,7 +83,7 @@ class Pod:
         argv = [*c.get("command", ["inferway"]), *c.get("args", [])]
         argv = [self.remap_argument(c, a) for a in argv]
         if argv[0] == "inferway":
-            return [sys.executable, "-m", "inferway.gateway.cli", *argv[1:]]
+            return [sys.executable, "-m", "inferway.cli.main", *argv[1:]]
         assert argv[0] == "python", argv
         return [sys.executable, *argv[1:]]
 

@@ -17,9 +17,9 @@ from inferway.backends.app import BackendHandle, start_backend
 from inferway.backends.protocol import pb2
 from inferway.backends.serving.settings import ServingSettings
 from inferway.backends.telemetry.output_digest import OutputDigest
+from inferway.controllers.rollout.evidence import MirrorCounts
 from inferway.devtools.demo_models import build_mlp, mlp_reference
 from inferway.gateway.agreement_source import AgreementSource
-from inferway.gateway.controllers.rollout.evidence import MirrorCounts
 from tests.backend_helpers import grpc_stub, running_backend
 from tests.envoy_process import free_port
 from tests.traffic_harness import TrafficGateway, poll_until

@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 
 from inferway.backends.models.rejection import REJECTED_FILE
 from inferway.backends.runners.tensorrt import tensorrt_unavailable_reason
+from inferway.cli.main import app
 from inferway.devtools.demo_models import write_demo_repository
-from inferway.gateway.cli import app
-from inferway.optimize.int8_weights import host_weight_range
-from inferway.optimize.report import REPORT_FILE
 from inferway.policies.rollouts import Rollout
+from inferway.tools.optimize.int8_weights import host_weight_range
+from inferway.tools.optimize.report import REPORT_FILE
 from tests.envoy_process import free_port
 from tests.serve_process import wait_serve_ready
 
@@ -220,7 +220,7 @@ def test_a_range_int8_cannot_hold_is_rejected_and_serve_does_not_load_it(tmp_pat
     assert text.exit_code == 1 and "REJECTED" in text.output  # FP16 cannot hold it either
 
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(root)]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", str(root)]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{http_port}"

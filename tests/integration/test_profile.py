@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 from typer.testing import CliRunner
 
+from inferway.cli.main import app
 from inferway.devtools.demo_models import write_demo_repository
 from inferway.gateway.admin import start_admin_server
 from inferway.gateway.admin_security import ADMIN_TOKEN, admin_security_middleware
-from inferway.gateway.cli import app
 from inferway.gateway.profile_admin import add_profile_routes
 from inferway.gateway.profile_targets import ProfileTarget, find_targets
 from inferway.observability.py_spy import find_py_spy
@@ -61,7 +61,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str
     models = tmp_path_factory.mktemp("profile") / "models"
     write_demo_repository(models, versions=(1,), sizes=SIZES)
     port = free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", "--model-repository"]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", "--model-repository"]
     command += [str(models), "--http-port", str(port), "--grpc-port", str(free_port())]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"

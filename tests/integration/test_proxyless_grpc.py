@@ -68,7 +68,7 @@ grpc_targets:
 def _serve(root: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """``inferway serve`` over ``root`` on free loopback ports, once it is ready."""
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", "--model-repository"]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", "--model-repository"]
     command += [str(root), "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

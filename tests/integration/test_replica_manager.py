@@ -213,7 +213,7 @@ async def test_inferway_serve_replicas_serve_the_model_and_stop_gracefully(tmp_p
     """The example policy's command shape: ``inferway serve`` with {port} and {grpc_port}."""
     write_demo_repository(tmp_path / "models")
     command = (
-        f"{sys.executable} -m inferway.gateway.cli serve --model-repository "
+        f"{sys.executable} -m inferway.cli.main serve --model-repository "
         f"{tmp_path / 'models'} --http-port {{port}} --grpc-port {{grpc_port}}"
     )
     async with managed(_template(command=command, ready_timeout="60s"), tmp_path) as (gw, manager):

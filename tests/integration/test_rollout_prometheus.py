@@ -17,8 +17,8 @@ import httpx
 import pytest
 from aiohttp import web
 
+from inferway.controllers.rollout.evidence import WindowSample
 from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.controllers.rollout.evidence import WindowSample
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, EnvoyStatsSource, ScrapeError
 from inferway.gateway.rollouts.prometheus_source import PrometheusSource

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.store import RolloutStore
 from inferway.policies import load_policy_text

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from inferway.cli.main import app
 from inferway.devtools.demo_models import mlp_reference, write_demo_repository
-from inferway.gateway.cli import app
 from tests.envoy_process import free_port
 from tests.serve_process import wait_serve_ready
 
@@ -36,7 +36,7 @@ def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_s
 ) -> None:
     write_demo_repository(tmp_path / "models", versions=(1,), sizes=SIZES)
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve"]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve"]
     command += ["--model-repository", str(tmp_path / "models")]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -61,7 +61,7 @@ def test_serve_with_the_model_repository_option_answers_inference_and_stops_on_s
 def test_serve_takes_the_body_limit_and_listen_backlog_from_its_options(tmp_path: Path) -> None:
     write_demo_repository(tmp_path / "models", versions=(1,), sizes=SIZES)
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(tmp_path / "models")]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", str(tmp_path / "models")]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     command += ["--max-body-bytes", "300", "--backlog", "77", "--default-timeout", "5"]
     command += ["--record-outputs", "10"]

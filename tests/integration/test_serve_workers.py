@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from inferway.backends.app import start_backend
 from inferway.backends.protocol import pb2, pb2_grpc
+from inferway.cli.main import app
 from inferway.devtools.demo_models import write_demo_repository
-from inferway.gateway.cli import app
 from tests.envoy_process import free_port
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,7 @@ def _requests_total(text: str) -> float:
 def test_two_workers_share_the_ports_add_up_metrics_and_survive_a_crash(tmp_path: Path) -> None:
     write_demo_repository(tmp_path / "models", versions=(1,), sizes=SIZES)
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(tmp_path / "models")]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", str(tmp_path / "models")]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port), "--workers", "2"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = _Lines(proc)

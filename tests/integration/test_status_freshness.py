@@ -98,7 +98,7 @@ def test_status_shows_a_missing_policy_file_and_keeps_the_age_of_a_reverted_edit
     admin_port = free_port()
     admin = f"http://127.0.0.1:{admin_port}"
     command = [
-        *(sys.executable, "-m", "inferway.gateway.cli", "run", "-f", str(policy), "--no-envoy"),
+        *(sys.executable, "-m", "inferway.cli.main", "run", "-f", str(policy), "--no-envoy"),
         *("--xds-port", "0", "--admin-port", str(admin_port), "--workdir", str(tmp_path / "wd")),
     ]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -123,7 +123,7 @@ def test_status_shows_a_missing_policy_file_and_keeps_the_age_of_a_reverted_edit
         assert [(p["file"], p["kind"]) for p in missing] == [(str(policy), "policy")]
         assert "missing" in missing[0]["message"]
         shown = subprocess.run(
-            [sys.executable, "-m", "inferway.gateway.cli", "status", "--admin", admin],
+            [sys.executable, "-m", "inferway.cli.main", "status", "--admin", admin],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -85,7 +85,7 @@ def served(tmp_path: Path) -> Iterator[tuple[int, int]]:
     (models / "broken" / "1").mkdir(parents=True)
     (models / "broken" / "1" / "model.onnx").write_bytes(b"not an onnx model")
     http_port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "inferway.gateway.cli", "serve", str(models)]
+    command = [sys.executable, "-m", "inferway.cli.main", "serve", str(models)]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

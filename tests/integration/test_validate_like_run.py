@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from inferway.gateway.cli import app
+from inferway.cli.main import app
 from tests.envoy_process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -84,7 +84,7 @@ async def run_verify_cli(*args: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "inferway.gateway.cli",
+        "inferway.cli.main",
         "verify",
         *args,
         cwd=ROOT,

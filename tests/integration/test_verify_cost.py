@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from inferway.gateway.verify.cost import read_cost
+from inferway.tools.verify.cost import read_cost
 from tests.aiohttp_sites import start_site
 from tests.helpers import poll_until
 from tests.prometheus_server import PROMETHEUS, PrometheusServer

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from inferway.gateway.verify.expect import Probe
-from inferway.gateway.verify.load import LoadSettings, run_load
+from inferway.tools.verify.expect import Probe
+from inferway.tools.verify.load import LoadSettings, run_load
 from tests.aiohttp_sites import start_site
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from inferway._xds_protos.envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from inferway.gateway.certs_cli import app as certs_app
-from inferway.gateway.cli import app as inferway_app
+from inferway.cli.certs import app as certs_app
+from inferway.cli.main import app as inferway_app
 from inferway.gateway.runtime import GatewayOptions, start_gateway
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.xds import type_urls

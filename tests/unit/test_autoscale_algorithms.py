@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from inferway.gateway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.gateway.controllers.autoscale.config import build_autoscale_config
-from inferway.gateway.controllers.autoscale.forecast import ForecastError, HoltWinters
-from inferway.gateway.controllers.autoscale.rule import build_from_scaling_policy
-from inferway.gateway.controllers.autoscale.samples import MetricSample, needed_replicas
+from inferway.controllers.autoscale.autoscaler import Autoscaler
+from inferway.controllers.autoscale.config import build_autoscale_config
+from inferway.controllers.autoscale.forecast import ForecastError, HoltWinters
+from inferway.controllers.autoscale.rule import build_from_scaling_policy
+from inferway.controllers.autoscale.samples import MetricSample, needed_replicas
 
 BASE = {
     "metric": "request_rate",

@@ -8,10 +8,10 @@ import json
 import pytest
 import yaml
 
-from inferway.gateway.controllers.autoscale.config import build_autoscale_config
-from inferway.gateway.controllers.autoscale.config_reader import AutoscaleConfigError
-from inferway.gateway.controllers.autoscale.params import PredictiveParams, ProportionalParams
-from inferway.gateway.controllers.autoscale.rule import (
+from inferway.controllers.autoscale.config import build_autoscale_config
+from inferway.controllers.autoscale.config_reader import AutoscaleConfigError
+from inferway.controllers.autoscale.params import PredictiveParams, ProportionalParams
+from inferway.controllers.autoscale.rule import (
     build_from_scaling_policy,
     is_scaling_policy,
 )

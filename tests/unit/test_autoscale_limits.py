@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from inferway.gateway.controllers.autoscale.limits import Governor
-from inferway.gateway.controllers.autoscale.params import Limits, PanicConfig
+from inferway.controllers.autoscale.limits import Governor
+from inferway.controllers.autoscale.params import Limits, PanicConfig
 
 OFF = PanicConfig(enabled=False)
 

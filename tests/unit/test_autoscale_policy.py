@@ -98,7 +98,7 @@ def test_the_autoscale_example_builds() -> None:
 
 
 def test_validate_reports_a_bad_block_located(tmp_path: Path) -> None:
-    from inferway.gateway.validation import check_policy_file
+    from inferway.cli.validate import check_policy_file
 
     path = tmp_path / "p.yaml"
     path.write_text(_text("metric: qps"))

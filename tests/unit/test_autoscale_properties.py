@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferway.gateway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.gateway.controllers.autoscale.config import build_autoscale_config
-from inferway.gateway.controllers.autoscale.samples import MetricSample
+from inferway.controllers.autoscale.autoscaler import Autoscaler
+from inferway.controllers.autoscale.config import build_autoscale_config
+from inferway.controllers.autoscale.samples import MetricSample
 
 
 @st.composite

@@ -10,7 +10,7 @@ from bench.autoscale_baselines import HPA, KPA
 from bench.autoscale_model import Cluster, ReplicaModel
 from bench.autoscale_sim import run
 from bench.autoscale_traces import Trace
-from inferway.gateway.controllers.autoscale.samples import MetricSample
+from inferway.controllers.autoscale.samples import MetricSample
 
 
 def test_replica_model_matches_the_measured_heavy_model():

@@ -9,6 +9,7 @@ import math
 import pytest
 from rich.console import Console
 
+from inferway.cli.scale import render_autoscale
 from inferway.gateway.autoscale_inputs import (
     ClusterLoad,
     StatsError,
@@ -18,7 +19,6 @@ from inferway.gateway.autoscale_inputs import (
     replica_load,
 )
 from inferway.gateway.backend_scrape import BackendTotals
-from inferway.gateway.scale_cli import render_autoscale
 
 
 def _envoy(total: int, active: int, buckets: dict[str, int], cluster: str = "model") -> str:

@@ -13,6 +13,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from inferway.backends.telemetry.metrics import BackendMetrics
+from inferway.controllers.rollout.analysis import analyze
+from inferway.controllers.rollout.config import AnalysisConfig, LatencyCheck
+from inferway.controllers.rollout.evidence import Evidence, VersionCounts, WindowSample
 from inferway.gateway.backend_scrape import (
     BackendScrape,
     BackendTotals,
@@ -20,9 +23,6 @@ from inferway.gateway.backend_scrape import (
     is_server_error,
     parse_backend_metrics,
 )
-from inferway.gateway.controllers.rollout.analysis import analyze
-from inferway.gateway.controllers.rollout.config import AnalysisConfig, LatencyCheck
-from inferway.gateway.controllers.rollout.evidence import Evidence, VersionCounts, WindowSample
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, ScrapeError
 from inferway.gateway.rollouts.sample_source import RolloutSource
 

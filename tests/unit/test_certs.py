@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from typer.testing import CliRunner
 
-from inferway.gateway.cli import app
+from inferway.cli.main import app
 from inferway.pki.bundle_files import bundle_paths, load_bundle, write_bundle
 from inferway.pki.mint import build_ca, build_certificate, spiffe_id_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from inferway.gateway.cli import app
+from inferway.cli.main import app
 
 POLICY = """\
 version: 1

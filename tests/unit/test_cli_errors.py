@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import inferway.gateway.policy_snapshot
-from inferway.gateway.cli import app
+import inferway.xds.policy_snapshot
+from inferway.cli.main import app
 
 POLICY = """\
 version: 1
@@ -26,7 +26,7 @@ def test_a_translation_error_is_one_line_and_exit_1(
     def broken_translation(policy: object) -> None:
         raise ValueError("duplicate Cluster resource named 'v1'")
 
-    monkeypatch.setattr(inferway.gateway.policy_snapshot, "translate_ir", broken_translation)
+    monkeypatch.setattr(inferway.xds.policy_snapshot, "translate_ir", broken_translation)
     path = tmp_path / "p.yaml"
     path.write_text(POLICY, encoding="utf-8")
     result = CliRunner().invoke(app, [command, "-f", str(path)])

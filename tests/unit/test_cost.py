@@ -1,4 +1,4 @@
-"""Cost arithmetic (gateway/cost/spend.py), the spend forecast and its budget rule
+"""Cost arithmetic (tools/cost/spend.py), the spend forecast and its budget rule
 (spend_forecast.py), the report's assembly (report.py) and the policy's ``cost:`` section:
 figures worked out by hand, properties over generated windows, located errors."""
 
@@ -10,15 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferway.gateway.cost.report import ServiceSeries, build_report
-from inferway.gateway.cost.spend import Interval, per_thousand, spend, summarize
-from inferway.gateway.cost.spend_forecast import (
+from inferway.policies import PolicyError, load_policy_text
+from inferway.tools.cost.report import ServiceSeries, build_report
+from inferway.tools.cost.spend import Interval, per_thousand, spend, summarize
+from inferway.tools.cost.spend_forecast import (
     WARN_DAYS_AHEAD,
     SpendForecast,
     budget_warning,
     forecast_spend,
 )
-from inferway.policies import PolicyError, load_policy_text
 
 # -- by hand ------------------------------------------------------------------------------------
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from inferway.controllers.rollout.controller import RolloutController
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.devtools.demo import build_demo_policy
 from inferway.devtools.demo_fault import DemoFault
 from inferway.devtools.demo_rollout import ROLLOUT_STEPS, build_rollout_policy, format_decision
-from inferway.gateway.controllers.rollout.controller import RolloutController
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.rollouts.config import build_rollout_config
 
 PORTS = {"v1": 8001, "v2": 8002, "v3": 8003}

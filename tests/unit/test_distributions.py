@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from build_support.dists import CORE, check, distributions
-from inferway.gateway.cli_conventions import DISTRIBUTION
+from inferway.cli.conventions import DISTRIBUTION
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from inferway.gateway.cli import app
+from inferway.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
 _COMMAND = re.compile(r"`[^`]*?\binferway (run|validate|render|status|demo|verify)\b([^`]*)`")

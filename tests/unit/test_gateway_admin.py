@@ -7,9 +7,9 @@ import yaml
 from rich.console import Console
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway.cli.admin_client import render_status
 from inferway.gateway.admin import build_admin_app, build_status, start_admin_server
 from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.status_client import render_status
 from inferway.gateway.supervisor import Backoff
 from inferway.policies import PolicyError, PolicyIssue, load_policy_text
 from inferway.xds import type_urls

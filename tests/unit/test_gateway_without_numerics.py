@@ -14,7 +14,7 @@ SCRIPT = """
 import sys
 for name in ("numpy", "onnx", "onnxruntime"):
     sys.modules[name] = None  # any import of them raises ImportError
-from inferway.gateway.entry import main
+from inferway.cli.entry import main
 sys.argv = ["inferway", *sys.argv[1:]]
 main()
 """
@@ -41,7 +41,7 @@ def test_validate_and_render_run_without_numpy_onnx_or_onnxruntime() -> None:
 
 def test_the_check_itself_catches_a_numpy_import() -> None:
     found = subprocess.run(
-        [sys.executable, "-c", SCRIPT.replace("from inferway.gateway.entry", "import numpy\n#")],
+        [sys.executable, "-c", SCRIPT.replace("from inferway.cli.entry", "import numpy\n#")],
         cwd=ROOT,
         capture_output=True,
         text=True,

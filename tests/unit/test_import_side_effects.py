@@ -52,7 +52,7 @@ def test_importing_every_module_changes_no_process_state() -> None:
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert "inferway.gateway.cli" in report["imported"] and len(report["imported"]) > 50
+    assert "inferway.cli.main" in report["imported"] and len(report["imported"]) > 50
     before, after = report["before"], report["after"]
     changed_env = {
         k: after["environ"].get(k)

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from inferway.backends import cli as backend_cli
 from inferway.backends.install_check import missing_backend_message, missing_backend_modules
-from inferway.gateway.exit_codes import EXIT_CANNOT_START
+from inferway.cli import serve as backend_cli
+from inferway.exit_codes import EXIT_CANNOT_START
 
 
 def test_this_environment_has_the_backend() -> None:

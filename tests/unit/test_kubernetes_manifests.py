@@ -22,7 +22,7 @@ import pytest
 import typer
 import yaml
 
-from inferway.gateway.cli import app
+from inferway.cli.main import app
 from tests.kustomize_build import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,7 +304,7 @@ def test_the_policy_passes_inferway_validate_and_names_the_headless_backend_serv
     policy_file = tmp_path / policy_path.name
     policy_file.write_text(text)
     done = subprocess.run(
-        [sys.executable, "-m", "inferway.gateway.cli", "validate", "-f", str(policy_file)],
+        [sys.executable, "-m", "inferway.cli.main", "validate", "-f", str(policy_file)],
         capture_output=True,
         text=True,
         timeout=120,

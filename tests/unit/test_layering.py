@@ -15,40 +15,36 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "inferway"
 
-BASE = {"pki", "parent_death", "free_ports", "_xds_protos"}
-"""Below everything: certificates and keys, process helpers (parent death, free ports), the
-generated Envoy API modules. They import nothing of inferway but themselves."""
+BASE = {"pki", "parent_death", "free_ports", "exit_codes", "_xds_protos"}
+"""Below everything: certificates and keys, process helpers (parent death, free ports, exit
+codes), the generated Envoy API modules. They import nothing of inferway but themselves."""
+
+_BELOW_GATEWAY = BASE | {"observability", "policies", "state", "resolve", "xds", "controllers"}
 
 MAY_IMPORT: dict[str, set[str]] = {
     "pki": BASE,
     "parent_death": BASE,
     "free_ports": BASE,
+    "exit_codes": BASE,
     "_xds_protos": BASE,
-    "policies": BASE | {"policies"},
-    "state": BASE | {"policies", "state"},
-    "resolve": BASE | {"policies", "state", "resolve"},
-    "xds": BASE | {"policies", "state", "resolve", "xds"},
-    "observability": BASE | {"policies", "observability"},
+    "observability": BASE | {"observability"},
+    "policies": BASE | {"observability", "policies"},
+    "state": BASE | {"observability", "policies", "state"},
+    "resolve": BASE | {"observability", "policies", "state", "resolve"},
+    "xds": BASE | {"observability", "policies", "state", "resolve", "xds"},
+    "controllers": BASE | {"controllers"},
+    "console": BASE | {"observability", "policies", "console"},
     "backends": BASE | {"observability", "backends"},
-    "optimize": BASE | {"policies", "observability", "backends", "optimize"},
-    "gateway": BASE
-    | {"policies", "state", "resolve", "xds", "observability", "backends", "optimize", "gateway"},
-    "devtools": BASE
-    | {
-        "policies",
-        "state",
-        "resolve",
-        "xds",
-        "observability",
-        "backends",
-        "optimize",
-        "gateway",
-        "devtools",
-    },
+    "gateway": _BELOW_GATEWAY | {"console", "backends", "gateway"},
+    "tools": _BELOW_GATEWAY | {"console", "backends", "gateway", "tools"},
+    "cli": _BELOW_GATEWAY | {"console", "backends", "gateway", "tools", "cli"},
+    "devtools": _BELOW_GATEWAY | {"console", "backends", "gateway", "tools", "cli", "devtools"},
 }
-"""Each layer (top-level part of ``inferway``) -> the layers it may import."""
+"""Each layer (top-level part of ``inferway``) -> the layers it may import. ``controllers``
+are pure decision cores: the base layer only. ``cli`` is the top: nothing imports it (but
+devtools, which nothing in the product imports)."""
 
-DEVTOOLS_ENTRY = ("inferway.gateway.cli", "demo", "inferway.devtools.demo")
+DEVTOOLS_ENTRY = ("inferway.cli.main", "demo", "inferway.devtools.demo")
 """The one product import of devtools: the gateway CLI's ``demo`` command imports the demo
 runner lazily, inside the command function, so running the product never loads devtools."""
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from inferway.backends.serving.failures import classify_error
-from inferway.gateway.console import configure_logging
+from inferway.console import configure_logging
 from inferway.observability.log_format import (
     JsonFormatter,
     TextFieldsFormatter,

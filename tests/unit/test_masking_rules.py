@@ -170,7 +170,7 @@ def test_recorded_text_outputs_are_masked_before_they_are_hashed() -> None:
 def test_serve_refuses_a_mask_pattern_re2_cannot_compile(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from inferway.gateway.cli import app
+    from inferway.cli.main import app
 
     result = CliRunner().invoke(app, ["serve", str(tmp_path), "--mask", "tr(ue"])
     assert result.exit_code == 2 and "--mask" in result.output, result.output

@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 
 from inferway.backends.runners.base import TensorSpec
-from inferway.optimize.compare import Comparison, OutputDeviation, compare_runners
-from inferway.optimize.inputs import CalibrationError, build_validation_cases, load_calibration
-from inferway.optimize.report import build_rollout_stanza, judge
+from inferway.tools.optimize.compare import Comparison, OutputDeviation, compare_runners
+from inferway.tools.optimize.inputs import (
+    CalibrationError,
+    build_validation_cases,
+    load_calibration,
+)
+from inferway.tools.optimize.report import build_rollout_stanza, judge
 
 X = TensorSpec("x", "FP32", (-1, 6))
 IDS = TensorSpec("ids", "INT64", (-1, 3))

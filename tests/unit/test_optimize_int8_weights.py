@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inferway.optimize.int8_weights import VNNI_FLAGS, _cpu_flags, choose_weight_range
+from inferway.tools.optimize.int8_weights import VNNI_FLAGS, _cpu_flags, choose_weight_range
 
 AVX2 = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})
 

@@ -12,12 +12,12 @@ from inferway.backends.telemetry.output_digest import (
     OutputRecorder,
     build_tensor_digest,
 )
-from inferway.gateway.controllers.rollout.agreement import (
+from inferway.controllers.rollout.agreement import (
     AgreementMatcher,
     Tolerance,
     compare_outputs,
 )
-from inferway.gateway.controllers.rollout.evidence import MirrorCounts
+from inferway.controllers.rollout.evidence import MirrorCounts
 
 
 def _digest(request_id: str, array: np.ndarray, name: str = "y", seq: int = 1) -> OutputDigest:

@@ -20,7 +20,7 @@ from inferway.gateway.profile_targets import (
     ("argv", "expected"),
     [
         (["/venv/bin/python", "/venv/bin/inferway", "serve", "--http-port", "1"], "backend"),
-        (["python", "-m", "inferway.gateway.cli", "serve"], "backend"),
+        (["python", "-m", "inferway.cli.main", "serve"], "backend"),
         (["python", "-m", "inferway.gateway.control_plane_main"], "gateway"),
         (["/venv/bin/inferway", "run", "-f", "p.yaml", "--no-envoy"], "gateway"),
         (["/venv/bin/inferway", "run", "-f", "p.yaml"], None),  # the keeper: Envoy's owner
@@ -39,7 +39,7 @@ def _proc(tmp_path: Path, pid: int, argv: list[str]) -> None:
 
 
 def test_find_targets_reads_a_proc_tree(tmp_path: Path) -> None:
-    _proc(tmp_path, 10, ["python", "-m", "inferway.gateway.cli", "serve"])
+    _proc(tmp_path, 10, ["python", "-m", "inferway.cli.main", "serve"])
     _proc(tmp_path, 11, ["python", "-m", "inferway.gateway.control_plane_main"])
     (tmp_path / "self").mkdir()
     found = find_targets(ProfileTarget.backend, proc=tmp_path)

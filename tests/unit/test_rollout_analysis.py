@@ -9,15 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from inferway.gateway.controllers.rollout.analysis import analyze
-from inferway.gateway.controllers.rollout.config import (
+from inferway.controllers.rollout.analysis import analyze
+from inferway.controllers.rollout.config import (
     AbsoluteGuard,
     AgreementCheck,
     AnalysisConfig,
     ErrorRateCheck,
     LatencyCheck,
 )
-from inferway.gateway.controllers.rollout.evidence import (
+from inferway.controllers.rollout.evidence import (
     Evidence,
     MirrorCounts,
     VersionCounts,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferway.gateway.controllers.rollout.config import (
+from inferway.controllers.rollout.config import (
     TOTAL_WEIGHT,
     AnalysisConfig,
     ErrorRateCheck,

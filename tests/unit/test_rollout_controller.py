@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from inferway.gateway.controllers.rollout.config import TOTAL_WEIGHT
-from inferway.gateway.controllers.rollout.controller import (
+from inferway.controllers.rollout.config import TOTAL_WEIGHT
+from inferway.controllers.rollout.controller import (
     RolloutCommandError,
     RolloutController,
 )
-from inferway.gateway.controllers.rollout.state import Phase, RolloutState, RolloutStateError
+from inferway.controllers.rollout.state import Phase, RolloutState, RolloutStateError
 from tests.rollout_samples import rollout_config, window
 
 INTERVAL = 30.0

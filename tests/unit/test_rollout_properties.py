@@ -8,13 +8,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferway.gateway.controllers.rollout.config import TOTAL_WEIGHT
-from inferway.gateway.controllers.rollout.controller import (
+from inferway.controllers.rollout.config import TOTAL_WEIGHT
+from inferway.controllers.rollout.controller import (
     RolloutCommandError,
     RolloutController,
 )
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
-from inferway.gateway.controllers.rollout.state import Phase, RolloutState
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.controllers.rollout.state import Phase, RolloutState
 from tests.rollout_samples import rollout_config
 
 SHAPE = {60.0: 50, 80.0: 30, 120.0: 15, 200.0: 5}

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from inferway.gateway.controllers.rollout.stats import (
+from inferway.controllers.rollout.stats import (
     FIRST_LOOK,
     MIXTURE_FACTORS,
     look_alpha,

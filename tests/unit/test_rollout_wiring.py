@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.controllers.rollout.config import (
+from inferway.controllers.rollout.config import (
     AgreementCheck,
     ErrorRateCheck,
     LatencyCheck,
 )
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
-from inferway.gateway.controllers.rollout.state import Phase, RolloutState
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.controllers.rollout.state import Phase, RolloutState
+from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.rollouts.config import build_rollout_config
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.envoy_stats import (

@@ -9,10 +9,10 @@ from pathlib import Path
 from rich.console import Console
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway.cli.admin_client import render_status
 from inferway.gateway.admin import build_status
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.keeper_state import KeeperState, KeeperView, ProcessRecord, write_keeper_state
-from inferway.gateway.status_client import render_status
 from inferway.policies import PolicyError, PolicyIssue
 from inferway.xds.cache import SnapshotCache
 from tests.unit.test_gateway_control_plane import make_policy

@@ -12,12 +12,12 @@ from inferway.backends.models.scan import scan_repository
 from inferway.backends.protocol.fast_wire import FastCall
 from inferway.gateway.features import measure
 from inferway.gateway.features.server import _json_length
-from inferway.gateway.verify.cases import _set
-from inferway.gateway.verify.features import field_value
 from inferway.observability.folded_stacks import parse_folded
 from inferway.observability.masking import _replace_path
-from inferway.optimize.pipeline import _next_version
 from inferway.policies.types import split_host_port
+from inferway.tools.optimize.pipeline import _next_version
+from inferway.tools.verify.cases import _set
+from inferway.tools.verify.features import field_value
 
 SUPERSCRIPT_TWO = "\u00b2"
 

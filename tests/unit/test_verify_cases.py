@@ -9,14 +9,14 @@ from pathlib import Path
 
 import re2
 
-from inferway.gateway.verify.cases import Coverage, generate_probes
-from inferway.gateway.verify.expect import Expected, Outcome, expect
-from inferway.gateway.verify.features import body_document, rows_of
-from inferway.gateway.verify.functional import Observation, judge, summarize
-from inferway.gateway.verify.load import is_loopback
-from inferway.gateway.verify.routes import Pool, VerifyRoute, load_verify_routes
-from inferway.gateway.verify.stats import chi_square
 from inferway.policies.model import PathMatch
+from inferway.tools.verify.cases import Coverage, generate_probes
+from inferway.tools.verify.expect import Expected, Outcome, expect
+from inferway.tools.verify.features import body_document, rows_of
+from inferway.tools.verify.functional import Observation, judge, summarize
+from inferway.tools.verify.load import is_loopback
+from inferway.tools.verify.routes import Pool, VerifyRoute, load_verify_routes
+from inferway.tools.verify.stats import chi_square
 
 POLICY = """
 listeners: [{name: edge, port: 10000}]

@@ -10,11 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inferway.gateway.verify.expect import Outcome, Probe, expect
-from inferway.gateway.verify.features import FeatureRule, Verdict, match_features
-from inferway.gateway.verify.live import rollout_weights
-from inferway.gateway.verify.routes import VerifyRoute, load_verify_routes
 from inferway.policies.errors import PolicyError
+from inferway.tools.verify.expect import Outcome, Probe, expect
+from inferway.tools.verify.features import FeatureRule, Verdict, match_features
+from inferway.tools.verify.live import rollout_weights
+from inferway.tools.verify.routes import VerifyRoute, load_verify_routes
 
 HEAD = """
 listeners: [{name: edge, port: 10000}, {name: other, port: 10001}]

@@ -7,7 +7,7 @@ import gc
 import subprocess
 import sys
 
-from inferway.gateway.verify.generator_health import (
+from inferway.tools.verify.generator_health import (
     DEFERRED_FULL_THRESHOLD,
     LAG_TICK_S,
     GeneratorHealth,
@@ -51,7 +51,7 @@ def test_the_loop_watcher_measures_a_blocked_gevent_loop() -> None:
     # In a process of its own: gevent's loop must not start inside the test runner.
     script = f"""
 import time, gevent
-from inferway.gateway.verify.generator_health import GeneratorHealth
+from inferway.tools.verify.generator_health import GeneratorHealth
 health = GeneratorHealth(time.time())
 watcher = gevent.spawn(health.watch_loop)
 gevent.sleep(0.05)

@@ -4,7 +4,7 @@ compare the canary's outputs with stable's for the same (mirrored) input.
 Envoy's request mirroring copies a request to the canary with the same ``x-request-id``
 and throws the canary's answer away. Both versions record a digest of each answer here, in a
 bounded in-memory table (oldest evicted first), and expose it at ``GET /v2/debug/outputs``;
-the rollout's comparator (``gateway/controllers/rollout/agreement.py``) pairs digests by id
+the rollout's comparator (``controllers/rollout/agreement.py``) pairs digests by id
 and counts the pairs that differ beyond a numeric tolerance.
 
 A digest is small whatever the tensor's size: its shape and datatype, the first

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from inferway.gateway.controllers.rollout.controller import COMMANDS, RolloutCommandError
+from inferway.controllers.rollout.controller import COMMANDS, RolloutCommandError
 from inferway.gateway.rollouts.driver import RolloutDriver, UnknownRolloutError
 
 __all__ = ["DRIVER", "add_rollout_routes"]

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import aiohttp
 
+from inferway.controllers.rollout.evidence import VersionCounts
 from inferway.gateway.backend_scrape import BackendTotals, backend_window, scrape_backends
-from inferway.gateway.controllers.rollout.evidence import VersionCounts
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 
 __all__ = ["BackendMetricsSource", "BackendURLs"]

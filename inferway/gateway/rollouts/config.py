@@ -6,7 +6,7 @@ The policy speaks percent (``max_increase: 0.5%``); the controller speaks rates 
 
 from __future__ import annotations
 
-from inferway.gateway.controllers.rollout.config import (
+from inferway.controllers.rollout.config import (
     AbsoluteGuard,
     AgreementCheck,
     AnalysisConfig,

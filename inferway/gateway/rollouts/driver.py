@@ -22,17 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
-from inferway.gateway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
-from inferway.gateway.controllers.rollout.controller import RolloutController
-from inferway.gateway.controllers.rollout.evidence import WindowSample
-from inferway.gateway.controllers.rollout.state import (
+from inferway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
+from inferway.controllers.rollout.controller import RolloutController
+from inferway.controllers.rollout.evidence import WindowSample
+from inferway.controllers.rollout.state import (
     TERMINAL,
     Decision,
     Phase,
     RolloutState,
     RolloutStateError,
 )
+from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
 from inferway.gateway.rollouts.config import build_rollout_config
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 
 __all__ = [
     "ClusterTotals",

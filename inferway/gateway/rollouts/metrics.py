@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from inferway.gateway.controllers.rollout.state import Decision, Phase
+from inferway.controllers.rollout.state import Decision, Phase
 from inferway.gateway.rollouts.driver import RolloutDriver
 
 __all__ = ["RolloutMetrics"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from inferway.gateway.controllers.rollout.evidence import VersionCounts, WindowSample
+from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.policies.rollout_prometheus import PrometheusAnalysis, render_query
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from inferway.controllers.rollout.config import AgreementCheck, RolloutConfig
+from inferway.controllers.rollout.evidence import MirrorCounts, VersionCounts, WindowSample
 from inferway.gateway.agreement_source import AgreementSource
-from inferway.gateway.controllers.rollout.config import AgreementCheck, RolloutConfig
-from inferway.gateway.controllers.rollout.evidence import MirrorCounts, VersionCounts, WindowSample
 from inferway.gateway.rollouts.backend_source import BackendMetricsSource
 from inferway.gateway.rollouts.envoy_stats import EnvoyStatsSource, ScrapeError
 from inferway.gateway.rollouts.prometheus_source import PrometheusSource

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferway.gateway.controllers.rollout.state import RolloutState, RolloutStateError
+from inferway.controllers.rollout.state import RolloutState, RolloutStateError
 
 __all__ = ["RolloutStore", "RolloutTarget"]
 

@@ -1,0 +1,212 @@
+"""``inferway verify``: the functional, load and cost checks of a live gateway against the
+policy it should be running, with an exit code a rollout gate reads (docs/verify.md).
+
+The checks' libraries (rstr, scipy, locust, matplotlib) are the ``verify`` extra, imported
+by the modules that use them only when they run, so a gateway without them starts as
+before and ``verify`` says which extra it needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import httpx
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from inferway.cli.output import OutputFormat, OutputOption, write_document
+from inferway.console import make_console, print_issues
+from inferway.exit_codes import (
+    EXIT_BAR_MISSED,
+    EXIT_CANNOT_START,
+    EXIT_INVALID,
+    EXIT_UNREACHABLE,
+)
+from inferway.policies.errors import PolicyError
+from inferway.policies.types import parse_duration
+from inferway.resolve.errors import ResolveError
+from inferway.tools.verify.live import LiveWeightsError, fetch_live_weights
+from inferway.tools.verify.load import is_loopback
+from inferway.tools.verify.report import render_run
+from inferway.tools.verify.routes import load_verify_routes
+from inferway.tools.verify.run import VerifySettings, run_verify
+
+__all__ = ["verify"]
+
+_NEEDS = ("rstr", "scipy", "locust", "matplotlib")
+
+
+def _seconds(value: str) -> float:
+    """``60s``, ``50ms``, ``1m`` or a bare number of seconds."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = parse_duration(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    assert isinstance(parsed, float)
+    return parsed
+
+
+def _cpus(value: str | None) -> tuple[int, ...]:
+    """``--load-cpus 0,1`` -> (0, 1); a CPU this process may not use is a usage error."""
+    if value is None:
+        return ()
+    try:
+        cpus = tuple(sorted({int(part) for part in value.split(",") if part.strip()}))
+    except ValueError:
+        raise _fail(f"--load-cpus {value!r}: give CPU numbers, e.g. 0 or 0,1", 2) from None
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(cpus)
+    outside = [c for c in cpus if c not in allowed]
+    if not cpus or outside:
+        raise _fail(f"--load-cpus {value!r}: usable CPUs are {sorted(allowed)}", 2)
+    return cpus
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    Console(stderr=True).print(Text(message, style="red"))
+    return typer.Exit(code)
+
+
+def _reachable(gateway: str) -> None:
+    try:
+        httpx.get(gateway, timeout=5.0)
+    except httpx.HTTPError as error:
+        raise _fail(f"cannot reach the gateway at {gateway}: {error}", EXIT_UNREACHABLE) from None
+
+
+def verify(
+    file: Annotated[
+        Path,
+        typer.Option("--file", "-f", help="The policy the gateway should run.", dir_okay=False),
+    ],
+    gateway: Annotated[
+        str, typer.Option(help="The gateway's listener URL, e.g. http://127.0.0.1:10000.")
+    ],
+    requests: Annotated[
+        int, typer.Option(min=1, help="Functional requests (at least one per generated case).")
+    ] = 1000,
+    concurrency: Annotated[int, typer.Option(min=1, help="Functional requests in flight.")] = 8,
+    min_correct: Annotated[
+        float, typer.Option(min=0, max=100, help="Correctness bar, % routed as the policy says.")
+    ] = 99.9,
+    alpha: Annotated[
+        float, typer.Option(min=0, max=1, help="Chi-square significance: p below it fails.")
+    ] = 0.001,
+    users: Annotated[
+        int | None, typer.Option(min=1, help="Run the locust load part with this many users.")
+    ] = None,
+    duration: Annotated[str, typer.Option(help="Load duration (60s, 2m).")] = "60s",
+    spawn_rate: Annotated[
+        float | None, typer.Option(help="Users started per second (default: all in 1 s).")
+    ] = None,
+    think_time: Annotated[str, typer.Option(help="Each user's wait between requests.")] = "0s",
+    exclude_ramp: Annotated[
+        bool,
+        typer.Option(
+            "--exclude-ramp",
+            help="Judge only requests sent once every user has started (the ramp is reported "
+            "beside), as locust's --reset-stats.",
+        ),
+    ] = False,
+    load_cpus: Annotated[
+        str | None,
+        typer.Option(help="CPUs locust may run on (0 or 0,1): keep it off the gateway's cores."),
+    ] = None,
+    sla_p99: Annotated[str, typer.Option(help="The load run's p99 bar (50ms).")] = "50ms",
+    max_errors: Annotated[
+        float, typer.Option(min=0, max=100, help="Load errors bar, % (5xx, no answer).")
+    ] = 0.5,
+    prometheus: Annotated[
+        str | None, typer.Option(help="Prometheus with inferway_cost_* / utilisation series.")
+    ] = None,
+    admin: Annotated[
+        str | None,
+        typer.Option(help="The gateway's admin API: live rollout weights, and /metrics for cost."),
+    ] = None,
+    min_utilization: Annotated[
+        float | None, typer.Option(min=0, max=100, help="Utilisation bar, % (none by default).")
+    ] = None,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow load on a non-loopback gateway.")
+    ] = False,
+    png: Annotated[
+        Path | None,
+        typer.Option(help="Write the load run's latency over time here.", dir_okay=False),
+    ] = None,
+    json_file: Annotated[
+        Path | None,
+        typer.Option("--json", help="Also write the JSON document here.", dir_okay=False),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the generated cases.")] = 0,
+    output: OutputOption = OutputFormat.text,
+) -> None:
+    """Verify a live gateway against a policy: requests generated from the policy cover every
+    route and feature rule and must reach the pools it names (--min-correct), the pools'
+    activation frequencies must fit their weights (chi-square), optionally a locust load
+    run (--users) must meet the p99 SLA, and cost/utilisation are read when available.
+    Exit 0 every bar met, 1 invalid policy, 2 usage (a missing extra, non-loopback load),
+    3 gateway unreachable, 4 a bar missed."""
+    missing = [m for m in _NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        message = (
+            f"verify needs the verify extra (pip install 'inferway[verify]'): "
+            f"{', '.join(missing)} not installed"
+        )
+        raise _fail(message, EXIT_CANNOT_START)
+    settings = VerifySettings(
+        requests=requests,
+        concurrency=concurrency,
+        min_correct=min_correct,
+        alpha=alpha,
+        users=users,
+        duration_s=_seconds(duration),
+        spawn_rate=spawn_rate,
+        think_time_s=_seconds(think_time),
+        exclude_ramp=exclude_ramp,
+        load_cpus=_cpus(load_cpus),
+        sla_p99_ms=_seconds(sla_p99) * 1000.0,
+        max_error_percent=max_errors,
+        prometheus=prometheus,
+        admin=admin,
+        min_utilization=None if min_utilization is None else min_utilization / 100.0,
+        png=png,
+        seed=seed,
+    )
+    if png is not None and users is None:
+        raise _fail("--png draws the load run: give --users too", EXIT_CANNOT_START)
+    if users is not None and not allow_remote and not is_loopback(gateway):
+        message = f"{gateway} is not a loopback address: load only with --allow-remote"
+        raise _fail(message, EXIT_CANNOT_START)
+    try:
+        weights = fetch_live_weights(admin) if admin else {}
+    except LiveWeightsError as error:
+        raise _fail(str(error), EXIT_UNREACHABLE) from None
+    try:
+        _, routes = load_verify_routes(file, urlsplit(gateway).port, weights)
+    except (PolicyError, ResolveError) as error:
+        issues = error.issues if isinstance(error, PolicyError) else []
+        if issues:
+            print_issues(make_console(stderr=True), issues)
+        else:
+            make_console(stderr=True).print(Text(f"{file}: {error}", style="red"))
+        raise typer.Exit(EXIT_INVALID) from None
+    _reachable(gateway)
+    document = asyncio.run(run_verify(str(file), gateway, routes, settings))
+    if json_file is not None:
+        with json_file.open("w", encoding="utf-8") as stream:
+            write_document(document, OutputFormat.json, stream)
+    if output is OutputFormat.text:
+        render_run(document, Console(soft_wrap=False))
+    else:
+        write_document(document, output)
+    if not document["ok"]:
+        raise typer.Exit(EXIT_BAR_MISSED)

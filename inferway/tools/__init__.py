@@ -1,0 +1,1 @@
+"""User tools built on the rest: `verify`, cost reports, `optimize`."""
