@@ -4,15 +4,15 @@ The event loop thread decodes requests while worker threads run the model; a wor
 from ONNX Runtime must take the GIL back before it can hand its batch over. With CPython's
 default 5 ms switch interval a busy loop keeps it waiting for up to that long after every
 batch, which for a small model is ten times the compute itself. 0.5 ms measured best on the
-2-core benchmark machine (tiny model +20% throughput, heavy model +9%; BENCHMARKS.md).
+2-core benchmark machine (tiny model +20% throughput, heavy model +9%; docs/benchmarks-history.md).
 
 Once the models are loaded and the listeners open, the heap holds a few hundred thousand
 objects that live as long as the process (modules, the models' sessions, metrics, pydantic
 models). CPython's cyclic collector walks all of them in every full collection, which the
 growth of per-connection state under load triggers: 70-odd ms pauses in the middle of serving,
-measured under 1,000 locust users (BENCHMARKS.md). ``freeze_startup_heap`` moves them out of
-the collector's sight (``gc.freeze``, as pre-fork servers do); what is created later is
-collected as usual.
+measured under 1,000 locust users (docs/benchmarks-history.md). ``freeze_startup_heap`` moves
+them out of the collector's sight (``gc.freeze``, as pre-fork servers do); what is created
+later is collected as usual.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ Every user in a locust process shares one gevent loop, so anything that holds th
 full collection walking locust's heap, a burst of greenlets to run, a CPU the process was not
 given) delays every request in flight, and locust counts the delay as the server's. Measured
 at 1,000 users: full collections of 47-68 ms, 3-6 of them in 40 s, before the start-up heap
-was frozen (BENCHMARKS.md). :func:`freeze_heap` takes what start-up (and later, the spawned
-users) built out of the collector's sight; :class:`GeneratorHealth` records what is left, so a
-report can say whether a slow p99 was the server's or the load generator's.
+was frozen (docs/benchmarks-history.md). :func:`freeze_heap` takes what start-up (and later,
+the spawned users) built out of the collector's sight; :class:`GeneratorHealth` records what is
+left, so a report can say whether a slow p99 was the server's or the load generator's.
 
 Only the standard library is imported at module level (gevent inside :meth:`watch_loop`):
 importing this module must not patch anything.
@@ -51,7 +51,7 @@ def defer_full_collections() -> tuple[int, int, int]:
     them waits for the process's exit, and the run reports its peak memory
     (:func:`peak_rss_mb`). An A/B instrument, off by default: at 1,000 users the full
     collections left after freezing took 5-10 ms, and deferring them moved neither the p99
-    nor the loop's lateness beyond run-to-run noise (BENCHMARKS.md)."""
+    nor the loop's lateness beyond run-to-run noise (docs/benchmarks-history.md)."""
     before = gc.get_threshold()
     gc.set_threshold(before[0], before[1], DEFERRED_FULL_THRESHOLD)
     return before
