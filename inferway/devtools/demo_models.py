@@ -22,7 +22,6 @@ __all__ = [
     "HEAVY_SIZES",
     "build_add",
     "build_mlp",
-    "build_mlp_heavy",
     "mlp_reference",
     "write_demo_repository",
 ]
@@ -89,11 +88,6 @@ def build_mlp(
     onnx.checker.check_model(model)
     path.write_bytes(model.SerializeToString())
     return path
-
-
-def build_mlp_heavy(path: str | Path, seed: int = 0) -> Path:
-    """The weight-bound MLP (``HEAVY_SIZES``) used to show what batching buys."""
-    return build_mlp(path, HEAVY_SIZES, seed)
 
 
 def mlp_reference(

@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inferway.policies.errors import PolicyError, PolicyIssue, read_source_text
+from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.located import (
     describe_value,
     in_file_order,
@@ -36,7 +36,6 @@ __all__ = [
     "EndpointsFile",
     "ServiceEndpoints",
     "endpoints_file_path",
-    "load_endpoints",
     "load_endpoints_text",
 ]
 
@@ -58,14 +57,6 @@ def endpoints_file_path(policy: Policy, policy_path: str | Path) -> Path | None:
         return None
     path = Path(policy.endpoints_file).expanduser()
     return path if path.is_absolute() else Path(policy_path).parent / path
-
-
-def load_endpoints(
-    path: str | Path, *, services: Collection[str] | None = None
-) -> ServiceEndpoints:
-    """Read and validate the endpoints file at ``path``; see :func:`load_endpoints_text`."""
-    text = read_source_text(path)
-    return load_endpoints_text(text, str(path), services=services)
 
 
 def load_endpoints_text(

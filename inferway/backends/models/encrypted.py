@@ -37,7 +37,6 @@ __all__ = [
     "decrypt_model_file",
     "encrypt_model_bytes",
     "is_encrypted",
-    "read_header",
 ]
 
 ENCRYPTED_MODEL_FILE = "model.onnx.enc"
@@ -100,11 +99,6 @@ def _split(path: Path, blob: bytes) -> tuple[dict[str, Any], bytes, bytes]:
             f"{header.get('cipher')!r} (this inferway reads format {_FORMAT}, {_CIPHER})"
         )
     return header, blob[: start + length], blob[start + length :]
-
-
-def read_header(path: Path) -> dict[str, Any]:
-    """The header of an encrypted model (labels of its key), without decrypting anything."""
-    return _split(path, path.read_bytes())[0]
 
 
 def decrypt_model_file(path: Path, settings: ModelEncryption | None) -> bytes:
