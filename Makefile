@@ -34,7 +34,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff format inferway tests bench
 
 golden: $(STAMP)
-	INFERWAY_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/golden tests/unit/test_policy_broken.py -q
+	INFERWAY_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/golden tests/unit/test_policy_broken.py tests/unit/test_layering.py -q
 
 # The wheels of inferway-core and its meta-distributions (inferway, inferway-gateway,
 # inferway-backend, inferway-gpu) into dist/, a --find-links folder (docs/install.md).

@@ -8,6 +8,9 @@ hide in a function body, and no two modules may import each other, directly or r
 from __future__ import annotations
 
 import ast
+import functools
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,7 +70,17 @@ def _sources() -> list[Path]:
 _MODULES = {_module_name(p) for p in _sources()}
 
 
-def _imports(path: Path) -> Iterator[tuple[str, str | None]]:
+def _imports(path: Path) -> list[tuple[str, str | None]]:
+    """Parsed once per file: every test below reads the same tree."""
+    return _parse_imports(path)
+
+
+@functools.cache
+def _parse_imports(path: Path) -> list[tuple[str, str | None]]:
+    return list(_walk_imports(path))
+
+
+def _walk_imports(path: Path) -> Iterator[tuple[str, str | None]]:
     """(imported inferway module, enclosing function name or None) for every import."""
     module = _module_name(path)
     is_package = path.name == "__init__.py"
@@ -99,6 +112,7 @@ def _imports(path: Path) -> Iterator[tuple[str, str | None]]:
     yield from visit(tree, None)
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in _sources()}
 
@@ -194,3 +208,191 @@ def test_no_import_cycles_among_modules() -> None:
 
 def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+_COMPOSITION_ROOT = (
+    "inferway.gateway.runtime",
+    "inferway.gateway.runtime_admin",
+    "inferway.gateway.foreground",
+    "inferway.gateway.control_plane_main",
+    "inferway.gateway.control_plane_process",
+    "inferway.gateway.keeper",
+)
+
+INSIDE_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (
+        ("inferway.controllers.rollout",),
+        ("inferway.controllers.autoscale",),
+        "the two decision cores stand apart",
+    ),
+    (
+        ("inferway.controllers.autoscale",),
+        ("inferway.controllers.rollout",),
+        "the two decision cores stand apart",
+    ),
+    (
+        ("inferway.gateway.control_plane",),
+        ("inferway.gateway",),
+        "the control plane is the gateway's core: sources, watchers and drivers plug into it",
+    ),
+    (
+        ("inferway.gateway",),
+        _COMPOSITION_ROOT,
+        "only the composition root (and the processes that run it) imports the composition root",
+    ),
+    (
+        (
+            "inferway.gateway.actuators",
+            "inferway.gateway.rollouts",
+            "inferway.gateway.features",
+            "inferway.gateway.autoscaling",
+            "inferway.gateway.autoscale_inputs",
+            "inferway.gateway.autoscale_policy",
+        ),
+        ("inferway.gateway.admin", "inferway.gateway.runtime_admin", "inferway.gateway.profile_"),
+        "drivers and actuators never reach into the admin API: it reads them",
+    ),
+    (
+        ("inferway.xds.translate",),
+        tuple(
+            f"inferway.xds.{m}"
+            for m in ("cache", "server", "stream", "sotw", "delta", "hooks", "history", "stats")
+        ),
+        "translation is pure: it knows resources, never the cache or the servers",
+    ),
+    (
+        ("inferway.xds.snapshot", "inferway.xds.resources", "inferway.xds.type_urls"),
+        tuple(f"inferway.xds.{m}" for m in ("cache", "server", "stream", "sotw", "delta")),
+        "a snapshot is a value: it knows nothing of who serves it",
+    ),
+    (
+        ("inferway.xds.cache",),
+        tuple(f"inferway.xds.{m}" for m in ("server", "stream", "sotw", "delta")),
+        "the cache answers watches; the protocol sits on top of it (go-control-plane's split)",
+    ),
+    (
+        ("inferway.backends.runners", "inferway.backends.batching"),
+        tuple(
+            f"inferway.backends.{m}"
+            for m in ("protocol", "app", "workers", "jobs", "serving", "pipelines")
+        ),
+        "runners and the batcher never know the front ends that feed them",
+    ),
+    (
+        ("inferway.tools.verify",),
+        ("inferway.tools.cost", "inferway.tools.optimize"),
+        "the tools stand apart",
+    ),
+    (
+        ("inferway.tools.cost",),
+        ("inferway.tools.verify", "inferway.tools.optimize"),
+        "the tools stand apart",
+    ),
+    (
+        ("inferway.tools.optimize",),
+        ("inferway.tools.verify", "inferway.tools.cost"),
+        "the tools stand apart",
+    ),
+)
+"""Rules inside a layer: (modules under these prefixes, may not import under these, why).
+A module under its rule's own prefix may import that prefix (a package imports itself), and
+the modules a rule protects are not held to it."""
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> str | None:
+    for prefix in prefixes:
+        if (
+            module == prefix
+            or module.startswith(prefix + ".")
+            or (prefix.endswith("_") and module.startswith(prefix))
+        ):
+            return prefix
+    return None
+
+
+def _inside_violations(module: str, targets: list[str]) -> list[str]:
+    wrong = []
+    for sources, forbidden, why in INSIDE_RULES:
+        own = _under(module, sources)
+        if own is None:
+            continue
+        held = _under(module, forbidden)
+        if held and not own.startswith(held + "."):
+            continue  # the module is one of those the rule protects
+        for target in targets:
+            hit = _under(target, forbidden)
+            if hit and not (_under(target, (own,)) and not hit.startswith(own + ".")):
+                wrong.append(f"{target} ({why})")
+    return wrong
+
+
+@pytest.mark.parametrize("module", sorted(_modules()), ids=str)
+def test_no_module_breaks_a_rule_inside_its_layer(module: str) -> None:
+    targets = [t for t, _ in _imports(_modules()[module])]
+    wrong = _inside_violations(module, targets)
+    assert not wrong, f"{module} imports {wrong}"
+
+
+def test_the_inside_rules_catch_an_upward_import() -> None:
+    assert _inside_violations("inferway.xds.translate.routes", ["inferway.xds.cache"])
+    assert _inside_violations("inferway.gateway.watcher", ["inferway.gateway.runtime"])
+    assert not _inside_violations("inferway.gateway.keeper", ["inferway.gateway.foreground"])
+    assert not _inside_violations("inferway.xds.cache", ["inferway.xds.snapshot"])
+    assert _inside_violations("inferway.gateway.control_plane", ["inferway.gateway.sources"])
+    assert _inside_violations(
+        "inferway.controllers.rollout.state", ["inferway.controllers.autoscale"]
+    )
+
+
+ARCHITECTURE_DOC = PACKAGE.parent / "docs" / "architecture.md"
+_TABLE = re.compile(r"<!-- packages:begin -->\n(.*?)<!-- packages:end -->", re.S)
+
+
+def _may_import_text(layer: str) -> str:
+    allowed = MAY_IMPORT[layer] - {layer}
+    return ", ".join((["base"] if allowed & BASE else []) + sorted(allowed - BASE))
+
+
+def _package_lines(layer: str) -> int:
+    path = PACKAGE / layer
+    files = [path.with_suffix(".py")] if not path.is_dir() else path.rglob("*.py")
+    return sum(
+        len(f.read_text(encoding="utf-8").splitlines())
+        for f in files
+        if not any(f.is_relative_to(g) for g in GENERATED)
+    )
+
+
+def _doc_rows() -> dict[str, list[str]]:
+    found = _TABLE.search(ARCHITECTURE_DOC.read_text(encoding="utf-8"))
+    assert found, f"{ARCHITECTURE_DOC}: the packages table's markers are missing"
+    rows = {}
+    for line in found.group(1).splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0].strip("`").removesuffix("/").removesuffix(".py")] = cells
+    return rows
+
+
+def test_the_architecture_doc_lists_every_layer_its_size_and_what_it_may_import() -> None:
+    rows = _doc_rows()
+    if os.environ.get("INFERWAY_UPDATE_GOLDEN") == "1":
+        text = ARCHITECTURE_DOC.read_text(encoding="utf-8")
+        for cells in rows.values():
+            layer = cells[0].strip("`").removesuffix("/").removesuffix(".py")
+            if layer in MAY_IMPORT:
+                old = "| " + " | ".join(cells) + " |"
+                cells[2] = f"{_package_lines(layer):,}"
+                cells[3] = _may_import_text(layer)
+                text = text.replace(old, "| " + " | ".join(cells) + " |")
+        ARCHITECTURE_DOC.write_text(text, encoding="utf-8")
+        rows = _doc_rows()
+    assert set(rows) == set(MAY_IMPORT), (
+        f"docs/architecture.md's packages table: add {sorted(set(MAY_IMPORT) - set(rows))}, "
+        f"remove {sorted(set(rows) - set(MAY_IMPORT))}"
+    )
+    for layer, cells in rows.items():
+        assert cells[3] == _may_import_text(layer), f"{layer}: may import {_may_import_text(layer)}"
+        documented, actual = int(cells[2].replace(",", "")), _package_lines(layer)
+        assert abs(documented - actual) <= max(50, 0.15 * actual), (
+            f"{layer} has {actual} lines, the doc says {documented}: `make golden` updates it"
+        )
