@@ -1,0 +1,139 @@
+"""Many hosts on one machine: a Linux network namespace per "host", each with one veth link to
+a bridge that lives in a namespace of its own (the switch), so every host binds its own port
+10000 and traffic between hosts crosses real interfaces. The test process reaches the hosts
+through one more veth from its own namespace into the switch, on a /24 it picks that nothing
+outside these namespaces routes.
+
+    with HostFleet(["cp", "zone-a", "zone-b"]) as fleet:
+        fleet.address("zone-a")                          # 10.231.<n>.2
+        process = fleet.popen("zone-a", ["envoy", ...])   # runs inside zone-a's namespace
+        fleet.cut("zone-b")                              # link down: silent, no RST
+        fleet.restore("zone-b")
+
+Everything it makes is removed on exit (namespaces, links), also after a failure. Where
+namespaces cannot be made (no root, no ``ip``), :func:`netns_unavailable` says why, and
+the test skips with that reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+__all__ = ["HostFleet", "netns_unavailable"]
+
+IP = shutil.which("ip")
+
+
+def _ip(*args: str, namespace: str | None = None) -> None:
+    assert IP is not None
+    argv = [IP, *(["-n", namespace] if namespace else []), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
+
+
+@functools.cache
+def netns_unavailable() -> str | None:
+    """None where this process can make network namespaces; else the reason it cannot."""
+    if IP is None:
+        return "no `ip` command (iproute2)"
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    probe = f"iwprobe{os.getpid()}"
+    try:
+        _ip("netns", "add", probe)
+    except RuntimeError as exc:
+        return f"cannot make a network namespace: {exc}"
+    _ip("netns", "del", probe)
+    return None
+
+
+class HostFleet:
+    def __init__(self, hosts: Sequence[str], *, subnet_octet: int | None = None) -> None:
+        if len(set(hosts)) != len(hosts) or not hosts or len(hosts) > 200:
+            raise ValueError(f"hosts must be 1-200 distinct names, got {list(hosts)}")
+        self.hosts = list(hosts)
+        self._tag = f"iw{os.getpid() % 100000}"
+        octet = subnet_octet if subnet_octet is not None else 16 + os.getpid() % 200
+        self._net = f"10.231.{octet}"
+        self._switch = f"{self._tag}-sw"
+        self._made: list[str] = []
+        self._root_link = f"{self._tag}r"
+
+    def namespace(self, host: str) -> str:
+        return f"{self._tag}-{self.hosts.index(host)}"
+
+    def address(self, host: str) -> str:
+        return f"{self._net}.{self.hosts.index(host) + 2}"
+
+    @property
+    def gateway_address(self) -> str:
+        """The test process's own address on the hosts' network."""
+        return f"{self._net}.1"
+
+    def _link(self, host: str) -> str:
+        return f"{self._tag}s{self.hosts.index(host)}"
+
+    def __enter__(self) -> HostFleet:
+        try:
+            _ip("netns", "add", self._switch)
+            self._made.append(self._switch)
+            _ip("link", "add", "br0", "type", "bridge", namespace=self._switch)
+            _ip("link", "set", "br0", "up", namespace=self._switch)
+            _ip("link", "add", self._root_link, "type", "veth", "peer", "name", "root",
+                "netns", self._switch)  # fmt: skip
+            _ip("addr", "add", f"{self.gateway_address}/24", "dev", self._root_link)
+            _ip("link", "set", self._root_link, "up")
+            _ip("link", "set", "root", "master", "br0", "up", namespace=self._switch)
+            for host in self.hosts:
+                namespace, link = self.namespace(host), self._link(host)
+                _ip("netns", "add", namespace)
+                self._made.append(namespace)
+                _ip("link", "add", link, "netns", self._switch, "type", "veth", "peer", "name",
+                    "eth0", "netns", namespace)  # fmt: skip
+                _ip("link", "set", link, "master", "br0", "up", namespace=self._switch)
+                _ip("addr", "add", f"{self.address(host)}/24", "dev", "eth0", namespace=namespace)
+                _ip("link", "set", "eth0", "up", namespace=namespace)
+                _ip("link", "set", "lo", "up", namespace=namespace)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def popen(self, host: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """``argv`` started inside ``host``'s namespace (stop it by its pid)."""
+        assert IP is not None
+        return subprocess.Popen([IP, "netns", "exec", self.namespace(host), *argv], **kwargs)
+
+    def cut(self, host: str) -> None:
+        """The host's link goes down at the switch: its packets go nowhere and nothing answers
+        (no reset, no ICMP), as when a zone's network fails silently."""
+        _ip("link", "set", self._link(host), "down", namespace=self._switch)
+
+    def restore(self, host: str) -> None:
+        _ip("link", "set", self._link(host), "up", namespace=self._switch)
+
+    def close(self) -> None:
+        """Removes every namespace and link this fleet made (links go with their namespace)."""
+        for namespace in reversed(self._made):
+            subprocess.run(
+                [IP or "ip", "netns", "del", namespace], capture_output=True, check=False
+            )
+        self._made.clear()
+        subprocess.run(
+            [IP or "ip", "link", "del", self._root_link], capture_output=True, check=False
+        )
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
