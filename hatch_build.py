@@ -2,8 +2,9 @@
 
 ``build_support/`` writes ``inferway/backends/protocol/_generated`` (the OIP gRPC code, with
 the pinned grpcio-tools) and ``inferway/_xds_protos`` (a private copy of the Envoy API modules
-of the pinned xds-protos, see build_support/xds_protos_copy.py). Both tools are build
-requirements only; inferway's runtime dependencies are not installed in the build environment.
+of the pinned xds-protos, see build_support/xds_protos_copy.py), and ``.pyi`` stubs beside
+both (mypy-protobuf, build_support/proto_stubs.py). These tools are build requirements only;
+inferway's runtime dependencies are not installed in the build environment.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``python -m build_support``: generate the git-ignored modules into a source checkout.
 
 The same step the package build runs (``hatch_build.py``); for a checkout used straight from
-``PYTHONPATH``. Needs the build requirements (xds-protos, grpcio-tools) importable.
+``PYTHONPATH``. Needs the build requirements (xds-protos, grpcio-tools, mypy-protobuf)
+importable.
 """
 
 from __future__ import annotations

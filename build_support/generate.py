@@ -27,4 +27,9 @@ def generate(root: Path) -> list[Path]:
     (relative to ``root``), which the wheel must list as artifacts."""
     oip = _load("oip_protos").build_generated(root / "inferway" / "backends" / "protocol")
     xds = _load("xds_protos_copy").copy_xds_protos(root / "inferway" / "_xds_protos")
+    # .pyi beside both, for mypy; the copy's modules import google.api, opentelemetry.proto...
+    # whose descriptors xds-protos holds too
+    stubs = _load("proto_stubs")
+    stubs.write_stubs(root, oip)
+    stubs.write_stubs(root, xds, stubs.distribution_modules("xds-protos"))
     return [p.relative_to(root) for p in (oip, xds)]

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from google.protobuf import json_format
@@ -19,6 +19,8 @@ from google.protobuf.message import Message
 from inferway.xds import type_urls
 
 __all__ = ["Resources", "content_hash", "resources_to_dict", "resources_to_yaml"]
+
+_M = TypeVar("_M", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,19 @@ class Resources:
 
     def of_type(self, type_url: str) -> Mapping[str, Message]:
         return self.by_type.get(type_url, MappingProxyType({}))
+
+    def typed(self, type_url: str, kind: type[_M]) -> dict[str, _M]:
+        """``of_type`` for code that reads the messages' fields: each checked to be a ``kind``
+        (what ``type_url`` names), so the type checker knows their fields."""
+        found: dict[str, _M] = {}
+        for name, message in self.of_type(type_url).items():
+            if not isinstance(message, kind):
+                raise TypeError(
+                    f"{type_url} resource {name!r} is a {type(message).__name__}, "
+                    f"not a {kind.__name__}"
+                )
+            found[name] = message
+        return found
 
     def type_urls(self) -> list[str]:
         return [t for t in type_urls.PUSH_ORDER if t in self.by_type] + sorted(

@@ -103,7 +103,7 @@ def _stream_error(failure: Failure) -> str:
     return message
 
 
-class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[name-defined]
+class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
     """The service in front of one ServingCore."""
 
     def __init__(self, core: ServingCore) -> None:

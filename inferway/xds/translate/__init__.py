@@ -9,6 +9,10 @@ version snapshots by content hash.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from google.protobuf.message import Message
+
 from inferway.resolve.ir import IR
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources
@@ -29,7 +33,7 @@ def translate(ir: IR) -> Resources:
     inlined instead: EDS carries IP addresses only), one SDS Secret per secret in the IR.
     Cross-references (a route naming an unknown service) are the policy loader's checks;
     this function translates what it is given."""
-    items = {
+    items: dict[str, Iterable[tuple[str, Message]]] = {
         type_urls.LISTENER: [
             (
                 ln.name,

@@ -9,9 +9,7 @@ configuration. Validation checks the config, not the certificate files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-
-from google.protobuf.message import Message
+from collections.abc import Iterator
 
 from inferway._xds_protos.envoy.config.bootstrap.v3 import bootstrap_pb2
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
@@ -32,7 +30,7 @@ def inline_static_secrets(
     wanted: set[str] = set()
     for socket in _transport_sockets(static):
         wanted.update(_detach_sds(socket))
-    known: Mapping[str, Message] = resources.of_type(type_urls.SECRET)
+    known = resources.typed(type_urls.SECRET, secret_pb2.Secret)
     placeholder: dict[str, TlsMaterial] | None = None
     for name in sorted(wanted):
         if name in known:

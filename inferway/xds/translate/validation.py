@@ -10,6 +10,7 @@ inlined as ``load_assignment`` (STATIC for IP endpoints, STRICT_DNS when any is 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format
@@ -37,8 +38,8 @@ def build_envoy_validation_bootstrap(
 ) -> dict[str, Any]:
     """JSON/YAML-able bootstrap; raises ValueError naming what is missing when a listener's
     route configuration or a cluster's load assignment is absent from ``resources``."""
-    routes = resources.of_type(type_urls.ROUTE)
-    assignments = resources.of_type(type_urls.ENDPOINT)
+    routes = resources.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)
+    assignments = resources.typed(type_urls.ENDPOINT, endpoint_pb2.ClusterLoadAssignment)
     bootstrap = bootstrap_pb2.Bootstrap(
         admin=bootstrap_pb2.Admin(
             address=address_pb2.Address(
@@ -50,11 +51,11 @@ def build_envoy_validation_bootstrap(
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(
             listeners=[
                 _inline_routes(listener, routes)
-                for listener in resources.of_type(type_urls.LISTENER).values()
+                for listener in resources.typed(type_urls.LISTENER, listener_pb2.Listener).values()
             ],
             clusters=[
                 _inline_endpoints(cluster, assignments)
-                for cluster in resources.of_type(type_urls.CLUSTER).values()
+                for cluster in resources.typed(type_urls.CLUSTER, cluster_pb2.Cluster).values()
             ],
         ),
     )
@@ -64,7 +65,9 @@ def build_envoy_validation_bootstrap(
     return plain
 
 
-def _inline_routes(listener: listener_pb2.Listener, routes: Any) -> listener_pb2.Listener:
+def _inline_routes(
+    listener: listener_pb2.Listener, routes: Mapping[str, route_pb2.RouteConfiguration]
+) -> listener_pb2.Listener:
     static = listener_pb2.Listener()
     static.CopyFrom(listener)
     for chain in static.filter_chains:
@@ -80,13 +83,14 @@ def _inline_routes(listener: listener_pb2.Listener, routes: Any) -> listener_pb2
                         f"listener {listener.name!r} uses route configuration {name!r}, "
                         "which is not among the resources"
                     )
-                inlined: route_pb2.RouteConfiguration = routes[name]
-                manager.route_config.CopyFrom(inlined)  # replaces the rds oneof member
+                manager.route_config.CopyFrom(routes[name])  # replaces the rds oneof member
             network_filter.typed_config.Pack(manager)
     return static
 
 
-def _inline_endpoints(cluster: cluster_pb2.Cluster, assignments: Any) -> cluster_pb2.Cluster:
+def _inline_endpoints(
+    cluster: cluster_pb2.Cluster, assignments: Mapping[str, endpoint_pb2.ClusterLoadAssignment]
+) -> cluster_pb2.Cluster:
     static = cluster_pb2.Cluster()
     static.CopyFrom(cluster)
     if static.type != cluster_pb2.Cluster.DiscoveryType.EDS:
@@ -96,7 +100,7 @@ def _inline_endpoints(cluster: cluster_pb2.Cluster, assignments: Any) -> cluster
         raise ValueError(
             f"cluster {cluster.name!r} uses endpoints {name!r}, which are not among the resources"
         )
-    assignment: endpoint_pb2.ClusterLoadAssignment = assignments[name]
+    assignment = assignments[name]
     static.ClearField("eds_cluster_config")
     static.load_assignment.CopyFrom(assignment)
     hosts = [
