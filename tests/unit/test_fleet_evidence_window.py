@@ -1,0 +1,118 @@
+"""The fleet's rollout evidence, pure: OTLP exports read as cluster totals, and windows summed
+over nodes (each node differenced on its own, a restarted node counted from zero, a silent
+node named and left out)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+
+from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource
+from inferway.gateway.fleet.otlp_totals import totals_from_export
+from inferway.gateway.rollouts.envoy_stats import ScrapeError
+
+
+def _attrs(cluster: str, code_class: str | None = None) -> list[KeyValue]:
+    labels = {"envoy.cluster_name": cluster}
+    if code_class is not None:
+        labels["envoy.response_code_class"] = code_class
+    return [KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in labels.items()]
+
+
+def _export(counts: dict[str, tuple[int, int]]) -> ExportMetricsServiceRequest:
+    """cluster -> (completed, 5xx), with a latency histogram of all requests under 5 ms."""
+    metrics = []
+    for cluster, (completed, errors) in counts.items():
+        metrics.append(
+            Metric(
+                name="cluster.upstream_rq_completed",
+                sum=Sum(
+                    data_points=[NumberDataPoint(as_int=completed, attributes=_attrs(cluster))]
+                ),
+            )
+        )
+        metrics.append(
+            Metric(
+                name="cluster.upstream_rq_xx",
+                sum=Sum(
+                    data_points=[
+                        NumberDataPoint(
+                            as_int=completed - errors,
+                            attributes=_attrs(cluster, "2"),
+                        ),
+                        NumberDataPoint(
+                            as_int=errors,
+                            attributes=_attrs(cluster, "5"),
+                        ),
+                    ]
+                ),
+            )
+        )
+        metrics.append(
+            Metric(
+                name="cluster.upstream_rq_time",
+                histogram=Histogram(
+                    data_points=[
+                        HistogramDataPoint(
+                            count=completed,
+                            explicit_bounds=[1.0, 5.0],
+                            bucket_counts=[0, completed, 0],
+                            attributes=_attrs(cluster),
+                        )
+                    ]
+                ),
+            )
+        )
+    return ExportMetricsServiceRequest(
+        resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])]
+    )  # fmt: skip
+
+
+def test_an_export_reads_as_each_clusters_running_totals() -> None:
+    totals = totals_from_export(_export({"stable": (90, 0), "canary": (10, 2)}))
+    assert totals["canary"].requests == 10 and totals["canary"].errors == 2
+    assert totals["stable"].buckets == {1.0: 0, 5.0: 90, math.inf: 90}
+    assert totals_from_export(_export({}), ["stable"])["stable"].requests == 0
+
+
+async def test_a_window_sums_every_nodes_own_difference_and_names_the_silent() -> None:
+    now = [0.0]
+    reports = EnvoyReports(clock=lambda: now[0])
+    source = FleetStatsSource(reports, "stable", "canary", silent_after_s=5, clock=lambda: now[0])
+    with pytest.raises(ScrapeError, match="no Envoy has reported"):
+        await source.sample()
+    reports.record("a", "zone-a", _export({"stable": (100, 0), "canary": (10, 1)}))
+    reports.record("b", "zone-b", _export({"stable": (50, 0), "canary": (5, 0)}))
+    assert await source.sample() is None
+
+    now[0] = 2
+    reports.record("a", "zone-a", _export({"stable": (150, 0), "canary": (20, 3)}))
+    reports.record("b", "zone-b", _export({"stable": (7, 0), "canary": (1, 1)}))  # b restarted
+    window = await source.sample()
+    assert window is not None and source.last_window is not None
+    assert (window.stable.requests, window.canary.requests, window.canary.errors) == (57, 11, 3)
+    assert source.last_window.by_node["b"].stable.requests == 7
+
+    now[0] = 9  # a stays quiet past silent_after_s, b keeps reporting
+    reports.record("b", "zone-b", _export({"stable": (17, 0), "canary": (2, 1)}))
+    window = await source.sample()
+    assert window is not None and source.last_window.silent == ("a",)
+    assert (window.stable.requests, window.canary.requests) == (10, 1)
+
+    now[0] = 20
+    with pytest.raises(ScrapeError, match="every Envoy is silent"):
+        await source.sample()
