@@ -1,0 +1,74 @@
+"""Loops decide once: three replica processes share a real 3-member etcd cluster; only the
+leader makes decisions; SIGKILL of the leader mid-run hands over within TTL + 1 s; and the
+decisions the store holds are one unbroken sequence, each made once, terms never going back
+(a deposed leader's write would show as an older term after a newer one)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inferway.gateway.fleet.store_url import open_store
+from tests.etcd_cluster import ETCD, EtcdCluster
+
+pytestmark = pytest.mark.skipif(ETCD is None, reason="needs etcd (Debian's etcd-server)")
+
+TTL = 2.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _replica(url: str, identity: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.fleet_replica", url, identity, str(TTL)],
+        cwd=ROOT,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+async def test_a_killed_leader_hands_over_within_ttl_and_no_decision_is_made_twice(
+    tmp_path: Path,
+) -> None:
+    async with EtcdCluster(tmp_path, members=3) as cluster:
+        url = cluster.url + "/election-test"
+        store = open_store(url, workdir=tmp_path)
+        replicas = {
+            name: _replica(url, name, tmp_path / f"{name}.log") for name in ("r1", "r2", "r3")
+        }
+        try:
+            deadline = time.monotonic() + 30
+            while (first := await store.leader("loops")) is None:
+                assert time.monotonic() < deadline, "no replica was elected"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.5)  # decisions made by the first leader
+            os.kill(replicas[first].pid, signal.SIGKILL)
+            killed = time.monotonic()
+            while (leader := await store.leader("loops")) in (None, first):
+                assert time.monotonic() - killed < 3 * TTL, "nobody took over"
+                await asyncio.sleep(0.02)
+            took = time.monotonic() - killed
+            assert took < TTL + 1.0, f"failover took {took:.2f}s"
+            await asyncio.sleep(1.5)  # decisions made by the second leader
+        finally:
+            for process in replicas.values():
+                process.kill()
+                process.wait(timeout=10)
+        decisions = [json.loads(r.value) for r in await store.list("decisions/")]
+        await store.close()
+    numbers = [d["n"] for d in decisions]
+    assert numbers == list(range(1, len(numbers) + 1)), "a decision was skipped or repeated"
+    terms = [d["term"] for d in decisions]
+    assert terms == sorted(terms), "a deposed leader decided after the new one"
+    makers = {d["term"]: d["by"] for d in decisions}
+    assert len({d["by"] for d in decisions if d["term"] == terms[0]}) == 1
+    assert makers[terms[0]] == first and makers[terms[-1]] == leader
+    assert len(set(terms)) == 2 and len(decisions) > 20
