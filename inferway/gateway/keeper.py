@@ -11,8 +11,9 @@ Envoy keeps its last config, and the restarted control plane listens on the same
 ports, reloads the policy file (an edit saved meanwhile applies then) and Envoy resyncs.
 Start-up is in order (control plane ready, then Envoy) and fails loudly: a refused policy
 exits 1 before Envoy starts, an Envoy that exits before it is ready exits 2 with its output.
-SIGTERM/SIGINT stop everything at any point, start-up included: Envoy first, then the control
-plane. If the keeper itself is killed, ``PR_SET_PDEATHSIG`` takes both children with it.
+SIGTERM/SIGINT stop everything at any point, start-up included: Envoy first (once running,
+after its listeners drained: envoy_drain.py), then the control plane. If the keeper itself is
+killed, ``PR_SET_PDEATHSIG`` takes both children with it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from inferway.exit_codes import EXIT_CANNOT_START
 from inferway.free_ports import free_ports
 from inferway.gateway.control_plane_process import ControlPlaneProcess, ControlPlaneSpec
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.envoy_drain import drain_envoy
 from inferway.gateway.foreground import unless_stopped
 from inferway.gateway.keeper_state import (
     KEEPER_STATE_FILE,
@@ -153,6 +155,8 @@ class _Keeper:
             await self.stop_event.wait()
         finally:
             publisher.cancel()
+        # a stop signal: Envoy's listeners drain before it is stopped (envoy_drain.py)
+        await drain_envoy(self.envoy.admin_port, drain_time_s=self.envoy.drain_time_s)
         log.info("stopping envoy, then the control plane")
         return 0
 

@@ -1,7 +1,8 @@
 """``inferway run`` as a keeper: Envoy outlives a SIGKILLed control plane (0 failed requests
-under load, resync, an edit saved during the outage applies after it), SIGTERM stops
-everything at once even during start-up, a relative --workdir works, and an Envoy that cannot
-start fails the start loudly. Real ``inferway run`` processes, real Envoy, loopback only."""
+under load, resync, an edit saved during the outage applies after it), SIGTERM drains Envoy
+once running (0 failed requests) and stops everything at once during start-up, a relative
+--workdir works, and an Envoy that cannot start fails the start loudly. Real ``inferway run``
+processes, real Envoy, loopback only."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 
 from tests.envoy_process import free_port
 from tests.helpers import PollTimeout, poll_until, write_atomically
+from tests.keep_alive_client import KeepAliveClient, wait_until_flowing
 from tests.traffic_harness import ControlledBackend, Result
 
 pytestmark = pytest.mark.integration
@@ -265,6 +267,36 @@ async def test_envoy_outlives_a_sigkilled_control_plane_and_an_edit_saved_meanwh
         assert after is not None and after["envoy"]["pid"] == envoy_pid, "Envoy was restarted"
         assert after["envoy"]["restarts"] == 0 and after["envoy"]["running"]
         assert run.stop() == 0
+    finally:
+        run.kill()
+
+
+async def test_sigterm_drains_envoy_so_that_no_request_fails(
+    tmp_path: Path, backends: dict[str, ControlledBackend]
+) -> None:
+    """SIGTERM to a running gateway (``docker stop``, a pod's deletion): requests in flight
+    finish and keep-alive clients are told to go (``Connection: close``) before Envoy stops,
+    so none of them fails. Envoy's own SIGTERM, sent at once, reset them all."""
+    policy, listener_port = tmp_path / "policy.yaml", free_port()
+    _write_policy(policy, listener_port, backends, 100, 0)
+    backends["v1"].delay = 0.2  # so that requests are in flight when the signal arrives
+    run = RunProcess(tmp_path, policy).start()
+    try:
+        await _poll(run, run.in_sync, timeout=40, what="Envoy in sync under inferway run")
+        clients = [KeepAliveClient(listener_port, "/infer", seconds=30) for _ in range(4)]
+        for client in clients:
+            client.start()
+        await asyncio.to_thread(wait_until_flowing, clients, 2, 20)
+        sent = time.monotonic()
+        code = await asyncio.to_thread(run.stop, 15)
+        elapsed = time.monotonic() - sent
+        for client in clients:
+            await asyncio.to_thread(client.join, 30)
+        failures = [f for c in clients for f in c.failures]
+        assert failures == [], f"{failures}\n{run.output()}"
+        assert all(c.told_to_go for c in clients), run.output()
+        assert code == 0 and "draining envoy's listeners" in run.output(), run.output()
+        assert elapsed < 10, f"took {elapsed:.1f}s to stop\n{run.output()}"
     finally:
         run.kill()
 

@@ -1,9 +1,9 @@
-"""deploy/Dockerfile, checked without a container runtime (none exists here or in CI): it parses
-with BuildKit's own parser (the ``dockerfile`` package wraps it), its stages and base image are
-the ones the docs promise, what it copies exists and is not excluded from the build context,
-its shell steps parse, and it agrees with pyproject and the Kubernetes manifests (entry point,
-user, ports). The HEALTHCHECK command itself runs against a real backend in
-tests/integration/test_kubernetes_pods.py."""
+"""deploy/Dockerfile, checked without a container engine (``make test``; tests/image builds and
+runs it for real): it parses with BuildKit's own parser (the ``dockerfile`` package wraps it),
+its stages and base image are the ones the docs promise, it pulls no frontend image, what it
+copies exists and is not excluded from the build context, its shell steps parse, and it agrees
+with pyproject and the Kubernetes manifests (entry point, user, ports). The HEALTHCHECK command
+itself runs against a real backend in tests/integration/test_kubernetes_pods.py."""
 
 from __future__ import annotations
 
@@ -41,6 +41,14 @@ def stages(instructions: list[dockerfile.Command]) -> list[list[dockerfile.Comma
 def arg_defaults(instructions: list[dockerfile.Command]) -> dict[str, str]:
     pairs = (i.value[0].split("=", 1) for i in instructions if i.cmd == "ARG")
     return {name: value.strip('"') for name, value in pairs}
+
+
+def test_no_frontend_image_is_pulled() -> None:
+    """A ``# syntax=`` line makes BuildKit pull that frontend image from a registry; without
+    one, its built-in frontend (which has ``RUN --mount``) builds where only Debian's archive
+    and PyPI are reachable (deploy/base/build-base.sh makes the base there)."""
+    first = DOCKERFILE.read_text().splitlines()[0]
+    assert not re.match(r"#\s*syntax\s*=", first, re.IGNORECASE), first
 
 
 def test_two_stages_on_a_glibc_python_base_of_the_supported_version(
@@ -143,8 +151,13 @@ def test_the_build_stage_builds_with_the_documented_command(
 ) -> None:
     """``python -m build_support.dists`` (docs/install.md) makes inferway-core and every
     meta-distribution; the image's requirement is then resolved against that folder."""
-    (build_step,) = [i.value[0] for i in stages(instructions)[0] if i.cmd == "RUN"]
-    assert build_step.startswith("python -m build_support.dists /dist"), build_step
-    assert '--find-links /dist "${INFERWAY_DIST}"' in build_step
+    (build,) = [i for i in stages(instructions)[0] if i.cmd == "RUN"]
+    # the CA bundle of a TLS-intercepting proxy, when given as a build secret, for pip only
+    secret = "/run/secrets/pip-ca-bundle"
+    assert build.flags == ("--mount=type=secret,id=pip-ca-bundle",), build.flags
+    steps = [step.strip() for step in build.value[0].split("&&")]
+    assert steps[0] == f"if [ -f {secret} ]; then export PIP_CERT={secret}; fi", steps
+    assert steps[1] == "python -m build_support.dists /dist", steps
+    assert steps[2].endswith('--find-links /dist "${INFERWAY_DIST}"'), steps
     copied = {i.value[0] for i in instructions if i.cmd == "COPY"}
     assert {"packaging", "build_support", "inferway"} <= copied
