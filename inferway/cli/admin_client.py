@@ -21,6 +21,8 @@ from typing import Any, cast
 
 from inferway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.admin_documents import (
+    ADMIN_TOKEN_ENV,
+    DEFAULT_ADMIN_PORT,
     AutoscaleDocument,
     RolloutCommandAnswer,
     RolloutStatus,
@@ -28,19 +30,14 @@ from inferway.gateway.admin_documents import (
 )
 
 __all__ = [
-    "ADMIN_TOKEN_ENV",
     "DEFAULT_ADMIN_URL",
     "AdminClient",
     "AdminError",
     "admin_token",
 ]
 
-DEFAULT_ADMIN_URL = "http://127.0.0.1:15000"
-"""``gateway/admin.py``'s ``DEFAULT_ADMIN_PORT`` on loopback (a unit test checks they agree;
-the gateway module itself is too heavy to import for a default value)."""
-
-ADMIN_TOKEN_ENV = "INFERWAY_ADMIN_TOKEN"
-"""``gateway/admin_security.py``'s variable (a unit test checks they agree)."""
+DEFAULT_ADMIN_URL = f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}"
+"""Where ``inferway run`` serves the admin API by default."""
 
 
 class AdminError(Exception):

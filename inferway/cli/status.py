@@ -87,7 +87,8 @@ def _policy_panel(status: StatusDocument, now: float) -> Panel:
 
 def _control_plane_line(status: StatusDocument, now: float) -> Text:
     """Under the keeper: the control-plane process, and whether it had to be restarted."""
-    record = (status.get("keeper") or {}).get("control_plane")
+    keeper = status.get("keeper")
+    record = keeper.get("control_plane") if keeper else None
     line = Text()
     if not record:
         return line

@@ -1,6 +1,7 @@
-"""The admin API's JSON documents as typed records, shared by the server that builds them
-(``admin.py``, the rollout driver, the autoscale driver) and the CLI's ``AdminClient`` that
-reads them, so both sides name the same fields.
+"""The admin API's contract: its default port, the admin token's variable, and its JSON
+documents as typed records, shared by the server that builds them (``admin.py``, the rollout
+driver, the autoscale driver) and the CLI's ``AdminClient`` that reads them, so both sides
+name the same fields.
 
 ``TypedDict`` on purpose: a record is the very ``dict`` that ``json.dumps`` writes, so the
 documents stay byte-for-byte what docs/cli.md documents and ``-o json`` prints. This module
@@ -13,6 +14,8 @@ from __future__ import annotations
 from typing import Any, NotRequired, TypedDict
 
 __all__ = [
+    "ADMIN_TOKEN_ENV",
+    "DEFAULT_ADMIN_PORT",
     "AutoscaleDocument",
     "AutoscaleService",
     "EnvoyRecord",
@@ -32,6 +35,13 @@ __all__ = [
     "RolloutStatus",
     "StatusDocument",
 ]
+
+
+DEFAULT_ADMIN_PORT = 15000
+"""Where ``inferway run`` serves the admin API and where the CLI asks it by default."""
+
+ADMIN_TOKEN_ENV = "INFERWAY_ADMIN_TOKEN"
+"""The environment variable holding the admin token (``POST`` endpoints need it)."""
 
 
 # ---- GET /status -----------------------------------------------------------------------------
@@ -74,7 +84,8 @@ class RejectionRecord(TypedDict):
     snapshot: str
     resource_names: list[str]
     message: str
-    restored: bool
+    restored: str | None
+    """The snapshot served instead (the last one an Envoy ACKed; None when there was none)."""
 
 
 class RefusalRecord(TypedDict):
