@@ -85,6 +85,14 @@ class LazyGroup(TyperGroup):
         finally:
             self._listing = False
 
+    def shell_complete(self, ctx: Any, incomplete: str) -> Any:
+        """Completing a command name lists the names and their help: nothing to import."""
+        self._listing = True
+        try:
+            return super().shell_complete(ctx, incomplete)
+        finally:
+            self._listing = False
+
 
 def lazy_group_class(commands: Sequence[LazyCommand]) -> type[LazyGroup]:
     """A :class:`LazyGroup` for ``commands`` (typer builds the group from its class)."""

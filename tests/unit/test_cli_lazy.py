@@ -70,3 +70,13 @@ def test_root_help_from_declared_help_equals_help_from_loaded_commands(
     assert _help(loaded, monkeypatch) == listed
     for entry in COMMANDS:
         assert entry.name in listed
+
+
+def test_completing_a_command_name_loads_no_command() -> None:
+    group = _group(None)
+    with typer.Context(group, info_name="inferway") as ctx:
+        found = [item.value for item in group.shell_complete(ctx, "r")]
+    assert found == ["render", "run", "rollout", "report"]
+    assert all(group.commands[entry.name].params == [] for entry in COMMANDS)  # listings only
+    with typer.Context(group, info_name="inferway") as ctx:
+        assert group.get_command(ctx, "run").params  # type: ignore[union-attr]
