@@ -1,4 +1,8 @@
-"""Shared rich output for the CLI: one look for errors, ages and versions across commands."""
+"""Shared rich output for the CLI: one look for errors, ages and versions across commands.
+
+Light on purpose: ``inferway status`` imports it on the CLI's fast path, so the policy model
+is a type only and the logging handlers are imported when logging is configured.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,9 @@ import logging
 import sys
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.text import Text
 
 from inferway.observability.log_format import (
@@ -17,8 +21,9 @@ from inferway.observability.log_format import (
     TextFieldsFormatter,
     resolve_log_format,
 )
-from inferway.observability.redaction import RedactingFilter
-from inferway.policies import PolicyIssue
+
+if TYPE_CHECKING:
+    from inferway.policies import PolicyIssue
 
 __all__ = [
     "configure_logging",
@@ -41,6 +46,10 @@ def configure_logging(
 ) -> LogFormat:
     """Log to stderr as ``log_format`` (json or text; None: json unless stderr is a
     terminal): JSON lines for collectors, rich text for people. Returns the format chosen."""
+    from rich.logging import RichHandler
+
+    from inferway.observability.redaction import RedactingFilter
+
     chosen = resolve_log_format(log_format)
     handler: logging.Handler
     if chosen == "json":

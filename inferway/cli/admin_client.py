@@ -1,156 +1,214 @@
-"""``inferway status``: ask a running gateway's admin API what is live and print it readably."""
+"""``AdminClient``: the one client of the gateway's admin API, used by every command that asks
+a running gateway something (``status``, ``scale status``, ``rollout ...``, ``profile
+--admin``, ``verify --admin``).
+
+Built on the standard library's ``urllib`` rather than httpx: operators and scripts poll these
+commands, and importing httpx alone costs more CPU than the whole answer should (docs/cli.md,
+bench/cli_startup.py). Every failure is an :class:`AdminError` carrying the message and the exit
+code of docs/cli.md: 3 the admin API unreachable or not answering as one, 1 refused (an unknown
+rollout, a command its phase refuses, no autoscaler, a missing token).
+"""
 
 from __future__ import annotations
 
-import time
-from typing import Any
+import json
+import os
+import urllib.error
+import urllib.request
+from http.client import HTTPException
+from pathlib import Path
+from typing import Any, cast
 
-import httpx
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from inferway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
+from inferway.gateway.admin_documents import (
+    ADMIN_TOKEN_ENV,
+    DEFAULT_ADMIN_PORT,
+    AutoscaleDocument,
+    RolloutCommandAnswer,
+    RolloutStatus,
+    StatusDocument,
+)
 
-from inferway.console import format_age, short_version
+__all__ = [
+    "DEFAULT_ADMIN_URL",
+    "AdminClient",
+    "AdminError",
+    "admin_token",
+]
 
-__all__ = ["StatusUnavailableError", "fetch_status", "render_status"]
-
-
-class StatusUnavailableError(Exception):
-    """The admin API could not be reached or answered badly."""
-
-
-def fetch_status(admin_url: str, *, timeout: float = 5.0) -> dict[str, Any]:
-    url = admin_url.rstrip("/") + "/status"
-    try:
-        response = httpx.get(url, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise StatusUnavailableError(
-            f"cannot reach the inferway admin API at {url}: {exc}. Is `inferway run` running, "
-            "and is --admin its admin address?"
-        ) from None
-    if response.status_code != 200:
-        raise StatusUnavailableError(f"{url} answered HTTP {response.status_code}")
-    try:
-        data: dict[str, Any] = response.json()
-        return data
-    except ValueError:
-        raise StatusUnavailableError(f"{url} did not answer JSON") from None
+DEFAULT_ADMIN_URL = f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}"
+"""Where ``inferway run`` serves the admin API by default."""
 
 
-def render_status(status: dict[str, Any], console: Console, *, now: float | None = None) -> None:
-    now = time.time() if now is None else now
-    console.print(_policy_panel(status, now))
-    console.print(_nodes_table(status, now))
-    problems = status.get("file_problems") or []
-    if problems:
-        console.print(_file_problems_panel(problems, now))
-    refusal = status.get("last_refused")
-    if refusal:
-        console.print(_refusal_panel(refusal, now))
-    nacks = status.get("nacks") or []
-    if nacks:
-        console.print(_nacks_table(nacks, now))
+class AdminError(Exception):
+    """The admin API could not be asked or refused; ``exit_code`` is the command's exit."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
-def _policy_panel(status: dict[str, Any], now: float) -> Panel:
-    policy = status.get("policy")
-    lines = Text()
-    health = status.get("health") or {}
-    if health.get("ok") is False:
-        lines.append(f"{health.get('reason') or health.get('status')}\n", style="bold red")
-    if policy is None:
-        lines.append("no policy applied yet", style="yellow")
-    else:
-        lines.append("version  ", style="bold")
-        lines.append(short_version(policy["version"]), style="green")
-        lines.append(f"\nsource   {policy['source']}")
-        lines.append(f"\napplied  {format_age(policy['applied_at'], now)}")
-    envoy = status.get("envoy")
-    if envoy:
-        state = "running" if envoy.get("running") else "down"
-        lines.append("\nenvoy    ", style="bold")
-        lines.append(state, style="green" if state == "running" else "red")
-        lines.append(f" (pid {envoy.get('pid') or '-'}, restarts {envoy.get('restarts', 0)}")
-        if envoy.get("last_exit_code") is not None:
-            lines.append(f", last exit code {envoy['last_exit_code']}")
-        lines.append(")")
-    lines.append_text(_control_plane_line(status, now))
-    return Panel(lines, title="inferway policy", expand=False)
+class _Answer:
+    """One HTTP answer: status code and body (an error status is an answer too)."""
+
+    def __init__(self, url: str, status: int, body: bytes) -> None:
+        self.url, self.status, self.body = url, status, body
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace").strip()
+
+    def json(self) -> Any:
+        """The body as JSON; ValueError when it is not."""
+        return json.loads(self.body)
 
 
-def _control_plane_line(status: dict[str, Any], now: float) -> Text:
-    """Under the keeper: the control-plane process, and whether it had to be restarted."""
-    record = (status.get("keeper") or {}).get("control_plane")
-    line = Text()
-    if not record:
-        return line
-    line.append("\ncontrol  ", style="bold")
-    line.append(f"pid {record.get('pid') or '-'}")
-    restarts = record.get("restarts", 0)
-    if restarts:
-        line.append(f", restarted {restarts} time(s)", style="yellow")
-        if record.get("last_exit_code") is not None:
-            line.append(
-                f", last exit code {record['last_exit_code']} "
-                f"{format_age(record.get('last_exit_at'), now)}"
+def admin_token(token_file: Path | None, *, needed_for: str) -> str:
+    """The admin token from ``token_file``, else ``$INFERWAY_ADMIN_TOKEN``; AdminError (exit 1)
+    saying what needs it when neither gives one."""
+    if token_file is not None:
+        try:
+            return token_file.read_text(encoding="utf-8").strip()
+        except OSError as error:
+            message = f"cannot read --token-file {token_file}: {error}"
+            raise AdminError(message, EXIT_INVALID) from None
+    token = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
+    if not token:
+        raise AdminError(
+            f"{needed_for} the admin token: --token-file FILE or ${ADMIN_TOKEN_ENV}", EXIT_INVALID
+        )
+    return token
+
+
+class AdminClient:
+    """The admin API at ``url`` (``http://127.0.0.1:15000``); ``token`` for the POSTs."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    # ---- documents ---------------------------------------------------------------------------
+
+    def status(self) -> StatusDocument:
+        """``GET /status``: what is live, what was refused, what each Envoy ACKed."""
+        answer = self._request("GET", "/status", hint=True)
+        if answer.status != 200:
+            raise AdminError(f"{answer.url} answered HTTP {answer.status}", EXIT_UNREACHABLE)
+        return cast(StatusDocument, self._json(answer, "did not answer JSON"))
+
+    def autoscale(self) -> AutoscaleDocument:
+        """``GET /autoscale``; exit 1 when the gateway has no autoscaler (no replicas)."""
+        answer = self._request("GET", "/autoscale")
+        if answer.status == 404:
+            raise AdminError(
+                f"{answer.url}: no autoscaler: no service of the gateway has replicas: or "
+                "autoscale:",
+                EXIT_INVALID,
             )
-    return line
+        return cast(AutoscaleDocument, self._document(answer))
+
+    def rollouts(self, *, missing_ok: bool = False) -> list[RolloutStatus]:
+        """``GET /rollouts``: every rollout of the live policy. ``missing_ok``: a gateway
+        without a rollout driver (404) has none, rather than failing."""
+        answer = self._request("GET", "/rollouts")
+        if answer.status == 404 and missing_ok:
+            return []
+        document = self._document(answer)
+        try:
+            return cast(list[RolloutStatus], document["rollouts"])
+        except (KeyError, TypeError):
+            raise AdminError(
+                f"{answer.url} did not answer the rollouts document", EXIT_UNREACHABLE
+            ) from None
+
+    def rollout(self, name: str) -> RolloutStatus:
+        """``GET /rollouts/{name}``; exit 1 for a rollout the live policy does not have."""
+        answer = self._request("GET", f"/rollouts/{name}")
+        if answer.status == 404:
+            raise AdminError(f"{answer.url}: HTTP 404: {answer.text}", EXIT_INVALID)
+        return cast(RolloutStatus, self._document(answer))
+
+    def rollout_command(self, name: str, command: str) -> RolloutCommandAnswer:
+        """``POST /rollouts/{name}/{command}`` (promote, abort, pause, resume, restart);
+        exit 1 with the gateway's reason when it refuses."""
+        answer = self._request("POST", f"/rollouts/{name}/{command}")
+        if answer.status != 200:
+            raise AdminError(
+                f"{command} {name}: HTTP {answer.status}: {_error_text(answer)}", EXIT_INVALID
+            )
+        return cast(RolloutCommandAnswer, self._json(answer, "did not answer JSON"))
+
+    def profile(self, body: dict[str, Any], *, seconds: float) -> dict[str, Any]:
+        """``POST /profile``: a py-spy run on the gateway's host (its document carries the
+        SVG). Exit 1 when refused (bad request, token, target), 2 when profiling failed."""
+        answer = self._request("POST", "/profile", body=body, timeout=seconds + 30, plain=True)
+        try:
+            document: dict[str, Any] = answer.json()
+        except ValueError:
+            document = {"error": answer.text}
+        if answer.status != 200:
+            code = EXIT_INVALID if answer.status in (400, 401, 404, 409) else EXIT_CANNOT_START
+            message = f"{answer.url} answered {answer.status}: {document.get('error')}"
+            raise AdminError(message, code)
+        return document
+
+    # ---- transport ---------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        hint: bool = False,
+        plain: bool = False,
+    ) -> _Answer:
+        url = self.url + path
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if method == "POST" and self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
+                return _Answer(url, response.status, response.read())
+        except urllib.error.HTTPError as error:  # an answer, with an error status
+            with error:
+                return _Answer(url, error.code, error.read())
+        except (urllib.error.URLError, HTTPException, OSError, ValueError) as error:
+            reason = error.reason if isinstance(error, urllib.error.URLError) else error
+            if plain:
+                message = f"admin API {url} unreachable: {reason}"
+            else:
+                message = f"cannot reach the inferway admin API at {url}: {reason}"
+                if hint:
+                    message += ". Is `inferway run` running, and is --admin its admin address?"
+            raise AdminError(message, EXIT_UNREACHABLE) from None
+
+    def _document(self, answer: _Answer) -> Any:
+        if answer.status != 200:
+            raise AdminError(f"{answer.url}: HTTP {answer.status}: {answer.text}", EXIT_UNREACHABLE)
+        return self._json(answer, "did not answer JSON: is it the admin API?")
+
+    @staticmethod
+    def _json(answer: _Answer, complaint: str) -> Any:
+        try:
+            return answer.json()
+        except ValueError:
+            raise AdminError(f"{answer.url} {complaint}", EXIT_UNREACHABLE) from None
 
 
-def _nodes_table(status: dict[str, Any], now: float) -> Table:
-    table = Table(title="Envoy nodes", title_justify="left")
-    for column in ("node", "connected", "in sync", "acked", "last NACK"):
-        table.add_column(column)
-    nodes = status.get("nodes") or []
-    for node in nodes:
-        acked = "\n".join(f"{k} {v[:8]}" for k, v in node.get("acked", {}).items())
-        nack = node.get("last_nack")
-        table.add_row(
-            node["node_id"],
-            Text("yes", "green")
-            if node.get("connected")
-            else Text(f"no (last seen {format_age(node.get('last_seen'), now)})", "red"),
-            Text("yes", "green") if node.get("in_sync") else Text("no", "yellow"),
-            acked or "-",
-            "-" if not nack else f"{nack['type']} {format_age(nack['at'], now)}: {nack['message']}",
-        )
-    if not nodes:
-        table.add_row("(none connected yet)", "", "", "", "")
-    return table
-
-
-def _file_problems_panel(problems: list[dict[str, Any]], now: float) -> Panel:
-    body = [
-        Text(f"{p['kind']} file {p['file']} — since {format_age(p['since'], now)}: {p['message']}")
-        for p in problems
-    ]
-    return Panel(Group(*body), title="watched file unreadable", border_style="red", expand=False)
-
-
-def _refusal_panel(refusal: dict[str, Any], now: float) -> Panel:
-    pending = refusal.get("pending")
-    head = Text(
-        f"{refusal['file']} — {format_age(refusal['at'], now)}",
-        style="bold",
-    )
-    body = [head]
-    for issue in refusal.get("issues", []):
-        body.append(Text(issue["text"], style="red"))
-    title = "last edit REFUSED (live policy unchanged)" if pending else "last refused edit"
-    return Panel(Group(*body), title=title, border_style="red" if pending else "dim", expand=False)
-
-
-def _nacks_table(nacks: list[dict[str, Any]], now: float) -> Table:
-    table = Table(title="Recent NACKs", title_justify="left")
-    for column in ("node", "type", "version", "when", "message"):
-        table.add_column(column)
-    for nack in nacks[-10:]:
-        table.add_row(
-            nack["node_id"],
-            nack["type"],
-            short_version(nack["version"]),
-            format_age(nack["at"], now),
-            nack["message"],
-        )
-    return table
+def _error_text(answer: _Answer) -> str:
+    """The gateway's ``{"error": ...}`` message, else the body as it is."""
+    try:
+        document = answer.json()
+    except ValueError:
+        return answer.text
+    if isinstance(document, dict):
+        return str(document.get("error", answer.text))
+    return answer.text

@@ -4,7 +4,6 @@ the commands so each command module only declares what it does."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -34,6 +33,8 @@ PIPED_HELP_WIDTH = 1000
 def installed_version() -> str:
     """The installed code distribution's version, from its metadata (what pip and bug reports
     name); a source tree that was never installed says so."""
+    import importlib.metadata  # only --version reads it: every other command starts without
+
     try:
         return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:

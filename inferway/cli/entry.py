@@ -1,10 +1,11 @@
 """The ``inferway`` command's entry point (``[project.scripts]``).
 
-gRPC reads ``GRPC_ENABLE_FORK_SUPPORT`` once, when it is first imported, and the CLI module
-imports it (the backend's servers) before its ``main`` runs. So the process environment is set
-here, before the CLI is imported: the gateway forks Envoy while gRPC threads run, and gRPC's
-fork handlers, which only matter to a child that keeps using gRPC (Envoy execs at once), would
-print a warning on every fork. Importing any inferway module still changes nothing.
+gRPC reads ``GRPC_ENABLE_FORK_SUPPORT`` once, when it is first imported, and a command's module
+imports it (``run``, ``serve``: the xDS and backend servers) before the command runs. So the
+process environment is set here, before the CLI is imported: the gateway forks Envoy while
+gRPC threads run, and gRPC's fork handlers, which only matter to a child that keeps using gRPC
+(Envoy execs at once), would print a warning on every fork. Importing any inferway module
+still changes nothing.
 """
 
 from __future__ import annotations

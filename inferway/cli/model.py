@@ -16,11 +16,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from inferway.cli.optimize import optimize
 from inferway.console import make_console
 from inferway.exit_codes import EXIT_INVALID
 
-__all__ = ["app", "encrypt", "register_model_tools"]
+__all__ = ["app", "encrypt"]
 
 app = typer.Typer(
     help="Model files: encrypt with a key held in a PKCS#11 token.", no_args_is_help=True
@@ -128,9 +127,3 @@ def encrypt(
                 style="yellow",
             )
         )
-
-
-def register_model_tools(root: typer.Typer) -> None:
-    """``inferway optimize`` and the ``inferway model`` group, on the ``inferway`` app."""
-    root.command("optimize")(optimize)
-    root.add_typer(app, name="model")

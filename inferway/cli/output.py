@@ -11,12 +11,12 @@ import enum
 import json
 import sys
 from collections.abc import Iterable
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 
-from inferway.policies.errors import PolicyIssue
+if TYPE_CHECKING:
+    from inferway.policies.errors import PolicyIssue
 
 __all__ = [
     "DocumentOutputOption",
@@ -62,6 +62,8 @@ def write_document(document: Any, output: OutputFormat, stream: IO[str] | None =
     if output is OutputFormat.json:
         target.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     elif output is OutputFormat.yaml:
+        import yaml  # only for -o yaml: the json and text paths stay light
+
         target.write(yaml.safe_dump(document, sort_keys=True, default_flow_style=False))
     else:
         raise ValueError(f"{output} is not a document format")

@@ -9,20 +9,17 @@ operator without a shell on the host: the control plane itself, or a replica it 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.table import Table
 from rich.text import Text
 
+from inferway.cli.admin_client import AdminClient, AdminError, admin_token
 from inferway.cli.output import OutputFormat, OutputOption, write_document
 from inferway.console import make_console
-from inferway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID, EXIT_UNREACHABLE
-from inferway.gateway.admin_security import ADMIN_TOKEN_ENV
+from inferway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID
 from inferway.gateway.profile_admin import MAX_SECONDS, profile_document
 from inferway.gateway.profile_targets import (
     ProfileTarget,
@@ -55,36 +52,14 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _token(token_file: Path | None) -> str:
-    if token_file is not None:
-        try:
-            return token_file.read_text(encoding="utf-8").strip()
-        except OSError as error:
-            raise _fail(f"cannot read --token-file {token_file}: {error}", EXIT_INVALID) from None
-    token = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
-    if not token:
-        raise _fail(
-            f"--admin needs the admin token: --token-file FILE or ${ADMIN_TOKEN_ENV}", EXIT_INVALID
-        )
-    return token
-
-
-def _remote(admin: str, token: str, body: dict[str, Any], seconds: float) -> dict[str, Any]:
-    url = admin.rstrip("/") + "/profile"
+def _remote(
+    admin: str, token_file: Path | None, body: dict[str, Any], seconds: float
+) -> dict[str, Any]:
     try:
-        response = httpx.post(
-            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=seconds + 30
-        )
-    except httpx.HTTPError as error:
-        raise _fail(f"admin API {url} unreachable: {error}", EXIT_UNREACHABLE) from None
-    try:
-        document: dict[str, Any] = response.json()
-    except json.JSONDecodeError:
-        document = {"error": response.text.strip()}
-    if response.status_code != 200:
-        code = EXIT_INVALID if response.status_code in (400, 401, 404, 409) else EXIT_CANNOT_START
-        raise _fail(f"{url} answered {response.status_code}: {document.get('error')}", code)
-    return document
+        token = admin_token(token_file, needed_for="--admin needs")
+        return AdminClient(admin, token=token).profile(body, seconds=seconds)
+    except AdminError as error:
+        raise _fail(str(error), error.exit_code) from None
 
 
 def profile(
@@ -123,7 +98,7 @@ def profile(
         body |= {"top": top, "idle": idle}
         if service is not None:
             body |= {"service": service, "replica": replica}
-        document = _remote(admin, _token(token_file), body, seconds)
+        document = _remote(admin, token_file, body, seconds)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(document.pop("svg"), encoding="utf-8")
     else:

@@ -3,52 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from inferway.cli.admin_client import DEFAULT_ADMIN_URL, AdminClient, AdminError
 from inferway.cli.output import OutputFormat, OutputOption, write_document
-from inferway.exit_codes import EXIT_INVALID, EXIT_UNREACHABLE
-from inferway.gateway.admin import DEFAULT_ADMIN_PORT
+from inferway.gateway.admin_documents import AutoscaleDocument
 
 __all__ = ["app", "render_autoscale"]
 
 app = typer.Typer(help="Show the autoscaler and the replicas it sizes.", no_args_is_help=True)
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    Console(stderr=True).print(Text(message, style="red"))
-    return typer.Exit(code)
-
-
-def _fetch(admin: str) -> dict[str, Any]:
-    url = admin.rstrip("/") + "/autoscale"
-    try:
-        response = httpx.get(url, timeout=5.0)
-    except httpx.HTTPError as exc:
-        message = f"cannot reach the inferway admin API at {url}: {exc}"
-        raise _fail(message, EXIT_UNREACHABLE) from None
-    if response.status_code == 404:  # a gateway without replicas has no autoscaler
-        raise _fail(
-            f"{url}: no autoscaler: no service of the gateway has replicas: or autoscale:",
-            EXIT_INVALID,
-        )
-    if response.status_code != 200:
-        raise _fail(
-            f"{url}: HTTP {response.status_code}: {response.text.strip()}", EXIT_UNREACHABLE
-        )
-    try:
-        document: dict[str, Any] = response.json()
-    except ValueError:
-        raise _fail(f"{url} did not answer JSON: is it the admin API?", EXIT_UNREACHABLE) from None
-    return document
-
-
-def render_autoscale(document: dict[str, Any], console: Console, *, decisions: int = 10) -> None:
+def render_autoscale(document: AutoscaleDocument, console: Console, *, decisions: int = 10) -> None:
     """Per service its rule and last decision, then the last ``decisions`` decisions."""
     replicas = {s["service"]: s for s in document.get("replicas", {}).get("services", [])}
     if not document.get("services"):
@@ -94,15 +65,17 @@ def render_autoscale(document: dict[str, Any], console: Console, *, decisions: i
 
 @app.command()
 def status(
-    admin: Annotated[
-        str, typer.Option(help="The gateway's admin API URL.")
-    ] = f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}",
+    admin: Annotated[str, typer.Option(help="The gateway's admin API URL.")] = DEFAULT_ADMIN_URL,
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Each autoscaled service's last decision and replicas, then the recent decisions
     (-o json|yaml: the admin API's GET /autoscale document). Exit 3 when it cannot be
     reached, 1 when the gateway has no autoscaler."""
-    document = _fetch(admin)
+    try:
+        document = AdminClient(admin).autoscale()
+    except AdminError as error:
+        Console(stderr=True).print(Text(str(error), style="red"))
+        raise typer.Exit(error.exit_code) from None
     if output is OutputFormat.text:
         render_autoscale(document, Console(soft_wrap=False))
     else:

@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from inferway.cli.admin_client import AdminClient, AdminError
 from inferway.cli.output import OutputFormat, OutputOption, write_document
 from inferway.console import make_console, print_issues
 from inferway.exit_codes import (
@@ -31,7 +32,7 @@ from inferway.exit_codes import (
 from inferway.policies.errors import PolicyError
 from inferway.policies.types import parse_duration
 from inferway.resolve.errors import ResolveError
-from inferway.tools.verify.live import LiveWeightsError, fetch_live_weights
+from inferway.tools.verify.live import rollout_weights
 from inferway.tools.verify.load import is_loopback
 from inferway.tools.verify.report import render_run
 from inferway.tools.verify.routes import load_verify_routes
@@ -74,6 +75,20 @@ def _cpus(value: str | None) -> tuple[int, ...]:
 def _fail(message: str, code: int) -> typer.Exit:
     Console(stderr=True).print(Text(message, style="red"))
     return typer.Exit(code)
+
+
+def _live_weights(admin: str) -> dict[str, dict[str, float]]:
+    """The weights the gateway runs now where a rollout moved them (``GET /rollouts``; none
+    when it has no rollouts): verify expects the live split, not the policy's start."""
+    try:
+        rollouts = AdminClient(admin).rollouts(missing_ok=True)
+    except AdminError as error:
+        raise _fail(str(error), error.exit_code) from None
+    try:
+        return rollout_weights({"rollouts": rollouts})
+    except (ValueError, KeyError, TypeError) as error:
+        message = f"{admin.rstrip('/')}/rollouts did not answer the rollouts document: {error}"
+        raise _fail(message, EXIT_UNREACHABLE) from None
 
 
 def _reachable(gateway: str) -> None:
@@ -186,10 +201,7 @@ def verify(
     if users is not None and not allow_remote and not is_loopback(gateway):
         message = f"{gateway} is not a loopback address: load only with --allow-remote"
         raise _fail(message, EXIT_CANNOT_START)
-    try:
-        weights = fetch_live_weights(admin) if admin else {}
-    except LiveWeightsError as error:
-        raise _fail(str(error), EXIT_UNREACHABLE) from None
+    weights = _live_weights(admin) if admin else {}
     try:
         _, routes = load_verify_routes(file, urlsplit(gateway).port, weights)
     except (PolicyError, ResolveError) as error:

@@ -28,6 +28,7 @@ from inferway.controllers.rollout.state import Decision
 from inferway.devtools.demo_backend import DEMO_MODEL
 from inferway.devtools.demo_fault import DemoFault
 from inferway.devtools.demo_traffic import CONCURRENCY, build_infer_request
+from inferway.gateway.admin_documents import RolloutStatus
 from inferway.gateway.rollouts.driver import RolloutDriver, UnknownRolloutError
 from inferway.policies import Policy, dump_policy, load_policy_text
 
@@ -163,7 +164,7 @@ def _counts_table(title: str, before: Counter[str], after: Counter[str]) -> Tabl
     return table
 
 
-async def _wait_ended(driver: RolloutDriver, name: str) -> dict[str, Any] | None:
+async def _wait_ended(driver: RolloutDriver, name: str) -> RolloutStatus | None:
     deadline = time.monotonic() + SCENE_TIMEOUT_S
     while time.monotonic() < deadline:
         try:

@@ -14,6 +14,16 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from inferway.gateway.admin_documents import (
+    DEFAULT_ADMIN_PORT,
+    EnvoyRecord,
+    FileProblemRecord,
+    HealthRecord,
+    NackRecord,
+    NodeRecord,
+    RefusalRecord,
+    StatusDocument,
+)
 from inferway.gateway.admin_security import (
     ADMIN_TOKEN,
     MAX_BODY_BYTES,
@@ -30,7 +40,8 @@ from inferway.policies import dump_policy
 from inferway.policies.redact import build_redacted_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import node_in_sync
-from inferway.xds.records import NackRecord, NodeStatus
+from inferway.xds.records import NackRecord as XdsNackRecord
+from inferway.xds.records import NodeStatus
 from inferway.xds.snapshot import Snapshot
 
 __all__ = [
@@ -45,7 +56,6 @@ __all__ = [
     "start_admin_server",
 ]
 
-DEFAULT_ADMIN_PORT = 15000
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlane)
 SUPERVISOR: web.AppKey[EnvoySupervisor | KeeperView] = web.AppKey("supervisor")
@@ -58,8 +68,9 @@ _ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets
 
 def build_status(
     plane: ControlPlane, supervisor: EnvoySupervisor | KeeperView | None = None
-) -> dict[str, Any]:
-    """The JSON document ``GET /status`` returns. ``keeper``: under ``inferway run``, the
+) -> StatusDocument:
+    """The JSON document ``GET /status`` returns (``admin_documents.StatusDocument``, what
+    the CLI's ``AdminClient`` reads). ``keeper``: under ``inferway run``, the
     keeper process that owns Envoy and the control plane's restarts (None in-process)."""
     current = plane.current
     refusal = plane.last_refused
@@ -76,7 +87,10 @@ def build_status(
             },
         },
         "last_refused": None if refusal is None else _refusal(refusal, plane.refusal_pending),
-        "file_problems": [vars(problem) for problem in plane.file_problems],
+        "file_problems": [
+            FileProblemRecord(file=p.file, kind=p.kind, message=p.message, since=p.since)
+            for p in plane.file_problems
+        ],
         "nodes": [
             _node(node, plane.cache.get_snapshot(node.group)) for node in plane.cache.node_status()
         ],
@@ -86,7 +100,7 @@ def build_status(
     }
 
 
-def _health(plane: ControlPlane) -> dict[str, Any]:
+def _health(plane: ControlPlane) -> HealthRecord:
     """``ok``, or ``degraded: last edit rejected by Envoy`` with the reason; the gateway still
     serves the last good snapshot either way."""
     degraded = plane.degraded
@@ -95,7 +109,7 @@ def _health(plane: ControlPlane) -> dict[str, Any]:
     return {"ok": False, "status": DEGRADED_REJECTED, "reason": degraded}
 
 
-def _refusal(refusal: Refusal, pending: bool) -> dict[str, Any]:
+def _refusal(refusal: Refusal, pending: bool) -> RefusalRecord:
     rejection = refusal.rejected_by_envoy
     return {
         "at": refusal.at,
@@ -125,7 +139,7 @@ def _refusal(refusal: Refusal, pending: bool) -> dict[str, Any]:
     }
 
 
-def _node(node: NodeStatus, snapshot: Snapshot | None) -> dict[str, Any]:
+def _node(node: NodeStatus, snapshot: Snapshot | None) -> NodeRecord:
     return {
         "node_id": node.node_id,
         "cluster": node.cluster,
@@ -140,7 +154,7 @@ def _node(node: NodeStatus, snapshot: Snapshot | None) -> dict[str, Any]:
     }
 
 
-def _nack(record: NackRecord) -> dict[str, Any]:
+def _nack(record: XdsNackRecord) -> NackRecord:
     return {
         "node_id": record.node_id,
         "type": type_urls.SHORT_NAMES.get(record.type_url, record.type_url),
@@ -151,7 +165,7 @@ def _nack(record: NackRecord) -> dict[str, Any]:
     }
 
 
-def _envoy(supervisor: EnvoySupervisor | KeeperView) -> dict[str, Any]:
+def _envoy(supervisor: EnvoySupervisor | KeeperView) -> EnvoyRecord:
     return {
         "pid": supervisor.pid,
         "running": supervisor.running,

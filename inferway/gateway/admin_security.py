@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from inferway.gateway.admin_documents import ADMIN_TOKEN_ENV
+
 if TYPE_CHECKING:
     from inferway.gateway.watcher import PolicyWatcher
 
@@ -41,7 +43,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ADMIN_TOKEN_ENV = "INFERWAY_ADMIN_TOKEN"
 MAX_BODY_BYTES = 1024 * 1024
 """aiohttp's client_max_size for the admin app: bigger bodies get 413."""
 TOKEN_FILE_NAME = "admin-token"

@@ -40,6 +40,7 @@ from inferway.gateway.actuators.scale_actuators import (
     ScaleActuatorError,
     select_actuator,
 )
+from inferway.gateway.admin_documents import AutoscaleDocument, AutoscaleService
 from inferway.gateway.autoscale_inputs import (
     BACKEND_METRICS,
     ClusterLoad,
@@ -267,10 +268,10 @@ class AutoscaleDriver:
                 out[name] = last.desired
         return out
 
-    def status_json(self) -> dict[str, Any]:
-        """``GET /autoscale``: per service its rule and last decision, every decision kept,
-        and the replica manager's status."""
-        services = []
+    def status_json(self) -> AutoscaleDocument:
+        """``GET /autoscale`` (``admin_documents.AutoscaleDocument``): per service its rule
+        and last decision, every decision kept, and the replica manager's status."""
+        services: list[AutoscaleService] = []
         for name, scaled in sorted(self._services.items()):
             last = scaled.autoscaler.last_decision
             services.append(

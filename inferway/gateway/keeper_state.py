@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferway.gateway.admin_documents import KeeperRecord
+
 __all__ = [
     "KEEPER_STATE_FILE",
     "KeeperState",
@@ -97,10 +99,10 @@ class KeeperView:
     def admin_port(self) -> int:
         return int(self.read().get("envoy_admin_port") or self._admin_port)
 
-    def keeper_status(self) -> dict[str, Any] | None:
+    def keeper_status(self) -> KeeperRecord | None:
         """``{"pid": ..., "control_plane": {pid, restarts, last_exit_code, ...}}``, or None
         before the keeper wrote its file."""
         data = self.read()
         if not data:
             return None
-        return {"pid": data.get("keeper_pid"), "control_plane": data.get("control_plane")}
+        return KeeperRecord(pid=data.get("keeper_pid"), control_plane=data.get("control_plane"))

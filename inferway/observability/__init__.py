@@ -1,5 +1,5 @@
-"""Observability helpers shared by inferway's processes (OpenTelemetry setup)."""
+"""Observability helpers shared by inferway's processes: log formats, redaction, masking,
+OpenTelemetry setup (``observability.otel``), py-spy profiles.
 
-from inferway.observability.otel import setup_tracing
-
-__all__ = ["setup_tracing"]
+Nothing is imported here: importing ``inferway.observability.log_format`` (the CLI does, for
+``--log-format``) must not load the OpenTelemetry SDK, which only ``otel`` needs."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inferway.cli.admin_client import fetch_status
+from inferway.cli.admin_client import AdminClient
 from inferway.gateway.admin_security import (
     ADMIN_TOKEN_ENV,
     MAX_BODY_BYTES,
@@ -71,7 +71,7 @@ async def test_reads_stay_open_and_inferway_status_works(gateway: Gateway) -> No
     async with httpx.AsyncClient(base_url=gateway.admin.url, timeout=5) as client:
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/policy")).status_code == 200
-    document = await _to_thread(fetch_status, gateway.admin.url)
+    document = await _to_thread(AdminClient(gateway.admin.url).status)
     assert document["policy"]["version"] == gateway.control_plane.version
     assert document["xds_refused"] == []
 

@@ -27,8 +27,10 @@ def _quoted_commands() -> list[tuple[str, str, str]]:
 
 def _options(command: str) -> set[str]:
     group = typer.main.get_command(app)
-    params = group.commands[command].params  # type: ignore[attr-defined]
-    return {opt for param in params for opt in param.opts}
+    assert isinstance(group, typer.core.TyperGroup)
+    loaded = group.get_command(typer.Context(group), command)  # imports the command's module
+    assert loaded is not None, f"no command {command}"
+    return {opt for param in loaded.params for opt in param.opts}
 
 
 def test_docs_quote_some_commands() -> None:

@@ -7,7 +7,7 @@ import yaml
 from rich.console import Console
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
-from inferway.cli.admin_client import render_status
+from inferway.cli.status import render_status
 from inferway.gateway.admin import build_admin_app, build_status, start_admin_server
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.supervisor import Backoff

@@ -47,7 +47,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 are pure decision cores: the base layer only. ``cli`` is the top: nothing imports it (but
 devtools, which nothing in the product imports)."""
 
-DEVTOOLS_ENTRY = ("inferway.cli.main", "demo", "inferway.devtools.demo")
+DEVTOOLS_ENTRY = ("inferway.cli.demo", "demo", "inferway.devtools.demo")
 """The one product import of devtools: the gateway CLI's ``demo`` command imports the demo
 runner lazily, inside the command function, so running the product never loads devtools."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
-from inferway.cli.admin_client import render_status
+from inferway.cli.status import render_status
 from inferway.gateway.admin import build_status
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.keeper_state import KeeperState, KeeperView, ProcessRecord, write_keeper_state

@@ -26,6 +26,7 @@ import aiohttp
 
 from inferway.gateway.actuators.replica_plan import ServiceReplicasStatus
 from inferway.gateway.actuators.replica_set import DrainProbe, ReplicaContext, ReplicaSet
+from inferway.gateway.admin_documents import ReplicasDocument
 from inferway.policies.model import Endpoint, Policy
 from inferway.state.model import ServiceEndpoints
 
@@ -152,12 +153,12 @@ class ReplicaManager:
     def status(self) -> tuple[ServiceReplicasStatus, ...]:
         return tuple(self._sets[name].status() for name in sorted(self._sets))
 
-    def status_json(self) -> dict[str, object]:
+    def status_json(self) -> ReplicasDocument:
         """What ``inferway status`` prints: per service and replica, plus recent events."""
-        return {
-            "services": [s.to_json() for s in self.status()],
-            "events": [e.to_json() for e in self._events],
-        }
+        return ReplicasDocument(
+            services=[s.to_json() for s in self.status()],
+            events=[e.to_json() for e in self._events],
+        )
 
     def running_pids(self, service: str) -> list[int]:
         """``service``'s live replica processes' pids in index order (``POST /profile``);

@@ -7,6 +7,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from inferway.controllers.rollout.controller import COMMANDS, RolloutCommandError
+from inferway.gateway.admin_documents import RolloutCommandAnswer, RolloutList
 from inferway.gateway.rollouts.driver import RolloutDriver, UnknownRolloutError
 
 __all__ = ["DRIVER", "add_rollout_routes"]
@@ -23,7 +24,8 @@ def _unknown(driver: RolloutDriver, name: str) -> web.Response:
 
 async def _list(request: web.Request) -> web.Response:
     driver = request.app[DRIVER]
-    return web.json_response({"rollouts": [driver.status(n, history=0) for n in driver.names()]})
+    document = RolloutList(rollouts=[driver.status(n, history=0) for n in driver.names()])
+    return web.json_response(document)
 
 
 async def _show(request: web.Request) -> web.Response:
@@ -48,7 +50,8 @@ async def _command(request: web.Request) -> web.Response:
         return _unknown(driver, name)
     except RolloutCommandError as exc:
         return web.json_response({"error": str(exc)}, status=409)
-    return web.json_response({"decision": decision.to_json(), "status": driver.status(name)})
+    answer = RolloutCommandAnswer(decision=decision.to_json(), status=driver.status(name))
+    return web.json_response(answer)
 
 
 def add_rollout_routes(app: web.Application, driver: RolloutDriver) -> None:

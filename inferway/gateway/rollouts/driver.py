@@ -32,6 +32,7 @@ from inferway.controllers.rollout.state import (
     RolloutState,
     RolloutStateError,
 )
+from inferway.gateway.admin_documents import RolloutStatus
 from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
 from inferway.gateway.rollouts.config import build_rollout_config
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
@@ -280,7 +281,8 @@ class RolloutDriver:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
-    def status(self, name: str, *, history: int = 20) -> dict[str, Any]:
+    def status(self, name: str, *, history: int = 20) -> RolloutStatus:
+        """``GET /rollouts/{name}`` (``admin_documents.RolloutStatus``)."""
         entry = self._entry(name)
         s, config = entry.controller.state, entry.controller.config
         last = next((d for d in reversed(s.history) if d.verdicts), None)
