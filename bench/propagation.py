@@ -37,6 +37,7 @@ from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.hooks import XdsObserver
 from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import build_snapshot
 from inferway.xds.translate import translate
@@ -92,7 +93,7 @@ async def start_backend() -> tuple[web.AppRunner, int]:
     return runner, int(site._server.sockets[0].getsockname()[1])
 
 
-class _Stages:
+class _Stages(XdsObserver):
     """When the watcher applied each version and when Envoy ACKed its RDS."""
 
     def __init__(self) -> None:

@@ -35,6 +35,7 @@ from _common import (
 from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.hooks import XdsObserver
 from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from inferway.xds.translate import translate
@@ -192,7 +193,7 @@ def _rds_names(response: Any) -> list[str]:
 # -- the control plane side (this process) ------------------------------------------------------
 
 
-class _AckClock:
+class _AckClock(XdsObserver):
     """Cache hook: the moment the last of ``expected`` nodes ACKed every required type of a
     version. O(1) per ACK, so it adds nothing measurable to the control plane."""
 

@@ -52,6 +52,7 @@ from inferway.gateway.autoscale_inputs import (
 from inferway.gateway.autoscale_policy import build_config
 from inferway.gateway.backend_scrape import scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.policies.model import Policy
 from inferway.policies.scale_target import ScaleTargetSpec, read_scale_target
 
@@ -78,7 +79,7 @@ class _Scaled:
         self.error: str | None = None
 
 
-class AutoscaleDriver:
+class AutoscaleDriver(PolicyFollower):
     """Follows the live policy (a control-plane observer), samples and decides per service.
     ``start()`` runs the loop; ``stop()`` ends it. ``tick(now)`` is one pass (tests call it)."""
 

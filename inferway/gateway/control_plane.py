@@ -18,16 +18,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from opentelemetry import trace
 
+from inferway.gateway.policy_observers import ObserverList, PolicyObserver
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
 from inferway.state import State
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.hooks import XdsObserver
 from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
 from inferway.xds.policy_snapshot import resolve_and_snapshot
 from inferway.xds.records import Rejection
@@ -122,25 +123,15 @@ class ControlPlane:
         self._refused_since_applied = False
         self._rejected_since_applied = False
         self._file_problems: dict[str, FileProblem] = {}
-        self._observers: list[Any] = []
+        self._observers = ObserverList()
         cache.add_hook(_RejectionHook(self))
         self._ir: IR | None = None
         cache.set_group_builder(self._build_group)
 
-    def add_observer(self, observer: Any) -> None:
-        """Attach an object with ``on_applied(AppliedPolicy, changed)`` and/or
-        ``on_refused(Refusal)`` (metrics attach here, not inside the apply logic)."""
-        self._observers.append(observer)
-
-    def _notify(self, method: str, *args: Any) -> None:
-        for observer in self._observers:
-            handler = getattr(observer, method, None)
-            if handler is None:
-                continue
-            try:
-                handler(*args)
-            except Exception:  # observing must never break applying
-                log.exception("control plane observer %r.%s failed", observer, method)
+    def add_observer(self, observer: PolicyObserver) -> None:
+        """Attach an observer of applied and refused policies (subclass ``PolicyFollower``;
+        metrics attach here, not inside the apply logic)."""
+        self._observers.add(observer)
 
     @property
     def state(self) -> State:
@@ -275,7 +266,7 @@ class ControlPlane:
             "" if changed else " (unchanged)",
             extra={"source": source, "snapshot": snapshot.version},
         )
-        self._notify("on_applied", self._current, changed)
+        self._observers.on_applied(self._current, changed)
         return snapshot.version
 
     def _scoped_snapshots(self, ir: IR) -> dict[str, Snapshot]:
@@ -347,7 +338,7 @@ class ControlPlane:
         )
         for line in refusal.lines():
             log.warning("  %s", line)
-        self._notify("on_refused", refusal)
+        self._observers.on_refused(refusal)
         return refusal
 
 
@@ -367,7 +358,7 @@ def _rejection_issue(file: str, rejection: Rejection) -> PolicyIssue:
     return PolicyIssue(file, None, None, "", message)
 
 
-class _RejectionHook:
+class _RejectionHook(XdsObserver):
     """The cache hook that tells the control plane about rejected snapshots (a separate object
     so the cache sees only ``on_reject``)."""
 

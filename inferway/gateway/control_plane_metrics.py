@@ -20,8 +20,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from inferway.gateway.cost_metrics import CostCollector
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.xds import type_urls
 from inferway.xds.cache import node_in_sync
+from inferway.xds.hooks import XdsObserver
 
 if TYPE_CHECKING:
     from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, Refusal
@@ -88,7 +90,7 @@ class _StateGauges(Collector):
         return iter(())  # collected lazily; nothing to check at registration
 
 
-class ControlPlaneMetrics:
+class ControlPlaneMetrics(XdsObserver, PolicyFollower):
     """All of one control plane's metrics; ``attach`` wires it to a ControlPlane and its cache.
 
     ``clock`` is monotonic seconds, used only for durations (push -> ACK, apply -> in sync).

@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from inferway.gateway.control_plane import AppliedPolicy
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.gateway.sources import StateSink
 from inferway.policies import Policy
 from inferway.policies.endpoints import endpoints_file_path
@@ -29,7 +30,7 @@ __all__ = ["EndpointsFollower"]
 log = logging.getLogger(__name__)
 
 
-class EndpointsFollower:
+class EndpointsFollower(PolicyFollower):
     """Owns the endpoints watcher; pass ``f.resolve_state`` among the policy watcher's sources
     and ``plane.add_observer(f)``, then ``await f.start(text)``; ``await f.stop()`` at exit."""
 

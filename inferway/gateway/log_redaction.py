@@ -6,12 +6,13 @@ import logging
 
 from inferway.gateway.control_plane import AppliedPolicy
 from inferway.gateway.mask_sink import build_masker
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["LogRedaction"]
 
 
-class LogRedaction:
+class LogRedaction(PolicyFollower):
     """Keeps inferway's own log filter in step with the live policy: its ``redact_headers``
     and its ``mask`` rules stay out of the gateway's log lines, not only out of Envoy's access
     logs and traces."""

@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1 import common_pb2
 
 from inferway.gateway.control_plane import AppliedPolicy
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.observability.masking import NO_MASKING, Masker, build_masker_from
 from inferway.policies.masking import Mask
 from inferway.policies.model import Policy
@@ -239,7 +240,7 @@ def _wanted(policy: Policy) -> tuple[str, int] | None:
     return policy.mask.sink.address, policy.mask.sink.port
 
 
-class MaskSinkKeeper:
+class MaskSinkKeeper(PolicyFollower):
     """Runs the sink while the live policy needs it, reconfigured by every edit."""
 
     def __init__(self) -> None:

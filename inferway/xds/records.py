@@ -1,13 +1,17 @@
-"""What the cache records about Envoys: node status, each NACK, and each snapshot an Envoy
-rejected. Plain frozen values in a module of their own, so the hooks that receive them and the
-cache that makes them both import them here (and not each other)."""
+"""What the cache records about Envoys: node status, each NACK, each snapshot an Envoy
+rejected, and each response written. Plain frozen values in a module of their own, so the hooks
+that receive them and the cache and streams that make them all import them here (and not each
+other)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["NackRecord", "NodeStatus", "Rejection"]
+__all__ = ["NackRecord", "NodeStatus", "Rejection", "SentResponse", "XdsProtocol"]
+
+XdsProtocol = Literal["sotw", "delta"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +56,17 @@ class Rejection:
     @property
     def message(self) -> str:
         return self.nack.message
+
+
+@dataclass(frozen=True)
+class SentResponse:
+    """One response written to one stream. ``removed`` counts delta's removed_resources;
+    ``bytes`` is the serialized size of the response message."""
+
+    node_id: str
+    protocol: XdsProtocol
+    type_url: str
+    version: str
+    resources: int
+    removed: int
+    bytes: int

@@ -20,7 +20,7 @@ from inferway.xds.auth import (
     build_server_credentials,
     verified_requests,
 )
-from inferway.xds.cache import SnapshotCache
+from inferway.xds.config_watcher import ConfigWatcher
 from inferway.xds.stream import XdsProtocolError, serve_delta_stream, serve_sotw_stream
 
 __all__ = ["XdsServer", "start_xds_server"]
@@ -36,7 +36,7 @@ spreads again over control-plane replicas. Envoy keeps its config across the rec
 
 class _AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     def __init__(
-        self, cache: SnapshotCache, tls: XdsTls | None = None, refusals: PeerRefusals | None = None
+        self, cache: ConfigWatcher, tls: XdsTls | None = None, refusals: PeerRefusals | None = None
     ) -> None:
         self._cache = cache
         self._tls = tls
@@ -94,7 +94,7 @@ class XdsServer:
 
 
 async def start_xds_server(
-    cache: SnapshotCache,
+    cache: ConfigWatcher,
     host: str = "127.0.0.1",
     port: int = 0,
     *,

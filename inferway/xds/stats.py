@@ -10,25 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-__all__ = ["Protocol", "SentResponse", "TypeCounts", "XdsStats"]
+from inferway.xds.hooks import XdsObserver
+from inferway.xds.records import SentResponse
 
-Protocol = Literal["sotw", "delta"]
-
-
-@dataclass(frozen=True)
-class SentResponse:
-    """One response written to one stream. ``removed`` counts delta's removed_resources;
-    ``bytes`` is the serialized size of the response message."""
-
-    node_id: str
-    protocol: Protocol
-    type_url: str
-    version: str
-    resources: int
-    removed: int
-    bytes: int
+__all__ = ["TypeCounts", "XdsStats"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +33,7 @@ class TypeCounts:
         )
 
 
-class XdsStats:
+class XdsStats(XdsObserver):
     """Running totals per (protocol, type_url); attach with ``cache.add_hook(stats)``."""
 
     def __init__(self) -> None:

@@ -1,7 +1,8 @@
 """Drives one ADS stream: requests in, responses out, the cache in between.
 
 The stream interface is deliberately small: an async iterator of requests and an async
-``send`` callback. gRPC supplies them in production; tests pass in-memory ones. Requests and
+``send`` callback (gRPC supplies them in production; tests pass in-memory ones), and the
+cache seen only as a ``ConfigWatcher`` (``xds/config_watcher.py``). Requests and
 snapshot changes are serialised through one queue, so the pure protocol state (``SotwState``
 for state-of-the-world, ``DeltaState`` for incremental xDS) sees one event at a time and each
 stream runs as its own task, independent of every other.
@@ -16,12 +17,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Protocol
 
 from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
-from inferway.xds.cache import SnapshotCache, StreamHandle
+from inferway.xds.config_watcher import ConfigWatcher, StreamHandle
 from inferway.xds.delta import DeltaState
+from inferway.xds.records import SentResponse, XdsProtocol
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.sotw import SotwState, counter_nonces
-from inferway.xds.stats import Protocol as XdsProtocol
-from inferway.xds.stats import SentResponse
 
 __all__ = ["XdsProtocolError", "serve_delta_stream", "serve_sotw_stream"]
 
@@ -57,7 +57,7 @@ anyway (a client that never answers must not freeze its config)."""
 async def serve_sotw_stream(
     requests: AsyncIterable[discovery_pb2.DiscoveryRequest],
     send: Send,
-    cache: SnapshotCache,
+    cache: ConfigWatcher,
 ) -> None:
     """Serve one state-of-the-world ADS stream until the client ends it (or the task is
     cancelled); the node's status is marked disconnected on the way out."""
@@ -67,7 +67,7 @@ async def serve_sotw_stream(
 async def serve_delta_stream(
     requests: AsyncIterable[discovery_pb2.DeltaDiscoveryRequest],
     send: DeltaSend,
-    cache: SnapshotCache,
+    cache: ConfigWatcher,
 ) -> None:
     """Serve one incremental (delta) ADS stream; same lifecycle as ``serve_sotw_stream``."""
     await _serve(requests, send, cache, "delta")
@@ -76,7 +76,7 @@ async def serve_delta_stream(
 async def _serve(
     requests: AsyncIterable[Any],
     send: Callable[[Any], Awaitable[None]],
-    cache: SnapshotCache,
+    cache: ConfigWatcher,
     protocol: XdsProtocol,
 ) -> None:
     iterator = aiter(requests)
@@ -99,7 +99,7 @@ async def _serve(
             pending_change = True
             events.put_nowait(_SNAPSHOT_CHANGED)
 
-    cache.watch(handle.group, handle.stream_id, on_change)
+    cancel_watch = cache.create_watch(handle, on_change)
     nonces = counter_nonces(f"{handle.stream_id}-")
     state: _ProtocolState = SotwState(nonces) if protocol == "sotw" else DeltaState(nonces)
     reader = asyncio.create_task(_read(iterator, events), name=f"xds-read-{handle.node_id}")
@@ -136,6 +136,7 @@ async def _serve(
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await reader
+        cancel_watch()
         cache.close_stream(handle)
 
 
@@ -173,7 +174,7 @@ def _log_request(handle: StreamHandle, request: Any) -> None:
 
 
 async def _apply(
-    cache: SnapshotCache,
+    cache: ConfigWatcher,
     handle: StreamHandle,
     step: Any,
     send: Callable[[Any], Awaitable[None]],

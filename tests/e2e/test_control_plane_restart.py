@@ -10,6 +10,7 @@ import pytest
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway.xds import type_urls
+from inferway.xds.hooks import XdsObserver
 from inferway.xds.records import NackRecord
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
@@ -58,7 +59,7 @@ async def _is(gateway: Gateway, state: int) -> bool:
     return await _envoy_connected(gateway) == state
 
 
-class _PushCounter:
+class _PushCounter(XdsObserver):
     """Cache hook: every response the server sends, per node and type."""
 
     def __init__(self) -> None:

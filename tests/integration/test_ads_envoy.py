@@ -17,6 +17,7 @@ from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway.xds import type_urls
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.hooks import XdsObserver
 from inferway.xds.server import start_xds_server
 from inferway.xds.snapshot import Snapshot, build_snapshot
 from tests.aiohttp_sites import start_site
@@ -47,7 +48,7 @@ async def backend_port() -> AsyncIterator[int]:
         await runner.cleanup()
 
 
-class PushCounter:
+class PushCounter(XdsObserver):
     def __init__(self) -> None:
         self.pushes: list[tuple[str, str]] = []
 

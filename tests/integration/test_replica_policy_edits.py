@@ -17,6 +17,7 @@ from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replica_plan import ReplicaState
 from inferway.gateway.actuators.replicas import ReplicaManager, UnknownServiceError
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.policies import load_policy_text
 from inferway.xds.cache import SnapshotCache
 from tests.helpers import poll_until
@@ -51,7 +52,7 @@ def _replicas(command: str, *, min_: int = 1, max_: int = 3, initial: int = 1) -
     )
 
 
-class _ReplicaCounts:
+class _ReplicaCounts(PolicyFollower):
     """Observer: the number of ready replicas in State at each applied snapshot."""
 
     def __init__(self, control_plane: ControlPlane) -> None:

@@ -6,7 +6,8 @@ import pytest
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.xds import type_urls
-from inferway.xds.cache import SnapshotCache, node_in_sync
+from inferway.xds.cache import SnapshotCache, StreamHandle, node_in_sync
+from inferway.xds.hooks import XdsObserver
 from inferway.xds.snapshot import build_snapshot
 from tests.xds_sample import build_sample_resources
 
@@ -27,8 +28,10 @@ def ack_all(cache: SnapshotCache, handle, snap) -> None:
 def test_set_snapshot_notifies_watchers_of_that_group_only_on_change() -> None:
     cache = SnapshotCache()
     calls: list[str] = []
-    cache.watch("default", 1, lambda: calls.append("default"))
-    cache.watch("canary", 2, lambda: calls.append("canary"))
+    cache.create_watch(StreamHandle(1, "a", "edge", "default"), lambda: calls.append("default"))
+    cancel = cache.create_watch(
+        StreamHandle(2, "b", "edge", "canary"), lambda: calls.append("canary")
+    )
     assert cache.set_snapshot(snapshot()) is True
     assert cache.set_snapshot(snapshot()) is False
     assert calls == ["default"]
@@ -36,6 +39,9 @@ def test_set_snapshot_notifies_watchers_of_that_group_only_on_change() -> None:
     assert calls == ["default", "canary"]
     assert cache.get_snapshot("canary") == snapshot(9002)
     assert cache.get_snapshot("nobody") is None
+    cancel()
+    assert cache.set_snapshot(snapshot(9003), group="canary") is True
+    assert calls == ["default", "canary"]  # a cancelled watch is not woken
 
 
 def test_node_group_decides_which_snapshot_a_node_gets() -> None:
@@ -118,13 +124,13 @@ def test_a_nacked_snapshot_is_refused_and_the_group_goes_back_to_the_last_acked_
     cache = SnapshotCache(clock=lambda: 7.0)
     rejections = []
 
-    class Hook:
+    class Hook(XdsObserver):
         def on_reject(self, rejection) -> None:
             rejections.append(rejection)
 
     cache.add_hook(Hook())
     woken: list[int] = []
-    cache.watch("default", 1, lambda: woken.append(1))
+    cache.create_watch(StreamHandle(1, "x", "edge", "default"), lambda: woken.append(1))
     good, bad = snapshot(9001), snapshot(9002)
     cache.set_snapshot(good)
     handle = cache.open_stream(node("envoy-1"))

@@ -14,6 +14,7 @@ from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.service.discovery.v3 import discovery_pb2
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.hooks import XdsObserver
 from inferway.xds.snapshot import build_snapshot
 from inferway.xds.stream import XdsProtocolError, serve_sotw_stream
 from tests.xds_sample import build_sample_resources
@@ -346,7 +347,7 @@ async def test_first_request_without_node_is_a_protocol_error(cache):
 async def test_hooks_observe_pushes_acks_nacks_and_a_failing_hook_breaks_nothing(cache, streams):
     seen: list[tuple] = []
 
-    class Recorder:
+    class Recorder(XdsObserver):
         def on_connect(self, status):
             seen.append(("connect", status.node_id))
 
@@ -362,7 +363,7 @@ async def test_hooks_observe_pushes_acks_nacks_and_a_failing_hook_breaks_nothing
         def on_disconnect(self, status):
             seen.append(("disconnect", status.node_id, status.connected))
 
-    class Broken:
+    class Broken(XdsObserver):
         def on_push(self, *args):
             raise RuntimeError("metrics backend down")
 

@@ -17,6 +17,7 @@ from inferway.gateway.actuators.envoy_drain import EnvoyDrainProbe
 from inferway.gateway.actuators.replica_set import DrainProbe
 from inferway.gateway.actuators.replicas import ReplicaManager, ReplicaSink
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyRefusedError
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.state.model import ServiceEndpoints
 from inferway.xds.cache import node_in_sync
 
@@ -68,7 +69,7 @@ class ControlPlaneDrainProbe:
             await close()
 
 
-class _FollowPolicy:
+class _FollowPolicy(PolicyFollower):
     """Control-plane observer: each applied policy reconfigures the manager."""
 
     def __init__(self, manager: ReplicaManager) -> None:

@@ -35,6 +35,7 @@ from inferway.gateway.features.measure import (
     measure_bodyless,
     parse_field_paths,
 )
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.policies.model import Policy
 from inferway.xds.translate.features import FEATURES_NAMESPACE, FIELDS_METADATA_KEY
 from inferway.xds.translate.served_by import SERVED_BY_HEADERS
@@ -157,7 +158,7 @@ def wanted_address(policy: Policy) -> tuple[str, int] | None:
     return policy.feature_router.address, policy.feature_router.port
 
 
-class FeatureRouterKeeper:
+class FeatureRouterKeeper(PolicyFollower):
     """Runs the router while the live policy has feature routes, at the address it names:
     started before Envoy gets the first snapshot that uses it, moved or stopped by edits."""
 

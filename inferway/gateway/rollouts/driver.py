@@ -34,6 +34,7 @@ from inferway.controllers.rollout.state import (
 )
 from inferway.gateway.admin_documents import RolloutStatus
 from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
+from inferway.gateway.policy_observers import PolicyFollower
 from inferway.gateway.rollouts.config import build_rollout_config
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
@@ -84,7 +85,7 @@ class _Entry:
     """The last refusal of a pre-step gate (cleared when the step happens)."""
 
 
-class RolloutDriver:
+class RolloutDriver(PolicyFollower):
     """All rollouts of the live policy. ``sink`` is the control plane (its ``state`` and
     ``update_state``); ``clock`` is wall time, since decisions are persisted and resumed."""
 
