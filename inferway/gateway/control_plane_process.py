@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inferway.gateway.keeper_state import ProcessRecord
+from inferway.gateway.restart_loop import Backoff, Exit, keep_restarting
 from inferway.gateway.runtime import GatewayOptions
-from inferway.gateway.supervisor import Backoff
 from inferway.observability.log_format import LogFormat
 from inferway.parent_death import set_parent_death_signal
 
@@ -152,36 +152,38 @@ class ControlPlaneProcess:
         self._changed()
 
     async def _supervise(self) -> None:
-        delay: float | None = None
-        while not self._stopping:
-            proc = self._proc
-            assert proc is not None
-            code = await proc.wait()
-            if self._stopping:
-                return
-            self._exited(code)
-            uptime = time.time() - (self.started_at or 0.0)
-            delay = self.backoff.next_delay(delay, uptime)
-            log.warning(
-                "control plane (pid %d) exited with code %s after %.1fs; Envoy keeps serving "
-                "its last config; restarting the control plane in %.2fs",
-                proc.pid,
-                code,
-                uptime,
-                delay,
-            )
-            await asyncio.sleep(delay)
-            if self._stopping:
-                return
-            try:
-                await self._spawn()
-            except OSError as exc:
-                log.error("could not restart the control plane: %s", exc)
-                continue
-            self.restarts += 1
-            self._changed()
-            if await self._wait_ready() is None:
-                log.info("control plane is back (pid %s, restart %d)", self.pid, self.restarts)
+        await keep_restarting(
+            "the control plane",
+            backoff=self.backoff,
+            stopping=lambda: self._stopping,
+            wait_exit=self._wait_exit,
+            crashed=self._crashed,
+            respawn=self._spawn,
+            restarted=self._restarted,
+        )
+
+    async def _wait_exit(self) -> Exit:
+        proc = self._proc
+        assert proc is not None
+        code = await proc.wait()
+        return Exit(proc.pid, code, time.time() - (self.started_at or 0.0))
+
+    def _crashed(self, exit: Exit, delay: float) -> None:
+        self._exited(exit.code)
+        log.warning(
+            "control plane (pid %d) exited with code %s after %.1fs; Envoy keeps serving "
+            "its last config; restarting the control plane in %.2fs",
+            exit.pid,
+            exit.code,
+            exit.uptime,
+            delay,
+        )
+
+    async def _restarted(self) -> None:
+        self.restarts += 1
+        self._changed()
+        if await self._wait_ready() is None:
+            log.info("control plane is back (pid %s, restart %d)", self.pid, self.restarts)
 
     async def stop(self, grace: float | None = None) -> int | None:
         """SIGTERM the child, SIGKILL it after ``grace`` seconds; returns its exit code."""

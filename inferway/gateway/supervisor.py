@@ -19,12 +19,12 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from inferway.gateway.restart_loop import Backoff, Exit, keep_restarting
 from inferway.parent_death import set_parent_death_signal
 from inferway.xds.envoy_binary import find_envoy
 
@@ -33,22 +33,6 @@ __all__ = ["Backoff", "EnvoySupervisor", "admin_port_of", "set_parent_death_sign
 log = logging.getLogger(__name__)
 
 _STDERR_TAIL_LINES = 40
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Restart delays: ``initial * factor**n`` capped at ``maximum``; back to ``initial`` once
-    Envoy has run for ``stable_after`` seconds (a crash loop slows down, a rare crash does not)."""
-
-    initial: float = 0.2
-    maximum: float = 10.0
-    factor: float = 2.0
-    stable_after: float = 10.0
-
-    def next_delay(self, previous: float | None, uptime: float) -> float:
-        if previous is None or uptime >= self.stable_after:
-            return self.initial
-        return min(previous * self.factor, self.maximum)
 
 
 def admin_port_of(bootstrap: dict[str, Any]) -> int:
@@ -73,7 +57,7 @@ class EnvoySupervisor:
         base_id: int | None = None,
         admin_port: int | None = None,
         log_level: str = "warning",
-        backoff: Backoff = Backoff(),
+        backoff: Backoff | None = None,
         drain_time_s: int = 1,
         concurrency: int | None = None,
         envoy_path: str | None = None,
@@ -88,7 +72,7 @@ class EnvoySupervisor:
         self.base_id = base_id if base_id is not None else random.randrange(1 << 16, 1 << 30)
         self.admin_port = admin_port if admin_port is not None else admin_port_of(bootstrap)
         self.log_level = log_level
-        self.backoff = backoff
+        self.backoff = backoff or Backoff()
         self.drain_time_s = drain_time_s
         self.concurrency = concurrency
         self.envoy_path = envoy_path
@@ -173,40 +157,42 @@ class EnvoySupervisor:
                 log.debug("envoy: %s", line)
 
     async def _supervise(self) -> None:
-        delay: float | None = None
-        while True:
-            proc = self._proc
-            assert proc is not None
-            code = await proc.wait()
-            if self._stderr_task is not None:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
-            self.last_exit_code = code
-            if self._stopping:
-                return
-            uptime = time.monotonic() - self._started_at
-            delay = self.backoff.next_delay(delay, uptime)
-            tail = "\n  ".join(self.stderr_tail()[-10:]) or "(no output)"
-            log.warning(
-                "envoy (pid %d) exited with code %s after %.1fs; restarting in %.2fs. "
-                "Last stderr lines:\n  %s",
-                proc.pid,
-                code,
-                uptime,
-                delay,
-                tail,
-            )
-            await asyncio.sleep(delay)
-            if self._stopping:
-                return
-            try:
-                await self._spawn()
-            except OSError as exc:
-                log.error("could not restart envoy: %s", exc)
-                continue
-            self.restarts += 1
-            if self.on_restart is not None:
-                self.on_restart(self.restarts, code)
+        await keep_restarting(
+            "envoy",
+            backoff=self.backoff,
+            stopping=lambda: self._stopping,
+            wait_exit=self._wait_exit,
+            crashed=self._crashed,
+            respawn=self._spawn,
+            restarted=self._restarted,
+        )
+
+    async def _wait_exit(self) -> Exit:
+        proc = self._proc
+        assert proc is not None
+        code = await proc.wait()
+        if self._stderr_task is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
+        self.last_exit_code = code
+        return Exit(proc.pid, code, time.monotonic() - self._started_at)
+
+    def _crashed(self, exit: Exit, delay: float) -> None:
+        tail = "\n  ".join(self.stderr_tail()[-10:]) or "(no output)"
+        log.warning(
+            "envoy (pid %d) exited with code %s after %.1fs; restarting in %.2fs. "
+            "Last stderr lines:\n  %s",
+            exit.pid,
+            exit.code,
+            exit.uptime,
+            delay,
+            tail,
+        )
+
+    async def _restarted(self) -> None:
+        self.restarts += 1
+        if self.on_restart is not None:
+            self.on_restart(self.restarts, self.last_exit_code)
 
     async def wait_ready(self, timeout: float = 15.0) -> bool:
         """Poll the admin ``/ready`` until Envoy answers 200 (LIVE), or ``timeout`` passes."""
