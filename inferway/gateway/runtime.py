@@ -12,10 +12,8 @@ stops Envoy first: a data plane is never left without the process that supervise
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,21 +25,15 @@ from inferway.gateway.admin import DEFAULT_ADMIN_PORT, AdminServer
 from inferway.gateway.autoscale_policy import autoscale_configs
 from inferway.gateway.autoscaling import AutoscaleDriver
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
+from inferway.gateway.components import Calls, Components
 from inferway.gateway.control_plane import ControlPlane
-from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
-from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.features.server import FeatureRouterKeeper, start_feature_router
-from inferway.gateway.keeper_state import KeeperView
-from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.mask_sink import MaskSinkKeeper, start_mask_sink
 from inferway.gateway.rollouts.driver import RolloutDriver
-from inferway.gateway.rollouts.metrics import RolloutMetrics
-from inferway.gateway.rollouts.sample_source import build_rollout_source
-from inferway.gateway.rollouts.store import RolloutStore
 from inferway.gateway.runtime_admin import AdminSettings, start_admin_and_replicas
-from inferway.gateway.sources import StateSource
+from inferway.gateway.runtime_wiring import envoy_supervisor, start_endpoints, wire_control_plane
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.gateway.watcher import PolicyWatcher
 from inferway.gateway.xds_mtls import XdsMtlsFiles, XdsServerTlsReloader, load_xds_mtls
@@ -54,12 +46,10 @@ from inferway.policies.model import Policy
 from inferway.resolve import IR
 from inferway.state import State
 from inferway.xds.cache import SnapshotCache
-from inferway.xds.node_groups import node_group
 from inferway.xds.policy_snapshot import build_policy_snapshot
 from inferway.xds.resources import Resources
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S, XdsServer, start_xds_server
 from inferway.xds.snapshot import Snapshot
-from inferway.xds.translate import translate as translate_ir
 
 __all__ = [
     "DEFAULT_ENVOY_ADMIN_PORT",
@@ -177,7 +167,7 @@ class Gateway:
     supervisor: EnvoySupervisor | None
     certificates: CertificateSource
     """Watches the certificate files the live policy names (``rotations`` counts pushes)."""
-    _stack: contextlib.AsyncExitStack = field(repr=False)
+    _components: Components = field(repr=False)
     _endpoints: EndpointsWatcher | EndpointsFollower | None = field(default=None, repr=False)
     rollouts: RolloutDriver | None = None
     """The policy's canary rollouts (state in <workdir>/rollouts/)."""
@@ -198,14 +188,8 @@ class Gateway:
         return source.watcher if isinstance(source, EndpointsFollower) else source
 
     async def stop(self) -> None:
-        await self._stack.aclose()
-
-
-def _keeper_view(options: GatewayOptions) -> KeeperView | None:
-    """The keeper's Envoy, for the admin API of its control-plane process."""
-    if options.keeper_state_file is None:
-        return None
-    return KeeperView(options.keeper_state_file, envoy_admin_port=options.envoy_admin_port)
+        """Stop every part in reverse start order: Envoy's loops, then Envoy, then the rest."""
+        await self._components.stop()
 
 
 async def start_gateway(options: GatewayOptions) -> Gateway:
@@ -222,122 +206,49 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         else (None, None)
     )
     plan = plan_gateway(options)
-    path = options.policy_path
-    external_endpoints = options.endpoints_file is not None
     check_ports = (
-        options.with_envoy
-        if options.check_listener_ports is None
-        else (options.check_listener_ports)
+        options.with_envoy if options.check_listener_ports is None else options.check_listener_ports
     )
     if check_ports:  # before Envoy starts: a taken port is a located error, not a NACK
         unbindable = listener_bind_issues(plan.policy, plan.policy_text, plan.source)
         if unbindable:
             raise PolicyError(unbindable)
-    endpoints_path, endpoints_text = plan.endpoints_path, plan.endpoints_text
-    cache = SnapshotCache(node_group=node_group)  # Envoys and proxyless gRPC clients
-    plane = ControlPlane(cache, translate=options.translate or translate_ir)
-    metrics = ControlPlaneMetrics.attach(plane)
-    plane.add_observer(LogRedaction())  # before the first apply: it sets the names at start
-    supervisor: EnvoySupervisor | None = None
-    keeper = _keeper_view(options)
+    wiring = wire_control_plane(options, plan)
+    plane, rollouts = wiring.plane, wiring.rollouts
 
-    def envoy_admin_port() -> int:  # the rollouts' metric source: ours, the keeper's, or given
-        if supervisor is not None:
-            return supervisor.admin_port
-        return keeper.admin_port if keeper is not None else options.envoy_admin_port
-
-    rollouts_dir = (
-        options.workdir / "rollouts"
-        if options.workdir is not None
-        else Path(tempfile.mkdtemp(prefix="inferway-rollouts-"))
-    )
-    rollouts = RolloutDriver(
-        plane,
-        RolloutStore(rollouts_dir),
-        lambda config: build_rollout_source(
-            config,
-            plane.policy,
-            plane.state,
-            envoy_admin_port,
-            live=lambda: (plane.policy, plane.state),
-        ),
-    )
-    RolloutMetrics.attach(metrics.registry, rollouts)
-    plane.add_observer(rollouts)  # resumes saved rollouts with the first apply
-    certificates = CertificateSource(path.parent, source=str(path))
-    certificates.follow(plan.policy)
-    sources: list[StateSource] = [certificates.resolve_state]  # TLS files load with each edit
-    follower = EndpointsFollower(plane, path, endpoints_path, debounce_ms=options.debounce_ms)
-    if not external_endpoints:
-        sources.append(follower.resolve_state)  # endpoints_file moves with edits
-        plane.add_observer(follower)
-    sources.append(rollouts.resolve_state)  # a policy edit keeps the rollouts' weights
-    # Saved rollouts' weights go into the first snapshot: Envoy never sees them reset.
-    plane.apply_policy(
-        plan.policy, str(path), state=rollouts.resolve_state(plan.policy, plan.state)
-    )
-
-    stack = contextlib.AsyncExitStack()
-    replicas: ReplicaManager | None = None
-    autoscale: AutoscaleDriver | None = None
-    replicas_owned = True  # closed here on failure until the stack owns it
+    components = Components()
     if options.workdir is None:
-        stack.callback(shutil.rmtree, rollouts_dir, True)
+        components.adopt("rollouts folder", lambda: shutil.rmtree(wiring.rollouts_dir, True))
     try:
         xds = await start_xds_server(
-            cache,
+            wiring.cache,
             options.host,
             options.xds_port,
             tls=xds_server_tls,
             tls_reload=reload,
             max_connection_age_s=options.xds_max_connection_age_s,
         )
-        stack.push_async_callback(xds.stop, 0.5)
+        components.adopt("xDS server", lambda: xds.stop(0.5))
         features = await start_feature_router(plane, plan.policy)
-        stack.push_async_callback(features.stop)
+        components.adopt("feature router", features.stop)
         mask_sink = await start_mask_sink(plane, plan.policy)  # before Envoy logs a line
-        stack.push_async_callback(mask_sink.stop)
-
+        components.adopt("mask sink", mask_sink.stop)
         watcher = PolicyWatcher(
-            path,
+            options.policy_path,
             plane,
             debounce_ms=options.debounce_ms,
-            external_endpoints=external_endpoints,
-            sources=sources,
+            external_endpoints=options.endpoints_file is not None,
+            sources=wiring.sources,
         )
         watcher.mark_loaded(plan.policy_text)
-        await watcher.start()
-        stack.push_async_callback(watcher.stop)
-        await certificates.start(plane)
-        stack.push_async_callback(certificates.stop)
-
-        endpoints_source: EndpointsWatcher | EndpointsFollower = follower
-        if external_endpoints:  # --endpoints-file: the command line decides, edits do not
-            assert endpoints_path is not None
-            endpoints_watcher = endpoints_source = EndpointsWatcher(
-                endpoints_path, plane, debounce_ms=options.debounce_ms
-            )
-            endpoints_watcher.mark_loaded(endpoints_text)
-            await endpoints_watcher.start()
-            stack.push_async_callback(endpoints_watcher.stop)
-        else:  # follow the policy's endpoints_file through edits
-            stack.push_async_callback(follower.stop)
-            await follower.start(endpoints_text)
-
-        if options.with_envoy:
-            workdir = options.workdir.absolute() if options.workdir is not None else None
-            if workdir is None:
-                workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-")))
-            bootstrap = build_gateway_bootstrap(
-                options, xds_port=xds.port, workdir=workdir, xds_client_tls=xds_client_tls
-            )
-            supervisor = EnvoySupervisor(
-                bootstrap,
-                workdir=workdir,
-                log_level=options.envoy_log_level,
-                concurrency=options.envoy_concurrency,
-            )
-
+        await components.start("policy watcher", watcher)
+        certificates = wiring.certificates
+        await components.start(
+            "certificate watcher", Calls(lambda: certificates.start(plane), certificates.stop)
+        )
+        endpoints = await start_endpoints(components, options, plan, wiring)
+        supervisor = envoy_supervisor(components, options, xds.port, xds_client_tls)
+        wiring.envoy_admin_port.supervisor = supervisor
         parts = await start_admin_and_replicas(
             AdminSettings(
                 options.admin_address,
@@ -346,48 +257,38 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                 options.workdir,
                 options.kubernetes,
             ),
-            stack,
+            components,
             plane=plane,
-            metrics=metrics,
+            metrics=wiring.metrics,
             watcher=watcher,
             xds=xds,
             rollouts=rollouts,
             supervisor=supervisor,
-            keeper=keeper,
-            envoy_admin_port=envoy_admin_port,
+            keeper=wiring.envoy_admin_port.keeper,
+            envoy_admin_port=wiring.envoy_admin_port,
         )
-        admin, replicas, autoscale = parts.admin, parts.replicas, parts.autoscale
-
-        if supervisor is not None:
-            await supervisor.start()
-            # Last in, first out: Envoy stops before everything else.
-            stack.push_async_callback(supervisor.stop)
-        await rollouts.start()  # after Envoy: the first scrape finds it
-        stack.push_async_callback(rollouts.stop)
-        # Before Envoy stops (LIFO): a replica drains while Envoy can still say so.
-        stack.push_async_callback(replicas.close)
-        replicas_owned = False
-        await autoscale.start()
-        stack.push_async_callback(autoscale.stop)
+        if supervisor is not None:  # stops before everything started earlier
+            await components.start("Envoy", supervisor)
+        await components.start("rollouts", rollouts)  # after Envoy: the first scrape finds it
+        components.own(parts.replicas_stop)  # before Envoy stops: a replica drains while it can
+        await components.start("autoscaling", parts.autoscale)
     except BaseException:
-        if replicas_owned and replicas is not None:
-            await replicas.close()
-        await stack.aclose()
+        await components.stop()
         raise
     return Gateway(
         options,
-        cache,
+        wiring.cache,
         plane,
         xds,
         watcher,
-        admin,
+        parts.admin,
         supervisor,
         certificates,
-        stack,
-        _endpoints=endpoints_source,
+        components,
+        _endpoints=endpoints,
         rollouts=rollouts,
-        replicas=replicas,
-        autoscale=autoscale,
+        replicas=parts.replicas,
+        autoscale=parts.autoscale,
         features=features,
         mask_sink=mask_sink,
     )

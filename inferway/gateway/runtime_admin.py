@@ -3,13 +3,13 @@ and the replica manager with its autoscaling loop (whose ``GET /autoscale``, pro
 and ``inferway_autoscale_desired_replicas`` the admin app serves).
 
 Split from the composition root (runtime.py) because the admin app is where these parts
-meet: the replica manager must exist before the app's router freezes, and is closed here if
-the admin server then fails to start (the caller's exit stack does not own it yet).
+meet: the replica manager must exist before the app's router freezes. It runs from here on,
+but its place in the stop order comes later (before Envoy's, so a replica drains while Envoy
+can still say so): it is held by the caller's components until the caller owns it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import tempfile
 from collections.abc import Callable
@@ -22,6 +22,7 @@ from inferway.gateway.admin import AdminServer, build_admin_app, start_admin_ser
 from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
 from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
 from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscaling
+from inferway.gateway.components import Components, Held
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.keeper_state import KeeperView
@@ -52,13 +53,15 @@ class AdminSettings:
 class AdminParts:
     admin: AdminServer
     replicas: ReplicaManager
-    """Not on the exit stack yet: the caller closes it (after Envoy's drain can answer)."""
+    replicas_stop: Held
+    """The replica manager's close, held: the caller puts it in the stop order (``own``)."""
     autoscale: AutoscaleDriver
+    """Not started: the caller starts it."""
 
 
 async def start_admin_and_replicas(
     settings: AdminSettings,
-    stack: contextlib.AsyncExitStack,
+    components: Components,
     *,
     plane: ControlPlane,
     metrics: ControlPlaneMetrics,
@@ -70,10 +73,12 @@ async def start_admin_and_replicas(
     envoy_admin_port: Callable[[], int | None],
 ) -> AdminParts:
     """Build the admin app with every route, start the replica manager and autoscaling loop
-    (not yet running), then serve the app. The admin server's stop goes on ``stack``."""
-    token_dir = settings.workdir or Path(
-        stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-admin-"))
-    )
+    (not yet running), then serve the app. The admin server's stop goes on ``components``."""
+    token_dir = settings.workdir
+    if token_dir is None:
+        folder = tempfile.TemporaryDirectory(prefix="inferway-admin-")
+        components.adopt("admin token's temporary folder", folder.cleanup)
+        token_dir = Path(folder.name)
     token, token_source = resolve_admin_token(token_file=settings.token_file, workdir=token_dir)
     if not is_loopback(settings.address):
         log.warning(
@@ -97,15 +102,12 @@ async def start_admin_and_replicas(
         envoy_admin_port=envoy_admin_port,
         kubernetes=settings.kubernetes,
     )
-    try:
-        add_profile_routes(admin_app, replicas.running_pids)
-        add_autoscale_routes(admin_app, autoscale)  # 404 while nothing is autoscaled
-        register_autoscale_metrics(metrics.registry, autoscale)
-        admin = await start_admin_server(admin_app, host=settings.address, port=settings.port)
-    except BaseException:
-        await replicas.close()
-        raise
-    stack.push_async_callback(admin.stop)
+    replicas_stop = components.hold("replica manager", replicas.close)
+    add_profile_routes(admin_app, replicas.running_pids)
+    add_autoscale_routes(admin_app, autoscale)  # 404 while nothing is autoscaled
+    register_autoscale_metrics(metrics.registry, autoscale)
+    admin = await start_admin_server(admin_app, host=settings.address, port=settings.port)
+    components.adopt("admin API", admin.stop)
     log.info("admin API on %s (GET /status, /policy, /healthz, /metrics)", admin.url)
     log.info("admin token for POST /reload: %s", token_source)
-    return AdminParts(admin, replicas, autoscale)
+    return AdminParts(admin, replicas, replicas_stop, autoscale)
