@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from inferway.gateway.policy_observers import ObserverList, PolicyObserver
+from inferway.gateway.policy_observers import AppliedPolicy, ObserverList, PolicyObserver, Refusal
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
@@ -50,32 +50,6 @@ _tracer = trace.get_tracer("inferway.gateway")
 
 DEGRADED_REJECTED = "degraded: last edit rejected by Envoy"
 _KEPT_APPLIED = 8  # applied policies remembered, so a rejected one can go back to a good one
-
-
-@dataclass(frozen=True)
-class AppliedPolicy:
-    policy: Policy
-    snapshot: Snapshot
-    source: str
-    applied_at: float
-
-    @property
-    def version(self) -> str:
-        return self.snapshot.version
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An edit that was not applied: when, from which file, and every located issue."""
-
-    at: float
-    file: str
-    issues: tuple[PolicyIssue, ...]
-    rejected_by_envoy: Rejection | None = None
-    """Set when the edit was pushed and an Envoy NACKed it (Envoy's error, resource names)."""
-
-    def lines(self) -> list[str]:
-        return [str(issue) for issue in self.issues]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Observers of the control plane: what is told when a policy is applied or refused, so
+"""Observers of the control plane, and what they are told (:class:`AppliedPolicy`,
+:class:`Refusal`) when a policy is applied or refused, so
 metrics, the rollouts, the replica manager and the followers of a policy's files attach from
 outside and the apply logic stays free of them.
 
@@ -11,14 +12,43 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # control_plane.py imports this module
-    from inferway.gateway.control_plane import AppliedPolicy, Refusal
+from inferway.policies.errors import PolicyIssue
+from inferway.policies.model import Policy
+from inferway.xds.records import Rejection
+from inferway.xds.snapshot import Snapshot
 
-__all__ = ["ObserverList", "PolicyFollower", "PolicyObserver"]
+__all__ = ["AppliedPolicy", "ObserverList", "PolicyFollower", "PolicyObserver", "Refusal"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppliedPolicy:
+    policy: Policy
+    snapshot: Snapshot
+    source: str
+    applied_at: float
+
+    @property
+    def version(self) -> str:
+        return self.snapshot.version
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An edit that was not applied: when, from which file, and every located issue."""
+
+    at: float
+    file: str
+    issues: tuple[PolicyIssue, ...]
+    rejected_by_envoy: Rejection | None = None
+    """Set when the edit was pushed and an Envoy NACKed it (Envoy's error, resource names)."""
+
+    def lines(self) -> list[str]:
+        return [str(issue) for issue in self.issues]
 
 
 @runtime_checkable

@@ -6,9 +6,10 @@ here and handed back; runtime.py keeps the order in which they start and stop.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from inferway.gateway.cert_watcher import CertificateSource
 from inferway.gateway.components import Components
@@ -16,7 +17,7 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher
-from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
+from inferway.gateway.envoy_bootstrap import BootstrapOptions, build_gateway_bootstrap
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -25,18 +26,62 @@ from inferway.gateway.rollouts.sample_source import build_rollout_source
 from inferway.gateway.rollouts.store import RolloutStore
 from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
+from inferway.policies.model import Policy
+from inferway.resolve import IR
+from inferway.state import State
 from inferway.xds.auth import XdsClientTlsFiles
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import node_group
+from inferway.xds.resources import Resources
 from inferway.xds.translate import translate as translate_ir
 
-if TYPE_CHECKING:  # runtime.py imports this module
-    from inferway.gateway.runtime import GatewayOptions, GatewayPlan
+__all__ = [
+    "Wiring",
+    "WiringOptions",
+    "WiringPlan",
+    "envoy_supervisor",
+    "start_endpoints",
+    "wire_control_plane",
+]
 
-__all__ = ["Wiring", "envoy_supervisor", "start_endpoints", "wire_control_plane"]
+
+class WiringOptions(BootstrapOptions, Protocol):
+    """What the wiring reads of the gateway's options (``GatewayOptions`` is one)."""
+
+    @property
+    def policy_path(self) -> Path: ...
+    @property
+    def workdir(self) -> Path | None: ...
+    @property
+    def debounce_ms(self) -> int: ...
+    @property
+    def endpoints_file(self) -> Path | None: ...
+    @property
+    def keeper_state_file(self) -> Path | None: ...
+    @property
+    def translate(self) -> Callable[[IR], Resources] | None: ...
+    @property
+    def with_envoy(self) -> bool: ...
+    @property
+    def envoy_log_level(self) -> str: ...
+    @property
+    def envoy_concurrency(self) -> int | None: ...
 
 
-def _keeper_view(options: GatewayOptions) -> KeeperView | None:
+class WiringPlan(Protocol):
+    """What the wiring reads of the gateway's plan (``GatewayPlan`` is one)."""
+
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def endpoints_path(self) -> Path | None: ...
+    @property
+    def endpoints_text(self) -> str: ...
+
+
+def _keeper_view(options: WiringOptions) -> KeeperView | None:
     """The keeper's Envoy, for the admin API of its control-plane process."""
     if options.keeper_state_file is None:
         return None
@@ -47,7 +92,7 @@ def _keeper_view(options: GatewayOptions) -> KeeperView | None:
 class _EnvoyAdminPort:
     """The rollouts' metric source: our Envoy's admin port, the keeper's, or the given one."""
 
-    options: GatewayOptions
+    options: WiringOptions
     keeper: KeeperView | None
     supervisor: EnvoySupervisor | None = None
 
@@ -72,7 +117,7 @@ class Wiring:
     envoy_admin_port: _EnvoyAdminPort
 
 
-def wire_control_plane(options: GatewayOptions, plan: GatewayPlan) -> Wiring:
+def wire_control_plane(options: WiringOptions, plan: WiringPlan) -> Wiring:
     """The cache, the control plane and its observers and state sources, then the first apply
     of ``plan`` (with the saved rollouts' weights: Envoy never sees them reset)."""
     path = options.policy_path
@@ -124,7 +169,7 @@ def wire_control_plane(options: GatewayOptions, plan: GatewayPlan) -> Wiring:
 
 
 async def start_endpoints(
-    components: Components, options: GatewayOptions, plan: GatewayPlan, wiring: Wiring
+    components: Components, options: WiringOptions, plan: WiringPlan, wiring: Wiring
 ) -> EndpointsWatcher | EndpointsFollower:
     """``--endpoints-file``: the command line decides, edits do not (a plain watcher); else
     follow the policy's ``endpoints_file`` through edits."""
@@ -143,7 +188,7 @@ async def start_endpoints(
 
 def envoy_supervisor(
     components: Components,
-    options: GatewayOptions,
+    options: WiringOptions,
     xds_port: int,
     xds_client_tls: XdsClientTlsFiles | None,
 ) -> EnvoySupervisor | None:
