@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1 import common_pb2
 
 from inferway.gateway.control_plane import AppliedPolicy
-from inferway.gateway.policy_observers import PolicyFollower
+from inferway.gateway.policy_observers import ObservedPlane, PolicyFollower
 from inferway.observability.masking import NO_MASKING, Masker, build_masker_from
 from inferway.policies.masking import Mask
 from inferway.policies.model import Policy
@@ -38,7 +38,6 @@ __all__ = [
     "SinkConfig",
     "build_masker",
     "build_sink_config",
-    "start_mask_sink",
 ]
 
 log = logging.getLogger(__name__)
@@ -243,7 +242,10 @@ def _wanted(policy: Policy) -> tuple[str, int] | None:
 class MaskSinkKeeper(PolicyFollower):
     """Runs the sink while the live policy needs it, reconfigured by every edit."""
 
-    def __init__(self) -> None:
+    def __init__(self, plane: ObservedPlane, policy: Policy) -> None:
+        """Follows ``plane`` from ``policy`` (its live one) on, once started."""
+        self._plane = plane
+        self._initial = policy
         self.sink: MaskSink | None = None
         self._pending: asyncio.Task[None] | None = None
 
@@ -260,6 +262,11 @@ class MaskSinkKeeper(PolicyFollower):
         if wanted is not None:
             self.sink = await MaskSink(*wanted, config).start()
 
+    async def start(self) -> None:
+        """Serve what the live policy asks for, then follow the control plane's applies."""
+        await self.follow(self._initial)
+        self._plane.add_observer(self)
+
     def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
         self._pending = asyncio.get_running_loop().create_task(self._follow(applied.policy))
 
@@ -275,11 +282,3 @@ class MaskSinkKeeper(PolicyFollower):
         if self.sink is not None:
             await self.sink.stop()
             self.sink = None
-
-
-async def start_mask_sink(plane: Any, policy: Policy) -> MaskSinkKeeper:
-    """The keeper, following ``plane`` (a ControlPlane) from ``policy`` (its live one) on."""
-    keeper = MaskSinkKeeper()
-    await keeper.follow(policy)
-    plane.add_observer(keeper)
-    return keeper

@@ -20,7 +20,14 @@ from inferway.policies.model import Policy
 from inferway.xds.records import Rejection
 from inferway.xds.snapshot import Snapshot
 
-__all__ = ["AppliedPolicy", "ObserverList", "PolicyFollower", "PolicyObserver", "Refusal"]
+__all__ = [
+    "AppliedPolicy",
+    "ObservedPlane",
+    "ObserverList",
+    "PolicyFollower",
+    "PolicyObserver",
+    "Refusal",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,12 @@ class PolicyObserver(Protocol):
 
     def on_refused(self, refusal: Refusal) -> None:
         """A policy edit (or an Envoy's rejection of it) was refused; the last good stays."""
+
+
+class ObservedPlane(Protocol):
+    """Where observers attach (the control plane)."""
+
+    def add_observer(self, observer: PolicyObserver) -> None: ...
 
 
 class PolicyFollower:

@@ -29,8 +29,8 @@ from inferway.gateway.components import Calls, Components
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
-from inferway.gateway.features.server import FeatureRouterKeeper, start_feature_router
-from inferway.gateway.mask_sink import MaskSinkKeeper, start_mask_sink
+from inferway.gateway.features.server import FeatureRouterKeeper
+from inferway.gateway.mask_sink import MaskSinkKeeper
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.runtime_admin import AdminSettings, start_admin_and_replicas
 from inferway.gateway.runtime_wiring import envoy_supervisor, start_endpoints, wire_control_plane
@@ -229,10 +229,10 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             max_connection_age_s=options.xds_max_connection_age_s,
         )
         components.adopt("xDS server", lambda: xds.stop(0.5))
-        features = await start_feature_router(plane, plan.policy)
-        components.adopt("feature router", features.stop)
-        mask_sink = await start_mask_sink(plane, plan.policy)  # before Envoy logs a line
-        components.adopt("mask sink", mask_sink.stop)
+        features = await components.start("feature router", FeatureRouterKeeper(plane, plan.policy))
+        mask_sink = await components.start(  # before Envoy logs a line
+            "mask sink", MaskSinkKeeper(plane, plan.policy)
+        )
         watcher = PolicyWatcher(
             options.policy_path,
             plane,

@@ -35,12 +35,12 @@ from inferway.gateway.features.measure import (
     measure_bodyless,
     parse_field_paths,
 )
-from inferway.gateway.policy_observers import PolicyFollower
+from inferway.gateway.policy_observers import ObservedPlane, PolicyFollower
 from inferway.policies.model import Policy
 from inferway.xds.translate.features import FEATURES_NAMESPACE, FIELDS_METADATA_KEY
 from inferway.xds.translate.served_by import SERVED_BY_HEADERS
 
-__all__ = ["FeatureRouter", "FeatureRouterKeeper", "start_feature_router", "wanted_address"]
+__all__ = ["FeatureRouter", "FeatureRouterKeeper", "wanted_address"]
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,10 @@ class FeatureRouterKeeper(PolicyFollower):
     """Runs the router while the live policy has feature routes, at the address it names:
     started before Envoy gets the first snapshot that uses it, moved or stopped by edits."""
 
-    def __init__(self) -> None:
+    def __init__(self, plane: ObservedPlane, policy: Policy) -> None:
+        """Follows ``plane`` from ``policy`` (its live one) on, once started."""
+        self._plane = plane
+        self._initial = policy
         self.router: FeatureRouter | None = None
         self._pending: asyncio.Task[None] | None = None
 
@@ -176,6 +179,11 @@ class FeatureRouterKeeper(PolicyFollower):
             self.router = None
         if wanted is not None:
             self.router = await FeatureRouter(*wanted).start()
+
+    async def start(self) -> None:
+        """Serve what the live policy asks for, then follow the control plane's applies."""
+        await self.follow(self._initial)
+        self._plane.add_observer(self)
 
     def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
         self._pending = asyncio.get_running_loop().create_task(self._follow(applied.policy))
@@ -192,11 +200,3 @@ class FeatureRouterKeeper(PolicyFollower):
         if self.router is not None:
             await self.router.stop()
             self.router = None
-
-
-async def start_feature_router(plane: Any, policy: Policy) -> FeatureRouterKeeper:
-    """The keeper, following ``plane`` (a ControlPlane) from ``policy`` (its live one) on."""
-    keeper = FeatureRouterKeeper()
-    await keeper.follow(policy)
-    plane.add_observer(keeper)
-    return keeper
