@@ -51,8 +51,7 @@ from inferway.gateway.autoscale_inputs import (
 )
 from inferway.gateway.autoscale_policy import build_config
 from inferway.gateway.backend_scrape import scrape_backends
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
-from inferway.gateway.policy_observers import PolicyFollower
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
 from inferway.policies.model import Policy
 from inferway.policies.scale_target import ScaleTargetSpec, read_scale_target
 

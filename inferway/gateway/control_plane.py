@@ -18,10 +18,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from opentelemetry import trace
 
-from inferway.gateway.policy_observers import AppliedPolicy, ObserverList, PolicyObserver, Refusal
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
@@ -41,6 +41,8 @@ __all__ = [
     "AppliedPolicy",
     "ControlPlane",
     "FileProblem",
+    "PolicyFollower",
+    "PolicyObserver",
     "PolicyRefusedError",
     "Refusal",
 ]
@@ -50,6 +52,32 @@ _tracer = trace.get_tracer("inferway.gateway")
 
 DEGRADED_REJECTED = "degraded: last edit rejected by Envoy"
 _KEPT_APPLIED = 8  # applied policies remembered, so a rejected one can go back to a good one
+
+
+@dataclass(frozen=True)
+class AppliedPolicy:
+    policy: Policy
+    snapshot: Snapshot
+    source: str
+    applied_at: float
+
+    @property
+    def version(self) -> str:
+        return self.snapshot.version
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An edit that was not applied: when, from which file, and every located issue."""
+
+    at: float
+    file: str
+    issues: tuple[PolicyIssue, ...]
+    rejected_by_envoy: Rejection | None = None
+    """Set when the edit was pushed and an Envoy NACKed it (Envoy's error, resource names)."""
+
+    def lines(self) -> list[str]:
+        return [str(issue) for issue in self.issues]
 
 
 @dataclass(frozen=True)
@@ -69,6 +97,26 @@ class PolicyRefusedError(Exception):
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
         super().__init__("\n".join(refusal.lines()))
+
+
+@runtime_checkable
+class PolicyObserver(Protocol):
+    def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+        """A policy is live; ``changed``: its snapshot differs from the one before."""
+
+    def on_refused(self, refusal: Refusal) -> None:
+        """A policy edit (or an Envoy's rejection of it) was refused; the last good stays."""
+
+
+class PolicyFollower:
+    """A :class:`PolicyObserver` that ignores both events: subclass it, override what you
+    watch."""
+
+    def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+        return None
+
+    def on_refused(self, refusal: Refusal) -> None:
+        return None
 
 
 class ControlPlane:
@@ -97,7 +145,7 @@ class ControlPlane:
         self._refused_since_applied = False
         self._rejected_since_applied = False
         self._file_problems: dict[str, FileProblem] = {}
-        self._observers = ObserverList()
+        self._observers: list[PolicyObserver] = []
         cache.add_hook(_RejectionHook(self))
         self._ir: IR | None = None
         cache.set_group_builder(self._build_group)
@@ -105,7 +153,16 @@ class ControlPlane:
     def add_observer(self, observer: PolicyObserver) -> None:
         """Attach an observer of applied and refused policies (subclass ``PolicyFollower``;
         metrics attach here, not inside the apply logic)."""
-        self._observers.add(observer)
+        if not isinstance(observer, PolicyObserver):
+            raise TypeError(f"{observer!r} is not a PolicyObserver: subclass PolicyFollower")
+        self._observers.append(observer)
+
+    def _tell(self, event: str, call: Callable[[PolicyObserver], None]) -> None:
+        for observer in self._observers:
+            try:
+                call(observer)
+            except Exception:  # observing must never break applying
+                log.exception("control plane observer %r.%s failed", observer, event)
 
     @property
     def state(self) -> State:
@@ -224,7 +281,7 @@ class ControlPlane:
         # Re-applying what is live (a refused edit reverted) keeps its age: nothing changed.
         unchanged = previous is not None and previous.version == snapshot.version
         applied_at = previous.applied_at if unchanged and previous else self._clock()
-        self._current = AppliedPolicy(policy, snapshot, source, applied_at)
+        current = self._current = AppliedPolicy(policy, snapshot, source, applied_at)
         self._refused_since_applied = False
         self._rejected_since_applied = False
         self._applied[snapshot.version] = (self._current, state)
@@ -240,7 +297,7 @@ class ControlPlane:
             "" if changed else " (unchanged)",
             extra={"source": source, "snapshot": snapshot.version},
         )
-        self._observers.on_applied(self._current, changed)
+        self._tell("on_applied", lambda observer: observer.on_applied(current, changed))
         return snapshot.version
 
     def _scoped_snapshots(self, ir: IR) -> dict[str, Snapshot]:
@@ -312,7 +369,7 @@ class ControlPlane:
         )
         for line in refusal.lines():
             log.warning("  %s", line)
-        self._observers.on_refused(refusal)
+        self._tell("on_refused", lambda observer: observer.on_refused(refusal))
         return refusal
 
 

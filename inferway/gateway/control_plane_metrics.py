@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from inferway.gateway.control_plane import PolicyFollower
 from inferway.gateway.cost_metrics import CostCollector
-from inferway.gateway.policy_observers import PolicyFollower
 from inferway.xds import type_urls
 from inferway.xds.cache import node_in_sync
 from inferway.xds.hooks import XdsObserver

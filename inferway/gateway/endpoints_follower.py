@@ -17,9 +17,8 @@ import logging
 from pathlib import Path
 from types import MappingProxyType
 
-from inferway.gateway.control_plane import AppliedPolicy
+from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
-from inferway.gateway.policy_observers import PolicyFollower
 from inferway.gateway.sources import StateSink
 from inferway.policies import Policy
 from inferway.policies.endpoints import endpoints_file_path

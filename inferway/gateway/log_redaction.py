@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from inferway.gateway.control_plane import AppliedPolicy
+from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower
 from inferway.gateway.mask_sink import build_masker
-from inferway.gateway.policy_observers import PolicyFollower
 from inferway.observability.redaction import install_redaction
 
 __all__ = ["LogRedaction"]

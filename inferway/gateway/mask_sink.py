@@ -26,8 +26,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
 
-from inferway.gateway.control_plane import AppliedPolicy
-from inferway.gateway.policy_observers import ObservedPlane, PolicyFollower
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
 from inferway.observability.masking import NO_MASKING, Masker, build_masker_from
 from inferway.policies.masking import Mask
 from inferway.policies.model import Policy
@@ -242,7 +241,7 @@ def _wanted(policy: Policy) -> tuple[str, int] | None:
 class MaskSinkKeeper(PolicyFollower):
     """Runs the sink while the live policy needs it, reconfigured by every edit."""
 
-    def __init__(self, plane: ObservedPlane, policy: Policy) -> None:
+    def __init__(self, plane: ControlPlane, policy: Policy) -> None:
         """Follows ``plane`` from ``policy`` (its live one) on, once started."""
         self._plane = plane
         self._initial = policy

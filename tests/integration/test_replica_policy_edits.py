@@ -16,8 +16,7 @@ import pytest
 from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replica_plan import ReplicaState
 from inferway.gateway.actuators.replicas import ReplicaManager, UnknownServiceError
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
-from inferway.gateway.policy_observers import PolicyFollower
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
 from inferway.policies import load_policy_text
 from inferway.xds.cache import SnapshotCache
 from tests.helpers import poll_until

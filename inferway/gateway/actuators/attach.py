@@ -16,8 +16,12 @@ from typing import Any
 from inferway.gateway.actuators.envoy_drain import EnvoyDrainProbe
 from inferway.gateway.actuators.replica_set import DrainProbe
 from inferway.gateway.actuators.replicas import ReplicaManager, ReplicaSink
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyRefusedError
-from inferway.gateway.policy_observers import PolicyFollower
+from inferway.gateway.control_plane import (
+    AppliedPolicy,
+    ControlPlane,
+    PolicyFollower,
+    PolicyRefusedError,
+)
 from inferway.state.model import ServiceEndpoints
 from inferway.xds.cache import node_in_sync
 

@@ -28,14 +28,13 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
-from inferway.gateway.control_plane import AppliedPolicy
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
 from inferway.gateway.features.measure import (
     BINARY_HEADER_LENGTH,
     measure_body,
     measure_bodyless,
     parse_field_paths,
 )
-from inferway.gateway.policy_observers import ObservedPlane, PolicyFollower
 from inferway.policies.model import Policy
 from inferway.xds.translate.features import FEATURES_NAMESPACE, FIELDS_METADATA_KEY
 from inferway.xds.translate.served_by import SERVED_BY_HEADERS
@@ -162,7 +161,7 @@ class FeatureRouterKeeper(PolicyFollower):
     """Runs the router while the live policy has feature routes, at the address it names:
     started before Envoy gets the first snapshot that uses it, moved or stopped by edits."""
 
-    def __init__(self, plane: ObservedPlane, policy: Policy) -> None:
+    def __init__(self, plane: ControlPlane, policy: Policy) -> None:
         """Follows ``plane`` from ``policy`` (its live one) on, once started."""
         self._plane = plane
         self._initial = policy

@@ -33,8 +33,7 @@ from inferway.controllers.rollout.state import (
     RolloutStateError,
 )
 from inferway.gateway.admin_documents import RolloutStatus
-from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
-from inferway.gateway.policy_observers import PolicyFollower
+from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower, PolicyRefusedError
 from inferway.gateway.rollouts.config import build_rollout_config
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
