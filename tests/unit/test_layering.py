@@ -219,6 +219,19 @@ _COMPOSITION_ROOT = (
     "inferway.gateway.keeper",
 )
 
+_CACHE_PARTS = (
+    "cache",
+    "config_watcher",
+    "hooks",
+    "node_records",
+    "records",
+    "rollback",
+    "snapshot_store",
+    "stats",
+    "watches",
+)
+"""The snapshot cache and its parts (``xds/cache.py`` composes them)."""
+
 INSIDE_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (
         ("inferway.controllers.rollout",),
@@ -254,10 +267,7 @@ INSIDE_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     ),
     (
         ("inferway.xds.translate",),
-        tuple(
-            f"inferway.xds.{m}"
-            for m in ("cache", "server", "stream", "sotw", "delta", "hooks", "history", "stats")
-        ),
+        tuple(f"inferway.xds.{m}" for m in (*_CACHE_PARTS, "server", "stream", "sotw", "delta")),
         "translation is pure: it knows resources, never the cache or the servers",
     ),
     (
@@ -266,9 +276,14 @@ INSIDE_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
         "a snapshot is a value: it knows nothing of who serves it",
     ),
     (
-        ("inferway.xds.cache",),
+        tuple(f"inferway.xds.{m}" for m in _CACHE_PARTS),
         tuple(f"inferway.xds.{m}" for m in ("server", "stream", "sotw", "delta")),
         "the cache answers watches; the protocol sits on top of it (go-control-plane's split)",
+    ),
+    (
+        ("inferway.xds.stream", "inferway.xds.server"),
+        ("inferway.xds.cache",),
+        "streams see the cache only as a ConfigWatcher (xds/config_watcher.py)",
     ),
     (
         ("inferway.backends.runners", "inferway.backends.batching"),
@@ -338,6 +353,8 @@ def test_the_inside_rules_catch_an_upward_import() -> None:
     assert _inside_violations("inferway.gateway.watcher", ["inferway.gateway.runtime"])
     assert not _inside_violations("inferway.gateway.keeper", ["inferway.gateway.foreground"])
     assert not _inside_violations("inferway.xds.cache", ["inferway.xds.snapshot"])
+    assert _inside_violations("inferway.xds.stream", ["inferway.xds.cache"])
+    assert _inside_violations("inferway.xds.rollback", ["inferway.xds.stream"])
     assert _inside_violations("inferway.gateway.control_plane", ["inferway.gateway.sources"])
     assert _inside_violations(
         "inferway.controllers.rollout.state", ["inferway.controllers.autoscale"]
