@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
+from inferway.gateway.control_plane import (
+    AppliedPolicy,
+    ControlPlane,
+    PolicyFollower,
+    PolicyRefusedError,
+    Refusal,
+)
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Endpoint, Policy
 from inferway.resolve import IR, resolve_policy
@@ -252,3 +258,31 @@ def test_a_rejection_of_an_already_replaced_snapshot_does_not_degrade_the_live_o
     cache.record_nack(handle, type_urls.ROUTE, "v", "n1", "late", snapshot=replaced)
     assert cache.is_rejected(replaced) and plane.version == live
     assert plane.degraded is None and plane.last_refused is None
+
+
+def test_observers_are_told_in_order_a_failing_one_breaks_nothing_and_a_non_observer_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plane = ControlPlane(SnapshotCache(), clock=Clock())
+    told: list[tuple[str, object]] = []
+
+    class Broken(PolicyFollower):
+        def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+            raise RuntimeError("metrics backend down")
+
+    class Recorder(PolicyFollower):
+        def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+            told.append(("applied", changed))
+
+        def on_refused(self, refusal: Refusal) -> None:
+            told.append(("refused", refusal.file))
+
+    plane.add_observer(Broken())
+    plane.add_observer(Recorder())
+    with pytest.raises(TypeError, match="subclass PolicyFollower"):
+        plane.add_observer(object())  # type: ignore[arg-type]
+    plane.apply_policy(make_policy(10), "policy.yaml")
+    plane.apply_policy(make_policy(10), "policy.yaml")
+    plane.refuse(PolicyError([PolicyIssue("policy.yaml", 1, 1, "", "bad")]))
+    assert told == [("applied", True), ("applied", False), ("refused", "policy.yaml")]
+    assert "control plane observer" in caplog.text and "on_applied failed" in caplog.text
