@@ -62,6 +62,12 @@ def run(
     ] = None,
     node_id: Annotated[str, typer.Option(help="node.id of the supervised Envoy.")] = "inferway",
     node_cluster: Annotated[str, typer.Option(help="node.cluster of the Envoy.")] = "inferway",
+    zone: Annotated[
+        str, typer.Option(help="The supervised Envoy's zone (node.locality.zone).")
+    ] = "",
+    region: Annotated[
+        str, typer.Option(help="The supervised Envoy's region (node.locality.region).")
+    ] = "",
     no_envoy: Annotated[
         bool, typer.Option("--no-envoy", help="Run only the control plane (Envoy runs elsewhere).")
     ] = False,
@@ -157,6 +163,8 @@ def run(
         envoy_admin_port=envoy_admin_port,
         node_id=node_id,
         node_cluster=node_cluster,
+        zone=zone,
+        region=region,
         with_envoy=not no_envoy,
         workdir=workdir,
         envoy_log_level=envoy_log_level,

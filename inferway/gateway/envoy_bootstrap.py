@@ -29,6 +29,12 @@ class BootstrapOptions(Protocol):
     def xds_protocol(self) -> Literal["sotw", "delta"]: ...
     @property
     def envoy_runtime(self) -> Mapping[str, Any] | None: ...
+    @property
+    def zone(self) -> str: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def stats_push_s(self) -> float | None: ...
 
 
 def build_gateway_bootstrap(
@@ -51,6 +57,8 @@ def build_gateway_bootstrap(
         ads=options.xds_protocol,
         xds_tls=xds_client_tls,
         xds_tls_sds_dir=workdir if xds_client_tls is not None else None,
+        locality={"zone": options.zone, "region": options.region},
+        stats_push_s=options.stats_push_s,
     )
     if options.envoy_runtime:
         bootstrap["layered_runtime"] = build_layered_runtime(options.envoy_runtime)

@@ -30,6 +30,7 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.features.server import FeatureRouterKeeper
+from inferway.gateway.fleet.envoy_reports import EnvoyReports
 from inferway.gateway.mask_sink import MaskSinkKeeper
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.runtime_admin import AdminSettings, start_admin_and_replicas
@@ -78,6 +79,13 @@ class GatewayOptions:
     envoy_admin_port: int = DEFAULT_ENVOY_ADMIN_PORT
     node_id: str = "inferway"
     node_cluster: str = "inferway"
+    zone: str = ""
+    """The supervised Envoy's zone (``node.locality.zone``; ``--zone``)."""
+    region: str = ""
+    """The supervised Envoy's region (``node.locality.region``; ``--region``)."""
+    stats_push_s: float | None = 2.0
+    """Every Envoy of this control plane pushes its stats here this often (OTLP on the xDS
+    connection's cluster), so the loops can read the fleet's evidence; None: never."""
     with_envoy: bool = True
     workdir: Path | None = None
     envoy_log_level: str = "warning"
@@ -176,6 +184,8 @@ class Gateway:
     (idle while it has none)."""
     autoscale: AutoscaleDriver | None = None
     """The autoscaling loop over those replicas (with the replica manager or not at all)."""
+    envoy_reports: EnvoyReports | None = None
+    """The stats every Envoy pushes (node, zone, latest totals per cluster)."""
     features: FeatureRouterKeeper | None = None
     """The feature router (running while the policy has routes with ``match.features``)."""
     mask_sink: MaskSinkKeeper | None = None
@@ -216,6 +226,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
     wiring = wire_control_plane(options, plan)
     plane, rollouts = wiring.plane, wiring.rollouts
 
+    reports = EnvoyReports()
     components = Components()
     if options.workdir is None:
         components.adopt("rollouts folder", lambda: shutil.rmtree(wiring.rollouts_dir, True))
@@ -227,6 +238,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             tls=xds_server_tls,
             tls_reload=reload,
             max_connection_age_s=options.xds_max_connection_age_s,
+            services=[reports.register],
         )
         components.adopt("xDS server", lambda: xds.stop(0.5))
         features = await components.start("feature router", FeatureRouterKeeper(plane, plan.policy))
@@ -289,6 +301,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         rollouts=rollouts,
         replicas=parts.replicas,
         autoscale=parts.autoscale,
+        envoy_reports=reports,
         features=features,
         mask_sink=mask_sink,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,8 @@ def build_bootstrap(
     ads: Literal["sotw", "delta"] = "sotw",
     xds_tls: XdsClientTlsFiles | None = None,
     xds_tls_sds_dir: str | Path | None = None,
+    locality: Mapping[str, str] | None = None,
+    stats_push_s: float | None = None,
 ) -> dict[str, Any]:
     """A JSON/YAML-able bootstrap. ``node.cluster`` is set too: SDS over ADS needs both.
     ``admin_port`` 0 lets Envoy pick one (read it back with ``--admin-address-path``).
@@ -55,7 +58,12 @@ def build_bootstrap(
     With ``xds_tls``, Envoy connects with mutual TLS. Given ``xds_tls_sds_dir`` (where
     ``write_xds_client_secrets`` put its files) it reads the certificate, key and CA through
     file-based SDS, which watches them: a rotation takes effect at the next connection, with
-    no restart. Without it the files are named inline and read once, at start."""
+    no restart. Without it the files are named inline and read once, at start.
+
+    ``locality`` (``zone``, ``region``) is the node's: zone-aware routing reads it, and the
+    control plane shows it. ``stats_push_s`` makes Envoy push its stats to the control plane
+    every so often (OpenTelemetry's OTLP over the xDS cluster, with its node id and zone as
+    gRPC metadata), so the control plane's loops see every Envoy without reaching its admin."""
     if not node_id:
         raise ValueError("build_bootstrap: node_id must be a non-empty string")
     if not 0 < xds_port < 65536:
@@ -115,11 +123,43 @@ def build_bootstrap(
             ]
         },
     }
+    if locality:
+        bootstrap["node"]["locality"] = {k: v for k, v in locality.items() if v}
+    if stats_push_s is not None:
+        bootstrap.update(_stats_push(node_id, (locality or {}).get("zone", ""), stats_push_s))
     if xds_tls is not None:
         bootstrap["static_resources"]["clusters"][0]["transport_socket"] = _xds_transport_socket(
             xds_tls, None if xds_tls_sds_dir is None else Path(xds_tls_sds_dir)
         )
     return bootstrap
+
+
+STATS_NODE_HEADER = "x-inferway-node"
+STATS_ZONE_HEADER = "x-inferway-zone"
+_OTEL_SINK = "type.googleapis.com/envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig"
+
+
+def _stats_push(node_id: str, zone: str, every_s: float) -> dict[str, Any]:
+    if not 0.1 <= every_s <= 3600:
+        raise ValueError(f"build_bootstrap: stats_push_s {every_s} is not within 0.1..3600 s")
+    metadata = [{"key": STATS_NODE_HEADER, "value": node_id}]
+    if zone:
+        metadata.append({"key": STATS_ZONE_HEADER, "value": zone})
+    return {
+        "stats_flush_interval": f"{round(every_s * 1000)}ms",
+        "stats_sinks": [
+            {
+                "name": "envoy.stat_sinks.open_telemetry",
+                "typed_config": {
+                    "@type": _OTEL_SINK,
+                    "grpc_service": {
+                        "envoy_grpc": {"cluster_name": XDS_CLUSTER_NAME},
+                        "initial_metadata": metadata,
+                    },
+                },
+            }
+        ],
+    }
 
 
 def build_xds_client_secrets(tls: XdsClientTlsFiles) -> dict[str, dict[str, Any]]:

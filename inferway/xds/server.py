@@ -7,7 +7,7 @@ grpc.aio runs every RPC as its own task, so a slow Envoy only slows its own stre
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -102,6 +102,7 @@ async def start_xds_server(
     tls: XdsTls | None = None,
     tls_reload: Callable[[], XdsTls | None] | None = None,
     max_connection_age_s: float | None = DEFAULT_MAX_CONNECTION_AGE_S,
+    services: Sequence[Callable[[grpc.aio.Server], None]] = (),
 ) -> XdsServer:
     """Serve ADS (state-of-the-world and delta) for ``cache`` on ``host:port`` (0: any port).
 
@@ -112,7 +113,8 @@ async def start_xds_server(
     ``node.id`` must be that certificate's identity (see ``inferway.xds.auth``).
     ``tls_reload`` is asked for rotated credentials before each new connection's handshake;
     ``max_connection_age_s`` (None: never) makes every Envoy reconnect that often, so the
-    rotation reaches connections that were open before it.
+    rotation reaches connections that were open before it. ``services`` add other gRPC
+    services Envoy calls on the same connection's cluster (the stats it pushes).
     """
     refusals = PeerRefusals()
     options: list[tuple[str, int]] = [
@@ -132,6 +134,8 @@ async def start_xds_server(
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
         _AggregatedDiscoveryService(cache, tls, refusals), server
     )
+    for add_service in services:
+        add_service(server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         if tls is None:

@@ -20,11 +20,13 @@ import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as otlp
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import (
     MetricsServiceServicer,
+    add_MetricsServiceServicer_to_server,
 )
 
 from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.fleet.otlp_totals import totals_from_export
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, ScrapeError, window_counts
+from inferway.xds.bootstrap import STATS_NODE_HEADER, STATS_ZONE_HEADER
 
 __all__ = [
     "NODE_HEADER",
@@ -37,8 +39,8 @@ __all__ = [
 
 log = logging.getLogger("inferway.fleet")
 
-NODE_HEADER = "x-inferway-node"
-ZONE_HEADER = "x-inferway-zone"
+NODE_HEADER = STATS_NODE_HEADER
+ZONE_HEADER = STATS_ZONE_HEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,10 @@ class EnvoyReports(MetricsServiceServicer):
             totals = {**previous.totals, **totals}
         self._latest[node] = NodeReport(node, zone, self._clock(), totals)
         self.exports += 1
+
+    def register(self, server: grpc.aio.Server) -> None:
+        """Serve ``Export`` on ``server`` (the xDS server: Envoy pushes on its xDS cluster)."""
+        add_MetricsServiceServicer_to_server(self, server)
 
     def reports(self) -> dict[str, NodeReport]:
         return dict(self._latest)
