@@ -284,3 +284,22 @@ def test_samples_out_of_time_order_and_negative_counts_are_refused():
         feed(a, 5, request_rate=100)
     with pytest.raises(ValueError, match="replica counts must be >= 0"):
         a.decide(10, current=-1, ready=0)
+
+
+def test_a_rate_just_above_a_whole_count_stays_within_the_band_in_and_out_of_panic():
+    """Issue 33 item 11: a step to 135.2 req/s at target 45 (3.004 replicas' worth) scaled
+    1 -> 4 in panic and held 4, the reason printing "3.00 -> 4": the 10% up-band applies to
+    the whole count asked for, in panic too."""
+    a = scaler(target=45, sampling_interval=2, panic={"threshold": 2.0, "window": 6, "hold": 60})
+    current = 1
+    for t in range(0, 10, 2):
+        feed(a, t, request_rate=15)
+        assert a.decide(t, current=current, ready=current).desired == 1
+    feed(a, 10, request_rate=135.2)
+    step = a.decide(10, current=1, ready=1)
+    assert step.panic and step.desired == 3, step.reason
+    assert "= 3.00 -> 3" in step.reason
+    feed(a, 12, request_rate=135.2)  # the new replicas still starting: panic asks no more
+    assert a.decide(12, current=3, ready=1).desired == 3
+    feed(a, 14, request_rate=150)  # 3.33 replicas' worth: beyond the band, a fourth
+    assert a.decide(14, current=3, ready=3).desired == 4
