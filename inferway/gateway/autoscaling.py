@@ -29,7 +29,6 @@ from typing import Any
 import aiohttp
 
 from inferway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.controllers.autoscale.config_reader import AutoscaleConfigError
 from inferway.controllers.autoscale.params import AutoscaleConfig
 from inferway.controllers.autoscale.samples import MetricSample
 from inferway.gateway.actuators.attach import attach_replica_manager
@@ -48,11 +47,10 @@ from inferway.gateway.autoscale_inputs import (
     parse_cluster_load,
     replica_load,
 )
-from inferway.gateway.autoscale_policy import build_config
 from inferway.gateway.backend_scrape import scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
-from inferway.policies.model import Policy
-from inferway.policies.scale_target import ScaleTargetSpec, read_scale_target
+from inferway.gateway.loop_configs import LoopConfigs, compile_loops
+from inferway.policies.scale_target import ScaleTargetSpec
 
 __all__ = ["AutoscaleDriver", "start_replica_autoscaling"]
 
@@ -105,26 +103,18 @@ class AutoscaleDriver:
     # -- policy ------------------------------------------------------------------------------
 
     def on_applied(self, applied: AppliedPolicy, _changed: bool) -> None:
-        self.configure(applied.policy)
+        self.configure(compile_loops(applied.policy))
 
-    def configure(self, policy: Policy) -> None:
-        """A changed block starts a fresh Autoscaler (its history was for other rules) and a
-        changed target a fresh actuator."""
-        wanted: dict[str, tuple[AutoscaleConfig, ScaleTargetSpec]] = {}
-        for service in policy.services:
-            if service.autoscale is None:
-                continue
-            try:
-                target = read_scale_target(
-                    service.autoscale, has_replicas=service.replicas is not None
-                )
-                wanted[service.name] = (build_config(service.name, service.autoscale), target)
-            except (AutoscaleConfigError, ValueError) as error:  # the loader refuses these
-                log.warning("autoscale of %s ignored: %s", service.name, error)
+    def configure(self, loops: LoopConfigs) -> None:
+        """Follow the compiled configs of a policy: a changed block starts a fresh
+        Autoscaler (its history was for other rules) and a changed target a fresh
+        actuator."""
+        wanted = loops.autoscale
         for name in list(self._services):
             if name not in wanted:
                 del self._services[name]
-        for name, (config, target) in wanted.items():
+        for name, scaled in wanted.items():
+            config, target = scaled.config, scaled.target
             current = self._services.get(name)
             if current is None or (current.config, current.target) != (config, target):
                 actuator = select_actuator(name, target, self.manager, self._kubernetes)
@@ -308,7 +298,7 @@ def start_replica_autoscaling(
     log_dir = workdir / "replicas" if workdir is not None else None
     manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
     driver = AutoscaleDriver(manager, envoy_admin_port, kubernetes=kubernetes)
-    if plane.policy is not None:
-        driver.configure(plane.policy)
+    if plane.policy is not None:  # compiled by plan_gateway already: the same policy
+        driver.configure(compile_loops(plane.policy))
     plane.add_observer(driver)
     return manager, driver

@@ -8,10 +8,9 @@ import math
 import pytest
 
 from inferway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.controllers.autoscale.config import build_autoscale_config
 from inferway.controllers.autoscale.forecast import ForecastError, HoltWinters
-from inferway.controllers.autoscale.rule import build_from_scaling_policy
 from inferway.controllers.autoscale.samples import MetricSample, needed_replicas
+from inferway.gateway.autoscale_policy import autoscale_config
 
 BASE = {
     "metric": "request_rate",
@@ -26,7 +25,7 @@ BASE = {
 
 
 def scaler(**overrides) -> Autoscaler:
-    return Autoscaler(build_autoscale_config("svc", {**BASE, **overrides}))
+    return Autoscaler(autoscale_config("svc", {**BASE, **overrides}))
 
 
 def feed(a: Autoscaler, t: float, **values: float) -> None:
@@ -51,7 +50,7 @@ def test_threshold_rule_adds_an_instance_then_waits_out_its_cooldown():
         "min_size": 2,
         "max_size": 16,
     }
-    a = Autoscaler(build_from_scaling_policy("svc", rule))
+    a = Autoscaler(autoscale_config("svc", rule))
     feed(a, 0, queue_length=1500)
     first = a.decide(0, current=2, ready=2)
     assert (first.desired, first.direction) == (3, "up")

@@ -25,9 +25,8 @@ def _text(*lines: str) -> str:
 
 def _errors(*lines: str) -> list[str]:
     text = _text(*lines)
-    policy = load_policy_text(text, "p.yaml")
-    with pytest.raises(PolicyError) as caught:
-        autoscale_configs(policy, text, "p.yaml")
+    with pytest.raises(PolicyError) as caught:  # a bad block: the policy does not load
+        load_policy_text(text, "p.yaml")
     return [str(issue) for issue in caught.value.issues]
 
 
@@ -38,7 +37,7 @@ def test_the_native_form_builds_its_config_and_round_trips() -> None:
         "threshold: {threshold: 4, scale_in_threshold: 1}",
     )
     policy = load_policy_text(text, "p.yaml")
-    (config,) = autoscale_configs(policy, text, "p.yaml").values()
+    (config,) = autoscale_configs(policy).values()
     assert (config.service, config.algorithm, config.metric) == ("m", "threshold", "in_flight")
     assert load_policy_text(dump_policy(policy)) == policy
 
@@ -52,7 +51,7 @@ def test_the_scaling_policy_rule_form_is_accepted_as_the_issue_writes_it() -> No
         "max_size: 16",
     )
     policy = load_policy_text(text, "p.yaml")
-    config = autoscale_configs(policy, text, "p.yaml")["m"]
+    config = autoscale_configs(policy)["m"]
     assert (config.algorithm, config.metric, config.instance_type) == (
         "threshold",
         "queue_length",
@@ -80,7 +79,8 @@ def test_an_unknown_key_and_a_bad_rule_are_located() -> None:
 def test_autoscale_without_replicas_is_a_located_error() -> None:
     text = (
         "listeners: [{name: main, port: 10000}]\nservices:\n  - name: m\n"
-        "    endpoints: [{host: 127.0.0.1, port: 8000}]\n    autoscale: {metric: in_flight}\n"
+        "    endpoints: [{host: 127.0.0.1, port: 8000}]\n"
+        "    autoscale: {metric: in_flight, target: 2}\n"
         + TAIL
     )
     with pytest.raises(PolicyError) as caught:
@@ -94,7 +94,7 @@ def test_the_autoscale_example_builds() -> None:
     path = Path(__file__).resolve().parents[2] / "examples" / "autoscale.yaml"
     text = path.read_text()
     policy = load_policy_text(text, str(path))
-    assert set(autoscale_configs(policy, text, str(path))) == {"model"}
+    assert set(autoscale_configs(policy)) == {"model"}
 
 
 def test_validate_reports_a_bad_block_located(tmp_path: Path) -> None:

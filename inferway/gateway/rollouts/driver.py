@@ -17,6 +17,7 @@ import contextlib
 import copy
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ from inferway.controllers.rollout.state import (
     RolloutStateError,
 )
 from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
-from inferway.gateway.rollouts.config import build_rollout_config
+from inferway.gateway.loop_configs import compile_loops
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.gateway.rollouts.webhooks import call_webhook
@@ -42,7 +43,13 @@ from inferway.policies.model import Policy
 from inferway.policies.rollouts import Rollout
 from inferway.state import State
 
-__all__ = ["MetricSource", "RolloutDriver", "UnknownRolloutError", "build_weights"]
+__all__ = [
+    "MetricSource",
+    "RolloutDriver",
+    "UnknownRolloutError",
+    "build_weights",
+    "next_tick",
+]
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +118,8 @@ class RolloutDriver:
 
     # ---- StateSource and observer ------------------------------------------------------
 
-    def _state_for(self, spec: Rollout) -> RolloutState | None:
+    def _state_for(self, spec: Rollout, config: RolloutConfig) -> RolloutState | None:
+        """The state ``spec`` resumes from (None: it starts over); reads, never changes."""
         entry = self._entries.get(spec.name)
         if entry is not None:  # a new route or pair is a new rollout: start over
             return entry.controller.state if _same_target(entry.spec, spec) else None
@@ -128,7 +136,7 @@ class RolloutDriver:
                      _target(spec))  # fmt: skip
             return None
         try:  # e.g. fewer steps now than the saved step
-            RolloutController(build_rollout_config(spec), state)
+            RolloutController(config, state)
         except RolloutStateError as exc:
             log.warning("rollout %s: saved state does not fit the policy, starting over: %s",
                         spec.name, exc)  # fmt: skip
@@ -137,24 +145,27 @@ class RolloutDriver:
 
     def resolve_state(self, policy: Policy, state: State) -> State:
         """``state`` with this driver's weight overrides for ``policy``'s rollouts (and none
-        for routes whose rollout is gone)."""
+        for routes whose rollout is gone). A pure read: ``policy`` may be an edit that is
+        then refused, so what this driver owns changes only when a policy is applied."""
         weights = {k: v for k, v in state.weights.items() if k not in self._owned}
         routes = {r.name: r for r in policy.routes}
+        configs = compile_loops(policy).rollouts
         for spec in policy.rollouts:
-            saved = self._state_for(spec)
+            saved = self._state_for(spec, configs[spec.name])
             route = routes.get(spec.route)
             override = None if saved is None or route is None else build_weights(spec, saved)
             if override is not None:
                 weights[spec.route] = override
-        self._owned = {spec.route for spec in policy.rollouts}
         if weights == dict(state.weights):
             return state
         return replace(state, weights=weights)
 
     def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+        self._owned = {spec.route for spec in applied.policy.rollouts}
         self._reconcile(applied.policy)
 
     def _reconcile(self, policy: Policy) -> None:
+        configs = compile_loops(policy).rollouts
         wanted = {spec.name: spec for spec in policy.rollouts}
         for name in list(self._entries):
             if name not in wanted:
@@ -164,8 +175,8 @@ class RolloutDriver:
             entry = self._entries.get(name)
             if entry is not None and entry.spec == spec:
                 continue
-            config = build_rollout_config(spec)
-            saved = self._state_for(spec)
+            config = configs[name]
+            saved = self._state_for(spec, config)
             try:
                 controller = RolloutController(config, saved)
             except RolloutStateError as exc:  # the live one, against an edited policy
@@ -208,7 +219,11 @@ class RolloutDriver:
             entry.task.cancel()
 
     async def _run(self, entry: _Entry) -> None:
+        """Tick on a fixed schedule of the clock (every interval from the first tick), not
+        an interval after each tick ends: a slow scrape or webhook does not make the windows
+        drift; a tick that overran whole intervals skips them."""
         interval = entry.controller.config.analysis.interval_s
+        due = self._clock()
         while True:
             try:
                 await self.tick(entry.spec.name)
@@ -216,7 +231,8 @@ class RolloutDriver:
                 raise
             except Exception:  # one bad tick must not end the rollout's loop
                 log.exception("rollout %s: tick failed", entry.spec.name)
-            await asyncio.sleep(interval)
+            due, delay = next_tick(due, self._clock(), interval)
+            await asyncio.sleep(delay)
 
     async def tick(self, name: str) -> Decision | None:
         """One analysis interval of ``name`` now (the loop calls it; tests may too). Nothing
@@ -370,6 +386,18 @@ class RolloutDriver:
             self._sink.update_state(new, f"rollout {name}")
         except PolicyRefusedError as exc:
             log.error("rollout %s: weight change refused: %s", name, exc)
+
+
+def next_tick(due: float, now: float, interval: float) -> tuple[float, float]:
+    """``(next due time, seconds to wait)`` after the tick due at ``due`` ended at ``now``:
+    the next slot of the schedule ``due + k * interval`` after ``now``. A clock that went
+    back by more than an interval (wall time is set) restarts the schedule from ``now``."""
+    following = due + interval
+    if following <= now:  # the tick overran: skip the slots it missed
+        following += (math.floor((now - following) / interval) + 1) * interval
+    if following - now > interval:
+        following = now + interval
+    return following, following - now
 
 
 def _target(spec: Rollout) -> RolloutTarget:
