@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import time
+import typing
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from inferway.controllers.rollout.config import (
     AgreementCheck,
     ErrorRateCheck,
     LatencyCheck,
+    MetricName,
 )
 from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.controllers.rollout.state import Phase, RolloutState
@@ -30,6 +32,7 @@ from inferway.gateway.rollouts.envoy_stats import (
 )
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.policies import PolicyError, load_policy_text
+from inferway.policies.rollouts import METRIC_NEEDS, RolloutMetricName
 from inferway.resolve import resolve_policy
 from inferway.xds.cache import SnapshotCache
 from tests.rollout_samples import TWO_VERSION_ROLLOUT
@@ -337,8 +340,8 @@ def test_backend_metrics_become_checks_on_the_backends_counts() -> None:
     )
     config = build_rollout_config(load_policy_text(text, "p.yaml").rollouts[0])
     assert config.analysis.checks[2:] == (
-        LatencyCheck(0.1, "backend-latency-p99"),
-        ErrorRateCheck(0.01, "backend-error-rate"),
+        LatencyCheck(0.1, MetricName.BACKEND_LATENCY_P99),
+        ErrorRateCheck(0.01, MetricName.BACKEND_ERROR_RATE),
     )
     assert config.needs_backend_metrics
     assert not build_rollout_config(
@@ -444,3 +447,8 @@ def test_the_loop_ticks_on_the_clock_schedule_however_long_a_scrape_takes(
     assert len(started) >= 4, started
     gaps = [b - a for a, b in itertools.pairwise(started)]
     assert all(abs(gap - 0.4) < 0.1 for gap in gaps), gaps
+
+
+def test_the_policy_and_the_controller_name_the_same_metrics() -> None:
+    assert set(typing.get_args(RolloutMetricName)) == {m.value for m in MetricName}
+    assert set(METRIC_NEEDS) == {m.value for m in MetricName}

@@ -27,7 +27,9 @@ from inferway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
 from inferway.controllers.rollout.controller import RolloutController
 from inferway.controllers.rollout.evidence import WindowSample
 from inferway.controllers.rollout.state import (
+    STEPS_TAKEN,
     TERMINAL,
+    Action,
     Decision,
     Phase,
     RolloutState,
@@ -269,7 +271,7 @@ class RolloutDriver:
             return True
         probe = RolloutController(entry.controller.config, copy.deepcopy(entry.controller.state))
         would = probe.tick(now, sample, source_error=error)
-        if would.action not in ("advance", "promote", "start"):
+        if would.action not in STEPS_TAKEN:
             return True
         payload = {"event": "pre-step", "rollout": entry.spec.name, "decision": would.to_json()}
         for hook in gates:
@@ -342,7 +344,7 @@ class RolloutDriver:
         name = entry.spec.name
         self.store.save(_target(entry.spec), entry.controller.state)
         self._push(name)
-        level = logging.DEBUG if decision.action == "hold" else logging.INFO
+        level = logging.DEBUG if decision.action == Action.HOLD else logging.INFO
         event = {"event": "rollout_decision", "rollout": name, **decision.to_json()}
         # The line carries the numbers (counts, verdict per check); the record all of it.
         summary = {
@@ -358,9 +360,7 @@ class RolloutDriver:
                 hook(name, decision)
             except Exception:
                 log.exception("rollout %s: decision hook %r failed", name, hook)
-        kind = {"promote": "post-rollout", "rollback": "rollback", "abort": "rollback"}.get(
-            decision.action
-        )
+        kind = _NOTIFIES.get(decision.action)
         for webhook in entry.spec.webhooks:
             if webhook.type == kind:
                 payload = {"event": kind, "rollout": name, "decision": decision.to_json()}
@@ -386,6 +386,10 @@ class RolloutDriver:
             self._sink.update_state(new, f"rollout {name}")
         except PolicyRefusedError as exc:
             log.error("rollout %s: weight change refused: %s", name, exc)
+
+
+_NOTIFIES = {Action.PROMOTE: "post-rollout", Action.ROLLBACK: "rollback", Action.ABORT: "rollback"}
+"""The webhook type each ending decision calls."""
 
 
 def next_tick(due: float, now: float, interval: float) -> tuple[float, float]:
