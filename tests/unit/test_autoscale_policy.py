@@ -106,3 +106,21 @@ def test_validate_reports_a_bad_block_located(tmp_path: Path) -> None:
     assert summary is None
     (metric,) = [i for i in issues if i.path == "services[0].autoscale.metric"]
     assert metric.line == 6 and "unknown metric 'qps'" in metric.message
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ("algorithm: pid", "target: 3", "pid: {kp: 0.5}"),
+        ("algorithm: predictive", "target: 3", "predictive: {season: null}", "panic: false"),
+        (
+            "scaling_policy: {metric_type: in_flight, threshold: 4, action: add_instance}",
+            "min_size: 2",
+        ),
+    ],
+)
+def test_a_dumped_block_loads_back_as_it_was(lines: tuple[str, ...]) -> None:
+    """The block is dumped as written: a default the algorithm does not use (a pid's
+    tolerance) must not come back as a key it refuses, nor an explicit null as a default."""
+    policy = load_policy_text(_text(*lines), "p.yaml")
+    assert load_policy_text(dump_policy(policy)) == policy
