@@ -80,8 +80,7 @@ def test_autoscale_without_replicas_is_a_located_error() -> None:
     text = (
         "listeners: [{name: main, port: 10000}]\nservices:\n  - name: m\n"
         "    endpoints: [{host: 127.0.0.1, port: 8000}]\n"
-        "    autoscale: {metric: in_flight, target: 2}\n"
-        + TAIL
+        "    autoscale: {metric: in_flight, target: 2}\n" + TAIL
     )
     with pytest.raises(PolicyError) as caught:
         load_policy_text(text, "p.yaml")
