@@ -281,7 +281,8 @@ class RolloutDriver:
             if refused is not None:
                 if sample is not None:  # it already holds the earlier pending window
                     entry.pending = sample
-                entry.gate = {"at": now, "url": hook.url, "reason": refused, "would": would.action}
+                would_do = would.action.value
+                entry.gate = {"at": now, "url": hook.url, "reason": refused, "would": would_do}
                 log.info("rollout %s: step held by its pre-step gate: %s", entry.spec.name, refused)
                 return False
         return True
