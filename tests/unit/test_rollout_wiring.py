@@ -24,12 +24,13 @@ from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.controllers.rollout.state import Phase, RolloutState
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.rollouts.config import build_rollout_config
-from inferway.gateway.rollouts.driver import RolloutDriver, next_tick
+from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.envoy_stats import (
     ScrapeError,
     build_window,
     parse_cluster_totals,
 )
+from inferway.gateway.rollouts.schedule import next_tick
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.policies import PolicyError, load_policy_text
 from inferway.policies.rollouts import METRIC_NEEDS, RolloutMetricName

@@ -17,7 +17,6 @@ import contextlib
 import copy
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -38,6 +37,7 @@ from inferway.controllers.rollout.state import (
 from inferway.gateway.control_plane import AppliedPolicy, PolicyRefusedError
 from inferway.gateway.loop_configs import compile_loops
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
+from inferway.gateway.rollouts.schedule import next_tick
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.gateway.rollouts.webhooks import call_webhook
 from inferway.gateway.sources import StateSink
@@ -50,7 +50,6 @@ __all__ = [
     "RolloutDriver",
     "UnknownRolloutError",
     "build_weights",
-    "next_tick",
 ]
 
 log = logging.getLogger(__name__)
@@ -391,18 +390,6 @@ class RolloutDriver:
 
 _NOTIFIES = {Action.PROMOTE: "post-rollout", Action.ROLLBACK: "rollback", Action.ABORT: "rollback"}
 """The webhook type each ending decision calls."""
-
-
-def next_tick(due: float, now: float, interval: float) -> tuple[float, float]:
-    """``(next due time, seconds to wait)`` after the tick due at ``due`` ended at ``now``:
-    the next slot of the schedule ``due + k * interval`` after ``now``. A clock that went
-    back by more than an interval (wall time is set) restarts the schedule from ``now``."""
-    following = due + interval
-    if following <= now:  # the tick overran: skip the slots it missed
-        following += (math.floor((now - following) / interval) + 1) * interval
-    if following - now > interval:
-        following = now + interval
-    return following, following - now
 
 
 def _target(spec: Rollout) -> RolloutTarget:
