@@ -2,17 +2,18 @@
 replicas' own reports, turned into one MetricSample.
 
 From Envoy's admin ``/stats/prometheus`` (parsed with prometheus_client's text parser):
-``upstream_rq_total`` (a running total: its difference over the interval is the request
-rate), ``upstream_rq_active`` (requests in flight, queued ones included) and the
-``upstream_rq_time`` histogram, whose buckets differenced over the interval give that
-interval's p99, and ``membership_healthy`` (the hosts Envoy holds healthy: the current count
-of a service whose replicas something else runs). From each ready replica's ``/metrics``
-(:mod:`inferway.gateway.backend_scrape`):
-``inferway_backend_queue_depth`` summed over the replicas is ``queue_length``, and the busy
-fraction of their instances (the ORCA report on the answer) averaged over the replicas is
-``utilization``. A value the sources could not give (no request in the interval, a replica
-that did not answer) is None, and a decision on it holds the count: a queue summed over
-half the replicas would look like a reason to scale in.
+``upstream_rq_total`` (a running total: its difference over the interval is the request rate),
+``upstream_rq_active`` (requests in flight, queued ones included) and the ``upstream_rq_time``
+histogram, whose buckets differenced over the interval give that interval's p99, and
+``membership_healthy`` (the hosts Envoy holds healthy: the current count of a service whose
+replicas something else runs). From each ready replica's ``/metrics``
+(:mod:`inferway.gateway.backend_scrape`): ``inferway_backend_queue_depth`` summed over the
+replicas is ``queue_length``, and the busy fraction of their instances (the ORCA report on the
+answer) averaged over the replicas is ``utilization``; the queue divided by the interval's
+request rate is ``queue_wait``, the mean time a request waits there (Little's law). A value the
+sources could not give (no request in the interval, a replica that did not answer) is None, and
+a decision on it holds the count: a queue summed over half the replicas would look like a reason
+to scale in.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ __all__ = [
     "build_sample",
     "interval_p99_s",
     "parse_cluster_load",
+    "queue_wait",
     "replica_load",
 ]
 
-BACKEND_METRICS = ("queue_length", "utilization")
+BACKEND_METRICS = ("queue_length", "utilization", "queue_wait")
 """Metrics only the replicas' own /metrics give (they are scraped only for these)."""
 
 
@@ -141,4 +143,15 @@ def build_sample(
         request_rate=rate,
         p99_latency=p99,
         utilization=utilization,
+        queue_wait=queue_wait(queue_length, rate),
     )
+
+
+def queue_wait(queue_length: float | None, rate: float | None) -> float | None:
+    """The mean wait in the replicas' queues (Little's law: queue / arrival rate), in seconds;
+    None without both, or with a queue and no arrivals (nothing to divide by: hold)."""
+    if queue_length is None or rate is None:
+        return None
+    if rate <= 0:
+        return 0.0 if queue_length <= 0 else None
+    return queue_length / rate

@@ -1,17 +1,18 @@
 """The autoscaling loop at the edge: Envoy's stats and the replicas' own metrics in, the pure
 Autoscaler's Decision out, the service's scale actuator acting on it.
 
-Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster
-from Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99, its
-healthy hosts) and, for a rule on ``queue_length`` or ``utilization``, every ready replica's
-``/metrics`` (queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs` turns them
-into a MetricSample for the service's Autoscaler. The counts it decides from and where the
-decision goes are the service's ``scale_target`` (gateway/actuators/scale_actuators.py): the
-gateway's replicas, the published metric only (KEDA or an HPA act), or a Deployment's scale.
-Each Decision is logged as one structured event and kept in a bounded history that ``GET
-/autoscale`` shows. A scrape, a read of the counts or a scale that fails is the service's
-``error`` there and in the log, never a crash and never a guess: without counts the decision
-is skipped; a scale that failed is still a decision (the metric publishes it).
+Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster from
+Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99, its healthy
+hosts) and, for a rule on ``queue_length``, ``queue_wait`` or ``utilization``, every ready
+replica's ``/metrics`` (queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs`
+turns them into a MetricSample for the service's Autoscaler. The counts it decides from and
+where the decision goes are the service's ``scale_target``
+(gateway/actuators/scale_actuators.py): the gateway's replicas, the published metric only (KEDA
+or an HPA act), or a Deployment's scale. Each Decision is logged as one structured event and
+kept in a bounded history that ``GET /autoscale`` shows. A scrape, a read of the counts or a
+scale that fails is the service's ``error`` there and in the log, never a crash and never a
+guess: without counts the decision is skipped; a scale that failed is still a decision (the
+metric publishes it).
 """
 
 from __future__ import annotations

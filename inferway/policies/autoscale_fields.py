@@ -47,14 +47,16 @@ __all__ = [
 
 ADDITIVE_METRICS = ("queue_length", "in_flight", "request_rate")
 """Metrics summed over the service (the autoscaler divides them by the target)."""
-METRICS = (*ADDITIVE_METRICS, "utilization", "p99_latency")
+METRICS = (*ADDITIVE_METRICS, "utilization", "p99_latency", "queue_wait")
 """Every metric the autoscaler reads (controllers/autoscale/samples.py; a test keeps them
 equal)."""
-BACKEND_METRICS = ("queue_length", "utilization")
+BACKEND_METRICS = ("queue_length", "utilization", "queue_wait")
 """Read from each replica's ``/metrics``: only the gateway's own replicas give them."""
 ALGORITHMS = ("threshold", "proportional", "pid", "predictive")
 
-AutoscaleMetric = Literal["queue_length", "in_flight", "request_rate", "utilization", "p99_latency"]
+AutoscaleMetric = Literal[
+    "queue_length", "in_flight", "request_rate", "utilization", "p99_latency", "queue_wait"
+]
 
 
 def number(

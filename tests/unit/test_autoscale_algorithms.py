@@ -302,3 +302,41 @@ def test_a_rate_just_above_a_whole_count_stays_within_the_band_in_and_out_of_pan
     assert a.decide(12, current=3, ready=1).desired == 3
     feed(a, 14, request_rate=150)  # 3.33 replicas' worth: beyond the band, a fourth
     assert a.decide(14, current=3, ready=3).desired == 4
+
+
+def test_a_queue_wait_rule_scales_on_a_shortage_not_on_batching_delay():
+    """Issue 33 item 11: delay-bound batching (D = 0.12 s) at 135 req/s queues 16.2 requests
+    in total at any replica count; a rule on the summed queue (threshold 10) adds replicas to
+    max without a shortage, a rule on the mean wait above D (0.3 s) holds, adds only when
+    requests wait longer than the batcher holds them, and scales back in."""
+
+    def rule(metric: str, threshold: float, below: float) -> Autoscaler:
+        return Autoscaler(
+            autoscale_config(
+                "svc",
+                {
+                    "scaling_policy": {
+                        "metric_type": metric,
+                        "threshold": threshold,
+                        "scale_in_threshold": below,
+                        "action": "add_instance",
+                        "cooldown": 0,
+                    },
+                    "min_size": 1,
+                    "max_size": 4,
+                },
+            )
+        )
+
+    by_queue, by_wait = rule("queue_length", 10, 2), rule("queue_wait", 0.3, 0.05)
+    queue_count = wait_count = 1
+    for t in range(0, 40, 5):
+        feed(by_queue, t, queue_length=16.2, request_rate=135)
+        feed(by_wait, t, queue_wait=0.12, request_rate=135)
+        queue_count = by_queue.decide(t, current=queue_count, ready=queue_count).desired
+        wait_count = by_wait.decide(t, current=wait_count, ready=wait_count).desired
+    assert (queue_count, wait_count) == (4, 1)
+    feed(by_wait, 40, queue_wait=1.0)  # short of capacity: a second in line
+    assert by_wait.decide(40, current=1, ready=1).desired == 2
+    feed(by_wait, 45, queue_wait=0.01)  # idle: nothing held
+    assert by_wait.decide(45, current=2, ready=2).desired == 1

@@ -119,3 +119,11 @@ def test_a_bad_target_or_pairing_is_a_located_error(
 def test_replica_metrics_need_the_gateway_s_own_replicas(rule: tuple[str, ...]) -> None:
     (error,) = _errors(_policy(ENDPOINTS, *rule, "scale_target: metric"))
     assert "p.yaml:6:" in error and "only the gateway's own replicas" in error, error
+
+
+def test_the_queue_wait_is_a_replica_metric_too() -> None:
+    text = _policy(ENDPOINTS, "metric: queue_wait", "target: 0.3", "scale_target: metric")
+    (error,) = _errors(text)
+    assert "services[0].autoscale.metric: queue_wait is read from each replica" in error
+    policy = load_policy_text(_policy(REPLICAS, "metric: queue_wait", "target: 0.3"), "p.yaml")
+    assert autoscale_configs(policy)["m"].metric == "queue_wait"
