@@ -47,8 +47,9 @@ from inferway.gateway.autoscale_inputs import (
     build_sample,
     parse_cluster_load,
     replica_load,
+    replica_wait,
 )
-from inferway.gateway.backend_scrape import scrape_backends
+from inferway.gateway.backend_scrape import BackendTotals, scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
 from inferway.policies.scale_target import ScaleTargetSpec
@@ -71,6 +72,8 @@ class _Scaled:
         self.actuator = actuator
         self.autoscaler = Autoscaler(config)
         self.last: tuple[float, ClusterLoad] | None = None
+        self.replicas: dict[str, BackendTotals] | None = None
+        """Each replica's /metrics at the last scrape (the queue wait is their difference)."""
         self.p99: float | None = None
         self.next_at = 0.0
         self.error: str | None = None
@@ -172,15 +175,16 @@ class AutoscaleDriver:
             scaled.next_at = now + scaled.config.sampling_interval_s
             scaled.error = None
             load = loads[scaled.config.service]
-            queue, utilization = None, None
+            queue, utilization, wait = None, None, None
             if scaled.config.metric in BACKEND_METRICS:
-                queue, utilization = await self._replica_load(scaled)
+                queue, utilization, wait = await self._replica_load(scaled)
             sample = build_sample(
                 now,
                 load,
                 scaled.last,
                 queue_length=queue,
                 utilization=utilization,
+                queue_wait=wait,
                 last_p99=scaled.p99,
             )
             scaled.p99 = sample.p99_latency
@@ -202,9 +206,12 @@ class AutoscaleDriver:
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise StatsError(f"Envoy admin {url}: {exc or type(exc).__name__}") from None
 
-    async def _replica_load(self, scaled: _Scaled) -> tuple[float | None, float | None]:
-        """Queue length and utilization from the service's ready replicas; a replica that
-        does not answer makes both unknown (the decision holds) and is the service's error."""
+    async def _replica_load(
+        self, scaled: _Scaled
+    ) -> tuple[float | None, float | None, float | None]:
+        """Queue length, utilization and queue wait from the service's ready replicas; a
+        replica that does not answer makes all three unknown (the decision holds) and is the
+        service's error."""
         assert self._session is not None
         endpoints = self.manager.endpoints().get(scaled.config.service, ())
         urls = [
@@ -216,7 +223,10 @@ class AutoscaleDriver:
             detail = "; ".join(f"{u}: {why}" for u, why in sorted(scrape.failures.items()))
             scaled.error = f"replica /metrics unreachable: {detail}"
             log.warning("autoscale %s: %s", scaled.config.service, scaled.error)
-        return replica_load(scrape.totals, len(scrape.failures))
+        queue, utilization = replica_load(scrape.totals, len(scrape.failures))
+        wait = replica_wait(scaled.replicas, scrape.totals, queue)
+        scaled.replicas = None if scrape.failures else dict(scrape.totals)
+        return queue, utilization, wait
 
     async def _decide(
         self, scaled: _Scaled, sample: MetricSample, now: float, healthy: int | None

@@ -16,8 +16,8 @@ from inferway.gateway.autoscale_inputs import (
     build_sample,
     interval_p99_s,
     parse_cluster_load,
-    queue_wait,
     replica_load,
+    replica_wait,
 )
 from inferway.gateway.backend_scrape import BackendTotals
 
@@ -81,7 +81,6 @@ def test_a_sample_has_the_rate_the_p99_in_flight_and_the_replicas_numbers() -> N
     assert sample.request_rate == pytest.approx(25.0) and sample.in_flight == 4.0
     assert sample.p99_latency == pytest.approx(0.005)
     assert (sample.queue_length, sample.utilization) == (6.0, 0.5)
-    assert sample.queue_wait == pytest.approx(6.0 / 25.0)  # Little's law: queue / arrivals
     # requests but no stats flush since: the p99 Envoy last published; no requests: none
     unflushed = parse_cluster_load(_envoy(160, 1, {"5": 150, "+Inf": 150}), "model")
     assert build_sample(13.0, unflushed, (12.0, now), last_p99=0.2).p99_latency == 0.2
@@ -135,13 +134,20 @@ def test_scale_status_text_shows_the_rule_the_replicas_and_the_decisions() -> No
     assert "in_flight 6" in text and "request_rate" not in text.split("recent decisions")[1]
 
 
-def test_the_queue_wait_is_the_queue_over_the_arrival_rate_whatever_the_replica_count() -> None:
-    """Issue 33 item 11: under delay-bound batching (each request held up to D = 0.12 s for
-    a batch) 135 req/s keep 16.2 requests queued in total at 1 replica and at 4 alike, so a
-    threshold on the summed queue below that scales to max with no shortage; the mean wait is
-    D at any count, and only a shortage takes it above D, where a queue_wait threshold sits."""
-    assert queue_wait(16.2, 135.0) == pytest.approx(0.12)
-    assert queue_wait(135.0, 135.0) == pytest.approx(1.0)  # a shortage: a second in line
-    assert queue_wait(0.0, 0.0) == 0.0
-    assert queue_wait(3.0, 0.0) is None, "a queue and no arrivals: nothing to divide by"
-    assert queue_wait(None, 10.0) is None and queue_wait(3.0, None) is None
+def test_the_queue_wait_is_what_the_intervals_requests_waited_in_the_replicas_queues() -> None:
+    """Issue 33 item 11: the replicas' queue-wait histograms differenced over the interval,
+    summed over them: seconds waited / requests that left the queue."""
+    before = {
+        "http://a": BackendTotals(queue_wait_s=10.0, queue_waited=100),
+        "http://b": BackendTotals(queue_wait_s=4.0, queue_waited=40),
+    }
+    now = {
+        "http://a": BackendTotals(queue_wait_s=13.0, queue_waited=120),  # 3 s over 20
+        "http://b": BackendTotals(queue_wait_s=1.0, queue_waited=10),  # restarted: from 0
+        "http://c": BackendTotals(queue_wait_s=0.5, queue_waited=10),  # new
+    }
+    assert replica_wait(before, now, 5.0) == pytest.approx((3.0 + 1.0 + 0.5) / 40)
+    assert replica_wait(now, now, 0.0) == 0.0, "nobody waited and nobody is queued: idle"
+    assert replica_wait(now, now, 2.0) is None, "queued but nobody left the queue: unknown"
+    assert replica_wait(None, now, 5.0) is None and replica_wait(before, now, None) is None
+    assert build_sample(1.0, ClusterLoad(0, 0), None, queue_wait=0.2).queue_wait == 0.2

@@ -30,9 +30,9 @@ class MetricSample:
     """One scrape of a service: totals over its ready replicas, and their mean utilization.
 
     ``p99_latency`` is in seconds, ``utilization`` in [0, 1]; ``queue_wait`` is the mean
-    time a request waits in the replicas' queues (seconds: ``queue_length / request_rate``,
-    Little's law), which, unlike the queue's length, does not count the requests a
-    delay-bound batcher holds on purpose as a shortage once the threshold is above its delay.
+    time the requests of the interval waited in the replicas' queues (seconds), which, unlike
+    the queue's length, does not count the requests a delay-bound batcher holds on purpose as
+    a shortage once the threshold is above its delay.
     A value the source did not report is None (a decision on a missing metric holds the
     replica count).
     """
