@@ -123,3 +123,19 @@ def test_a_dumped_block_loads_back_as_it_was(lines: tuple[str, ...]) -> None:
     tolerance) must not come back as a key it refuses, nor an explicit null as a default."""
     policy = load_policy_text(_text(*lines), "p.yaml")
     assert load_policy_text(dump_policy(policy)) == policy
+
+
+def test_a_policy_is_compiled_once_for_every_driver(tmp_path: Path) -> None:
+    """plan_gateway compiles the loops of the policy it plans; the drivers handed that policy
+    get the same compiled configs, not a second parse."""
+    from inferway.gateway.loop_configs import compile_loops
+    from inferway.gateway.runtime import GatewayOptions, plan_gateway
+
+    path = tmp_path / "p.yaml"
+    path.write_text(_text("metric: in_flight", "target: 4"))
+    plan = plan_gateway(GatewayOptions(policy_path=path))
+    assert compile_loops(plan.policy) is plan.loops
+    assert plan.loops.autoscale["m"].config.params.target == 4.0
+    assert plan.loops.autoscale["m"].target.kind == "replicas"
+    again = load_policy_text(path.read_text(), str(path))
+    assert compile_loops(again) is not plan.loops, "another policy object: compiled anew"
