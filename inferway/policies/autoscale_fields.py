@@ -8,6 +8,7 @@ coerced, with the message the autoscaler has always given (``expected a number, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -67,6 +68,8 @@ def number(
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number, got {value!r}")
         if (
             (positive and value <= 0)
             or value < minimum

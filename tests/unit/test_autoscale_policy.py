@@ -67,6 +67,14 @@ def test_each_bad_field_is_located_on_its_line() -> None:
     assert any(e.startswith("p.yaml:8:") and "autoscale.cooldown" in e for e in errors), errors
 
 
+def test_a_number_that_is_not_finite_is_refused_where_it_is_written() -> None:
+    errors = _errors("target: .inf", "cooldown: {up: .nan}")
+    assert any(
+        e.startswith("p.yaml:6:15: services[0].autoscale.target: expected a finite") for e in errors
+    ), errors
+    assert any("autoscale.cooldown.up: expected a finite number" in e for e in errors), errors
+
+
 def test_an_unknown_key_and_a_bad_rule_are_located() -> None:
     (unknown,) = _errors("algorithm: proportional", "target: 5", "colldown: 30")
     assert (
