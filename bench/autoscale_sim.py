@@ -32,8 +32,7 @@ from bench._common import RESULTS_DIR, environment, print_table
 from bench.autoscale_baselines import HPA, KPA, Controller, InferwayController
 from bench.autoscale_model import Cluster, ReplicaModel
 from bench.autoscale_traces import Trace, build_traces
-from inferway.controllers.autoscale.config import build_autoscale_config
-from inferway.controllers.autoscale.rule import build_from_scaling_policy
+from inferway.gateway.autoscale_policy import autoscale_config
 
 MIN_REPLICAS, MAX_REPLICAS = 2, 16
 TARGET_UTILIZATION = 0.6
@@ -86,10 +85,10 @@ def build_controllers(model: ReplicaModel, target: float) -> list[Controller]:
     controllers: list[Controller] = [
         HPA(target=target, min_replicas=MIN_REPLICAS, max_replicas=MAX_REPLICAS),
         KPA(target=target, min_replicas=MIN_REPLICAS, max_replicas=MAX_REPLICAS),
-        InferwayController("threshold-rule", build_from_scaling_policy("svc", ISSUE_RULE)),
+        InferwayController("threshold-rule", autoscale_config("svc", ISSUE_RULE)),
     ]
     for algorithm in ("proportional", "pid", "predictive"):
-        config = build_autoscale_config("svc", inferway_config(algorithm, target, model.startup_s))
+        config = autoscale_config("svc", inferway_config(algorithm, target, model.startup_s))
         controllers.append(InferwayController(f"inferway-{algorithm}", config))
     return controllers
 

@@ -2,17 +2,18 @@
 replicas' own reports, turned into one MetricSample.
 
 From Envoy's admin ``/stats/prometheus`` (parsed with prometheus_client's text parser):
-``upstream_rq_total`` (a running total: its difference over the interval is the request
-rate), ``upstream_rq_active`` (requests in flight, queued ones included) and the
-``upstream_rq_time`` histogram, whose buckets differenced over the interval give that
-interval's p99, and ``membership_healthy`` (the hosts Envoy holds healthy: the current count
-of a service whose replicas something else runs). From each ready replica's ``/metrics``
-(:mod:`inferway.gateway.backend_scrape`):
-``inferway_backend_queue_depth`` summed over the replicas is ``queue_length``, and the busy
-fraction of their instances (the ORCA report on the answer) averaged over the replicas is
-``utilization``. A value the sources could not give (no request in the interval, a replica
-that did not answer) is None, and a decision on it holds the count: a queue summed over
-half the replicas would look like a reason to scale in.
+``upstream_rq_total`` (a running total: its difference over the interval is the request rate),
+``upstream_rq_active`` (requests in flight, queued ones included) and the ``upstream_rq_time``
+histogram, whose buckets differenced over the interval give that interval's p99, and
+``membership_healthy`` (the hosts Envoy holds healthy: the current count of a service whose
+replicas something else runs). From each ready replica's ``/metrics``
+(:mod:`inferway.gateway.backend_scrape`): ``inferway_backend_queue_depth`` summed over the
+replicas is ``queue_length``, and the busy fraction of their instances (the ORCA report on the
+answer) averaged over the replicas is ``utilization``; the difference of their queue-wait
+histograms (``inferway_backend_queue_wait_seconds``) between two scrapes is ``queue_wait``, the
+mean time the requests of the interval waited in those queues. A value the sources could not
+give (no request in the interval, a replica that did not answer) is None, and a decision on it
+holds the count: a queue summed over half the replicas would look like a reason to scale in.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ __all__ = [
     "interval_p99_s",
     "parse_cluster_load",
     "replica_load",
+    "replica_wait",
 ]
 
-BACKEND_METRICS = ("queue_length", "utilization")
+BACKEND_METRICS = ("queue_length", "utilization", "queue_wait")
 """Metrics only the replicas' own /metrics give (they are scraped only for these)."""
 
 
@@ -111,6 +113,29 @@ def replica_load(
     return queue, (sum(busy) / len(busy) if busy else None)
 
 
+def replica_wait(
+    before: Mapping[str, BackendTotals] | None,
+    now: Mapping[str, BackendTotals],
+    queue_length: float | None,
+) -> float | None:
+    """The mean seconds the requests that left the replicas' batching queues during the
+    interval waited there: the difference of their queue-wait histograms' sums over that of
+    their counts, summed over the replicas (one new or restarted since counts from zero).
+    Without a request leaving, 0 while nothing is queued, else unknown (None: hold)."""
+    if before is None or queue_length is None:
+        return None
+    seconds = waited = 0.0
+    for url, totals in now.items():
+        previous = before.get(url)
+        if previous is None or totals.queue_waited < previous.queue_waited:
+            previous = BackendTotals()
+        seconds += max(totals.queue_wait_s - previous.queue_wait_s, 0.0)
+        waited += totals.queue_waited - previous.queue_waited
+    if waited > 0:
+        return seconds / waited
+    return 0.0 if queue_length <= 0 else None
+
+
 def build_sample(
     now: float,
     load: ClusterLoad,
@@ -118,6 +143,7 @@ def build_sample(
     *,
     queue_length: float | None = None,
     utilization: float | None = None,
+    queue_wait: float | None = None,
     last_p99: float | None = None,
 ) -> MetricSample:
     """The MetricSample at ``now`` from this scrape and the previous one (time, load).
@@ -141,4 +167,5 @@ def build_sample(
         request_rate=rate,
         p99_latency=p99,
         utilization=utilization,
+        queue_wait=queue_wait,
     )

@@ -1,17 +1,18 @@
 """The autoscaling loop at the edge: Envoy's stats and the replicas' own metrics in, the pure
 Autoscaler's Decision out, the service's scale actuator acting on it.
 
-Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster
-from Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99, its
-healthy hosts) and, for a rule on ``queue_length`` or ``utilization``, every ready replica's
-``/metrics`` (queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs` turns them
-into a MetricSample for the service's Autoscaler. The counts it decides from and where the
-decision goes are the service's ``scale_target`` (gateway/actuators/scale_actuators.py): the
-gateway's replicas, the published metric only (KEDA or an HPA act), or a Deployment's scale.
-Each Decision is logged as one structured event and kept in a bounded history that ``GET
-/autoscale`` shows. A scrape, a read of the counts or a scale that fails is the service's
-``error`` there and in the log, never a crash and never a guess: without counts the decision
-is skipped; a scale that failed is still a decision (the metric publishes it).
+Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster from
+Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99, its healthy
+hosts) and, for a rule on ``queue_length``, ``queue_wait`` or ``utilization``, every ready
+replica's ``/metrics`` (queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs`
+turns them into a MetricSample for the service's Autoscaler. The counts it decides from and
+where the decision goes are the service's ``scale_target``
+(gateway/actuators/scale_actuators.py): the gateway's replicas, the published metric only (KEDA
+or an HPA act), or a Deployment's scale. Each Decision is logged as one structured event and
+kept in a bounded history that ``GET /autoscale`` shows. A scrape, a read of the counts or a
+scale that fails is the service's ``error`` there and in the log, never a crash and never a
+guess: without counts the decision is skipped; a scale that failed is still a decision (the
+metric publishes it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from typing import Any
 import aiohttp
 
 from inferway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.controllers.autoscale.config_reader import AutoscaleConfigError
 from inferway.controllers.autoscale.params import AutoscaleConfig
 from inferway.controllers.autoscale.samples import MetricSample
 from inferway.gateway.actuators.attach import attach_replica_manager
@@ -48,12 +48,12 @@ from inferway.gateway.autoscale_inputs import (
     build_sample,
     parse_cluster_load,
     replica_load,
+    replica_wait,
 )
-from inferway.gateway.autoscale_policy import build_config
-from inferway.gateway.backend_scrape import scrape_backends
+from inferway.gateway.backend_scrape import BackendTotals, scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
-from inferway.policies.model import Policy
-from inferway.policies.scale_target import ScaleTargetSpec, read_scale_target
+from inferway.gateway.loop_configs import LoopConfigs, compile_loops
+from inferway.policies.scale_target import ScaleTargetSpec
 
 __all__ = ["AutoscaleDriver", "start_replica_autoscaling"]
 
@@ -73,6 +73,8 @@ class _Scaled:
         self.actuator = actuator
         self.autoscaler = Autoscaler(config)
         self.last: tuple[float, ClusterLoad] | None = None
+        self.replicas: dict[str, BackendTotals] | None = None
+        """Each replica's /metrics at the last scrape (the queue wait is their difference)."""
         self.p99: float | None = None
         self.next_at = 0.0
         self.error: str | None = None
@@ -106,26 +108,18 @@ class AutoscaleDriver(PolicyFollower):
     # -- policy ------------------------------------------------------------------------------
 
     def on_applied(self, applied: AppliedPolicy, _changed: bool) -> None:
-        self.configure(applied.policy)
+        self.configure(compile_loops(applied.policy))
 
-    def configure(self, policy: Policy) -> None:
-        """A changed block starts a fresh Autoscaler (its history was for other rules) and a
-        changed target a fresh actuator."""
-        wanted: dict[str, tuple[AutoscaleConfig, ScaleTargetSpec]] = {}
-        for service in policy.services:
-            if service.autoscale is None:
-                continue
-            try:
-                target = read_scale_target(
-                    service.autoscale, has_replicas=service.replicas is not None
-                )
-                wanted[service.name] = (build_config(service.name, service.autoscale), target)
-            except (AutoscaleConfigError, ValueError) as error:  # the loader refuses these
-                log.warning("autoscale of %s ignored: %s", service.name, error)
+    def configure(self, loops: LoopConfigs) -> None:
+        """Follow the compiled configs of a policy: a changed block starts a fresh
+        Autoscaler (its history was for other rules) and a changed target a fresh
+        actuator."""
+        wanted = loops.autoscale
         for name in list(self._services):
             if name not in wanted:
                 del self._services[name]
-        for name, (config, target) in wanted.items():
+        for name, scaled in wanted.items():
+            config, target = scaled.config, scaled.target
             current = self._services.get(name)
             if current is None or (current.config, current.target) != (config, target):
                 actuator = select_actuator(name, target, self.manager, self._kubernetes)
@@ -182,15 +176,16 @@ class AutoscaleDriver(PolicyFollower):
             scaled.next_at = now + scaled.config.sampling_interval_s
             scaled.error = None
             load = loads[scaled.config.service]
-            queue, utilization = None, None
+            queue, utilization, wait = None, None, None
             if scaled.config.metric in BACKEND_METRICS:
-                queue, utilization = await self._replica_load(scaled)
+                queue, utilization, wait = await self._replica_load(scaled)
             sample = build_sample(
                 now,
                 load,
                 scaled.last,
                 queue_length=queue,
                 utilization=utilization,
+                queue_wait=wait,
                 last_p99=scaled.p99,
             )
             scaled.p99 = sample.p99_latency
@@ -212,9 +207,12 @@ class AutoscaleDriver(PolicyFollower):
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise StatsError(f"Envoy admin {url}: {exc or type(exc).__name__}") from None
 
-    async def _replica_load(self, scaled: _Scaled) -> tuple[float | None, float | None]:
-        """Queue length and utilization from the service's ready replicas; a replica that
-        does not answer makes both unknown (the decision holds) and is the service's error."""
+    async def _replica_load(
+        self, scaled: _Scaled
+    ) -> tuple[float | None, float | None, float | None]:
+        """Queue length, utilization and queue wait from the service's ready replicas; a
+        replica that does not answer makes all three unknown (the decision holds) and is the
+        service's error."""
         assert self._session is not None
         endpoints = self.manager.endpoints().get(scaled.config.service, ())
         urls = [
@@ -226,7 +224,10 @@ class AutoscaleDriver(PolicyFollower):
             detail = "; ".join(f"{u}: {why}" for u, why in sorted(scrape.failures.items()))
             scaled.error = f"replica /metrics unreachable: {detail}"
             log.warning("autoscale %s: %s", scaled.config.service, scaled.error)
-        return replica_load(scrape.totals, len(scrape.failures))
+        queue, utilization = replica_load(scrape.totals, len(scrape.failures))
+        wait = replica_wait(scaled.replicas, scrape.totals, queue)
+        scaled.replicas = None if scrape.failures else dict(scrape.totals)
+        return queue, utilization, wait
 
     async def _decide(
         self, scaled: _Scaled, sample: MetricSample, now: float, healthy: int | None
@@ -309,7 +310,7 @@ def start_replica_autoscaling(
     log_dir = workdir / "replicas" if workdir is not None else None
     manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
     driver = AutoscaleDriver(manager, envoy_admin_port, kubernetes=kubernetes)
-    if plane.policy is not None:
-        driver.configure(plane.policy)
+    if plane.policy is not None:  # compiled by plan_gateway already: the same policy
+        driver.configure(compile_loops(plane.policy))
     plane.add_observer(driver)
     return manager, driver

@@ -42,6 +42,7 @@ __all__ = [
 _REQUESTS = "inferway_backend_requests_total"
 _DURATION = "inferway_backend_request_duration_seconds"
 _QUEUE = "inferway_backend_queue_depth"
+_QUEUE_WAIT = "inferway_backend_queue_wait_seconds"
 _INFLIGHT = "inferway_backend_inflight_batches"
 _ORCA_HEADER = "endpoint-load-metrics"
 _ORCA_UTILIZATION = "application_utilization"
@@ -69,6 +70,10 @@ class BackendTotals:
     inflight_batches: float = 0.0
     utilization: float | None = None
     started: float | None = None
+    queue_wait_s: float = 0.0
+    """Running total of the seconds requests waited in its batching queue (the queue-wait
+    histogram's sum); ``queue_waited`` is how many left the queue (its count)."""
+    queue_waited: float = 0.0
 
     def restarted_since(self, before: BackendTotals) -> bool:
         if self.answers.went_down_from(before.answers):
@@ -100,7 +105,7 @@ def parse_backend_metrics(text: str, orca: str | None = None) -> BackendTotals:
     Raises ScrapeError on text that is not Prometheus exposition."""
     requests = errors = 0
     buckets: dict[float, int] = {}
-    queue = inflight = 0.0
+    queue = inflight = wait_s = waited = 0.0
     created: list[float] = []
     try:
         families = list(text_string_to_metric_families(text))
@@ -125,12 +130,18 @@ def parse_backend_metrics(text: str, orca: str | None = None) -> BackendTotals:
                 queue += value
             elif name == _INFLIGHT:
                 inflight += value
+            elif name == f"{_QUEUE_WAIT}_sum":
+                wait_s += value
+            elif name == f"{_QUEUE_WAIT}_count":
+                waited += value
     return BackendTotals(
         answers=ClusterTotals(requests, min(errors, requests), buckets),
         queue_depth=queue,
         inflight_batches=inflight,
         utilization=_orca_utilization(orca),
         started=min(created) if created else None,
+        queue_wait_s=wait_s,
+        queue_waited=waited,
     )
 
 

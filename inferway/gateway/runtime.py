@@ -22,7 +22,6 @@ from typing import Any, Literal
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import KubernetesFactory
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT, AdminServer
-from inferway.gateway.autoscale_policy import autoscale_configs
 from inferway.gateway.autoscaling import AutoscaleDriver
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
 from inferway.gateway.components import Calls, Components
@@ -31,6 +30,7 @@ from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.features.server import FeatureRouterKeeper
 from inferway.gateway.fleet.envoy_reports import EnvoyReports
+from inferway.gateway.loop_configs import LoopConfigs, compile_loops
 from inferway.gateway.mask_sink import MaskSinkKeeper
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.runtime_admin import AdminSettings, start_admin_and_replicas
@@ -134,6 +134,8 @@ class GatewayPlan:
     endpoints_path: Path | None
     endpoints_text: str
     snapshot: Snapshot
+    loops: LoopConfigs
+    """The rollouts' and autoscalers' configs, compiled once; the drivers take them."""
 
 
 def plan_gateway(options: GatewayOptions) -> GatewayPlan:
@@ -146,7 +148,7 @@ def plan_gateway(options: GatewayOptions) -> GatewayPlan:
     text = read_source_text(path)
     external_endpoints = options.endpoints_file is not None
     policy = load_policy_text(text, str(path), external_endpoints=external_endpoints)
-    autoscale_configs(policy, text, str(path))  # located errors before any socket opens
+    loops = compile_loops(policy)  # validated by the loader: compiling cannot fail
     endpoints_path = options.endpoints_file or endpoints_file_path(policy, path)
     state = State()
     endpoints_text = ""
@@ -161,7 +163,9 @@ def plan_gateway(options: GatewayOptions) -> GatewayPlan:
         raise PolicyError(place_issues(text, str(path), error.issues)) from None
     state = State(endpoints=state.endpoints, secrets=secrets)
     snapshot = build_policy_snapshot(policy, state, str(path))
-    return GatewayPlan(str(path), text, policy, state, endpoints_path, endpoints_text, snapshot)
+    return GatewayPlan(
+        str(path), text, policy, state, endpoints_path, endpoints_text, snapshot, loops
+    )
 
 
 @dataclass

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from opentelemetry import trace
 
-from inferway.gateway.autoscale_policy import autoscale_configs
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.file_watch import ReloadResult, WatchedFile
 from inferway.gateway.sources import StateSource, read_sources
@@ -59,7 +58,6 @@ class PolicyWatcher(WatchedFile):
         ):
             with _tracer.start_as_current_span("load policy"):
                 policy = load_policy_text(text, source, external_endpoints=self.external_endpoints)
-                autoscale_configs(policy, text, source)  # a bad block never replaces a good one
             with _tracer.start_as_current_span("read sources"):
                 try:
                     state = read_sources(self.sources, policy, self.control_plane.state)

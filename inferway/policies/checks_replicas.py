@@ -1,12 +1,15 @@
 """Semantic checks of ``services[].replicas``: counts that cannot all hold, devices that
 cannot give every replica its own accelerator, placeholders with nothing to fill them; and
-what ``autoscale:`` acts on (its ``scale_target``, which ``replicas:`` decides the default of)."""
+what ``autoscale:`` acts on (its ``scale_target``, which ``replicas:`` decides the default of)
+and a metric only the gateway's own replicas can give."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from inferway.policies.model import Policy
+from inferway.policies.autoscale import AutoscaleRule
+from inferway.policies.autoscale_fields import BACKEND_METRICS
+from inferway.policies.model import Policy, Service
 from inferway.policies.replicas import Replicas, placeholders_in
 from inferway.policies.scale_target import scale_target_issues
 from inferway.policies.yaml_marks import Loc
@@ -19,11 +22,32 @@ def check_replicas(policy: Policy) -> Iterator[tuple[Loc, str]]:
         if service.replicas is not None:
             yield from _one(service.replicas, ("services", s, "replicas"))
         if service.autoscale is not None:
-            yield from scale_target_issues(
-                service.autoscale,
-                has_replicas=service.replicas is not None,
-                loc=("services", s, "autoscale"),
+            loc = ("services", s, "autoscale")
+            has_replicas = service.replicas is not None
+            target = list(
+                scale_target_issues(service.autoscale, has_replicas=has_replicas, loc=loc)
             )
+            yield from target
+            if not target and not has_replicas:
+                yield from _backend_metric(service, loc)
+
+
+def _backend_metric(service: Service, loc: Loc) -> Iterator[tuple[Loc, str]]:
+    """A metric read from each replica's /metrics needs replicas the gateway runs."""
+    block = service.autoscale
+    if isinstance(block, AutoscaleRule):
+        metric, at = block.scaling_policy.metric_type, (*loc, "scaling_policy", "metric_type")
+    elif block is not None:
+        metric, at = block.metric, (*loc, "metric")
+    else:
+        return
+    if metric in BACKEND_METRICS:
+        yield (
+            at,
+            f"{metric} is read from each replica's /metrics, which only the gateway's own "
+            "replicas (replicas:) give it; with this scale_target use in_flight, "
+            "request_rate or p99_latency (Envoy's view of the cluster)",
+        )
 
 
 def _one(spec: Replicas, loc: Loc) -> Iterator[tuple[Loc, str]]:

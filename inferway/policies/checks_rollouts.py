@@ -9,13 +9,14 @@ import difflib
 from collections.abc import Iterator, Mapping
 
 from inferway.policies.model import Policy, Service
-from inferway.policies.rollouts import Rollout
+from inferway.policies.rollouts import METRIC_NEEDS, Rollout
 from inferway.policies.traffic import HashOn
 from inferway.policies.yaml_marks import Loc
 
 __all__ = ["check_rollouts"]
 
-_COMPARISONS = ("error-rate", "latency-p99", "backend-error-rate", "backend-latency-p99")
+_COMPARISONS = tuple(name for name, needs in METRIC_NEEDS.items() if needs == "max_increase")
+"""Canary against stable (each may be given once)."""
 
 
 def check_rollouts(policy: Policy) -> Iterator[tuple[Loc, str]]:

@@ -39,6 +39,8 @@ def _service(service: Service) -> dict[str, Any]:
     data = service.model_dump(exclude_none=True)
     data["connect_timeout"] = _duration(service.connect_timeout)
     data["endpoints"] = [_endpoint(e) for e in service.endpoints]
+    if service.autoscale is not None:  # as written: its defaults depend on its algorithm
+        data["autoscale"] = service.autoscale.model_dump(exclude_unset=True)
     return data
 
 

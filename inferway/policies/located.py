@@ -17,7 +17,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Tag, ValidationError
 
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.yaml_marks import (
@@ -88,6 +88,22 @@ def _step(annotation: Any, part: str | int) -> Any | None:
     return None
 
 
+def _tagged(annotation: Any, part: str | int) -> Any | None:
+    """The member of a tagged union (``Annotated[X, Tag(part)] | ...``) that ``part`` names,
+    the loc part pydantic adds for a discriminated union."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        if any(isinstance(meta, Tag) and meta.tag == part for meta in annotation.__metadata__):
+            return typing.get_args(annotation)[0]
+        return _tagged(typing.get_args(annotation)[0], part)
+    if origin is typing.Union or origin is types.UnionType:
+        for member in typing.get_args(annotation):
+            found = _tagged(member, part)
+            if found is not None:
+                return found
+    return None
+
+
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     for candidate in _unwrap(annotation):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
@@ -115,6 +131,9 @@ def _clean_loc(root: type[BaseModel], loc: tuple[Any, ...], data: object) -> tup
             isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
         )
         if nxt is None and not in_data:
+            member = _tagged(annotation, part)
+            if member is not None:  # a tagged union's member: its fields come next
+                annotation = member
             continue  # pydantic's own loc parts (union members, validator names)
         cleaned.append(part)
         parent = annotation

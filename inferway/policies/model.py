@@ -8,7 +8,7 @@ Backend weights are relative percentages with 0.1% resolution (``99.9`` / ``0.1`
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from inferway.policies.access import Access, RedactHeaders
+from inferway.policies.autoscale import AutoscaleBlock
 from inferway.policies.cost import Cost
 from inferway.policies.features import FeatureRouter, Features
 from inferway.policies.grpc_targets import GrpcTarget
@@ -113,9 +114,9 @@ class Service(_Model):
     outlier_detection: OutlierDetection | None = None  # None = on, with defaults
     circuit_breakers: CircuitBreakers | None = None  # None = Envoy defaults
     replicas: Replicas | None = None  # replicas.py: processes the gateway runs itself
-    # read by gateway/autoscale_policy.py (the autoscaler's own config reader); its
-    # scale_target (scale_target.py) says what a decision sizes
-    autoscale: dict[str, Any] | None = None
+    autoscale: AutoscaleBlock | None = None
+    """autoscale.py: how the autoscaler sizes the service; its scale_target
+    (scale_target.py) says what a decision acts on."""
     cost: Cost | None = None  # cost.py: prices and budgets, exported as metrics
 
 

@@ -19,12 +19,14 @@ from inferway.policies.traffic import HashOn
 from inferway.policies.types import Duration, Name
 
 __all__ = [
+    "METRIC_NEEDS",
     "CanaryHeader",
     "Percent",
     "Rollout",
     "RolloutAnalysis",
     "RolloutMatch",
     "RolloutMetric",
+    "RolloutMetricName",
     "RolloutStep",
     "RolloutWebhook",
     "parse_percent",
@@ -77,6 +79,31 @@ class RolloutStep(_Model):
         return self
 
 
+RolloutMetricName = Literal[
+    "error-rate",
+    "latency-p99",
+    "backend-error-rate",
+    "backend-latency-p99",
+    "output-agreement",
+    "latency-quantile",
+    "error-rate-max",
+]
+"""The metrics a rollout compares or guards on; the rollout controller's own list
+(``controllers.rollout.config.MetricName``, a layer this one may not import) is kept equal to
+this one by a test."""
+
+METRIC_NEEDS: dict[str, str] = {
+    "error-rate": "max_increase",
+    "latency-p99": "max_increase",
+    "backend-error-rate": "max_increase",
+    "backend-latency-p99": "max_increase",
+    "output-agreement": "min",
+    "latency-quantile": "max_ms",
+    "error-rate-max": "max",
+}
+"""Each metric's one limit field."""
+
+
 class RolloutMetric(_Model):
     """One comparison of canary against stable: ``error-rate`` (``max_increase`` in
     percentage points), ``latency-p99`` (``max_increase`` relative), ``output-agreement``
@@ -85,15 +112,7 @@ class RolloutMetric(_Model):
     ``error-rate-max`` with ``max``). ``backend-error-rate`` and ``backend-latency-p99`` are
     the first two on the backends' own metrics (their ``/metrics``, scraped by the gateway)."""
 
-    name: Literal[
-        "error-rate",
-        "latency-p99",
-        "backend-error-rate",
-        "backend-latency-p99",
-        "output-agreement",
-        "latency-quantile",
-        "error-rate-max",
-    ]
+    name: RolloutMetricName
     max_increase: Percent | None = None
     max: Percent | None = None
     max_ms: float | None = Field(default=None, gt=0)
@@ -103,15 +122,7 @@ class RolloutMetric(_Model):
 
     @model_validator(mode="after")
     def _fields(self) -> RolloutMetric:
-        needs = {
-            "error-rate": "max_increase",
-            "latency-p99": "max_increase",
-            "backend-error-rate": "max_increase",
-            "backend-latency-p99": "max_increase",
-            "output-agreement": "min",
-            "latency-quantile": "max_ms",
-            "error-rate-max": "max",
-        }[self.name]
+        needs = METRIC_NEEDS[self.name]
         given = [
             k for k in ("max_increase", "max", "max_ms", "min") if getattr(self, k) is not None
         ]

@@ -18,9 +18,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inferway.policies.autoscale import Autoscale, AutoscaleRule
 from inferway.policies.yaml_marks import Loc
 
-__all__ = ["SCALE_TARGET_KEY", "ScaleTargetSpec", "read_scale_target", "scale_target_issues"]
+__all__ = [
+    "SCALE_TARGET_KEY",
+    "Block",
+    "ScaleTargetSpec",
+    "read_scale_target",
+    "scale_target_issues",
+]
 
 SCALE_TARGET_KEY = "scale_target"
 
@@ -39,13 +46,26 @@ class ScaleTargetSpec:
     namespace: str | None = None
 
 
-def read_scale_target(autoscale: Mapping[str, Any], *, has_replicas: bool) -> ScaleTargetSpec:
+Block = Mapping[str, Any] | Autoscale | AutoscaleRule
+"""An ``autoscale:`` block, typed (a loaded policy's) or as written."""
+
+
+def _as_written(autoscale: Block) -> Mapping[str, Any]:
+    """The block's ``scale_target`` as the user wrote it (absent when not written)."""
+    if isinstance(autoscale, Mapping):
+        return autoscale
+    if SCALE_TARGET_KEY in autoscale.model_fields_set:
+        return {SCALE_TARGET_KEY: autoscale.scale_target}
+    return {}
+
+
+def read_scale_target(autoscale: Block, *, has_replicas: bool) -> ScaleTargetSpec:
     """The target of a block that passed :func:`scale_target_issues` (raises ValueError on
     one that did not)."""
     issues = list(scale_target_issues(autoscale, has_replicas=has_replicas, loc=()))
     if issues:
         raise ValueError("; ".join(message for _, message in issues))
-    raw = autoscale.get(SCALE_TARGET_KEY, "replicas")
+    raw = _as_written(autoscale).get(SCALE_TARGET_KEY, "replicas")
     if isinstance(raw, str):
         return ScaleTargetSpec("metric" if raw == "metric" else "replicas")
     spec = raw["kubernetes"]
@@ -53,10 +73,11 @@ def read_scale_target(autoscale: Mapping[str, Any], *, has_replicas: bool) -> Sc
 
 
 def scale_target_issues(
-    autoscale: Mapping[str, Any], *, has_replicas: bool, loc: Loc
+    autoscale: Block, *, has_replicas: bool, loc: Loc
 ) -> Iterator[tuple[Loc, str]]:
     """Every problem of the block's ``scale_target`` (and of its pairing with ``replicas:``),
     each at its field under ``loc`` (the ``autoscale`` block's location)."""
+    autoscale = _as_written(autoscale)
     at = (*loc, SCALE_TARGET_KEY)
     if SCALE_TARGET_KEY not in autoscale:
         if not has_replicas:

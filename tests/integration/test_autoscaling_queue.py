@@ -8,6 +8,7 @@ request; each replica's /metrics also carries its ORCA busy fraction (``utilizat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,9 +41,7 @@ services:
       drain_timeout: 10s
       stop_grace: 10s
     autoscale:
-      scaling_policy:
-        {{metric_type: queue_length, threshold: 3, scale_in_threshold: 1, action: add_instance,
-          cooldown: 1}}
+      scaling_policy: {rule}
       sampling_interval: 0.5
       min_size: 1
       max_size: 3
@@ -50,11 +49,31 @@ routes:
   - name: all
     backends: [{{service: model}}]
 """
+QUEUE_RULE = (
+    "{metric_type: queue_length, threshold: 3, scale_in_threshold: 1, action: add_instance,"
+    " cooldown: 1}"
+)
+WAIT_RULE = (  # above the batcher's 0.2 s hold: only a shortage makes requests wait longer
+    "{metric_type: queue_wait, threshold: 0.4, scale_in_threshold: 0.01, action: add_instance,"
+    " cooldown: 1}"
+)
 BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [0.5] * 8}]}
 
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, int]]:
+    async with _gateway(tmp_path, QUEUE_RULE) as running:
+        yield running
+
+
+@pytest.fixture
+async def wait_gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, int]]:
+    async with _gateway(tmp_path, WAIT_RULE) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def _gateway(tmp_path: Path, rule: str) -> AsyncIterator[tuple[Gateway, int]]:
     repo = tmp_path / "models"
     build_mlp(repo / "mlp" / "1" / "model.onnx", (8, 16, 4), seed=0)
     (repo / "mlp" / "config.yaml").write_text(
@@ -62,7 +81,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, int]]:
     )
     listener = free_port()
     path = tmp_path / "policy.yaml"
-    path.write_text(POLICY.format(listener=listener, python=sys.executable, repo=repo))
+    path.write_text(POLICY.format(listener=listener, python=sys.executable, repo=repo, rule=rule))
     async with running_gateway(path, tmp_path) as gw:
         yield gw, listener
 
@@ -116,3 +135,54 @@ async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_reque
     assert seen.index(down) > seen.index(up) and down["inputs"]["queue_length"] < 1
     (service,) = gw.autoscale.status_json()["services"]
     assert service["error"] is None
+
+
+async def test_a_queue_wait_rule_holds_while_the_batcher_only_delays(
+    wait_gateway: tuple[Gateway, int],
+) -> None:
+    """Issue 33 item 11: the same load keeps several requests queued in the batcher (the
+    queue_length rule above scales to 3 on it) but each waits no longer than the batcher's
+    0.2 s hold: a rule on the mean wait above that hold never scales out, and its decisions
+    show the queue that would have."""
+    gw, listener = wait_gateway
+    assert gw.autoscale is not None
+    seen: list[dict[str, Any]] = []
+    gw.autoscale.on_decision.append(seen.append)
+    await poll_until(lambda: replica_counts(gw) == (1, 1), timeout=90, what="one ready replica")
+
+    failures: list[str] = []
+    loading = True
+    url = f"http://127.0.0.1:{listener}/v2/models/mlp/infer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+
+        async def user() -> None:
+            while loading:
+                try:
+                    async with session.post(url, json=BODY) as response:
+                        if response.status != 200:
+                            failures.append(f"{response.status} {await response.text()}")
+                except aiohttp.ClientError as exc:
+                    failures.append(repr(exc))
+
+        users = [asyncio.create_task(user()) for _ in range(8)]
+        try:
+            await asyncio.sleep(1.0)  # the load settles
+            start = len(seen)
+            (ready,) = gw.replicas.endpoints()["model"] if gw.replicas else ()
+            queued = 0.0
+            for _ in range(10):  # what the queue_length rule reads: above its threshold of 3
+                scrape = await scrape_backends(session, [f"http://{ready.host}:{ready.port}"])
+                queued = max(queued, *(t.queue_depth for t in scrape.totals.values()))
+                await asyncio.sleep(0.1)
+            await poll_until(lambda: len(seen) >= start + 10, timeout=30, what="10 decisions")
+        finally:
+            loading = False
+            await asyncio.gather(*users)
+
+    assert failures == []
+    loaded = [d for d in seen[start:] if d["inputs"]["queue_wait"] is not None]
+    assert len(loaded) >= 5, seen[start:]
+    assert all(d["desired"] == 1 for d in seen), [(d["inputs"], d["desired"]) for d in seen]
+    waits = [d["inputs"]["queue_wait"] for d in loaded]
+    assert all(w < 0.4 for w in waits) and max(waits) > 0.1, waits  # the batcher's hold
+    assert queued > 3

@@ -8,10 +8,9 @@ import math
 import pytest
 
 from inferway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.controllers.autoscale.config import build_autoscale_config
 from inferway.controllers.autoscale.forecast import ForecastError, HoltWinters
-from inferway.controllers.autoscale.rule import build_from_scaling_policy
 from inferway.controllers.autoscale.samples import MetricSample, needed_replicas
+from inferway.gateway.autoscale_policy import autoscale_config
 
 BASE = {
     "metric": "request_rate",
@@ -26,7 +25,7 @@ BASE = {
 
 
 def scaler(**overrides) -> Autoscaler:
-    return Autoscaler(build_autoscale_config("svc", {**BASE, **overrides}))
+    return Autoscaler(autoscale_config("svc", {**BASE, **overrides}))
 
 
 def feed(a: Autoscaler, t: float, **values: float) -> None:
@@ -51,7 +50,7 @@ def test_threshold_rule_adds_an_instance_then_waits_out_its_cooldown():
         "min_size": 2,
         "max_size": 16,
     }
-    a = Autoscaler(build_from_scaling_policy("svc", rule))
+    a = Autoscaler(autoscale_config("svc", rule))
     feed(a, 0, queue_length=1500)
     first = a.decide(0, current=2, ready=2)
     assert (first.desired, first.direction) == (3, "up")
@@ -284,3 +283,60 @@ def test_samples_out_of_time_order_and_negative_counts_are_refused():
         feed(a, 5, request_rate=100)
     with pytest.raises(ValueError, match="replica counts must be >= 0"):
         a.decide(10, current=-1, ready=0)
+
+
+def test_a_rate_just_above_a_whole_count_stays_within_the_band_in_and_out_of_panic():
+    """Issue 33 item 11: a step to 135.2 req/s at target 45 (3.004 replicas' worth) scaled
+    1 -> 4 in panic and held 4, the reason printing "3.00 -> 4": the 10% up-band applies to
+    the whole count asked for, in panic too."""
+    a = scaler(target=45, sampling_interval=2, panic={"threshold": 2.0, "window": 6, "hold": 60})
+    current = 1
+    for t in range(0, 10, 2):
+        feed(a, t, request_rate=15)
+        assert a.decide(t, current=current, ready=current).desired == 1
+    feed(a, 10, request_rate=135.2)
+    step = a.decide(10, current=1, ready=1)
+    assert step.panic and step.desired == 3, step.reason
+    assert "= 3.00 -> 3" in step.reason
+    feed(a, 12, request_rate=135.2)  # the new replicas still starting: panic asks no more
+    assert a.decide(12, current=3, ready=1).desired == 3
+    feed(a, 14, request_rate=150)  # 3.33 replicas' worth: beyond the band, a fourth
+    assert a.decide(14, current=3, ready=3).desired == 4
+
+
+def test_a_queue_wait_rule_scales_on_a_shortage_not_on_batching_delay():
+    """Issue 33 item 11: delay-bound batching (D = 0.12 s) at 135 req/s queues 16.2 requests
+    in total at any replica count; a rule on the summed queue (threshold 10) adds replicas to
+    max without a shortage, a rule on the mean wait above D (0.3 s) holds, adds only when
+    requests wait longer than the batcher holds them, and scales back in."""
+
+    def rule(metric: str, threshold: float, below: float) -> Autoscaler:
+        return Autoscaler(
+            autoscale_config(
+                "svc",
+                {
+                    "scaling_policy": {
+                        "metric_type": metric,
+                        "threshold": threshold,
+                        "scale_in_threshold": below,
+                        "action": "add_instance",
+                        "cooldown": 0,
+                    },
+                    "min_size": 1,
+                    "max_size": 4,
+                },
+            )
+        )
+
+    by_queue, by_wait = rule("queue_length", 10, 2), rule("queue_wait", 0.3, 0.05)
+    queue_count = wait_count = 1
+    for t in range(0, 40, 5):
+        feed(by_queue, t, queue_length=16.2, request_rate=135)
+        feed(by_wait, t, queue_wait=0.12, request_rate=135)
+        queue_count = by_queue.decide(t, current=queue_count, ready=queue_count).desired
+        wait_count = by_wait.decide(t, current=wait_count, ready=wait_count).desired
+    assert (queue_count, wait_count) == (4, 1)
+    feed(by_wait, 40, queue_wait=1.0)  # short of capacity: a second in line
+    assert by_wait.decide(40, current=1, ready=1).desired == 2
+    feed(by_wait, 45, queue_wait=0.01)  # idle: nothing held
+    assert by_wait.decide(45, current=2, ready=2).desired == 1

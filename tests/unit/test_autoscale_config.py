@@ -1,20 +1,40 @@
-"""Autoscaling config: the native form and the issue's rule form, and every bad input
-raising one AutoscaleConfigError that names the field."""
+"""Autoscaling config: the native form and the issue's rule form through the policy schema
+(policies/autoscale.py) into the controller's types, and every bad input refused with each
+field named, all at once."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import yaml
 
-from inferway.controllers.autoscale.config import build_autoscale_config
-from inferway.controllers.autoscale.config_reader import AutoscaleConfigError
 from inferway.controllers.autoscale.params import PredictiveParams, ProportionalParams
-from inferway.controllers.autoscale.rule import (
-    build_from_scaling_policy,
-    is_scaling_policy,
+from inferway.controllers.autoscale.samples import ADDITIVE_METRICS as CONTROLLER_ADDITIVE
+from inferway.controllers.autoscale.samples import METRICS as CONTROLLER_METRICS
+from inferway.gateway.autoscale_policy import autoscale_config, build_autoscale_config
+from inferway.policies import PolicyError, load_policy_text
+from inferway.policies.autoscale import AutoscaleRule
+from inferway.policies.autoscale_fields import ADDITIVE_METRICS, METRICS
+
+HEAD = (
+    "listeners: [{name: main, port: 10000}]\n"
+    "services:\n"
+    "  - name: chat\n"
+    "    replicas: {command: 'serve {port}', min: 1, max: 8}\n"
+    "    autoscale: "
 )
+TAIL = "\nroutes:\n  - name: all\n    backends: [{service: chat}]\n"
+
+
+def _block(data: dict[str, Any]) -> Any:
+    """The block as a policy file holding it (in JSON, which is YAML) loads it."""
+    policy = load_policy_text(HEAD + json.dumps(data) + TAIL, "p.yaml")
+    block = policy.services[0].autoscale
+    assert block is not None
+    return block
+
 
 ISSUE_RULE_JSON = """
 {"scaling_policy": {"metric_type": "queue_length", "threshold": 1000, "action": "add_instance",
@@ -36,8 +56,9 @@ max_size: 16
 @pytest.mark.parametrize("text", [ISSUE_RULE_JSON, ISSUE_RULE_YAML], ids=["json", "yaml"])
 def test_the_issue_rule_is_accepted_in_its_exact_form(text):
     data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-    assert is_scaling_policy(data)
-    config = build_from_scaling_policy("chat", data)
+    block = _block(data)
+    assert isinstance(block, AutoscaleRule)
+    config = build_autoscale_config("chat", block)
     assert config.algorithm == "threshold"
     assert config.metric == "queue_length"
     assert config.instance_type == "gpu-8x"
@@ -49,8 +70,12 @@ def test_the_issue_rule_is_accepted_in_its_exact_form(text):
     assert not config.panic.enabled
 
 
-def _problems(exc: pytest.ExceptionInfo[AutoscaleConfigError]) -> dict[str, str]:
-    return dict(exc.value.problems)
+def _problems(data: dict[str, Any]) -> dict[str, str]:
+    """Field (under ``services.chat.autoscale``) -> message, for a block the loader refuses."""
+    with pytest.raises(PolicyError) as caught:
+        _block(data)
+    prefix = "services[0]."
+    return {"services.chat." + i.path.removeprefix(prefix): i.message for i in caught.value.issues}
 
 
 def test_rule_form_errors_name_their_fields_all_at_once():
@@ -65,20 +90,17 @@ def test_rule_form_errors_name_their_fields_all_at_once():
         "min_size": 5,
         "max_size": 3,
     }
-    with pytest.raises(AutoscaleConfigError) as exc:
-        build_from_scaling_policy("chat", bad)
-    problems = _problems(exc)
+    problems = _problems(bad)
     prefix = "services.chat.autoscale."
     assert "unknown metric 'gpu_temp'" in problems[prefix + "scaling_policy.metric_type"]
     assert "expected add_instance" in problems[prefix + "scaling_policy.action"]
     assert "shorter than the sampling interval" in problems[prefix + "scaling_policy.cooldown"]
     assert "unknown key" in problems[prefix + "scaling_policy.colour"]
     assert "min_size (5) is greater than max_size (3)" in problems[prefix + "min_size"]
-    assert isinstance(exc.value, ValueError)
 
 
 def test_native_form_applies_defaults():
-    config = build_autoscale_config("chat", {"algorithm": "predictive", "target": 400})
+    config = build_autoscale_config("chat", _block({"algorithm": "predictive", "target": 400}))
     assert config.metric == "request_rate"
     assert config.sampling_interval_s == 5.0
     assert isinstance(config.params, PredictiveParams)
@@ -133,26 +155,32 @@ def test_native_form_applies_defaults():
     ],
 )
 def test_bad_native_config_names_the_field(data, field, words):
-    with pytest.raises(AutoscaleConfigError) as exc:
-        build_autoscale_config("chat", data)
-    problems = _problems(exc)
+    problems = _problems(data)
     assert f"services.chat.autoscale.{field}" in problems, problems
     assert words in problems[f"services.chat.autoscale.{field}"]
 
 
 def test_a_zero_cooldown_is_allowed_and_means_none():
-    config = build_autoscale_config("chat", {"target": 1, "cooldown": 0, "sampling_interval": 5})
+    config = autoscale_config("chat", {"target": 1, "cooldown": 0, "sampling_interval": 5})
     assert config.limits.cooldown_up_s == config.limits.cooldown_down_s == 0.0
 
 
 def test_every_problem_is_reported_in_one_error():
-    with pytest.raises(AutoscaleConfigError) as exc:
-        build_autoscale_config("chat", {"metric": "x", "min_replicas": 9, "max_replicas": 1})
-    fields = [f for f, _ in exc.value.problems]
-    assert fields == [
+    problems = _problems({"metric": "x", "min_replicas": 9, "max_replicas": 1})
+    assert sorted(problems) == [
         "services.chat.autoscale.metric",
         "services.chat.autoscale.min_replicas",
         "services.chat.autoscale.target",
     ]
-    assert exc.value.field == "services.chat.autoscale.metric"
-    assert "services.chat.autoscale.min_replicas: min_replicas (9)" in str(exc.value)
+    assert problems["services.chat.autoscale.min_replicas"].startswith("min_replicas (9)")
+
+
+def test_a_block_outside_a_policy_goes_through_the_same_schema():
+    config = autoscale_config("chat", {"algorithm": "pid", "target": 3, "pid": {"kp": 0.4}})
+    assert (config.algorithm, config.params.kp, config.params.window_s) == ("pid", 0.4, 5.0)
+    with pytest.raises(ValueError, match="greater than max_replicas"):
+        autoscale_config("chat", {"target": 1, "min_replicas": 3, "max_replicas": 2})
+
+
+def test_the_schema_and_the_controller_name_the_same_metrics():
+    assert METRICS == CONTROLLER_METRICS and ADDITIVE_METRICS == CONTROLLER_ADDITIVE

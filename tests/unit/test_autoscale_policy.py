@@ -25,9 +25,8 @@ def _text(*lines: str) -> str:
 
 def _errors(*lines: str) -> list[str]:
     text = _text(*lines)
-    policy = load_policy_text(text, "p.yaml")
-    with pytest.raises(PolicyError) as caught:
-        autoscale_configs(policy, text, "p.yaml")
+    with pytest.raises(PolicyError) as caught:  # a bad block: the policy does not load
+        load_policy_text(text, "p.yaml")
     return [str(issue) for issue in caught.value.issues]
 
 
@@ -38,7 +37,7 @@ def test_the_native_form_builds_its_config_and_round_trips() -> None:
         "threshold: {threshold: 4, scale_in_threshold: 1}",
     )
     policy = load_policy_text(text, "p.yaml")
-    (config,) = autoscale_configs(policy, text, "p.yaml").values()
+    (config,) = autoscale_configs(policy).values()
     assert (config.service, config.algorithm, config.metric) == ("m", "threshold", "in_flight")
     assert load_policy_text(dump_policy(policy)) == policy
 
@@ -52,7 +51,7 @@ def test_the_scaling_policy_rule_form_is_accepted_as_the_issue_writes_it() -> No
         "max_size: 16",
     )
     policy = load_policy_text(text, "p.yaml")
-    config = autoscale_configs(policy, text, "p.yaml")["m"]
+    config = autoscale_configs(policy)["m"]
     assert (config.algorithm, config.metric, config.instance_type) == (
         "threshold",
         "queue_length",
@@ -68,6 +67,14 @@ def test_each_bad_field_is_located_on_its_line() -> None:
     assert any(e.startswith("p.yaml:8:") and "autoscale.cooldown" in e for e in errors), errors
 
 
+def test_a_number_that_is_not_finite_is_refused_where_it_is_written() -> None:
+    errors = _errors("target: .inf", "cooldown: {up: .nan}")
+    assert any(
+        e.startswith("p.yaml:6:15: services[0].autoscale.target: expected a finite") for e in errors
+    ), errors
+    assert any("autoscale.cooldown.up: expected a finite number" in e for e in errors), errors
+
+
 def test_an_unknown_key_and_a_bad_rule_are_located() -> None:
     (unknown,) = _errors("algorithm: proportional", "target: 5", "colldown: 30")
     assert (
@@ -80,8 +87,8 @@ def test_an_unknown_key_and_a_bad_rule_are_located() -> None:
 def test_autoscale_without_replicas_is_a_located_error() -> None:
     text = (
         "listeners: [{name: main, port: 10000}]\nservices:\n  - name: m\n"
-        "    endpoints: [{host: 127.0.0.1, port: 8000}]\n    autoscale: {metric: in_flight}\n"
-        + TAIL
+        "    endpoints: [{host: 127.0.0.1, port: 8000}]\n"
+        "    autoscale: {metric: in_flight, target: 2}\n" + TAIL
     )
     with pytest.raises(PolicyError) as caught:
         load_policy_text(text, "p.yaml")
@@ -94,7 +101,7 @@ def test_the_autoscale_example_builds() -> None:
     path = Path(__file__).resolve().parents[2] / "examples" / "autoscale.yaml"
     text = path.read_text()
     policy = load_policy_text(text, str(path))
-    assert set(autoscale_configs(policy, text, str(path))) == {"model"}
+    assert set(autoscale_configs(policy)) == {"model"}
 
 
 def test_validate_reports_a_bad_block_located(tmp_path: Path) -> None:
@@ -106,3 +113,37 @@ def test_validate_reports_a_bad_block_located(tmp_path: Path) -> None:
     assert summary is None
     (metric,) = [i for i in issues if i.path == "services[0].autoscale.metric"]
     assert metric.line == 6 and "unknown metric 'qps'" in metric.message
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ("algorithm: pid", "target: 3", "pid: {kp: 0.5}"),
+        ("algorithm: predictive", "target: 3", "predictive: {season: null}", "panic: false"),
+        (
+            "scaling_policy: {metric_type: in_flight, threshold: 4, action: add_instance}",
+            "min_size: 2",
+        ),
+    ],
+)
+def test_a_dumped_block_loads_back_as_it_was(lines: tuple[str, ...]) -> None:
+    """The block is dumped as written: a default the algorithm does not use (a pid's
+    tolerance) must not come back as a key it refuses, nor an explicit null as a default."""
+    policy = load_policy_text(_text(*lines), "p.yaml")
+    assert load_policy_text(dump_policy(policy)) == policy
+
+
+def test_a_policy_is_compiled_once_for_every_driver(tmp_path: Path) -> None:
+    """plan_gateway compiles the loops of the policy it plans; the drivers handed that policy
+    get the same compiled configs, not a second parse."""
+    from inferway.gateway.loop_configs import compile_loops
+    from inferway.gateway.runtime import GatewayOptions, plan_gateway
+
+    path = tmp_path / "p.yaml"
+    path.write_text(_text("metric: in_flight", "target: 4"))
+    plan = plan_gateway(GatewayOptions(policy_path=path))
+    assert compile_loops(plan.policy) is plan.loops
+    assert plan.loops.autoscale["m"].config.params.target == 4.0
+    assert plan.loops.autoscale["m"].target.kind == "replicas"
+    again = load_policy_text(path.read_text(), str(path))
+    assert compile_loops(again) is not plan.loops, "another policy object: compiled anew"

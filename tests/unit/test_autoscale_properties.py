@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferway.controllers.autoscale.autoscaler import Autoscaler
-from inferway.controllers.autoscale.config import build_autoscale_config
 from inferway.controllers.autoscale.samples import MetricSample
+from inferway.gateway.autoscale_policy import autoscale_config
 
 
 @st.composite
@@ -67,7 +67,7 @@ steps_strategy = st.lists(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=configs(), steps=steps_strategy, start=st.integers(0, 20))
 def test_decisions_stay_in_bounds_respect_steps_and_cooldowns(data, steps, start):
-    config = build_autoscale_config("svc", data)
+    config = autoscale_config("svc", data)
     lim = config.limits
     a = Autoscaler(config)
     current = min(max(start, lim.min_replicas), lim.max_replicas)
@@ -96,7 +96,7 @@ def test_decisions_stay_in_bounds_respect_steps_and_cooldowns(data, steps, start
 @settings(max_examples=60, deadline=None)
 @given(data=configs(), rate=st.floats(0, 3000), current=st.integers(0, 40))
 def test_a_count_outside_the_bounds_is_brought_inside(data, rate, current):
-    config = build_autoscale_config("svc", data)
+    config = autoscale_config("svc", data)
     a = Autoscaler(config)
     a.observe(MetricSample(time=5, request_rate=rate))
     d = a.decide(5, current=current, ready=current)

@@ -17,6 +17,7 @@ from inferway.gateway.autoscale_inputs import (
     interval_p99_s,
     parse_cluster_load,
     replica_load,
+    replica_wait,
 )
 from inferway.gateway.backend_scrape import BackendTotals
 
@@ -131,3 +132,22 @@ def test_scale_status_text_shows_the_rule_the_replicas_and_the_decisions() -> No
     assert "model  proportional on in_flight  1 ready of 3 desired (min 1, max 3)" in text
     assert "scale out 1->3" in text and "error: Envoy admin: refused" in text
     assert "in_flight 6" in text and "request_rate" not in text.split("recent decisions")[1]
+
+
+def test_the_queue_wait_is_what_the_intervals_requests_waited_in_the_replicas_queues() -> None:
+    """Issue 33 item 11: the replicas' queue-wait histograms differenced over the interval,
+    summed over them: seconds waited / requests that left the queue."""
+    before = {
+        "http://a": BackendTotals(queue_wait_s=10.0, queue_waited=100),
+        "http://b": BackendTotals(queue_wait_s=4.0, queue_waited=40),
+    }
+    now = {
+        "http://a": BackendTotals(queue_wait_s=13.0, queue_waited=120),  # 3 s over 20
+        "http://b": BackendTotals(queue_wait_s=1.0, queue_waited=10),  # restarted: from 0
+        "http://c": BackendTotals(queue_wait_s=0.5, queue_waited=10),  # new
+    }
+    assert replica_wait(before, now, 5.0) == pytest.approx((3.0 + 1.0 + 0.5) / 40)
+    assert replica_wait(now, now, 0.0) == 0.0, "nobody waited and nobody is queued: idle"
+    assert replica_wait(now, now, 2.0) is None, "queued but nobody left the queue: unknown"
+    assert replica_wait(None, now, 5.0) is None and replica_wait(before, now, None) is None
+    assert build_sample(1.0, ClusterLoad(0, 0), None, queue_wait=0.2).queue_wait == 0.2

@@ -29,7 +29,11 @@ from inferway.gateway.rollouts.sample_source import RolloutSource
 ORCA = "TEXT rps_fractional=12.5, application_utilization=0.75, named_metrics.queue_depth=3"
 
 
-def _exposition(answers: Sequence[tuple[str | int, float]], queue_depth: int = 0) -> str:
+def _exposition(
+    answers: Sequence[tuple[str | int, float]],
+    queue_depth: int = 0,
+    queue_waits: Sequence[float] = (),
+) -> str:
     model = SimpleNamespace(
         name="mlp",
         version="1",
@@ -37,6 +41,8 @@ def _exposition(answers: Sequence[tuple[str | int, float]], queue_depth: int = 0
         executor=SimpleNamespace(queue_depth=queue_depth, in_flight_batches=1),
     )
     metrics = BackendMetrics(lambda: [model], ready=lambda: True)
+    for waited in queue_waits:
+        metrics.queue_wait.labels("mlp", "1").observe(waited)
     for code, seconds in answers:
         protocol = "grpc" if isinstance(code, str) else "http"
         metrics.observe_request(
@@ -52,13 +58,16 @@ def test_a_backends_exposition_becomes_answers_errors_buckets_and_load() -> None
         (400, 0.001),
         ("RESOURCE_EXHAUSTED", 0.001),
     ]
-    totals = parse_backend_metrics(_exposition(answers, queue_depth=4), ORCA)
+    totals = parse_backend_metrics(
+        _exposition(answers, queue_depth=4, queue_waits=(0.25, 0.5)), ORCA
+    )
     assert totals.answers.requests == 10
     assert totals.answers.errors == 2, "503 and INTERNAL; 400 and RESOURCE_EXHAUSTED are not 5xx"
     buckets = totals.answers.buckets
     assert buckets[5.0] == 9 and buckets[250.0] == 9 and buckets[500.0] == 10  # ms
     assert buckets[math.inf] == 10
     assert totals.queue_depth == 4 and totals.inflight_batches == 1
+    assert (totals.queue_wait_s, totals.queue_waited) == (0.75, 2)  # the histogram's sum, count
     assert totals.utilization == 0.75
     assert totals.started is not None
     assert parse_backend_metrics(_exposition([]), None) == BackendTotals(

@@ -5,8 +5,11 @@ the canary's forced routes, and the driver writing weights into a real ControlPl
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
+import time
+import typing
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from inferway.controllers.rollout.config import (
     AgreementCheck,
     ErrorRateCheck,
     LatencyCheck,
+    MetricName,
 )
 from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.controllers.rollout.state import Phase, RolloutState
@@ -26,8 +30,10 @@ from inferway.gateway.rollouts.envoy_stats import (
     build_window,
     parse_cluster_totals,
 )
+from inferway.gateway.rollouts.schedule import next_tick
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.policies import PolicyError, load_policy_text
+from inferway.policies.rollouts import METRIC_NEEDS, RolloutMetricName
 from inferway.resolve import resolve_policy
 from inferway.xds.cache import SnapshotCache
 from tests.rollout_samples import TWO_VERSION_ROLLOUT
@@ -335,8 +341,8 @@ def test_backend_metrics_become_checks_on_the_backends_counts() -> None:
     )
     config = build_rollout_config(load_policy_text(text, "p.yaml").rollouts[0])
     assert config.analysis.checks[2:] == (
-        LatencyCheck(0.1, "backend-latency-p99"),
-        ErrorRateCheck(0.01, "backend-error-rate"),
+        LatencyCheck(0.1, MetricName.BACKEND_LATENCY_P99),
+        ErrorRateCheck(0.01, MetricName.BACKEND_ERROR_RATE),
     )
     assert config.needs_backend_metrics
     assert not build_rollout_config(
@@ -379,3 +385,71 @@ def test_bad_backend_metrics_are_refused_where_they_are_written(
     with pytest.raises(PolicyError) as caught:
         load_policy_text(text.replace(*edit, 1), "p.yaml")
     assert expected in str(caught.value), str(caught.value)
+
+
+def test_resolving_a_refused_edit_changes_nothing_the_driver_owns(tmp_path: Path) -> None:
+    """``resolve_state`` runs for every edit before it is applied; an edit that is then
+    refused must not make the driver forget the live rollout's route, or a later edit that
+    removes the rollout keeps its weights in State."""
+    policy = load_policy_text(POLICY.replace("min_requests: 50", "min_requests: auto"), "p.yaml")
+    plane = ControlPlane(SnapshotCache())
+    driver = RolloutDriver(
+        plane, RolloutStore(tmp_path), lambda config: _Script([_good(2000)]), clock=lambda: 1.0
+    )
+    plane.add_observer(driver)
+    plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+    asyncio.run(driver.tick("demo-v2"))
+    live = plane.state
+    assert dict(live.weights["inference"]) == {"v1": 99.9, "v2": 0.1}
+
+    assert driver.resolve_state(policy, live) is live, "the live rollout's weights stay"
+    without = load_policy_text(POLICY.split("rollouts:")[0], "p.yaml")
+    assert dict(driver.resolve_state(without, live).weights) == {}  # read for an edit...
+    assert plane.state is live  # ...that is refused: nothing applied
+    again = driver.resolve_state(without, live)  # the next edit removes the rollout too
+    assert dict(again.weights) == {}, "the removed rollout's weights must not stay"
+
+
+def test_the_schedule_keeps_its_phase_when_a_tick_runs_long() -> None:
+    assert next_tick(100.0, 100.3, 1.0) == pytest.approx((101.0, 0.7))  # not 1.0 after the end
+    assert next_tick(100.0, 102.5, 1.0) == pytest.approx((103.0, 0.5))  # missed slots skipped
+    assert next_tick(100.0, 101.0, 1.0) == pytest.approx((102.0, 1.0))
+    assert next_tick(100.0, 50.0, 1.0) == pytest.approx((51.0, 1.0))  # wall clock set back
+
+
+def test_the_loop_ticks_on_the_clock_schedule_however_long_a_scrape_takes(
+    tmp_path: Path,
+) -> None:
+    """Each scrape takes 0.15 s of a 0.4 s interval: ticks start 0.4 s apart (the old loop
+    slept the whole interval after each tick, so they drifted to 0.55 s apart)."""
+    started: list[float] = []
+
+    class _Slow:
+        async def sample(self) -> WindowSample | None:
+            started.append(time.monotonic())
+            await asyncio.sleep(0.15)
+            return None
+
+    text = POLICY.replace("interval: 2s", "interval: 400ms")
+    policy = load_policy_text(text, "p.yaml")
+
+    async def run() -> None:
+        plane = ControlPlane(SnapshotCache())
+        driver = RolloutDriver(
+            plane, RolloutStore(tmp_path), lambda config: _Slow(), clock=time.monotonic
+        )
+        plane.add_observer(driver)
+        plane.apply_policy(policy, "p.yaml", state=driver.resolve_state(policy, plane.state))
+        await driver.start()
+        await asyncio.sleep(1.75)
+        await driver.stop()
+
+    asyncio.run(run())
+    assert len(started) >= 4, started
+    gaps = [b - a for a, b in itertools.pairwise(started)]
+    assert all(abs(gap - 0.4) < 0.1 for gap in gaps), gaps
+
+
+def test_the_policy_and_the_controller_name_the_same_metrics() -> None:
+    assert set(typing.get_args(RolloutMetricName)) == {m.value for m in MetricName}
+    assert set(METRIC_NEEDS) == {m.value for m in MetricName}

@@ -22,6 +22,7 @@ from inferway.gateway.actuators.scale_actuators import (
     select_actuator,
 )
 from inferway.gateway.autoscaling import AutoscaleDriver
+from inferway.gateway.loop_configs import compile_loops
 from inferway.policies import load_policy_text
 from inferway.policies.scale_target import ScaleTargetSpec
 from tests.kubernetes_pool import HOST, ScalePool, scaler_on
@@ -157,7 +158,7 @@ routes:
 
 def test_the_driver_takes_every_autoscaled_service_with_its_target() -> None:
     driver = AutoscaleDriver(_manager(), lambda: None)
-    driver.configure(load_policy_text(POLICY, "p.yaml"))
+    driver.configure(compile_loops(load_policy_text(POLICY, "p.yaml")))
     shown = {s["service"]: s["scale_target"] for s in driver.status_json()["services"]}
     assert shown == {
         "published": {"kind": "metric"},

@@ -22,8 +22,7 @@ def _policy(source: str, *autoscale: str) -> str:
 
 def _errors(text: str) -> list[str]:
     with pytest.raises(PolicyError) as caught:
-        policy = load_policy_text(text, "p.yaml")
-        autoscale_configs(policy, text, "p.yaml")
+        load_policy_text(text, "p.yaml")
     return [str(issue) for issue in caught.value.issues]
 
 
@@ -53,7 +52,7 @@ def test_each_target_loads_and_the_rule_still_builds(
     assert service.autoscale is not None
     spec = read_scale_target(service.autoscale, has_replicas=service.replicas is not None)
     assert spec == expected
-    (config,) = autoscale_configs(policy, text, "p.yaml").values()
+    (config,) = autoscale_configs(policy).values()
     assert (config.metric, getattr(config.params, "target", None)) == ("in_flight", 2.0)
 
 
@@ -64,7 +63,7 @@ def test_the_rule_form_takes_a_scale_target_too() -> None:
         "scale_target: metric",
     )
     policy = load_policy_text(text, "p.yaml")
-    assert autoscale_configs(policy, text, "p.yaml")["m"].algorithm == "threshold"
+    assert autoscale_configs(policy)["m"].algorithm == "threshold"
 
 
 @pytest.mark.parametrize(
@@ -120,3 +119,11 @@ def test_a_bad_target_or_pairing_is_a_located_error(
 def test_replica_metrics_need_the_gateway_s_own_replicas(rule: tuple[str, ...]) -> None:
     (error,) = _errors(_policy(ENDPOINTS, *rule, "scale_target: metric"))
     assert "p.yaml:6:" in error and "only the gateway's own replicas" in error, error
+
+
+def test_the_queue_wait_is_a_replica_metric_too() -> None:
+    text = _policy(ENDPOINTS, "metric: queue_wait", "target: 0.3", "scale_target: metric")
+    (error,) = _errors(text)
+    assert "services[0].autoscale.metric: queue_wait is read from each replica" in error
+    policy = load_policy_text(_policy(REPLICAS, "metric: queue_wait", "target: 0.3"), "p.yaml")
+    assert autoscale_configs(policy)["m"].metric == "queue_wait"

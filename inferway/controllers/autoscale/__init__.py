@@ -2,7 +2,7 @@
 
 Nothing here opens a socket, reads a file, sleeps or reads a clock: the caller passes the time
 with every sample and every decision, so the same code runs live, in the unit tests and in
-``bench/autoscale_sim.py``. Build a config with ``config.build_autoscale_config`` (or
-``rule.build_from_scaling_policy`` for the issue's ``scaling_policy`` form) and drive an
+``bench/autoscale_sim.py``. Its config (``params.AutoscaleConfig``) is compiled from a
+policy's ``autoscale:`` block by the gateway (gateway/autoscale_policy.py); drive an
 ``autoscaler.Autoscaler`` with it.
 """

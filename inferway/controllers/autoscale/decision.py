@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Clamp", "Decision", "Recommendation"]
+__all__ = ["Clamp", "Decision", "Recommendation", "whole_replicas"]
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,18 @@ class Recommendation:
 
     ``settled``: the algorithm vouches that no more than ``replicas`` are needed for its whole
     horizon (an accurate forecast agrees with the present), so a scale-in skips the
-    down-stabilization window, which exists only because the future is otherwise unknown."""
+    down-stabilization window, which exists only because the future is otherwise unknown.
+
+    ``tolerance``: the up-band of the algorithm (0: none). A count ``n`` is enough while
+    ``replicas <= n * (1 + tolerance)``, so the whole count asked for is the smallest such
+    ``n``, not the ceiling: 3.004 replicas' worth of load at a 10% band is 3 replicas, not 4."""
 
     replicas: float | None
     inputs: dict[str, float | None]
     reason: str
     detail: dict[str, Any] = field(default_factory=dict)
     settled: bool = False
+    tolerance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,12 @@ class Decision:
         data: dict[str, Any] = _json_safe(asdict(self))
         data["direction"] = self.direction
         return data
+
+
+def whole_replicas(replicas: float, tolerance: float = 0.0) -> int:
+    """The fewest whole replicas that carry ``replicas`` worth of load within the up-band
+    ``tolerance`` (``n * (1 + tolerance) >= replicas``); never below 0."""
+    return max(0, math.ceil(replicas / (1.0 + tolerance) - 1e-9))
 
 
 def _json_safe(value: Any) -> Any:

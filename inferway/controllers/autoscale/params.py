@@ -1,13 +1,12 @@
 """The autoscaler's configuration types: frozen dataclasses with every default applied.
 
-``config.build_autoscale_config`` and ``rule.build_from_scaling_policy`` build them from user
-input; the algorithms and clamps read them and never see raw mappings.
+The gateway compiles them from a policy's validated ``autoscale:`` block
+(gateway/autoscale_policy.py); the algorithms and clamps read them and never see user input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 __all__ = [
     "AutoscaleConfig",
@@ -121,4 +120,3 @@ class AutoscaleConfig:
     panic: PanicConfig
     params: Params
     instance_type: str | None = None
-    source: dict[str, Any] = field(default_factory=dict, compare=False)

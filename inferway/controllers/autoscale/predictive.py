@@ -99,7 +99,11 @@ class PredictiveRecommender:
             )
             detail["mode"] = "reactive"
             return Recommendation(
-                reactive.replicas, inputs, f"{why}: reactive, {reactive.reason}", detail
+                reactive.replicas,
+                inputs,
+                f"{why}: reactive, {reactive.reason}",
+                detail,
+                tolerance=reactive.tolerance,
             )
         ahead = needed_replicas(
             self._metric, peak * p.headroom, ready=ready, target=p.reactive.target
@@ -115,6 +119,7 @@ class PredictiveRecommender:
                 inputs,
                 f"forecast peak {peak:g} needs {ahead:.2f}: within tolerance of {current}",
                 detail,
+                tolerance=reactive.tolerance,
             )
         if ahead > now_needed:
             return Recommendation(
@@ -132,4 +137,5 @@ class PredictiveRecommender:
             f"than the present: {reactive.reason}",
             detail,
             settled=settled,
+            tolerance=reactive.tolerance,
         )

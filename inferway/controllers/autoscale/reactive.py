@@ -80,6 +80,7 @@ class ProportionalRecommender:
                 extra = queue / p.backlog_drain_s / p.target
                 needed += extra
                 why += f" + {extra:.2f} to drain a queue of {queue:g} in {p.backlog_drain_s:g} s"
+        up_band = p.tolerance_up
         if current > 0:
             ratio = needed / current
             tolerance = p.tolerance_up if ratio > 1.0 else p.tolerance_down
@@ -87,10 +88,13 @@ class ProportionalRecommender:
             if ratio > 1.0 and p.latency_guard_s is not None and p99 is not None:
                 inputs["p99_latency"] = p99
                 if p99 >= p.latency_guard_s:
-                    tolerance = 0.0
+                    tolerance = up_band = 0.0
                     why += f"; p99 {p99 * 1000:.0f} ms >= guard {p.latency_guard_s * 1000:.0f} ms"
             if abs(ratio - 1.0) <= tolerance:
                 return Recommendation(
-                    current, inputs, f"{why}: within tolerance {tolerance:g} of {current}"
+                    current,
+                    inputs,
+                    f"{why}: within tolerance {tolerance:g} of {current}",
+                    tolerance=up_band,
                 )
-        return Recommendation(needed, inputs, why)
+        return Recommendation(needed, inputs, why, tolerance=up_band)

@@ -1,8 +1,9 @@
 """Metric samples of one service and the replica count a metric value asks for.
 
 Additive metrics (queue length, requests in flight, request rate) are service totals, so the
-replicas they need are ``total / target``; mean metrics (utilization, p99 latency) are already
-per replica, so they scale the ready count by ``value / target``, as Kubernetes' HPA does.
+replicas they need are ``total / target``; mean metrics (utilization, p99 latency, queue wait)
+are already per replica, so they scale the ready count by ``value / target``, as Kubernetes'
+HPA does.
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ __all__ = [
 ]
 
 ADDITIVE_METRICS = ("queue_length", "in_flight", "request_rate")
-METRICS = (*ADDITIVE_METRICS, "utilization", "p99_latency")
+METRICS = (*ADDITIVE_METRICS, "utilization", "p99_latency", "queue_wait")
 
 
 @dataclass(frozen=True)
 class MetricSample:
     """One scrape of a service: totals over its ready replicas, and their mean utilization.
 
-    ``p99_latency`` is in seconds, ``utilization`` in [0, 1]; a value the source did not
-    report is None (a decision on a missing metric holds the replica count).
+    ``p99_latency`` is in seconds, ``utilization`` in [0, 1]; ``queue_wait`` is the mean
+    time the requests of the interval waited in the replicas' queues (seconds), which, unlike
+    the queue's length, does not count the requests a delay-bound batcher holds on purpose as
+    a shortage once the threshold is above its delay.
+    A value the source did not report is None (a decision on a missing metric holds the
+    replica count).
     """
 
     time: float
@@ -38,6 +43,7 @@ class MetricSample:
     request_rate: float | None = None
     p99_latency: float | None = None
     utilization: float | None = None
+    queue_wait: float | None = None
 
     def value(self, metric: str) -> float | None:
         if metric not in METRICS:

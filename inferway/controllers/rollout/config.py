@@ -9,6 +9,7 @@ changes (issue 13), and 0.1% is exactly 10 parts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "AnalysisConfig",
     "ErrorRateCheck",
     "LatencyCheck",
+    "MetricName",
     "RolloutConfig",
     "RolloutConfigError",
     "Step",
@@ -25,6 +27,20 @@ __all__ = [
 ]
 
 TOTAL_WEIGHT = 10_000
+
+
+class MetricName(StrEnum):
+    """A rollout metric as the policy names it (``analysis.metrics[].name``; a ``str``, so
+    verdicts and saved state read the same). The policy schema keeps its own list
+    (policies/rollouts.py, which may not import this layer); a test keeps the two equal."""
+
+    ERROR_RATE = "error-rate"
+    LATENCY_P99 = "latency-p99"
+    BACKEND_ERROR_RATE = "backend-error-rate"
+    BACKEND_LATENCY_P99 = "backend-latency-p99"
+    OUTPUT_AGREEMENT = "output-agreement"
+    LATENCY_QUANTILE = "latency-quantile"
+    ERROR_RATE_MAX = "error-rate-max"
 
 
 class RolloutConfigError(ValueError):
@@ -61,11 +77,11 @@ class ErrorRateCheck:
     backends' own answers (their ``/metrics``) instead of what the proxy counted."""
 
     max_increase: float
-    name: Literal["error-rate", "backend-error-rate"] = "error-rate"
+    name: Literal[MetricName.ERROR_RATE, MetricName.BACKEND_ERROR_RATE] = MetricName.ERROR_RATE
 
     @property
     def backend(self) -> bool:
-        return self.name == "backend-error-rate"
+        return self.name == MetricName.BACKEND_ERROR_RATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +95,11 @@ class LatencyCheck:
     histogram), which the network and the proxy do not blur."""
 
     max_increase: float
-    name: Literal["latency-p99", "backend-latency-p99"] = "latency-p99"
+    name: Literal[MetricName.LATENCY_P99, MetricName.BACKEND_LATENCY_P99] = MetricName.LATENCY_P99
 
     @property
     def backend(self) -> bool:
-        return self.name == "backend-latency-p99"
+        return self.name == MetricName.BACKEND_LATENCY_P99
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +108,7 @@ class AgreementCheck:
     time (0.99 is 99%)."""
 
     min: float
-    name: Literal["output-agreement"] = "output-agreement"
+    name: Literal[MetricName.OUTPUT_AGREEMENT] = MetricName.OUTPUT_AGREEMENT
 
 
 @dataclass(frozen=True, slots=True)

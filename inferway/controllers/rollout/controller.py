@@ -24,6 +24,7 @@ from inferway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
 from inferway.controllers.rollout.evidence import Evidence, WindowSample
 from inferway.controllers.rollout.state import (
     TERMINAL,
+    Action,
     Decision,
     Phase,
     RolloutState,
@@ -79,14 +80,14 @@ class RolloutController:
         if s.phase == Phase.WAITING:
             return self._start(now, "started")
         if s.phase in TERMINAL or s.phase == Phase.FAILED:
-            return self._record(now, "hold", f"{s.phase.value}: {s.reason}", window=window)
+            return self._record(now, Action.HOLD, f"{s.phase.value}: {s.reason}", window=window)
         if source_error is not None:
             if not (s.phase == Phase.PAUSED and s.paused_by == "user"):
                 s.phase, s.paused_by = Phase.PAUSED, "source"
             s.reason = f"metric source unavailable: {source_error}"
-            return self._record(now, "pause", s.reason, window=window)
+            return self._record(now, Action.PAUSE, s.reason, window=window)
         if sample is None:
-            return self._record(now, "hold", "no window to analyse", window=window)
+            return self._record(now, Action.HOLD, "no window to analyse", window=window)
         if s.phase == Phase.PAUSED and s.paused_by == "source":
             s.phase, s.paused_by = Phase.PROGRESSING, None
         s.evidence.add(sample)
@@ -95,13 +96,13 @@ class RolloutController:
         if analysis.result == "fail":
             return self._fail(now, analysis, window)
         if s.phase == Phase.PAUSED:
-            return self._record(now, "hold", f"paused: {s.reason}", analysis, window)
+            return self._record(now, Action.HOLD, f"paused: {s.reason}", analysis, window)
         if analysis.result == "need_more":
-            return self._record(now, "hold", analysis.reason, analysis, window)
+            return self._record(now, Action.HOLD, analysis.reason, analysis, window)
         hold_until = self._hold_until()
         if now < hold_until:
             reason = f"checks pass; step {s.step} held until t={hold_until:g}"
-            return self._record(now, "hold", reason, analysis, window)
+            return self._record(now, Action.HOLD, reason, analysis, window)
         return self._advance(now, analysis, window)
 
     def _hold_until(self) -> float:
@@ -119,7 +120,7 @@ class RolloutController:
         s.reason = reason
         if s.weight == TOTAL_WEIGHT:
             return self._promote(now, "the only step is 100%")
-        return self._record(now, "start", f"{reason}: step 0 at {_pct(s.weight)}")
+        return self._record(now, Action.START, f"{reason}: step 0 at {_pct(s.weight)}")
 
     def _advance(self, now: float, analysis: Analysis, window: dict[str, int]) -> Decision:
         s = self.state
@@ -133,7 +134,7 @@ class RolloutController:
         s.evidence.step_canary_requests = 0
         s.reason = f"step {nxt - 1} passed"
         return self._record(
-            now, "advance", f"advanced to step {nxt} at {_pct(s.weight)}", analysis, window
+            now, Action.ADVANCE, f"advanced to step {nxt} at {_pct(s.weight)}", analysis, window
         )
 
     def _promote(
@@ -145,7 +146,7 @@ class RolloutController:
     ) -> Decision:
         s = self.state
         s.phase, s.weight, s.paused_by, s.reason = Phase.PROMOTED, TOTAL_WEIGHT, None, reason
-        return self._record(now, "promote", reason, analysis, window or {})
+        return self._record(now, Action.PROMOTE, reason, analysis, window or {})
 
     def _fail(self, now: float, analysis: Analysis, window: dict[str, int]) -> Decision:
         s = self.state
@@ -154,10 +155,10 @@ class RolloutController:
         if self.config.on_failure == "rollback":
             s.phase, s.weight = Phase.ROLLED_BACK, 0
             s.reason = f"check failed: {analysis.reason}"
-            return self._record(now, "rollback", s.reason, analysis, window)
+            return self._record(now, Action.ROLLBACK, s.reason, analysis, window)
         s.phase = Phase.FAILED
         s.reason = f"check failed (on_failure: pause, weight held): {analysis.reason}"
-        return self._record(now, "fail", s.reason, analysis, window)
+        return self._record(now, Action.FAIL, s.reason, analysis, window)
 
     # ---- commands ----------------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class RolloutController:
         if command == "abort":
             s.phase, s.weight, s.paused_by = Phase.ROLLED_BACK, 0, None
             s.reason = "aborted by command"
-            return self._record(now, "abort", s.reason)
+            return self._record(now, Action.ABORT, s.reason)
         if command == "restart":
             s.run += 1
             return self._start(now, f"restarted by command (run {s.run})")
@@ -185,7 +186,7 @@ class RolloutController:
             if s.phase not in (Phase.PROGRESSING, Phase.PAUSED):
                 raise RolloutCommandError(refused)
             s.phase, s.paused_by, s.reason = Phase.PAUSED, "user", "paused by command"
-            return self._record(now, "pause", s.reason)
+            return self._record(now, Action.PAUSE, s.reason)
         if s.phase != Phase.PAUSED:  # resume
             hint = (
                 "; a failed check needs promote, abort or restart"
@@ -194,14 +195,14 @@ class RolloutController:
             )
             raise RolloutCommandError(refused + hint)
         s.phase, s.paused_by, s.reason = Phase.PROGRESSING, None, "resumed by command"
-        return self._record(now, "resume", s.reason)
+        return self._record(now, Action.RESUME, s.reason)
 
     # ---- records -----------------------------------------------------------------------
 
     def _record(
         self,
         now: float,
-        action: str,
+        action: Action,
         reason: str,
         analysis: Analysis | None = None,
         window: dict[str, int] | None = None,

@@ -15,7 +15,15 @@ from typing import Any
 from inferway.controllers.rollout.analysis import Verdict
 from inferway.controllers.rollout.evidence import Evidence
 
-__all__ = ["STATE_VERSION", "Decision", "Phase", "RolloutState", "RolloutStateError"]
+__all__ = [
+    "STATE_VERSION",
+    "STEPS_TAKEN",
+    "Action",
+    "Decision",
+    "Phase",
+    "RolloutState",
+    "RolloutStateError",
+]
 
 STATE_VERSION = 1
 
@@ -36,13 +44,31 @@ class Phase(StrEnum):
 TERMINAL = frozenset({Phase.PROMOTED, Phase.ROLLED_BACK})
 
 
+class Action(StrEnum):
+    """What a decision did (a ``str``: logs, metrics labels and saved state read the same)."""
+
+    START = "start"  # step 0, from waiting or by a restart
+    HOLD = "hold"  # stay at this step (the analysis needs more, or a gate is closed)
+    ADVANCE = "advance"  # to the next step
+    PROMOTE = "promote"  # canary at 100%
+    ROLLBACK = "rollback"  # a check failed: stable at 100%
+    FAIL = "fail"  # a check failed with on_failure: pause
+    PAUSE = "pause"  # by a person or an unreachable metric source
+    RESUME = "resume"  # by a person
+    ABORT = "abort"  # by a person: stable at 100%
+
+
+STEPS_TAKEN = frozenset({Action.START, Action.ADVANCE, Action.PROMOTE})
+"""Decisions that move the canary's weight up (what a pre-step gate must allow)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What the controller did at one tick or command, and why, with the verdicts behind it."""
 
     at: float
     run: int
-    action: str  # start | hold | advance | promote | rollback | fail | pause | resume | ...
+    action: Action
     phase: str
     step: int
     weight: int  # canary parts of TOTAL_WEIGHT
@@ -56,7 +82,7 @@ class Decision:
         return {
             "at": self.at,
             "run": self.run,
-            "action": self.action,
+            "action": self.action.value,
             "phase": self.phase,
             "step": self.step,
             "weight": self.weight,
@@ -72,7 +98,7 @@ class Decision:
         return cls(
             at=float(data["at"]),
             run=int(data["run"]),
-            action=str(data["action"]),
+            action=Action(data["action"]),
             phase=str(data["phase"]),
             step=int(data["step"]),
             weight=int(data["weight"]),

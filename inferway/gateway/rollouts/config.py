@@ -13,6 +13,7 @@ from inferway.controllers.rollout.config import (
     Check,
     ErrorRateCheck,
     LatencyCheck,
+    MetricName,
     RolloutConfig,
     Step,
 )
@@ -27,16 +28,17 @@ def build_rollout_config(rollout: Rollout) -> RolloutConfig:
     checks: list[Check] = []
     guards: list[AbsoluteGuard] = []
     for metric in rollout.analysis.metrics:
-        if metric.name in ("error-rate", "backend-error-rate"):
+        name = MetricName(metric.name)
+        if name in (MetricName.ERROR_RATE, MetricName.BACKEND_ERROR_RATE):
             assert metric.max_increase is not None  # RolloutMetric guarantees it
-            checks.append(ErrorRateCheck(metric.max_increase / 100, metric.name))
-        elif metric.name in ("latency-p99", "backend-latency-p99"):
+            checks.append(ErrorRateCheck(metric.max_increase / 100, name))
+        elif name in (MetricName.LATENCY_P99, MetricName.BACKEND_LATENCY_P99):
             assert metric.max_increase is not None
-            checks.append(LatencyCheck(metric.max_increase / 100, metric.name))
-        elif metric.name == "output-agreement":
+            checks.append(LatencyCheck(metric.max_increase / 100, name))
+        elif name == MetricName.OUTPUT_AGREEMENT:
             assert metric.min is not None
             checks.append(AgreementCheck(metric.min / 100))
-        elif metric.name == "latency-quantile":
+        elif name == MetricName.LATENCY_QUANTILE:
             assert metric.max_ms is not None
             guards.append(AbsoluteGuard("latency-quantile", metric.max_ms, metric.quantile))
         else:

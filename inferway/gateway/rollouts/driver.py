@@ -26,7 +26,9 @@ from inferway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
 from inferway.controllers.rollout.controller import RolloutController
 from inferway.controllers.rollout.evidence import WindowSample
 from inferway.controllers.rollout.state import (
+    STEPS_TAKEN,
     TERMINAL,
+    Action,
     Decision,
     Phase,
     RolloutState,
@@ -34,8 +36,9 @@ from inferway.controllers.rollout.state import (
 )
 from inferway.gateway.admin_documents import RolloutStatus
 from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower, PolicyRefusedError
-from inferway.gateway.rollouts.config import build_rollout_config
+from inferway.gateway.loop_configs import compile_loops
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
+from inferway.gateway.rollouts.schedule import next_tick
 from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
 from inferway.gateway.rollouts.webhooks import call_webhook
 from inferway.gateway.sources import StateSink
@@ -43,7 +46,12 @@ from inferway.policies.model import Policy
 from inferway.policies.rollouts import Rollout
 from inferway.state import State
 
-__all__ = ["MetricSource", "RolloutDriver", "UnknownRolloutError", "build_weights"]
+__all__ = [
+    "MetricSource",
+    "RolloutDriver",
+    "UnknownRolloutError",
+    "build_weights",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +120,8 @@ class RolloutDriver(PolicyFollower):
 
     # ---- StateSource and observer ------------------------------------------------------
 
-    def _state_for(self, spec: Rollout) -> RolloutState | None:
+    def _state_for(self, spec: Rollout, config: RolloutConfig) -> RolloutState | None:
+        """The state ``spec`` resumes from (None: it starts over); reads, never changes."""
         entry = self._entries.get(spec.name)
         if entry is not None:  # a new route or pair is a new rollout: start over
             return entry.controller.state if _same_target(entry.spec, spec) else None
@@ -129,7 +138,7 @@ class RolloutDriver(PolicyFollower):
                      _target(spec))  # fmt: skip
             return None
         try:  # e.g. fewer steps now than the saved step
-            RolloutController(build_rollout_config(spec), state)
+            RolloutController(config, state)
         except RolloutStateError as exc:
             log.warning("rollout %s: saved state does not fit the policy, starting over: %s",
                         spec.name, exc)  # fmt: skip
@@ -138,24 +147,27 @@ class RolloutDriver(PolicyFollower):
 
     def resolve_state(self, policy: Policy, state: State) -> State:
         """``state`` with this driver's weight overrides for ``policy``'s rollouts (and none
-        for routes whose rollout is gone)."""
+        for routes whose rollout is gone). A pure read: ``policy`` may be an edit that is
+        then refused, so what this driver owns changes only when a policy is applied."""
         weights = {k: v for k, v in state.weights.items() if k not in self._owned}
         routes = {r.name: r for r in policy.routes}
+        configs = compile_loops(policy).rollouts
         for spec in policy.rollouts:
-            saved = self._state_for(spec)
+            saved = self._state_for(spec, configs[spec.name])
             route = routes.get(spec.route)
             override = None if saved is None or route is None else build_weights(spec, saved)
             if override is not None:
                 weights[spec.route] = override
-        self._owned = {spec.route for spec in policy.rollouts}
         if weights == dict(state.weights):
             return state
         return replace(state, weights=weights)
 
     def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+        self._owned = {spec.route for spec in applied.policy.rollouts}
         self._reconcile(applied.policy)
 
     def _reconcile(self, policy: Policy) -> None:
+        configs = compile_loops(policy).rollouts
         wanted = {spec.name: spec for spec in policy.rollouts}
         for name in list(self._entries):
             if name not in wanted:
@@ -165,8 +177,8 @@ class RolloutDriver(PolicyFollower):
             entry = self._entries.get(name)
             if entry is not None and entry.spec == spec:
                 continue
-            config = build_rollout_config(spec)
-            saved = self._state_for(spec)
+            config = configs[name]
+            saved = self._state_for(spec, config)
             try:
                 controller = RolloutController(config, saved)
             except RolloutStateError as exc:  # the live one, against an edited policy
@@ -209,7 +221,11 @@ class RolloutDriver(PolicyFollower):
             entry.task.cancel()
 
     async def _run(self, entry: _Entry) -> None:
+        """Tick on a fixed schedule of the clock (every interval from the first tick), not
+        an interval after each tick ends: a slow scrape or webhook does not make the windows
+        drift; a tick that overran whole intervals skips them."""
         interval = entry.controller.config.analysis.interval_s
+        due = self._clock()
         while True:
             try:
                 await self.tick(entry.spec.name)
@@ -217,7 +233,8 @@ class RolloutDriver(PolicyFollower):
                 raise
             except Exception:  # one bad tick must not end the rollout's loop
                 log.exception("rollout %s: tick failed", entry.spec.name)
-            await asyncio.sleep(interval)
+            due, delay = next_tick(due, self._clock(), interval)
+            await asyncio.sleep(delay)
 
     async def tick(self, name: str) -> Decision | None:
         """One analysis interval of ``name`` now (the loop calls it; tests may too). Nothing
@@ -254,7 +271,7 @@ class RolloutDriver(PolicyFollower):
             return True
         probe = RolloutController(entry.controller.config, copy.deepcopy(entry.controller.state))
         would = probe.tick(now, sample, source_error=error)
-        if would.action not in ("advance", "promote", "start"):
+        if would.action not in STEPS_TAKEN:
             return True
         payload = {"event": "pre-step", "rollout": entry.spec.name, "decision": would.to_json()}
         for hook in gates:
@@ -264,7 +281,8 @@ class RolloutDriver(PolicyFollower):
             if refused is not None:
                 if sample is not None:  # it already holds the earlier pending window
                     entry.pending = sample
-                entry.gate = {"at": now, "url": hook.url, "reason": refused, "would": would.action}
+                would_do = would.action.value
+                entry.gate = {"at": now, "url": hook.url, "reason": refused, "would": would_do}
                 log.info("rollout %s: step held by its pre-step gate: %s", entry.spec.name, refused)
                 return False
         return True
@@ -328,7 +346,7 @@ class RolloutDriver(PolicyFollower):
         name = entry.spec.name
         self.store.save(_target(entry.spec), entry.controller.state)
         self._push(name)
-        level = logging.DEBUG if decision.action == "hold" else logging.INFO
+        level = logging.DEBUG if decision.action == Action.HOLD else logging.INFO
         event = {"event": "rollout_decision", "rollout": name, **decision.to_json()}
         # The line carries the numbers (counts, verdict per check); the record all of it.
         summary = {
@@ -344,9 +362,7 @@ class RolloutDriver(PolicyFollower):
                 hook(name, decision)
             except Exception:
                 log.exception("rollout %s: decision hook %r failed", name, hook)
-        kind = {"promote": "post-rollout", "rollback": "rollback", "abort": "rollback"}.get(
-            decision.action
-        )
+        kind = _NOTIFIES.get(decision.action)
         for webhook in entry.spec.webhooks:
             if webhook.type == kind:
                 payload = {"event": kind, "rollout": name, "decision": decision.to_json()}
@@ -372,6 +388,10 @@ class RolloutDriver(PolicyFollower):
             self._sink.update_state(new, f"rollout {name}")
         except PolicyRefusedError as exc:
             log.error("rollout %s: weight change refused: %s", name, exc)
+
+
+_NOTIFIES = {Action.PROMOTE: "post-rollout", Action.ROLLBACK: "rollback", Action.ABORT: "rollback"}
+"""The webhook type each ending decision calls."""
 
 
 def _target(spec: Rollout) -> RolloutTarget:
