@@ -35,7 +35,7 @@ async def main(url: str, identity: str, ttl: float) -> None:
         ttl=ttl,
         tasks=[("decide", lambda fence: _decide(store, identity, fence))],
     )
-    work.start()
+    await work.start()
     print("started", flush=True)
     await asyncio.Event().wait()
 

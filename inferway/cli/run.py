@@ -68,6 +68,22 @@ def run(
     region: Annotated[
         str, typer.Option(help="The supervised Envoy's region (node.locality.region).")
     ] = "",
+    store: Annotated[
+        str,
+        typer.Option(
+            help="The fleet's store: etcd://HOST:PORT[,HOST:PORT...] (or file:PATH). With one, "
+            "the rollout and autoscaling loops run on the elected replica only, from the "
+            "fleet's shared state and every Envoy's pushed stats (docs/fleet.md). Default: "
+            "one node, state in the workdir."
+        ),
+    ] = "",
+    replica_id: Annotated[
+        str, typer.Option(help="This replica's name in the election (default: host:xds-port).")
+    ] = "",
+    lease_ttl: Annotated[
+        float,
+        typer.Option(help="The leader's lease in seconds: failover happens within it.", min=2),
+    ] = 5.0,
     no_envoy: Annotated[
         bool, typer.Option("--no-envoy", help="Run only the control plane (Envoy runs elsewhere).")
     ] = False,
@@ -165,6 +181,9 @@ def run(
         node_cluster=node_cluster,
         zone=zone,
         region=region,
+        store=store,
+        replica_id=replica_id,
+        lease_ttl_s=lease_ttl,
         with_envoy=not no_envoy,
         workdir=workdir,
         envoy_log_level=envoy_log_level,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.features.server import FeatureRouterKeeper
 from inferway.gateway.fleet.envoy_reports import EnvoyReports
+from inferway.gateway.fleet.fleet_wiring import Fleet, open_fleet
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
 from inferway.gateway.mask_sink import MaskSinkKeeper
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -86,6 +89,14 @@ class GatewayOptions:
     stats_push_s: float | None = 2.0
     """Every Envoy of this control plane pushes its stats here this often (OTLP on the xDS
     connection's cluster), so the loops can read the fleet's evidence; None: never."""
+    store: str = ""
+    """The fleet's store (``--store``: ``file:PATH`` or ``etcd://...``). Empty: one node, the
+    loops' state in the workdir, as always. With a store, the loops run on the elected replica
+    only, from the fleet's shared state and every Envoy's evidence."""
+    replica_id: str = ""
+    """This control-plane replica's name in the election (empty: host name and xDS port)."""
+    lease_ttl_s: float = 5.0
+    """The leader's lease: another replica takes over within this long after it dies."""
     with_envoy: bool = True
     workdir: Path | None = None
     envoy_log_level: str = "warning"
@@ -188,6 +199,8 @@ class Gateway:
     (idle while it has none)."""
     autoscale: AutoscaleDriver | None = None
     """The autoscaling loop over those replicas (with the replica manager or not at all)."""
+    fleet: Fleet | None = None
+    """This replica's part of a fleet (None: one node)."""
     envoy_reports: EnvoyReports | None = None
     """The stats every Envoy pushes (node, zone, latest totals per cluster)."""
     features: FeatureRouterKeeper | None = None
@@ -220,6 +233,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         else (None, None)
     )
     plan = plan_gateway(options)
+    reports = EnvoyReports()
     check_ports = (
         options.with_envoy if options.check_listener_ports is None else options.check_listener_ports
     )
@@ -227,10 +241,15 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         unbindable = listener_bind_issues(plan.policy, plan.policy_text, plan.source)
         if unbindable:
             raise PolicyError(unbindable)
-    wiring = wire_control_plane(options, plan)
+    fleet = await _open_fleet(options, reports)
+    wiring = wire_control_plane(
+        options,
+        plan,
+        rollout_store=fleet.rollouts if fleet is not None else None,
+        fleet_windows=fleet.windows if fleet is not None else None,
+    )
     plane, rollouts = wiring.plane, wiring.rollouts
 
-    reports = EnvoyReports()
     components = Components()
     if options.workdir is None:
         components.adopt("rollouts folder", lambda: shutil.rmtree(wiring.rollouts_dir, True))
@@ -245,6 +264,9 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             services=[reports.register],
         )
         components.adopt("xDS server", lambda: xds.stop(0.5))
+        if fleet is not None:
+            fleet.rollouts.on_change = rollouts.adopt
+            await components.start("fleet", fleet)
         features = await components.start("feature router", FeatureRouterKeeper(plane, plan.policy))
         mask_sink = await components.start(  # before Envoy logs a line
             "mask sink", MaskSinkKeeper(plane, plan.policy)
@@ -285,9 +307,14 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         )
         if supervisor is not None:  # stops before everything started earlier
             await components.start("Envoy", supervisor)
-        await components.start("rollouts", rollouts)  # after Envoy: the first scrape finds it
+        if fleet is None:
+            await components.start("rollouts", rollouts)  # after Envoy: the first scrape finds it
         components.own(parts.replicas_stop)  # before Envoy stops: a replica drains while it can
-        await components.start("autoscaling", parts.autoscale)
+        if fleet is None:
+            await components.start("autoscaling", parts.autoscale)
+        else:  # the loops run on the elected replica only
+            work = fleet.lead([("rollouts", rollouts), ("autoscaling", parts.autoscale)])
+            await components.start("leader work", work)
     except BaseException:
         await components.stop()
         raise
@@ -306,6 +333,22 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         replicas=parts.replicas,
         autoscale=parts.autoscale,
         envoy_reports=reports,
+        fleet=fleet,
         features=features,
         mask_sink=mask_sink,
+    )
+
+
+async def _open_fleet(options: GatewayOptions, reports: EnvoyReports) -> Fleet | None:
+    if not options.store:
+        return None
+    workdir = options.workdir or Path(tempfile.gettempdir())
+    identity = options.replica_id or f"{socket.gethostname()}:{options.xds_port}"
+    return await open_fleet(
+        options.store,
+        workdir=workdir,
+        identity=identity,
+        ttl_s=options.lease_ttl_s,
+        reports=reports,
+        push_s=options.stats_push_s or 2.0,
     )

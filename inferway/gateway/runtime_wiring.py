@@ -22,8 +22,8 @@ from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.rollouts.metrics import RolloutMetrics
-from inferway.gateway.rollouts.sample_source import build_rollout_source
-from inferway.gateway.rollouts.store import RolloutStore
+from inferway.gateway.rollouts.sample_source import FleetWindows, build_rollout_source
+from inferway.gateway.rollouts.store import RolloutStateStore, RolloutStore
 from inferway.gateway.sources import StateSource
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.policies.model import Policy
@@ -117,9 +117,16 @@ class Wiring:
     envoy_admin_port: _EnvoyAdminPort
 
 
-def wire_control_plane(options: WiringOptions, plan: WiringPlan) -> Wiring:
+def wire_control_plane(
+    options: WiringOptions,
+    plan: WiringPlan,
+    *,
+    rollout_store: RolloutStateStore | None = None,
+    fleet_windows: FleetWindows | None = None,
+) -> Wiring:
     """The cache, the control plane and its observers and state sources, then the first apply
-    of ``plan`` (with the saved rollouts' weights: Envoy never sees them reset)."""
+    of ``plan`` (with the saved rollouts' weights: Envoy never sees them reset). A fleet's
+    replica keeps rollout state in the shared store and judges every Envoy's counts."""
     path = options.policy_path
     cache = SnapshotCache(node_group=node_group)  # Envoys and proxyless gRPC clients
     plane = ControlPlane(cache, translate=options.translate or translate_ir)
@@ -133,13 +140,14 @@ def wire_control_plane(options: WiringOptions, plan: WiringPlan) -> Wiring:
     )
     rollouts = RolloutDriver(
         plane,
-        RolloutStore(rollouts_dir),
+        rollout_store or RolloutStore(rollouts_dir),
         lambda config: build_rollout_source(
             config,
             plane.policy,
             plane.state,
             envoy_admin_port,
             live=lambda: (plane.policy, plane.state),
+            fleet=fleet_windows,
         ),
     )
     RolloutMetrics.attach(metrics.registry, rollouts)

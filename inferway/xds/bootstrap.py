@@ -146,7 +146,7 @@ def _stats_push(node_id: str, zone: str, every_s: float) -> dict[str, Any]:
     if zone:
         metadata.append({"key": STATS_ZONE_HEADER, "value": zone})
     return {
-        "stats_flush_interval": f"{round(every_s * 1000)}ms",
+        "stats_flush_interval": f"{every_s:.3f}s",
         "stats_sinks": [
             {
                 "name": "envoy.stat_sinks.open_telemetry",

@@ -5,13 +5,16 @@ the sum of each Envoy's own counters, says who contributed what, and names the s
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
 import pytest
+import yaml
 from aiohttp import web
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import (
     add_MetricsServiceServicer_to_server,
@@ -23,6 +26,8 @@ from inferway.gateway.fleet.envoy_reports import (
     EnvoyReports,
     FleetStatsSource,
 )
+from inferway.xds.bootstrap import build_bootstrap
+from inferway.xds.envoy_binary import find_envoy
 from tests.envoy_process import EnvoyProcess, free_port
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"  # noqa: E501
@@ -216,3 +221,20 @@ async def test_the_fleet_window_is_the_sum_of_every_envoys_own_counters(
         for envoy in envoys.values():
             envoy.stop()
         await server.stop(None)
+
+
+def test_a_bootstrap_with_a_zone_and_stats_push_passes_envoys_validation(tmp_path: Path) -> None:
+    bootstrap = build_bootstrap(
+        node_id="envoy-a",
+        xds_port=18000,
+        admin_port=0,
+        locality={"zone": "zone-a", "region": "eu"},
+        stats_push_s=2.0,
+    )
+    assert bootstrap["node"]["locality"] == {"zone": "zone-a", "region": "eu"}
+    path = tmp_path / "bootstrap.yaml"
+    path.write_text(yaml.safe_dump(bootstrap))
+    checked = subprocess.run(
+        [find_envoy(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr[-2000:]

@@ -48,9 +48,9 @@ async def test_one_replica_runs_the_tasks_and_a_stopped_leader_hands_over(
         )  # fmt: skip
 
     a, b = work("a"), work("b")
-    a.start()
+    await a.start()
     await _until(lambda: a.status.leading)
-    b.start()
+    await b.start()
     await _until(lambda: attempts["n"] >= 2)
     assert a.status.task_failures == {"flaky": "RuntimeError: first run fails"}
     assert not b.status.leading and b.fence is None and a.fence is not None
@@ -69,6 +69,6 @@ async def test_a_fenced_write_ends_the_leadership(tmp_path: Path) -> None:
     work = LeaderWork(
         FileStore(tmp_path), election="loops", identity="a", ttl=2.0, tasks=[("x", deposed)]
     )
-    work.start()
+    await work.start()
     await _until(lambda: work.status.last_loss.startswith("a write was fenced off"))
     await work.stop()

@@ -85,7 +85,12 @@ class LeaderWork:
         held = self._leadership
         return held.fence if held is not None and not held.lost.is_set() else None
 
-    def start(self) -> None:
+    def lose(self, reason: str) -> None:
+        """Give the leadership up now (a write of ours was fenced off: another replica leads)."""
+        if self._leadership is not None:
+            self._leadership.lose(reason)
+
+    async def start(self) -> None:
         self._runner = asyncio.create_task(self._run(), name=f"leader-work-{self.election}")
 
     async def stop(self) -> None:

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as otlp
@@ -35,6 +36,7 @@ __all__ = [
     "FleetStatsSource",
     "FleetWindow",
     "NodeReport",
+    "ReportView",
 ]
 
 log = logging.getLogger("inferway.fleet")
@@ -53,10 +55,18 @@ class NodeReport:
     totals: Mapping[str, ClusterTotals]
 
 
-class EnvoyReports(MetricsServiceServicer):
-    """The OTLP metrics receiver: ``Export`` keeps the latest report of each node."""
+class ReportView(Protocol):
+    """Where a fleet source reads the nodes' latest reports (this replica's receiver, or the
+    store's copy of every replica's)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def reports(self) -> dict[str, NodeReport]: ...
+
+
+class EnvoyReports(MetricsServiceServicer):
+    """The OTLP metrics receiver: ``Export`` keeps the latest report of each node (times are
+    wall-clock seconds: replicas compare them)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._latest: dict[str, NodeReport] = {}
         self.exports = 0
@@ -123,11 +133,11 @@ class FleetStatsSource:
     whose last report is older is silent (its share is missing from the window, and said so).
     The first sample is the baseline (None), like the one-Envoy source."""
 
-    reports: EnvoyReports
+    reports: ReportView
     stable: str
     canary: str
     silent_after_s: float = 5.0
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = time.time
     _last: dict[str, Mapping[str, ClusterTotals]] | None = None
     last_window: FleetWindow | None = field(default=None, init=False)
 

@@ -39,7 +39,7 @@ from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower, Policy
 from inferway.gateway.loop_configs import compile_loops
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.schedule import next_tick
-from inferway.gateway.rollouts.store import RolloutStore, RolloutTarget
+from inferway.gateway.rollouts.store import RolloutStateStore, RolloutTarget
 from inferway.gateway.rollouts.webhooks import call_webhook
 from inferway.gateway.sources import StateSink
 from inferway.policies.model import Policy
@@ -99,7 +99,7 @@ class RolloutDriver(PolicyFollower):
     def __init__(
         self,
         sink: StateSink,
-        store: RolloutStore,
+        store: RolloutStateStore,
         make_source: SourceFactory,
         *,
         clock: Callable[[], float] = time.time,
@@ -125,6 +125,9 @@ class RolloutDriver(PolicyFollower):
         entry = self._entries.get(spec.name)
         if entry is not None:  # a new route or pair is a new rollout: start over
             return entry.controller.state if _same_target(entry.spec, spec) else None
+        return self._state_for_stored(spec, config)
+
+    def _state_for_stored(self, spec: Rollout, config: RolloutConfig) -> RolloutState | None:
         try:
             saved = self.store.load(spec.name)
         except RolloutStateError as exc:
@@ -190,6 +193,17 @@ class RolloutDriver(PolicyFollower):
             self._entries[name] = _Entry(spec, controller, self._make_source(config))
             if self._running:
                 self._launch(self._entries[name])
+
+    def adopt(self, name: str) -> None:
+        """The leader wrote ``name``'s state to the fleet's store: serve it. A replica that
+        does not lead runs no loop, so what it serves is always what the leader decided."""
+        entry = self._entries.get(name)
+        if entry is None or self._running:
+            return
+        saved = self._state_for_stored(entry.spec, entry.controller.config)
+        if saved is not None:
+            entry.controller = RolloutController(entry.controller.config, saved)
+            self._push(name)
 
     # ---- the loop ----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ goes unjudged.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from inferway.controllers.rollout.config import AgreementCheck, RolloutConfig
 from inferway.controllers.rollout.evidence import MirrorCounts, VersionCounts, WindowSample
@@ -28,10 +29,20 @@ from inferway.state import State
 __all__ = ["RolloutSource", "build_rollout_source"]
 
 
+class WindowSource(Protocol):
+    """Envoy's counts a window at a time: one Envoy's admin, Prometheus, or the fleet's."""
+
+    async def sample(self) -> WindowSample | None: ...
+
+
+FleetWindows = Callable[[str, str], WindowSource]
+"""(stable, canary) -> the fleet's windows for that pair (``gateway/fleet/envoy_reports``)."""
+
+
 class RolloutSource:
     def __init__(
         self,
-        stats: EnvoyStatsSource | PrometheusSource,
+        stats: WindowSource,
         agreement: AgreementSource | None = None,
         backend: BackendMetricsSource | None = None,
     ) -> None:
@@ -79,8 +90,11 @@ Live = Callable[[], tuple[Policy | None, State]]
 
 
 def _window_source(
-    config: RolloutConfig, policy: Policy | None, envoy_admin_port: Callable[[], int | None]
-) -> EnvoyStatsSource | PrometheusSource:
+    config: RolloutConfig,
+    policy: Policy | None,
+    envoy_admin_port: Callable[[], int | None],
+    fleet: FleetWindows | None,
+) -> WindowSource:
     for rollout in policy.rollouts if policy is not None else ():
         if rollout.name == config.name and rollout.analysis.prometheus is not None:
             return PrometheusSource(
@@ -89,6 +103,8 @@ def _window_source(
                 canary=config.canary,
                 interval_s=config.analysis.interval_s,
             )
+    if fleet is not None:
+        return fleet(config.stable, config.canary)
     return EnvoyStatsSource(envoy_admin_port, stable=config.stable, canary=config.canary)
 
 
@@ -99,13 +115,15 @@ def build_rollout_source(
     envoy_admin_port: Callable[[], int | None],
     *,
     live: Live | None = None,
+    fleet: FleetWindows | None = None,
 ) -> RolloutSource:
     """The source for ``config``: Envoy's stats or Prometheus, as the policy's rollout of
     that name says, the replicas' answer digests when it has an output-agreement check
     (the replicas as the live policy and state name them now), and their ``/metrics`` when
     it has a ``backend-*`` check (the endpoints ``live`` names at each scrape; without it,
-    those of ``policy`` and ``state``)."""
-    stats = _window_source(config, policy, envoy_admin_port)
+    those of ``policy`` and ``state``). ``fleet``: Envoy's counts are every Envoy's, as they
+    pushed them, instead of one Envoy's admin."""
+    stats = _window_source(config, policy, envoy_admin_port, fleet)
     backend = None
     if config.needs_backend_metrics:
         now = live if live is not None else (lambda: (policy, state))

@@ -15,10 +15,11 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from inferway.controllers.rollout.state import RolloutState, RolloutStateError
 
-__all__ = ["RolloutStore", "RolloutTarget"]
+__all__ = ["RolloutStateStore", "RolloutStore", "RolloutTarget"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,15 @@ class RolloutTarget:
     route: str
     stable: str
     canary: str
+
+
+class RolloutStateStore(Protocol):
+    """Where the driver keeps each rollout's state: this folder on one node, the fleet's store
+    (``gateway/fleet/shared_rollouts.py``) on many."""
+
+    def load(self, name: str) -> tuple[RolloutTarget, RolloutState] | None: ...
+
+    def save(self, target: RolloutTarget, state: RolloutState) -> None: ...
 
 
 class RolloutStore:

@@ -1,0 +1,123 @@
+"""Every replica's Envoys, one evidence: each replica publishes the latest totals its Envoys
+pushed to it (``evidence/<node>``), and the leader's rollout analysis reads all of them, so a
+verdict counts the traffic of Envoys connected to any replica."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+
+from inferway.gateway.fleet.envoy_reports import EnvoyReports, NodeReport
+from inferway.gateway.fleet.store import Record, Store, StoreUnavailableError
+from inferway.gateway.rollouts.envoy_stats import ClusterTotals
+
+__all__ = ["PREFIX", "EvidencePublisher", "StoreEvidence", "decode_report", "encode_report"]
+
+log = logging.getLogger("inferway.fleet")
+
+PREFIX = "evidence/"
+
+
+def encode_report(report: NodeReport) -> bytes:
+    totals = {
+        cluster: {
+            "requests": t.requests,
+            "errors": t.errors,
+            "buckets": [[str(le), n] for le, n in sorted(t.buckets.items())],
+        }
+        for cluster, t in report.totals.items()
+    }
+    return json.dumps({"zone": report.zone, "at": report.at, "totals": totals}).encode()
+
+
+def decode_report(node: str, value: bytes) -> NodeReport:
+    data = json.loads(value)
+    totals: Mapping[str, ClusterTotals] = {
+        cluster: ClusterTotals(
+            int(t["requests"]),
+            int(t["errors"]),
+            {float(le): int(n) for le, n in t["buckets"]},
+        )
+        for cluster, t in data["totals"].items()
+    }
+    return NodeReport(node, str(data["zone"]), float(data["at"]), totals)
+
+
+class EvidencePublisher:
+    """Writes this replica's nodes' latest reports into the store every ``every_s``."""
+
+    def __init__(self, reports: EnvoyReports, store: Store, every_s: float) -> None:
+        self.reports, self.store, self.every_s = reports, store, every_s
+        self._published: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def publish_once(self) -> int:
+        written = 0
+        for node, report in self.reports.reports().items():
+            if self._published.get(node) == report.at:
+                continue
+            await self.store.put(PREFIX + node, encode_report(report))
+            self._published[node] = report.at
+            written += 1
+        return written
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.publish_once()
+            except StoreUnavailableError as exc:
+                log.warning("publishing Envoy evidence: %s", exc)
+            await asyncio.sleep(self.every_s)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="evidence publisher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class StoreEvidence:
+    """Every node's latest report as the store holds it (kept current by a watch)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._reports: dict[str, NodeReport] = {}
+        self._seen = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def reports(self) -> dict[str, NodeReport]:
+        return dict(self._reports)
+
+    def _take(self, record: Record) -> None:
+        self._seen = max(self._seen, record.version)
+        node = record.key.removeprefix(PREFIX)
+        try:
+            self._reports[node] = decode_report(node, record.value)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("evidence of %s not readable: %s", node, exc)
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                for record in await self.store.list(PREFIX):
+                    self._take(record)
+                async for record in self.store.watch(PREFIX, after=self._seen):
+                    self._take(record)
+            except StoreUnavailableError as exc:
+                log.warning("evidence watch: %s; resuming", exc)
+                await asyncio.sleep(0.5)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._follow(), name="evidence watch")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,154 @@
+"""Rollout state in the fleet's store: what every replica serves, what only the leader writes.
+
+The rollout driver reads and saves through the same two calls as with the one-node folder
+(``load``, ``save``); here they go to a local mirror of the store's ``rollouts/`` records, so
+the first push of a replica started with an empty disk already carries the fleet's weights.
+The leader's saves are written in order, each with its fence: a deposed leader's write is
+refused by the store (and ends its leadership), never applied. Every replica watches the
+records and hands a state the leader wrote to its driver, which serves its weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inferway.controllers.rollout.state import RolloutState, RolloutStateError
+from inferway.gateway.fleet.store import Fence, FencedError, Record, Store, StoreUnavailableError
+from inferway.gateway.rollouts.store import RolloutTarget
+
+__all__ = ["PREFIX", "SharedRolloutStore"]
+
+log = logging.getLogger("inferway.fleet")
+
+PREFIX = "rollouts/"
+
+
+@dataclass
+class _Saved:
+    target: RolloutTarget
+    state_json: str
+    version: int
+
+
+def _decode(record: Record) -> tuple[RolloutTarget, str]:
+    data = json.loads(record.value)
+    return RolloutTarget(**data["target"]), json.dumps(data["state"])
+
+
+class SharedRolloutStore:
+    def __init__(self, store: Store, fence: Callable[[], Fence | None]) -> None:
+        self.store = store
+        self._fence = fence
+        self._mirror: dict[str, _Saved] = {}
+        self._writes: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.on_change: Callable[[str], None] = lambda name: None
+        """Called with a rollout's name when another replica's write changed its state."""
+        self.fenced: Callable[[str], None] = lambda reason: None
+        """Called when the store refused this replica's write: it no longer leads."""
+        self._seen = 0
+        self._pending: dict[str, int] = {}
+        """Writes of ours queued or in flight, per rollout: the watch does not undo them."""
+
+    async def load_all(self) -> None:
+        """The store's rollouts into the mirror (before the first push)."""
+        for record in await self.store.list(PREFIX):
+            self._take(record)
+
+    def _take(self, record: Record) -> bool:
+        self._seen = max(self._seen, record.version)
+        name = record.key.removeprefix(PREFIX)
+        if self._pending.get(name):
+            return False
+        known = self._mirror.get(name)
+        if known is not None and known.version >= record.version:
+            return False
+        try:
+            target, state_json = _decode(record)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("rollout %s: stored state not readable: %s", name, exc)
+            return False
+        if known is not None and known.state_json == state_json:
+            known.version = record.version
+            return False
+        self._mirror[name] = _Saved(target, state_json, record.version)
+        return True
+
+    # -- the driver's two calls -----------------------------------------------------------
+
+    def load(self, name: str) -> tuple[RolloutTarget, RolloutState] | None:
+        saved = self._mirror.get(name)
+        if saved is None:
+            return None
+        try:
+            return saved.target, RolloutState.from_json(saved.state_json)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RolloutStateError(f"store {PREFIX}{name}: {exc}") from None
+
+    def save(self, target: RolloutTarget, state: RolloutState) -> None:
+        state_json = state.to_json()
+        known = self._mirror.get(state.name)
+        version = known.version if known is not None else 0
+        self._mirror[state.name] = _Saved(target, state_json, version)
+        body = json.dumps({"target": vars(target), "state": json.loads(state_json)}, sort_keys=True)
+        self._pending[state.name] = self._pending.get(state.name, 0) + 1
+        self._writes.put_nowait((state.name, body.encode()))
+
+    # -- background: the writer and the watch --------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._write_in_order(), name="rollout state writer"),
+            asyncio.create_task(self._follow(), name="rollout state watch"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _write_in_order(self) -> None:
+        while True:
+            name, body = await self._writes.get()
+            try:
+                await self._write(name, body)
+            finally:
+                self._pending[name] -= 1
+
+    async def _write(self, name: str, body: bytes) -> None:
+        fence = self._fence()
+        if fence is None:
+            log.warning("rollout %s: state not stored: this replica does not lead", name)
+            return
+        while True:
+            try:
+                record = await self.store.put(PREFIX + name, body, fence=fence)
+            except FencedError as exc:
+                self.fenced(str(exc))
+                return
+            except StoreUnavailableError as exc:
+                log.warning("rollout %s: storing its state: %s; retrying", name, exc)
+                await asyncio.sleep(0.2)
+                continue
+            saved = self._mirror.get(name)
+            if saved is not None:
+                saved.version = max(saved.version, record.version)
+            self._seen = max(self._seen, record.version)
+            return
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for record in self.store.watch(PREFIX, after=self._seen):
+                    if self._take(record):
+                        self.on_change(record.key.removeprefix(PREFIX))
+            except StoreUnavailableError as exc:
+                log.warning("rollout state watch: %s; resuming", exc)
+                await asyncio.sleep(0.5)
