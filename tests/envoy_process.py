@@ -64,11 +64,17 @@ class EnvoyProcess:
         log_level: str = "warning",
         extra_args: list[str] | None = None,
         base_id: int | None = None,
+        prefix: list[str] | None = None,
+        admin_host: str = "127.0.0.1",
     ) -> None:
+        """``prefix`` runs Envoy under another command (``ip netns exec NS``: a host of the
+        tests' fleet), whose admin API the test reaches at ``admin_host``."""
         self.bootstrap = bootstrap
         self.log_level = log_level
         self.extra_args = list(extra_args or [])
         self.base_id = base_id if base_id is not None else _unique_base_id()
+        self.prefix = list(prefix or [])
+        self.admin_host = admin_host
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._admin_port: int | None = None
@@ -80,6 +86,7 @@ class EnvoyProcess:
         config = write_bootstrap(self.workdir / "bootstrap.yaml", self.bootstrap)
         log = (self.workdir / "envoy.log").open("wb")
         command = [
+            *self.prefix,
             find_envoy(),
             "-c",
             str(config),
@@ -154,7 +161,7 @@ class EnvoyProcess:
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return f"http://{self.admin_host}:{self.admin_port}"
 
     async def admin_get(self, path: str, **params: str) -> httpx.Response:
         async with httpx.AsyncClient(base_url=self.admin_url, timeout=5.0) as client:

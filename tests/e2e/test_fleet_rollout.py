@@ -1,0 +1,234 @@
+"""One brain for the fleet: two control-plane replicas on a real 3-member etcd, two Envoys on
+two hosts (network namespaces, each Envoy on its own port 10000), each Envoy connected to a
+different replica, traffic through both. A canary with 10% 5xx is rolled back once, by the
+elected replica, judged on both Envoys' counts; the other replica never decides, serves what
+the leader decided, and both Envoys carry the same weights at every sample (allowing the push
+delay). Then the leader is stopped: the other takes over, and a replica started with an empty
+workdir serves the rolled-back weights from its first push."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.xds.bootstrap import build_bootstrap
+from tests.envoy_process import EnvoyProcess, free_port
+from tests.etcd_cluster import ETCD, EtcdCluster
+from tests.netns import HostFleet, netns_unavailable
+
+pytestmark = [
+    pytest.mark.skipif(ETCD is None, reason="needs etcd (Debian's etcd-server)"),
+    pytest.mark.skipif(
+        netns_unavailable() is not None, reason=f"no network namespaces: {netns_unavailable()}"
+    ),
+]
+
+ZONES = ("zone-a", "zone-b")
+
+
+def _policy(backend_host: str, ports: dict[str, int]) -> str:
+    return f"""version: 1
+listeners:
+  - {{name: edge, address: 0.0.0.0, port: 10000}}
+services:
+  - {{name: v1, endpoints: ["{backend_host}:{ports["v1"]}"]}}
+  - {{name: v2, endpoints: ["{backend_host}:{ports["v2"]}"]}}
+routes:
+  - name: models
+    backends:
+      - {{service: v1, weight: 100}}
+      - {{service: v2, weight: 0}}
+rollouts:
+  - name: v2-rollout
+    route: models
+    stable: v1
+    canary: v2
+    steps: [20, 50]
+    analysis:
+      interval: 1s
+      metrics:
+        - {{name: error-rate, max_increase: 2%}}
+"""
+
+
+async def _backends(host: str) -> AsyncIterator[dict[str, int]]:
+    served = {"v2": 0}
+
+    async def v1(_: web.Request) -> web.Response:
+        return web.json_response({"version": "v1"})
+
+    async def v2(_: web.Request) -> web.Response:
+        served["v2"] += 1
+        if served["v2"] % 10 == 0:
+            return web.Response(status=503, text="injected")
+        return web.json_response({"version": "v2"})
+
+    runners, ports = [], {}
+    for name, handler in (("v1", v1), ("v2", v2)):
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        ports[name] = free_port()
+        await web.TCPSite(runner, host, ports[name]).start()
+        runners.append(runner)
+    try:
+        yield ports
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+def _canary_weight(dump: dict[str, Any]) -> float | None:
+    """The canary's share of the route, from ``config_dump?resource=dynamic_route_configs``."""
+    routes = [
+        route
+        for entry in dump.get("configs", [])
+        for host in entry.get("route_config", {}).get("virtual_hosts", [])
+        for route in host.get("routes", [])
+    ]
+    for route in routes:
+        action = route.get("route", {})
+        if "cluster" in action:  # one backend left: all or nothing to the canary
+            return 100.0 if action["cluster"] == "v2" else 0.0
+        weighted = action.get("weighted_clusters")
+        if weighted:
+            weights = {c["name"]: c.get("weight", 0) for c in weighted["clusters"]}
+            return round(100 * weights.get("v2", 0) / (sum(weights.values()) or 1), 1)
+    return None
+
+
+async def _start_replica(policy: Path, workdir: Path, url: str, host: str, name: str) -> Gateway:
+    return await start_gateway(
+        GatewayOptions(
+            policy_path=policy,
+            host=host,
+            xds_port=0,
+            admin_port=0,
+            with_envoy=False,
+            workdir=workdir,
+            store=url,
+            replica_id=name,
+            lease_ttl_s=2.0,
+            stats_push_s=0.5,
+        )
+    )
+
+
+async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
+    tmp_path: Path,
+) -> None:
+    with HostFleet(list(ZONES)) as fleet:
+        async with AsyncExitStack() as stack:
+            cluster = await stack.enter_async_context(EtcdCluster(tmp_path, members=3))
+            url = cluster.url + "/fleet-e2e"
+            gen = _backends(fleet.gateway_address)
+            ports = await gen.__anext__()
+            stack.push_async_callback(gen.aclose)
+            policy = tmp_path / "policy.yaml"
+            policy.write_text(_policy(fleet.gateway_address, ports))
+            replicas: dict[str, Gateway] = {}
+            for name in ("r1", "r2"):
+                replicas[name] = await _start_replica(
+                    policy, tmp_path / name, url, fleet.gateway_address, name
+                )
+                stack.push_async_callback(replicas[name].stop)
+            envoys: dict[str, EnvoyProcess] = {}
+            for zone, replica in zip(ZONES, replicas.values(), strict=True):
+                bootstrap = build_bootstrap(
+                    node_id=f"envoy-{zone}",
+                    xds_host=fleet.gateway_address,
+                    xds_port=replica.xds.port,
+                    admin_port=9901,
+                    admin_address="0.0.0.0",
+                    locality={"zone": zone},
+                    stats_push_s=0.5,
+                )
+                envoys[zone] = EnvoyProcess(
+                    bootstrap,
+                    prefix=["ip", "netns", "exec", fleet.namespace(zone)],
+                    admin_host=fleet.address(zone),
+                )
+                await envoys[zone].start(wait="ready", timeout=30)
+                stack.callback(envoys[zone].stop)
+
+            samples: list[tuple[float, float | None, float | None]] = []
+            failed = {"n": 0}
+            done = asyncio.Event()
+
+            async def sample_weights() -> None:
+                while not done.is_set():
+                    dumps = [await envoys[z].config_dump("dynamic_route_configs") for z in ZONES]
+                    samples.append((time.monotonic(), *map(_canary_weight, dumps)))
+                    await asyncio.sleep(0.1)
+
+            async def traffic() -> None:
+                async with httpx.AsyncClient(timeout=5) as client:
+                    i = 0
+                    while not done.is_set():
+                        zone = ZONES[i % 2]
+                        i += 1
+                        answer = await client.get(f"http://{fleet.address(zone)}:10000/infer")
+                        failed["n"] += answer.status_code != 200
+                        await asyncio.sleep(0.005)
+
+            tasks = [asyncio.create_task(sample_weights()), asyncio.create_task(traffic())]
+            try:
+                deadline = time.monotonic() + 60
+                while True:
+                    statuses = {n: g.rollouts.status("v2-rollout") for n, g in replicas.items()}
+                    if all(s["phase"] == "rolled_back" for s in statuses.values()):
+                        break
+                    assert time.monotonic() < deadline, f"not rolled back: {statuses}"
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(1.5)  # the rolled-back weights reach both Envoys
+            finally:
+                done.set()
+                await asyncio.gather(*tasks)
+
+            leaders = [n for n, g in replicas.items() if g.fleet and g.fleet.leader.status.leading]
+            assert len(leaders) == 1, leaders
+            leader, follower = leaders[0], next(n for n in replicas if n not in leaders)
+            history = {n: replicas[n].rollouts.status("v2-rollout")["history"] for n in replicas}
+            rollbacks = [d for d in history[leader] if d["action"] == "rollback"]
+            assert len(rollbacks) == 1, history[leader]
+            assert history[follower] == history[leader], "the follower serves what was decided"
+            assert not replicas[follower].rollouts._running, "a follower never ticks"
+            # judged on both Envoys' counts
+            windows = replicas[leader].fleet.evidence.reports()
+            assert set(windows) == {f"envoy-{z}" for z in ZONES}
+
+            # the same weight on both Envoys at every sample, but during a push (<= 1 s)
+            apart = [t for t, a, b in samples if a != b]
+            longest = 0.0
+            start = None
+            for t, a, b in samples:
+                if a != b and start is None:
+                    start = t
+                elif a == b and start is not None:
+                    longest, start = max(longest, t - start), None
+            assert longest <= 1.0, f"the Envoys disagreed for {longest:.2f}s ({len(apart)} samples)"
+            assert samples[-1][1] == samples[-1][2] == 0.0, samples[-3:]
+            assert any(a not in (None, 0.0) for _, a, _ in samples), "the canary never had traffic"
+
+            # the leader goes: the other takes over; a fresh replica serves the fleet's weights
+            await replicas[leader].stop()
+            deadline = time.monotonic() + 10
+            while not replicas[follower].fleet.leader.status.leading:
+                assert time.monotonic() < deadline, "no takeover"
+                await asyncio.sleep(0.05)
+            fresh = await _start_replica(
+                policy, tmp_path / "fresh", url, fleet.gateway_address, "r3"
+            )
+            stack.push_async_callback(fresh.stop)
+            assert fresh.rollouts.status("v2-rollout")["phase"] == "rolled_back"
+            assert fresh.control_plane.state.weights["models"] == {"v1": 100.0, "v2": 0.0}
