@@ -33,7 +33,7 @@ fi
 give_up() {
   echo "test dependencies: missing ${missing[*]} (Debian ${packages[*]}), not installed: $1"
   if ((strict)); then
-    echo "test dependencies: CI needs every one of them (scripts/test-deps.txt)" >&2
+    echo "test dependencies: CI needs every one of them (scripts/test-deps.txt)"
     exit 1
   fi
   echo "test dependencies: their tests skip, saying so"
