@@ -29,10 +29,12 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The in-process tiers only, for the edit-test loop: tests/unit and tests/golden (markers unit,
-# golden) less the few `slow` statistical bounds; no lint, no real servers. Under a minute.
+# For the edit-test loop, under a minute: tests/unit and tests/golden (markers unit, golden) less
+# their few tests that start a real Envoy (also marked integration) or take minutes of CPU (slow);
+# no lint.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m '(unit or golden) and not slow' tests/unit tests/golden $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m '(unit or golden) and not integration and not slow' \
+		tests/unit tests/golden $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check inferway tests bench
