@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint fmt golden bench clean dist
+.PHONY: demo test test-fast lint fmt golden bench clean dist
 
 # The editable install runs hatch_build.py, which generates the git-ignored modules (the OIP
 # gRPC code, the private Envoy API copy): a changed .proto or build_support/ reinstalls.
@@ -19,10 +19,22 @@ $(STAMP): pyproject.toml hatch_build.py $(wildcard build_support/*.py inferway/b
 demo: $(STAMP)
 	$(BIN)/inferway demo $(DEMO_ARGS)
 
+# The Debian packages of the real components (Prometheus, Redis, SoftHSM, etcd: scripts/test-deps.txt)
+# are installed first when this runs as root with apt-get; otherwise the script says what is
+# missing and why, and those tests skip saying so (under CI=true both are failures instead).
+# The run ends with the skips, counted by reason.
 test: $(STAMP)
+	@scripts/install_test_deps.sh
 	$(BIN)/ruff check inferway tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# For the edit-test loop, under a minute: tests/unit and tests/golden (markers unit, golden) less
+# their few tests that start a real Envoy (also marked integration) or take minutes of CPU (slow);
+# no lint.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m '(unit or golden) and not integration and not slow' \
+		tests/unit tests/golden $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check inferway tests bench

@@ -20,15 +20,18 @@ from types import TracebackType
 import httpx
 
 from inferway.free_ports import free_ports
+from tests.components import require_binary
 
 __all__ = ["ETCD", "EtcdCluster"]
 
 ETCD = shutil.which("etcd")
-"""The binary, or None where the Debian package is not installed."""
+"""The binary, or None where the Debian package is not installed (bench/ checks it; a test
+gets a cluster or, without the binary, a skip or a CI failure: ``require_binary``)."""
 
 
 class EtcdCluster:
     def __init__(self, workdir: Path, *, members: int = 3) -> None:
+        self._etcd = require_binary("etcd", "a real etcd cluster")
         ports = free_ports(*["127.0.0.1"] * (2 * members))
         self.client_ports = ports[:members]
         self.peer_ports = ports[members:]
@@ -45,14 +48,13 @@ class EtcdCluster:
         return f"127.0.0.1:{self.client_ports[index]}"
 
     def _command(self, index: int) -> list[str]:
-        assert ETCD is not None
         cluster = ",".join(
             f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports, strict=True)
         )
         client = f"http://127.0.0.1:{self.client_ports[index]}"
         peer = f"http://127.0.0.1:{self.peer_ports[index]}"
         return [
-            ETCD,
+            self._etcd,
             "--name", self.names[index],
             "--data-dir", str(self.workdir / f"etcd-{self.names[index]}"),
             "--listen-client-urls", client,

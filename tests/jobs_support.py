@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,10 +20,10 @@ from aiohttp import web
 
 from inferway.devtools.demo_models import build_add, write_demo_repository
 from tests.aiohttp_sites import start_site
+from tests.components import require_binary
 from tests.envoy_process import free_port
 
 __all__ = [
-    "REDIS_SERVER",
     "SIZES",
     "SLOW_WINDOW_S",
     "CallbackReceiver",
@@ -37,8 +36,6 @@ __all__ = [
     "write_job_repository",
 ]
 
-REDIS_SERVER = shutil.which("redis-server")
-"""The binary, or None where Debian's redis-server package is not installed."""
 SIZES = (8, 16, 4)
 SLOW_WINDOW_S = 10.0
 """The slow model's batching window: a one-row request waits this long for a second row before
@@ -115,10 +112,10 @@ class RedisServer:
     """A throwaway redis-server on a free loopback port: no persistence, always killed."""
 
     def __init__(self, workdir: Path) -> None:
-        assert REDIS_SERVER is not None, "redis-server is not installed"
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}"
-        command = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
+        binary = require_binary("redis-server", "the jobs' Redis Streams store")
+        command = [binary, "--port", str(self.port), "--bind", "127.0.0.1"]
         command += ["--save", "", "--appendonly", "no", "--dir", str(workdir)]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20

@@ -11,8 +11,9 @@ outside these namespaces routes.
         fleet.restore("zone-b")
 
 Everything it makes is removed on exit (namespaces, links), also after a failure. Where
-namespaces cannot be made (no root, no ``ip``), :func:`netns_unavailable` says why, and
-the test skips with that reason.
+namespaces cannot be made, :func:`netns_unavailable` says why and :func:`require_netns` skips
+the test with that reason, in CI too (no root, a sandbox that forbids them); only a missing
+``ip`` (Debian's iproute2, which CI must have) fails it under CI=true.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-__all__ = ["HostFleet", "netns_unavailable"]
+from tests.components import require_binary, unavailable
+
+__all__ = ["HostFleet", "netns_unavailable", "require_netns"]
 
 IP = shutil.which("ip")
 
@@ -52,6 +55,15 @@ def netns_unavailable() -> str | None:
         return f"cannot make a network namespace: {exc}"
     _ip("netns", "del", probe)
     return None
+
+
+def require_netns() -> None:
+    """Skip this test, saying why, where network namespaces cannot be made; fail it under
+    CI=true only when ``ip`` is what is missing (tests/components.py)."""
+    require_binary("ip", "making network namespaces")
+    reason = netns_unavailable()
+    if reason is not None:
+        unavailable("network namespaces", f"no network namespaces: {reason}")
 
 
 class HostFleet:

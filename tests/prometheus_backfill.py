@@ -7,15 +7,13 @@ test can ask a real server about the last days without waiting for them.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["PROMTOOL", "Series", "backfill", "openmetrics"]
+from tests.components import require_binary
 
-PROMTOOL = shutil.which("promtool")
-"""The binary, or None where the Debian package is not installed."""
+__all__ = ["Series", "backfill", "openmetrics"]
 
 Series = tuple[Mapping[str, str], Sequence[tuple[float, float]]]
 """Labels, then (unix time in seconds, value) samples in time order."""
@@ -37,12 +35,12 @@ def openmetrics(families: Mapping[str, Sequence[Series]]) -> str:
 
 def backfill(tsdb: Path, families: Mapping[str, Sequence[Series]]) -> None:
     """Write ``families`` into ``tsdb`` as blocks (before Prometheus starts on that folder)."""
-    assert PROMTOOL is not None, "promtool is not installed"
+    promtool = require_binary("promtool", "backfilling a test Prometheus' TSDB")
     tsdb.mkdir(parents=True, exist_ok=True)
     source = tsdb.parent / "backfill.om"
     source.write_text(openmetrics(families))
     done = subprocess.run(
-        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)],
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -9,7 +9,6 @@ answers, always killed.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,12 +17,10 @@ from types import TracebackType
 import httpx
 import yaml
 
+from tests.components import require_binary
 from tests.envoy_process import free_port
 
-__all__ = ["PROMETHEUS", "PrometheusServer"]
-
-PROMETHEUS = shutil.which("prometheus")
-"""The binary, or None where the Debian package is not installed."""
+__all__ = ["PrometheusServer"]
 
 
 class PrometheusServer:
@@ -49,14 +46,14 @@ class PrometheusServer:
         self._log = workdir / "prometheus.log"
 
     async def start(self, timeout: float = 20.0) -> None:
-        assert PROMETHEUS is not None, "prometheus is not installed"
+        prometheus = require_binary("prometheus", "a real Prometheus server in a test")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
         config.write_text(yaml.safe_dump(self._config))
         with self._log.open("wb") as log:
             self._process = subprocess.Popen(
                 [
-                    PROMETHEUS,
+                    prometheus,
                     f"--config.file={config}",
                     f"--storage.tsdb.path={self.workdir / 'tsdb'}",
                     f"--web.listen-address=127.0.0.1:{self.port}",

@@ -9,14 +9,13 @@ in-process test session uses one ``SoftHsm`` (session fixture) and subprocesses 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.components import require_binary, unavailable
 
-__all__ = ["SOFTHSM_MODULE", "SoftHsm", "init_softhsm", "softhsm_missing"]
+__all__ = ["SOFTHSM_MODULE", "SoftHsm", "init_softhsm", "require_softhsm"]
 
 _CANDIDATES = (
     "/usr/lib/softhsm/libsofthsm2.so",
@@ -28,17 +27,17 @@ PIN = "4321"
 SO_PIN = "87654321"
 
 
-def softhsm_missing() -> str | None:
-    """Why SoftHSM2 tests cannot run here, or None."""
-    if shutil.which("softhsm2-util") is None:
-        return "softhsm2-util not installed (Debian package softhsm2)"
+def require_softhsm() -> str:
+    """``softhsm2-util``'s path once SoftHSM2 is usable here: the tool, the PKCS#11 library and
+    python-pkcs11; without one the test skips, or fails under CI=true (tests/components.py)."""
+    util = require_binary("softhsm2-util", "initialising a SoftHSM2 token")
     if not Path(SOFTHSM_MODULE).is_file():
-        return f"{SOFTHSM_MODULE} missing (Debian package softhsm2)"
+        unavailable("softhsm2 library", f"{SOFTHSM_MODULE} missing (Debian package softhsm2)")
     try:
         import pkcs11  # noqa: F401
     except ImportError:
-        return "python-pkcs11 not installed (pip install 'inferway[hsm]')"
-    return None
+        unavailable("python-pkcs11", "python-pkcs11 not installed (pip install 'inferway[hsm]')")
+    return util
 
 
 @dataclass(frozen=True)
@@ -59,9 +58,7 @@ class SoftHsm:
 
 def init_softhsm(directory: Path, tokens: tuple[str, ...]) -> SoftHsm:
     """Initialise ``tokens`` (labels, user PIN ``PIN``) in a fresh token directory."""
-    reason = softhsm_missing()
-    if reason is not None:
-        pytest.skip(reason)
+    util = require_softhsm()
     (directory / "tokens").mkdir(parents=True)
     conf = directory / "softhsm2.conf"
     conf.write_text(
@@ -70,7 +67,7 @@ def init_softhsm(directory: Path, tokens: tuple[str, ...]) -> SoftHsm:
     )
     env = {**os.environ, "SOFTHSM2_CONF": str(conf)}
     for label in tokens:
-        command = ["softhsm2-util", "--init-token", "--free", "--label", label]
+        command = [util, "--init-token", "--free", "--label", label]
         subprocess.run(
             [*command, "--so-pin", SO_PIN, "--pin", PIN],
             env=env,

@@ -18,15 +18,15 @@ import pytest
 import yaml
 
 from tests.kustomize_build import build
-from tests.prometheus_backfill import PROMTOOL, Series, backfill
-from tests.prometheus_server import PROMETHEUS, PrometheusServer
+from tests.prometheus_backfill import Series, backfill
+from tests.prometheus_server import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None or PROMTOOL is None,
-    reason="no prometheus/promtool binary (Debian package prometheus; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.needs_binary("prometheus", "the Prometheus the cost report queries"),
+    pytest.mark.needs_binary("promtool", "backfilling three days of series"),
+]
 
 STEP = 300.0  # one sample every 5 minutes
 HOURS = 72

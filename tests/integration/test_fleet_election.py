@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from inferway.gateway.fleet.store_url import open_store
-from tests.etcd_cluster import ETCD, EtcdCluster
+from tests.etcd_cluster import EtcdCluster
 
-pytestmark = pytest.mark.skipif(ETCD is None, reason="needs etcd (Debian's etcd-server)")
+pytestmark = pytest.mark.needs_binary("etcd", "a real 3-member etcd cluster")
 
 TTL = 2.0
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,6 @@ import redis
 
 from inferway.backends.jobs.redis_store import GROUP
 from tests.jobs_support import (
-    REDIS_SERVER,
     SLOW_WINDOW_S,
     CallbackReceiver,
     RedisServer,
@@ -28,9 +27,7 @@ from tests.jobs_support import (
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        REDIS_SERVER is None, reason="redis-server not installed (Debian package redis-server)"
-    ),
+    pytest.mark.needs_binary("redis-server", "the jobs' Redis Streams store"),
 ]
 
 STREAM = "inferway:jobs:stream"

@@ -12,11 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.netns import HostFleet, netns_unavailable
+from tests.netns import HostFleet, require_netns
 
-pytestmark = pytest.mark.skipif(
-    netns_unavailable() is not None, reason=f"no network namespaces: {netns_unavailable()}"
-)
+
+@pytest.fixture(autouse=True)
+def _namespaces() -> None:
+    require_netns()
 
 
 def _serve(fleet: HostFleet, host: str, root: Path) -> subprocess.Popen[bytes]:

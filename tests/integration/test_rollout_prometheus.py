@@ -31,7 +31,7 @@ from inferway.xds.cache import SnapshotCache
 from tests.aiohttp_sites import answer_every_path, start_site
 from tests.e2e.conftest import render_policy
 from tests.envoy_process import free_port
-from tests.prometheus_server import PROMETHEUS, PrometheusServer
+from tests.prometheus_server import PrometheusServer
 from tests.rollout_samples import TWO_VERSION_ROLLOUT
 
 T = TypeVar("T")
@@ -43,10 +43,7 @@ POLICY = (
 """
 )
 
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="no prometheus binary (Debian package prometheus; .ci/run installs it)",
-)
+pytestmark = pytest.mark.needs_binary("prometheus", "the rollouts' Prometheus metric source")
 
 
 async def _backend(version: str) -> tuple[web.AppRunner, int]:

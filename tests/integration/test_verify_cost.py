@@ -14,7 +14,7 @@ from aiohttp import web
 from inferway.tools.verify.cost import read_cost
 from tests.aiohttp_sites import start_site
 from tests.helpers import poll_until
-from tests.prometheus_server import PROMETHEUS, PrometheusServer
+from tests.prometheus_server import PrometheusServer
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ async def _metrics_server(text: str) -> tuple[web.AppRunner, int]:
     return await start_site(app)
 
 
-@pytest.mark.skipif(PROMETHEUS is None, reason="needs the prometheus binary (Debian package)")
+@pytest.mark.needs_binary("prometheus", "verify's cost read-out from a real Prometheus")
 async def test_cost_and_utilisation_from_prometheus_and_from_metrics_text(tmp_path: Path) -> None:
     runner, port = await _metrics_server(METRICS)
     try:

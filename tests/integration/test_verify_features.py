@@ -11,18 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from inferway.policies.model import RouteMatch
 from tests.envoy_process import free_port
 from tests.integration.test_verify import run_verify_cli
 from tests.traffic_harness import ControlledBackend, TrafficGateway
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        "features" not in RouteMatch.model_fields,
-        reason="needs feature routing in the gateway (routes' match.features, issue 17)",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 # The router's timeout is raised from 200 ms: past it Envoy routes without features (the
 # documented failure mode), and on a loaded 2-core CI machine a probe may wait that long;

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -207,10 +206,7 @@ def test_the_gateway_exports_each_service_s_cost_section() -> None:
     assert sample_value(control, "inferway_cost_model_info", service="model-v1", model="demo") == 1
 
 
-@pytest.mark.skipif(
-    shutil.which("promtool") is None,
-    reason="promtool not installed (Debian package prometheus; .ci/run installs it)",
-)
+@pytest.mark.needs_binary("promtool", "checking the rules and the scrape config")
 def test_promtool_accepts_the_rules_and_the_scrape_config() -> None:
     for args in (["check", "rules", str(ALERTS)], ["check", "config", str(SCRAPE)]):
         done = subprocess.run(
@@ -234,10 +230,7 @@ def test_every_alert_has_a_promtool_case_where_it_fires_and_one_where_it_stays_q
     assert (firing | quiet) - names == set(), "promtool cases for alerts that do not exist"
 
 
-@pytest.mark.skipif(
-    shutil.which("promtool") is None,
-    reason="promtool not installed (Debian package prometheus; .ci/run installs it)",
-)
+@pytest.mark.needs_binary("promtool", "running the alert rules' unit tests")
 def test_promtool_rule_tests_pass() -> None:
     done = subprocess.run(
         ["promtool", "test", "rules", ALERT_TESTS.name],

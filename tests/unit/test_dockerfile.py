@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -91,7 +90,7 @@ def test_what_it_copies_exists_and_is_in_the_build_context(
     assert _ignored(".venv", ignore) and _ignored(".git", ignore)
 
 
-@pytest.mark.skipif(shutil.which("sh") is None, reason="no POSIX sh")
+@pytest.mark.needs_binary("sh", "parsing the Dockerfile's shell steps")
 def test_every_shell_step_parses(instructions: list[dockerfile.Command]) -> None:
     for instruction in (i for i in instructions if i.cmd == "RUN"):
         assert not instruction.json

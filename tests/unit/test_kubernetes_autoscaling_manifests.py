@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -249,7 +248,7 @@ def _normalised(value: Any) -> Any:
     return value
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
+@pytest.mark.needs_binary("kubectl", "comparing with kubectl kustomize")
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_the_python_render_of_the_components_matches_kubectl_kustomize(overlay: str) -> None:
     done = subprocess.run(

@@ -9,7 +9,6 @@ validate``)."""
 from __future__ import annotations
 
 import copy
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -134,7 +133,7 @@ def _by_identity(resources: list[Resource]) -> dict[tuple[str, str], Any]:
     return {(r["kind"], r["metadata"]["name"]): _normalised(r) for r in resources}
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
+@pytest.mark.needs_binary("kubectl", "comparing with kubectl kustomize")
 @pytest.mark.parametrize("directory", [KUBERNETES / "base", *OVERLAYS.values()], ids=str)
 def test_the_python_render_matches_kubectl_kustomize(directory: Path) -> None:
     done = subprocess.run(

@@ -141,6 +141,9 @@ def _binomial_ceiling(runs: int, p: float) -> int:
     return math.ceil(mean + 3 * math.sqrt(mean))
 
 
+# 300 runs of 40 looks: 24,000 analyses at ~2 ms of Monte Carlo each (stats.sprt_vs_stable), about
+# 40 s of CPU, so `make test-fast` leaves it to `make test`.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rate", "weight"),
     [(100, 1000), (1, 5000)],  # busy at a 10% step; 1 req/s at 50% (stable as noisy as canary)
