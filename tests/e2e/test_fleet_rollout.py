@@ -22,15 +22,10 @@ from aiohttp import web
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.xds.bootstrap import build_bootstrap
 from tests.envoy_process import EnvoyProcess, free_port
-from tests.etcd_cluster import ETCD, EtcdCluster
-from tests.netns import HostFleet, netns_unavailable
+from tests.etcd_cluster import EtcdCluster
+from tests.netns import HostFleet, require_netns
 
-pytestmark = [
-    pytest.mark.skipif(ETCD is None, reason="needs etcd (Debian's etcd-server)"),
-    pytest.mark.skipif(
-        netns_unavailable() is not None, reason=f"no network namespaces: {netns_unavailable()}"
-    ),
-]
+pytestmark = pytest.mark.needs_binary("etcd", "a real 3-member etcd cluster")
 
 ZONES = ("zone-a", "zone-b")
 
@@ -127,6 +122,7 @@ async def _start_replica(policy: Path, workdir: Path, url: str, host: str, name:
 async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
     tmp_path: Path,
 ) -> None:
+    require_netns()
     with HostFleet(list(ZONES)) as fleet:
         async with AsyncExitStack() as stack:
             cluster = await stack.enter_async_context(EtcdCluster(tmp_path, members=3))
