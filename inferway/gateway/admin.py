@@ -62,6 +62,8 @@ SUPERVISOR: web.AppKey[EnvoySupervisor | KeeperView] = web.AppKey("supervisor")
 XDS_REFUSALS: web.AppKey[Callable[[], list[Any]]] = web.AppKey("xds_refusals")
 METRICS = web.AppKey("metrics", ControlPlaneMetrics)
 ENVOY_ADMIN_PORT: web.AppKey[Callable[[], int | None]] = web.AppKey("envoy_admin_port")
+FLEET_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("fleet_status")
+"""A fleet replica's part of ``GET /status`` (gateway/fleet/fleet_admin.py)."""
 # Query parameters of Envoy's /stats/prometheus that are passed through (all read-only).
 _ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets")
 
@@ -181,6 +183,9 @@ async def _status(request: web.Request) -> web.Response:
     refusals = app.get(XDS_REFUSALS)
     if refusals is not None:
         document["xds_refused"] = [vars(r) | {"identities": list(r.identities)} for r in refusals()]
+    fleet = app.get(FLEET_STATUS)
+    if fleet is not None:
+        document["fleet"] = fleet()
     return web.json_response(document)
 
 

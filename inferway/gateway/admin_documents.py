@@ -159,6 +159,8 @@ class StatusDocument(TypedDict):
     keeper: KeeperRecord | None
     xds_refused: NotRequired[list[dict[str, Any]]]
     """xDS clients the server refused (mTLS identities), when the server checks them."""
+    fleet: NotRequired[dict[str, Any]]
+    """A fleet replica's view: the store, the leader, every replica and reporting Envoy."""
 
 
 # ---- GET /rollouts, GET /rollouts/{name}, POST /rollouts/{name}/{command} ----------------------

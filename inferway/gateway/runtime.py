@@ -304,6 +304,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             supervisor=supervisor,
             keeper=wiring.envoy_admin_port.keeper,
             envoy_admin_port=wiring.envoy_admin_port,
+            fleet=fleet,
         )
         if supervisor is not None:  # stops before everything started earlier
             await components.start("Envoy", supervisor)

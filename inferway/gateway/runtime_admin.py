@@ -25,6 +25,8 @@ from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscal
 from inferway.gateway.components import Components, Held
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
+from inferway.gateway.fleet.fleet_admin import add_fleet_routes
+from inferway.gateway.fleet.fleet_wiring import Fleet
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.profile_admin import add_profile_routes
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
@@ -71,6 +73,7 @@ async def start_admin_and_replicas(
     supervisor: EnvoySupervisor | None,
     keeper: KeeperView | None,
     envoy_admin_port: Callable[[], int | None],
+    fleet: Fleet | None = None,
 ) -> AdminParts:
     """Build the admin app with every route, start the replica manager and autoscaling loop
     (not yet running), then serve the app. The admin server's stop goes on ``components``."""
@@ -95,6 +98,8 @@ async def start_admin_and_replicas(
         xds_refusals=xds.refusals.recent,
     )
     add_rollout_routes(admin_app, rollouts)
+    if fleet is not None:
+        add_fleet_routes(admin_app, fleet)
     replicas, autoscale = start_replica_autoscaling(
         plane,
         workdir=settings.workdir,
@@ -108,6 +113,8 @@ async def start_admin_and_replicas(
     register_autoscale_metrics(metrics.registry, autoscale)
     admin = await start_admin_server(admin_app, host=settings.address, port=settings.port)
     components.adopt("admin API", admin.stop)
+    if fleet is not None:
+        fleet.advertise(admin.url)
     log.info("admin API on %s (GET /status, /policy, /healthz, /metrics)", admin.url)
     log.info("admin token for POST /reload: %s", token_source)
     return AdminParts(admin, replicas, replicas_stop, autoscale)

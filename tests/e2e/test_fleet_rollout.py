@@ -103,6 +103,10 @@ def _canary_weight(dump: dict[str, Any]) -> float | None:
 
 
 async def _start_replica(policy: Path, workdir: Path, url: str, host: str, name: str) -> Gateway:
+    token = policy.parent / "admin-token"  # one token for the fleet: commands are forwarded
+    if not token.exists():
+        token.write_text("fleet-token\n")
+        token.chmod(0o600)
     return await start_gateway(
         GatewayOptions(
             policy_path=policy,
@@ -115,6 +119,7 @@ async def _start_replica(policy: Path, workdir: Path, url: str, host: str, name:
             replica_id=name,
             lease_ttl_s=2.0,
             stats_push_s=0.5,
+            admin_token_file=token,
         )
     )
 
@@ -216,6 +221,29 @@ async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
             assert samples[-1][1] == samples[-1][2] == 0.0, samples[-3:]
             assert any(a not in (None, 0.0) for _, a, _ in samples), "the canary never had traffic"
 
+            # any replica answers for the fleet: status names the leader, the replicas and the
+            # Envoys; a command sent to the follower is decided by the leader
+            run_before = replicas[leader].rollouts.status("v2-rollout")["run"]
+            async with httpx.AsyncClient(timeout=10) as client:
+                status = (await client.get(f"{replicas[follower].admin.url}/status")).json()
+                assert status["fleet"]["leader"] == leader
+                assert {r["id"] for r in status["fleet"]["replicas"]} == {"r1", "r2"}
+                assert {e["node"] for e in status["fleet"]["envoys"]} == {
+                    f"envoy-{z}" for z in ZONES
+                }
+                assert status["fleet"]["store"]["ok"] is True
+                answer = await client.post(
+                    f"{replicas[follower].admin.url}/rollouts/v2-rollout/restart",
+                    headers={"Authorization": "Bearer fleet-token"},
+                )
+                assert answer.status_code == 200, answer.text
+                assert answer.headers["X-Inferway-Forwarded-To"] == leader
+            deadline = time.monotonic() + 5
+            while replicas[follower].rollouts.status("v2-rollout")["phase"] == "rolled_back":
+                assert time.monotonic() < deadline, "the follower never saw the restart"
+                await asyncio.sleep(0.05)
+            assert replicas[leader].rollouts.status("v2-rollout")["run"] == run_before + 1
+
             # the leader goes: the other takes over; a fresh replica serves the fleet's weights
             await replicas[leader].stop()
             deadline = time.monotonic() + 10
@@ -226,5 +254,9 @@ async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
                 policy, tmp_path / "fresh", url, fleet.gateway_address, "r3"
             )
             stack.push_async_callback(fresh.stop)
-            assert fresh.rollouts.status("v2-rollout")["phase"] == "rolled_back"
-            assert fresh.control_plane.state.weights["models"] == {"v1": 100.0, "v2": 0.0}
+            expected = replicas[follower].rollouts.status("v2-rollout")
+            served = fresh.rollouts.status("v2-rollout")
+            assert (served["phase"], served["run"]) == (expected["phase"], expected["run"])
+            assert (
+                fresh.control_plane.state.weights == replicas[follower].control_plane.state.weights
+            )

@@ -6,22 +6,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from inferway.gateway.components import Component
 from inferway.gateway.fleet.election import LeaderTask, LeaderWork
 from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource
 from inferway.gateway.fleet.shared_evidence import EvidencePublisher, StoreEvidence
 from inferway.gateway.fleet.shared_rollouts import SharedRolloutStore
-from inferway.gateway.fleet.store import Fence, Store
+from inferway.gateway.fleet.store import Fence, Store, StoreHealth, StoreUnavailableError
 from inferway.gateway.fleet.store_url import open_store
 
 __all__ = ["ELECTION", "Fleet", "open_fleet"]
 
 ELECTION = "loops"
 """The one election: whoever wins it runs every loop that must run once."""
+REPLICAS = "replicas/"
+HEARTBEAT_S = 1.0
+REPLICA_STALE_S = 15.0
+"""A replica not heard from for this long is no longer listed."""
+
+log = logging.getLogger("inferway.fleet")
 
 
 def _while_leading(component: Component) -> LeaderTask:
@@ -45,6 +55,62 @@ class Fleet:
     publisher: EvidencePublisher
     silent_after_s: float
     leader: LeaderWork | None = field(default=None)
+    admin_url: str = ""
+    _replicas: list[dict[str, Any]] = field(default_factory=list)
+    _health: StoreHealth | None = None
+    _beat: asyncio.Task[None] | None = None
+
+    def advertise(self, admin_url: str) -> None:
+        """This replica's admin API, for the others (a command they get is forwarded here
+        while this replica leads)."""
+        self.admin_url = admin_url
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """Every replica heard from in the last ``REPLICA_STALE_S`` (registry records)."""
+        now = time.time()
+        return [r for r in self._replicas if now - r["at"] <= REPLICA_STALE_S]
+
+    def current_leader(self) -> str | None:
+        if self.leader is not None and self.leader.status.leading:
+            return self.identity
+        leading = sorted((r for r in self.replicas() if r["leading"]), key=lambda r: -r["at"])
+        return leading[0]["id"] if leading else None
+
+    def leader_admin(self) -> str | None:
+        leader = self.current_leader()
+        return next((r["admin"] for r in self.replicas() if r["id"] == leader), None)
+
+    def health_json(self) -> dict[str, Any]:
+        health = self._health
+        if health is None:
+            return {"url": self.store.url, "ok": None, "detail": "not checked yet", "members": []}
+        return {
+            "url": health.url,
+            "ok": health.ok,
+            "detail": health.detail,
+            "members": list(health.members),
+        }
+
+    async def _heartbeat(self) -> None:
+        beats = 0
+        while True:
+            try:
+                if beats % 5 == 0:
+                    self._health = await self.store.health()
+                record = {
+                    "id": self.identity,
+                    "admin": self.admin_url,
+                    "leading": self.leader is not None and self.leader.status.leading,
+                    "at": time.time(),
+                }
+                await self.store.put(REPLICAS + self.identity, json.dumps(record).encode())
+                self._replicas = [json.loads(r.value) for r in await self.store.list(REPLICAS)]
+            except StoreUnavailableError as exc:
+                self._health = StoreHealth(self.store.url, False, str(exc))
+            except (ValueError, KeyError) as exc:
+                log.warning("fleet registry: unreadable record: %s", exc)
+            beats += 1
+            await asyncio.sleep(HEARTBEAT_S)
 
     def windows(self, stable: str, canary: str) -> FleetStatsSource:
         """The rollout evidence of every Envoy that reports to any replica."""
@@ -67,8 +133,13 @@ class Fleet:
         self.rollouts.start()
         await self.evidence.start()
         await self.publisher.start()
+        self._beat = asyncio.create_task(self._heartbeat(), name="fleet heartbeat")
 
     async def stop(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beat
         await self.publisher.stop()
         await self.evidence.stop()
         await self.rollouts.stop()

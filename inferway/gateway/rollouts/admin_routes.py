@@ -4,15 +4,21 @@ app's token middleware (``admin_security``) like ``POST /reload``."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 
 from inferway.controllers.rollout.controller import COMMANDS, RolloutCommandError
 from inferway.gateway.admin_documents import RolloutCommandAnswer, RolloutList
 from inferway.gateway.rollouts.driver import RolloutDriver, UnknownRolloutError
 
-__all__ = ["DRIVER", "add_rollout_routes"]
+__all__ = ["DRIVER", "FORWARD", "add_rollout_routes"]
 
 DRIVER = web.AppKey("rollout_driver", RolloutDriver)
+FORWARD: web.AppKey[Callable[[web.Request], Awaitable[web.Response | None]]] = web.AppKey(
+    "rollout_forward"
+)
+"""A fleet replica that does not lead forwards commands to the leader (None: it leads)."""
 
 
 def _unknown(driver: RolloutDriver, name: str) -> web.Response:
@@ -38,6 +44,9 @@ async def _show(request: web.Request) -> web.Response:
 
 async def _command(request: web.Request) -> web.Response:
     driver, name = request.app[DRIVER], request.match_info["name"]
+    forward = request.app.get(FORWARD)
+    if forward is not None and (forwarded := await forward(request)) is not None:
+        return forwarded
     command = request.match_info["command"]
     if command not in COMMANDS:
         return web.json_response(
