@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,18 +27,7 @@ from _common import environment, print_table, summarize, write_results
 
 from inferway.gateway.fleet.store_url import open_store
 from tests.etcd_cluster import ETCD, EtcdCluster
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _replica(url: str, identity: str, ttl: float, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.fleet_replica", url, identity, str(ttl)],
-        cwd=ROOT,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+from tests.fleet_replica import spawn_replica
 
 
 async def run(kills: int, ttl: float, workdir: Path) -> dict[str, object]:
@@ -47,7 +35,9 @@ async def run(kills: int, ttl: float, workdir: Path) -> dict[str, object]:
     async with EtcdCluster(workdir, members=3) as cluster:
         url = cluster.url + "/bench"
         store = open_store(url, workdir=workdir)
-        replicas = {f"r{i}": _replica(url, f"r{i}", ttl, workdir / f"r{i}.log") for i in range(3)}
+        replicas = {
+            f"r{i}": spawn_replica(url, f"r{i}", ttl, workdir / f"r{i}.log") for i in range(3)
+        }
         try:
             for round_ in range(kills):
                 deadline = time.monotonic() + 30
@@ -63,7 +53,7 @@ async def run(kills: int, ttl: float, workdir: Path) -> dict[str, object]:
                     await asyncio.sleep(0.01)
                 takeovers.append(time.monotonic() - killed)
                 print(f"kill {round_ + 1}/{kills}: {leader} -> {now} in {takeovers[-1]:.2f}s")
-                replicas[leader] = _replica(url, leader, ttl, workdir / f"{leader}.log")
+                replicas[leader] = spawn_replica(url, leader, ttl, workdir / f"{leader}.log")
         finally:
             for process in replicas.values():
                 process.kill()

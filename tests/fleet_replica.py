@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +26,20 @@ async def _decide(store: Store, identity: str, fence: Fence) -> None:
         with contextlib.suppress(ConflictError):  # someone wrote n: read again
             await store.put(f"decisions/{n:06d}", body, expect=0, fence=fence)
         await asyncio.sleep(0.05)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn_replica(url: str, identity: str, ttl: float, log: Path) -> subprocess.Popen[bytes]:
+    """This module as a replica process (stop it by its pid)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.fleet_replica", url, identity, str(ttl)],
+        cwd=ROOT,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 async def main(url: str, identity: str, ttl: float) -> None:

@@ -9,8 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,21 +16,11 @@ import pytest
 
 from inferway.gateway.fleet.store_url import open_store
 from tests.etcd_cluster import EtcdCluster
+from tests.fleet_replica import spawn_replica
 
 pytestmark = pytest.mark.needs_binary("etcd", "a real 3-member etcd cluster")
 
 TTL = 2.0
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _replica(url: str, identity: str, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.fleet_replica", url, identity, str(TTL)],
-        cwd=ROOT,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
 
 
 async def test_a_killed_leader_hands_over_within_ttl_and_no_decision_is_made_twice(
@@ -42,7 +30,8 @@ async def test_a_killed_leader_hands_over_within_ttl_and_no_decision_is_made_twi
         url = cluster.url + "/election-test"
         store = open_store(url, workdir=tmp_path)
         replicas = {
-            name: _replica(url, name, tmp_path / f"{name}.log") for name in ("r1", "r2", "r3")
+            name: spawn_replica(url, name, TTL, tmp_path / f"{name}.log")
+            for name in ("r1", "r2", "r3")
         }
         try:
             deadline = time.monotonic() + 30
