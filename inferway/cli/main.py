@@ -66,6 +66,12 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "Run the gateway: serve xDS for the policy, watch it for edits, supervise Envoy.",
     ),
     LazyCommand(
+        "envoy",
+        "inferway.cli.envoy:envoy",
+        "Run Envoy alone against a remote control plane: bootstrap, supervision (restarted on\n"
+        "a crash), stats pushed to the control plane, and a drain on SIGTERM (docs/fleet.md).",
+    ),
+    LazyCommand(
         "profile",
         "inferway.cli.profile:profile",
         "Profile a live backend or gateway with py-spy: flame graph SVG + top frames.",

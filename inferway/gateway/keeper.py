@@ -39,14 +39,13 @@ from inferway.gateway.keeper_state import (
     ProcessRecord,
     write_keeper_state,
 )
-from inferway.gateway.supervisor import EnvoySupervisor
+from inferway.gateway.supervisor import EnvoySupervisor, wait_envoy_started
 from inferway.gateway.xds_mtls import XdsMtlsError, load_xds_mtls
 
-__all__ = ["ENVOY_READY_TIMEOUT_S", "run_keeper"]
+__all__ = ["run_keeper"]
 
 log = logging.getLogger("inferway")
 
-ENVOY_READY_TIMEOUT_S = 30.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PUBLISH_INTERVAL_S = 0.5
 
@@ -142,7 +141,7 @@ class _Keeper:
             log.error("cannot start envoy: %s", error)
             return EXIT_CANNOT_START
         self.publish()
-        failure = await unless_stopped(self._envoy_started(self.envoy), self.stop_event)
+        failure = await unless_stopped(wait_envoy_started(self.envoy), self.stop_event)
         if self.stop_event.is_set():
             log.info("stopped during start-up")
             return 0
@@ -162,27 +161,6 @@ class _Keeper:
 
     def _pids(self) -> tuple[int | None, int | None]:
         return (None if self.envoy is None else self.envoy.pid), self.child.pid
-
-    async def _envoy_started(self, envoy: EnvoySupervisor) -> str | None:
-        """None once Envoy answers /ready (or, with a warning, when it is merely slow); the
-        reason when it exited before it was ready: it cannot start, so neither can we."""
-        deadline = asyncio.get_running_loop().time() + ENVOY_READY_TIMEOUT_S
-        while asyncio.get_running_loop().time() < deadline:
-            if envoy.last_exit_code is not None:
-                tail = "\n  ".join(envoy.stderr_tail()[-15:]) or "(no output)"
-                return (
-                    f"envoy exited with code {envoy.last_exit_code} before it was ready; "
-                    f"cannot start the gateway. Envoy's last output:\n  {tail}"
-                )
-            if await envoy.wait_ready(0.5):
-                log.info("envoy is ready (admin on port %d)", envoy.admin_port)
-                return None
-        log.warning(
-            "envoy is not ready after %.0fs; last output:\n  %s",
-            ENVOY_READY_TIMEOUT_S,
-            "\n  ".join(envoy.stderr_tail()[-10:]) or "(none)",
-        )
-        return None
 
     async def _stop_all(self) -> None:
         """Envoy first: a data plane is never left without the process that keeps it."""

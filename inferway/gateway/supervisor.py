@@ -28,7 +28,14 @@ from inferway.gateway.restart_loop import Backoff, Exit, keep_restarting
 from inferway.parent_death import set_parent_death_signal
 from inferway.xds.envoy_binary import find_envoy
 
-__all__ = ["Backoff", "EnvoySupervisor", "admin_port_of", "set_parent_death_signal"]
+__all__ = [
+    "ENVOY_READY_TIMEOUT_S",
+    "Backoff",
+    "EnvoySupervisor",
+    "admin_port_of",
+    "set_parent_death_signal",
+    "wait_envoy_started",
+]
 
 log = logging.getLogger(__name__)
 
@@ -257,3 +264,28 @@ def _signal_group(pid: int, sig: int) -> None:
     except PermissionError:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
+
+
+ENVOY_READY_TIMEOUT_S = 30.0
+
+
+async def wait_envoy_started(envoy: EnvoySupervisor) -> str | None:
+    """None once Envoy answers /ready (or, with a warning, when it is merely slow); the
+    reason when it exited before it was ready: it cannot start, so neither can we."""
+    deadline = asyncio.get_running_loop().time() + ENVOY_READY_TIMEOUT_S
+    while asyncio.get_running_loop().time() < deadline:
+        if envoy.last_exit_code is not None:
+            tail = "\n  ".join(envoy.stderr_tail()[-15:]) or "(no output)"
+            return (
+                f"envoy exited with code {envoy.last_exit_code} before it was ready; "
+                f"cannot start the gateway. Envoy's last output:\n  {tail}"
+            )
+        if await envoy.wait_ready(0.5):
+            log.info("envoy is ready (admin on port %d)", envoy.admin_port)
+            return None
+    log.warning(
+        "envoy is not ready after %.0fs; last output:\n  %s",
+        ENVOY_READY_TIMEOUT_S,
+        "\n  ".join(envoy.stderr_tail()[-10:]) or "(none)",
+    )
+    return None
