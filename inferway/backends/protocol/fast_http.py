@@ -24,6 +24,7 @@ from typing import Any, cast
 import httptools
 from aiohttp import web_server
 
+from inferway.backends.batching.client_gone import GoneCheck, client_gone_check
 from inferway.backends.protocol.decode_plans import DecodePlans
 from inferway.backends.protocol.fast_wire import (
     HOT_SKIP_HEADERS,
@@ -37,6 +38,7 @@ from inferway.backends.protocol.fast_wire import (
     take_repeats,
 )
 from inferway.backends.protocol.http_server import ENVOY_TIMEOUT_HEADER, HTTP
+from inferway.backends.protocol.peer import transport_gone_check
 from inferway.backends.serving.core import ServingCore
 from inferway.backends.serving.failures import Failure, classify_error
 from inferway.backends.telemetry import tracing
@@ -83,11 +85,13 @@ class _Connection(asyncio.Protocol):
         self._closing = False
         self._paused = False  # the client is not reading its answers: serve no more for now
         self.idle_since: float | None = time.monotonic()
+        self._gone: GoneCheck | None = None  # the executor's hang-up check (client_gone.py)
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self._gone = transport_gone_check(transport)
         self._front.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -121,8 +125,10 @@ class _Connection(asyncio.Protocol):
         return data[taken:] if taken else data
 
     def eof_received(self) -> bool | None:
-        # A client that half-closes has gone away, as aiohttp reads it: the transport closes
-        # and connection_lost cancels the request in flight (never computed if still queued).
+        # A client that half-closes has gone away, as aiohttp reads it: the transport closes.
+        # Its requests are dropped now, not when connection_lost runs a pass later: a batch
+        # launched in between would compute them.
+        self._drop_requests()
         return None
 
     def pause_writing(self) -> None:
@@ -135,6 +141,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._front.connections.discard(self)
+        self._drop_requests()
+
+    def _drop_requests(self) -> None:
         self._queue.clear()
         if self._task is not None:  # the client went away: drop (and count) its request
             self._task.cancel()
@@ -198,9 +207,13 @@ class _Connection(asyncio.Protocol):
             return
         # No span, no recorded digest, no deadline to bound: the core's callback path, no
         # task per request (as the gRPC stream is served); the outcome comes to _finish.
-        queued = self._front.core.submit(
-            call, HTTP, partial(self._finish, request), request_id=call.headers.get(_REQUEST_ID)
-        )
+        token = client_gone_check.set(self._gone)
+        try:
+            queued = self._front.core.submit(
+                call, HTTP, partial(self._finish, request), request_id=call.headers.get(_REQUEST_ID)
+            )
+        finally:
+            client_gone_check.reset(token)
         if self._serving is request:  # not answered already (refused before queueing)
             self._task = queued
 
@@ -208,6 +221,7 @@ class _Connection(asyncio.Protocol):
         core = self._front.core
         call = request.call
         request_id = call.headers.get(_REQUEST_ID)
+        client_gone_check.set(self._gone)  # this task's context only
         try:
             parent = (
                 tracing.extract_context(call.headers) if tracing.is_tracing(core.tracer) else None
