@@ -27,7 +27,12 @@ from inferway.backends.serving.settings import (
     ServingSettings,
 )
 from inferway.backends.tls import BackendTls
-from inferway.cli.serve_options import backend_tls, job_settings
+from inferway.cli.serve_options import (
+    CannotListenError,
+    backend_tls,
+    job_settings,
+    listen_error,
+)
 from inferway.observability.log_format import (
     LogFormatChoice,
     install_log_handler,
@@ -71,16 +76,19 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    handle = await start_backend(
-        model_repository,
-        host=host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        tls=tls,
-        settings=settings,
-        backlog=backlog,
-        jobs=jobs,
-    )
+    try:
+        handle = await start_backend(
+            model_repository,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            tls=tls,
+            settings=settings,
+            backlog=backlog,
+            jobs=jobs,
+        )
+    except OSError as exc:  # a port in use, an address not here, a name that does not resolve
+        raise CannotListenError(listen_error(host, http_port, grpc_port, exc)) from None
     freeze_startup_heap()
     try:
         typer.echo(f"inferway backend serving {model_repository}")
@@ -121,12 +129,20 @@ def serve(
     ] = None,
     http_port: Annotated[
         int,
-        typer.Option(help="HTTP port (KServe v2 REST, /metrics).", envvar="INFERWAY_HTTP_PORT"),
+        typer.Option(
+            min=0,
+            max=65535,
+            help="HTTP port (KServe v2 REST, /metrics); 0: any free port.",
+            envvar="INFERWAY_HTTP_PORT",
+        ),
     ] = 8000,
     grpc_port: Annotated[
         int,
         typer.Option(
-            help="gRPC port (inference.GRPCInferenceService).", envvar="INFERWAY_GRPC_PORT"
+            min=0,
+            max=65535,
+            help="gRPC port (inference.GRPCInferenceService); 0: any free port.",
+            envvar="INFERWAY_GRPC_PORT",
         ),
     ] = 8001,
     host: Annotated[
@@ -253,7 +269,7 @@ def serve(
         typer.Option(
             envvar=HTTP_FRONTEND_ENV,
             help="fast: infer requests are parsed and answered by httptools, every other "
-            "request is handed to aiohttp (docs/serving.md); aiohttp: aiohttp serves all.",
+            "request is handed to aiohttp (docs/backend.md); aiohttp: aiohttp serves all.",
         ),
     ] = _DEFAULT_FRONTEND,
 ) -> None:
@@ -343,6 +359,9 @@ def serve(
             uvloop.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
     except JobStoreUnavailableError as exc:
         typer.echo(f"error: {exc} (--jobs-redis)", err=True)
+        raise typer.Exit(_EXIT_CANNOT_START) from None
+    except CannotListenError as exc:
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(_EXIT_CANNOT_START) from None
     finally:
         if provider is not None:
