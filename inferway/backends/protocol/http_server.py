@@ -165,6 +165,8 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         body = json.loads(raw)
     except ValueError as exc:
         raise UnsupportedRequestError(f"{request.path}: body is not JSON: {exc}") from None
+    except RecursionError:  # the parser recurses per level: a bomb of nested lists
+        raise UnsupportedRequestError(f"{request.path}: body is nested too deeply") from None
     if not isinstance(body, dict):
         raise UnsupportedRequestError(f"{request.path}: body must be a JSON object")
     return body
