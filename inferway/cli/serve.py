@@ -21,7 +21,10 @@ from inferway.backends.jobs.store import JobStoreUnavailableError
 from inferway.backends.process_tuning import freeze_startup_heap, tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_HTTP_FRONTEND,
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     HTTP_FRONTEND_ENV,
     ServingSettings,
@@ -204,6 +207,25 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds from a request's first byte to the end of its headers; a slower "
+            "client is cut off (408).",
+        ),
+    ] = DEFAULT_HEADER_TIMEOUT_S,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds from the end of a request's headers to the end of its body.",
+        ),
+    ] = DEFAULT_BODY_TIMEOUT_S,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(min=0.001, help="Seconds a keep-alive connection may idle between requests."),
+    ] = DEFAULT_IDLE_TIMEOUT_S,
     backlog: Annotated[
         int,
         typer.Option(
@@ -304,13 +326,19 @@ def serve(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
     tls = backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
-    serving = ServingSettings(
-        max_body_bytes=max_body_bytes,
-        default_timeout_s=default_timeout,
-        record_outputs=record_outputs,
-        http_frontend=http_frontend.value,
-        mask=rules,
-    )
+    try:
+        serving = ServingSettings(
+            max_body_bytes=max_body_bytes,
+            default_timeout_s=default_timeout,
+            record_outputs=record_outputs,
+            http_frontend=http_frontend.value,
+            mask=rules,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            idle_timeout_s=idle_timeout,
+        )
+    except ValueError as exc:  # e.g. a timeout of inf
+        raise typer.BadParameter(str(exc)) from None
     jobs = job_settings(
         jobs_redis, jobs_max, jobs_ttl, jobs_concurrency, jobs_timeout, jobs_claim_idle, workers
     )

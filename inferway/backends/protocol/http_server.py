@@ -6,6 +6,7 @@ Every response, errors included, carries the ORCA load header; every failure is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from inferway.backends.protocol.server_info import EXTENSIONS, SERVER_NAME, SERV
 from inferway.backends.protocol.triton_config import model_config_json
 from inferway.backends.serving.core import Chosen, ServingCore, Transport
 from inferway.backends.serving.failures import (
+    BodyTimeoutError,
     Failure,
     PayloadTooLargeError,
     UnsupportedRequestError,
@@ -77,6 +79,8 @@ def _error(failure: Failure) -> web.Response:
     if failure.retry_after_s is not None:
         # Retry-After counts whole seconds (RFC 9110); round up so clients never retry early.
         resp.headers["Retry-After"] = str(max(1, int(-(-failure.retry_after_s // 1))))
+    if failure.http_status == 408:  # a body that never came whole: the connection ends
+        resp.force_close()
     return resp
 
 
@@ -251,11 +255,16 @@ class _HttpCall:
     async def read_body(self, limit: int, model: str) -> None:
         chunks: list[bytes] = []
         total = 0
-        async for chunk in self.request.content.iter_chunked(1 << 20):
-            total += len(chunk)
-            if total > limit:
-                raise PayloadTooLargeError(None, limit, model)
-            chunks.append(chunk)
+        seconds = self.request.app[_CORE].settings.body_timeout_s
+        try:
+            async with asyncio.timeout(seconds):
+                async for chunk in self.request.content.iter_chunked(1 << 20):
+                    total += len(chunk)
+                    if total > limit:
+                        raise PayloadTooLargeError(None, limit, model)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise BodyTimeoutError(seconds) from None
         self.body = b"".join(chunks)
 
     def decode(self, model: ServedModel) -> DecodedRequest:
