@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from inferway.backends.protocol.bad_http_log import install_bad_http_filter
 from inferway.backends.protocol.binary_codec import split_binary_body
 from inferway.backends.protocol.json_codec import (
     decode_json_request,
@@ -311,6 +312,7 @@ def build_http_app(core: ServingCore) -> web.Application:
     """The aiohttp application in front of ``core``: OIP routes, health, metadata,
     /metrics and the recorded answer digests (/v2/debug/outputs). x-request-id is echoed
     back; every answer carries the ORCA load report."""
+    install_bad_http_filter()  # a client's malformed HTTP is a 400, not a logged traceback
     # Inference bodies are streamed under the core's limit; client_max_size bounds the rest.
     app = web.Application(middlewares=[_guard], client_max_size=core.settings.max_body_bytes)
     app[_CORE] = core
