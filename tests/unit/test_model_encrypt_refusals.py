@@ -13,6 +13,7 @@ from inferway.backends.models.hsm import TokenKey, TokenKeyError
 from inferway.cli.main import app
 from inferway.devtools.demo_models import build_add
 
+
 def _said(output: str) -> str:
     """The CLI's message, its words joined again across rich's box and line breaks."""
     return " ".join(output.translate({ord(c): " " for c in "│╭╮╰╯─"}).split())
