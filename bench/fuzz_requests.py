@@ -2,9 +2,10 @@
 requests (tests/request_fuzz.py: JSON and binary-extension bodies, mutated fields, headers,
 lengths, methods, paths) for ``--duration`` seconds, each checked for exactly one whole 2xx/4xx
 answer (strict JSON when JSON); then the server must still answer and its log must hold no
-traceback. Prints the cases tried and the failures; ``--json`` writes the same as JSON.
+traceback. Prints the cases tried and the failures, and writes them as JSON to
+bench/results/fuzz_requests_<frontend>.json (or ``--json``).
 
-    .venv/bin/python bench/fuzz_requests.py --duration 600 --json fuzz.json
+    .venv/bin/python bench/fuzz_requests.py --duration 600 [--frontend aiohttp]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from _common import environment, write_results
 from hypothesis import HealthCheck, Phase, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests.* helpers
@@ -68,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of fuzzing")
     parser.add_argument("--frontend", choices=["fast", "aiohttp"], default="fast")
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--json", type=Path, help="where to write the results (default bench/results/...)"
+    )
     args = parser.parse_args(argv)
     statuses: Counter[int] = Counter()
     failures: list[str] = []
@@ -89,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         log = server.log_text()
     tracebacks = log.count("Traceback")
     result = {
+        "environment": environment(),
         "frontend": args.frontend,
         "seconds": round(time.monotonic() - started, 1),
         "cases": cases,
@@ -98,9 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         "tracebacks_in_server_log": tracebacks,
         "server_still_answering": healthy,
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "environment"}, indent=2))
+    print(f"wrote {write_results(f'fuzz_requests_{args.frontend}', result, args.json)}")
     return 0 if not failures and not tracebacks and healthy else 1
 
 
