@@ -155,7 +155,13 @@ async def serve_repository(
         add_job_routes(app, job_service)
     # handler_cancellation: a client that hangs up cancels its handler, so a request still
     # queued is dropped (never computed) and counted as cancelled.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace, handler_cancellation=True)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=grace,
+        handler_cancellation=True,
+        keepalive_timeout=core.settings.idle_timeout_s,
+    )
     await runner.setup()
     fast: FastHttpServer | None = None
     try:

@@ -26,6 +26,28 @@ app = typer.Typer(
 )
 
 
+def _refuse_non_model(model: Path) -> None:
+    """Only an ONNX model is encrypted: any other file (``/etc/passwd``) would be read whole
+    and a ``.enc`` written beside it, wherever it is. The name must end in ``.onnx`` and the
+    bytes must parse as an ONNX model with a graph."""
+    if model.suffix != ".onnx":
+        raise typer.BadParameter(
+            f"{model} is not an ONNX model file (MODEL must be a .onnx file, e.g. "
+            "models/<name>/<version>/model.onnx)",
+            param_hint="MODEL",
+        )
+    import onnx
+
+    try:
+        proto = onnx.load_model(str(model), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError, or an OSError reading it
+        raise typer.BadParameter(
+            f"{model} does not parse as an ONNX model: {exc}", param_hint="MODEL"
+        ) from None
+    if proto.ir_version <= 0 or not proto.graph.node:
+        raise typer.BadParameter(f"{model} holds no ONNX graph", param_hint="MODEL")
+
+
 @app.command()
 def encrypt(
     model: Annotated[
@@ -89,6 +111,7 @@ def encrypt(
         resolve_token_key,
     )
 
+    _refuse_non_model(model)
     console, err = make_console(), make_console(stderr=True)
     settings = ModelEncryption(
         module=module,

@@ -21,13 +21,21 @@ from inferway.backends.jobs.store import JobStoreUnavailableError
 from inferway.backends.process_tuning import freeze_startup_heap, tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_HTTP_FRONTEND,
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     HTTP_FRONTEND_ENV,
     ServingSettings,
 )
 from inferway.backends.tls import BackendTls
-from inferway.cli.serve_options import backend_tls, job_settings
+from inferway.cli.serve_options import (
+    CannotListenError,
+    backend_tls,
+    job_settings,
+    listen_error,
+)
 from inferway.observability.log_format import (
     LogFormatChoice,
     install_log_handler,
@@ -71,16 +79,19 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    handle = await start_backend(
-        model_repository,
-        host=host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        tls=tls,
-        settings=settings,
-        backlog=backlog,
-        jobs=jobs,
-    )
+    try:
+        handle = await start_backend(
+            model_repository,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            tls=tls,
+            settings=settings,
+            backlog=backlog,
+            jobs=jobs,
+        )
+    except OSError as exc:  # a port in use, an address not here, a name that does not resolve
+        raise CannotListenError(listen_error(host, http_port, grpc_port, exc)) from None
     freeze_startup_heap()
     try:
         typer.echo(f"inferway backend serving {model_repository}")
@@ -121,12 +132,20 @@ def serve(
     ] = None,
     http_port: Annotated[
         int,
-        typer.Option(help="HTTP port (KServe v2 REST, /metrics).", envvar="INFERWAY_HTTP_PORT"),
+        typer.Option(
+            min=0,
+            max=65535,
+            help="HTTP port (KServe v2 REST, /metrics); 0: any free port.",
+            envvar="INFERWAY_HTTP_PORT",
+        ),
     ] = 8000,
     grpc_port: Annotated[
         int,
         typer.Option(
-            help="gRPC port (inference.GRPCInferenceService).", envvar="INFERWAY_GRPC_PORT"
+            min=0,
+            max=65535,
+            help="gRPC port (inference.GRPCInferenceService); 0: any free port.",
+            envvar="INFERWAY_GRPC_PORT",
         ),
     ] = 8001,
     host: Annotated[
@@ -188,6 +207,25 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds from a request's first byte to the end of its headers; a slower "
+            "client is cut off (408).",
+        ),
+    ] = DEFAULT_HEADER_TIMEOUT_S,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Seconds from the end of a request's headers to the end of its body.",
+        ),
+    ] = DEFAULT_BODY_TIMEOUT_S,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(min=0.001, help="Seconds a keep-alive connection may idle between requests."),
+    ] = DEFAULT_IDLE_TIMEOUT_S,
     backlog: Annotated[
         int,
         typer.Option(
@@ -253,7 +291,7 @@ def serve(
         typer.Option(
             envvar=HTTP_FRONTEND_ENV,
             help="fast: infer requests are parsed and answered by httptools, every other "
-            "request is handed to aiohttp (docs/serving.md); aiohttp: aiohttp serves all.",
+            "request is handed to aiohttp (docs/backend.md); aiohttp: aiohttp serves all.",
         ),
     ] = _DEFAULT_FRONTEND,
 ) -> None:
@@ -288,13 +326,19 @@ def serve(
             f"{model_repository} is not a directory", param_hint="MODEL_REPOSITORY"
         )
     tls = backend_tls(tls_cert, tls_key, client_ca, require_client_cert)
-    serving = ServingSettings(
-        max_body_bytes=max_body_bytes,
-        default_timeout_s=default_timeout,
-        record_outputs=record_outputs,
-        http_frontend=http_frontend.value,
-        mask=rules,
-    )
+    try:
+        serving = ServingSettings(
+            max_body_bytes=max_body_bytes,
+            default_timeout_s=default_timeout,
+            record_outputs=record_outputs,
+            http_frontend=http_frontend.value,
+            mask=rules,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            idle_timeout_s=idle_timeout,
+        )
+    except ValueError as exc:  # e.g. a timeout of inf
+        raise typer.BadParameter(str(exc)) from None
     jobs = job_settings(
         jobs_redis, jobs_max, jobs_ttl, jobs_concurrency, jobs_timeout, jobs_claim_idle, workers
     )
@@ -343,6 +387,9 @@ def serve(
             uvloop.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
     except JobStoreUnavailableError as exc:
         typer.echo(f"error: {exc} (--jobs-redis)", err=True)
+        raise typer.Exit(_EXIT_CANNOT_START) from None
+    except CannotListenError as exc:
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(_EXIT_CANNOT_START) from None
     finally:
         if provider is not None:

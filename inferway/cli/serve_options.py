@@ -4,6 +4,7 @@ naming the option."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import typer
@@ -11,7 +12,24 @@ import typer
 from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.tls import BackendTls
 
-__all__ = ["backend_tls", "job_settings"]
+__all__ = ["CannotListenError", "backend_tls", "job_settings", "listen_error"]
+
+
+class CannotListenError(Exception):
+    """The backend could not bind its ports: a usage error (exit 2) with the reason, not a
+    traceback."""
+
+
+def listen_error(host: str, http_port: int, grpc_port: int, exc: OSError) -> str:
+    """What to tell the user when binding failed: the address, the ports, the system's reason
+    and the option to change."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if isinstance(exc, socket.gaierror):
+        return f"cannot listen on {host!r}: {reason} (--host)"
+    return (
+        f"cannot listen on {host} (HTTP port {http_port}, gRPC port {grpc_port}): {reason} "
+        "(--http-port / --grpc-port / --host; is another server using the port?)"
+    )
 
 
 def job_settings(

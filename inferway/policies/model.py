@@ -23,6 +23,7 @@ from inferway.policies.autoscale import AutoscaleBlock
 from inferway.policies.cost import Cost
 from inferway.policies.features import FeatureRouter, Features
 from inferway.policies.grpc_targets import GrpcTarget
+from inferway.policies.listener_limits import ListenerLimits
 from inferway.policies.masking import Mask
 from inferway.policies.observability import Observability
 from inferway.policies.replicas import Replicas
@@ -66,6 +67,8 @@ class Listener(_Model):
     address: str = "127.0.0.1"
     port: int = Field(ge=1, le=65535)
     tls: ListenerTls | None = None
+    limits: ListenerLimits = Field(default_factory=ListenerLimits)
+    """Slow-client timeouts and the largest request (listener_limits.py); on by default."""
 
     @field_validator("address")
     @classmethod

@@ -15,7 +15,7 @@ from inferway.resolve.endpoints import resolve_endpoints, resolve_localities
 from inferway.resolve.features import resolve_feature_router
 from inferway.resolve.grpc_targets import resolve_grpc_target
 from inferway.resolve.ir import IR
-from inferway.resolve.ir.listener import ListenerIR
+from inferway.resolve.ir.listener import ListenerIR, ListenerLimitsIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.ir.service import ServiceIR
 from inferway.resolve.observability import resolve_observability
@@ -94,6 +94,12 @@ def resolve_listener(listener: Listener, routes: list[RouteIR]) -> ListenerIR:
         port=listener.port,
         tls=resolve_downstream_tls(listener),
         routes=tuple(routes),
+        limits=ListenerLimitsIR(
+            request_headers_timeout_s=listener.limits.request_headers_timeout,
+            stream_idle_timeout_s=listener.limits.stream_idle_timeout,
+            request_timeout_s=listener.limits.request_timeout,
+            max_request_bytes=listener.limits.max_request_bytes,
+        ),
     )
 
 

@@ -152,6 +152,7 @@ def test_no_pin_and_a_pin_in_config_are_clear_errors(hsm: SoftHsm, tmp_path: Pat
     with pytest.raises(ModelDecryptionError, match="refused the PIN"):
         pin_file = tmp_path / "pin"
         pin_file.write_text("0000\n")
+        pin_file.chmod(0o600)  # a PIN file others can read is refused
         decrypt_model_file(tmp_path / ENCRYPTED_MODEL_FILE, ModelEncryption(pin_file=str(pin_file)))
     with pytest.raises(ValidationError, match="a PIN is never written into config"):
         ModelEncryption.model_validate({"pin": "4321"})
@@ -174,6 +175,7 @@ async def test_serve_loads_encrypted_models_and_refuses_a_tampered_new_version(
     _version(root, 1)
     pin_file = tmp_path / "pin"
     pin_file.write_text(hsm.pin + "\n")
+    pin_file.chmod(0o600)  # a PIN file others can read is refused
     env = {k: v for k, v in os.environ.items() if k != "INFERWAY_PKCS11_PIN"}
     env.update(SOFTHSM2_CONF=str(hsm.conf), INFERWAY_PKCS11_MODULE=hsm.module)
     env["INFERWAY_PKCS11_PIN_FILE"] = str(pin_file)  # the PIN from a file this time

@@ -83,8 +83,10 @@ def test_the_pin_comes_from_a_file_or_an_environment_variable(
 ) -> None:
     pin_file = tmp_path / "pin"
     pin_file.write_text("1234\n")
+    pin_file.chmod(0o600)  # a PIN file others can read is refused
     assert TokenKey("m", "t", "k", pin_file=str(pin_file)).read_pin() == "1234"
     pin_file.write_text("\n")
+    pin_file.chmod(0o600)  # a PIN file others can read is refused
     with pytest.raises(TokenKeyError, match="is empty"):
         TokenKey("m", "t", "k", pin_file=str(pin_file)).read_pin()
     monkeypatch.setenv("MY_PIN", "9999")

@@ -169,12 +169,13 @@ def test_a_weight_override_moves_traffic_without_a_policy_edit() -> None:
     plane = ControlPlane(cache, clock=Clock())
     plane.apply_policy(make_policy(10), "p.yaml")
     plane.update_state(State(weights={"model": {"v1": 50, "v2": 50}}), "rollout")
+    # routes[0] is the listener's 413 route (limits.max_request_bytes); [1] the policy's first
     route = cache.get_snapshot().resources.of_type(type_urls.ROUTE)["public"]
-    clusters = route.virtual_hosts[0].routes[0].route.weighted_clusters.clusters  # type: ignore[attr-defined]
+    clusters = route.virtual_hosts[0].routes[1].route.weighted_clusters.clusters  # type: ignore[attr-defined]
     assert [(c.name, c.weight.value) for c in clusters] == [("v1", 5000), ("v2", 5000)]
     plane.update_state(State(), "rollout")  # undoing the override is a State change
     route = cache.get_snapshot().resources.of_type(type_urls.ROUTE)["public"]
-    clusters = route.virtual_hosts[0].routes[0].route.weighted_clusters.clusters  # type: ignore[attr-defined]
+    clusters = route.virtual_hosts[0].routes[1].route.weighted_clusters.clusters  # type: ignore[attr-defined]
     assert [(c.name, c.weight.value) for c in clusters] == [("v1", 9000), ("v2", 1000)]
 
 

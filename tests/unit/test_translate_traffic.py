@@ -96,7 +96,7 @@ def test_hash_on_reaches_the_route_and_zone_weights_the_localities() -> None:
         }
     )
     (vhost,) = resources.of_type(type_urls.ROUTE)["main"].virtual_hosts
-    (hash_policy,) = vhost.routes[0].route.hash_policy
+    (hash_policy,) = vhost.routes[1].route.hash_policy  # [0]: the listener's 413 route
     assert hash_policy.header.header_name == "x-user"
     assignment = resources.of_type(type_urls.ENDPOINT)["m"]
     weights = {g.locality.zone: g.load_balancing_weight.value for g in assignment.endpoints}

@@ -30,6 +30,7 @@ from opentelemetry import trace
 
 from ..runners.base import Runner
 from .batch_tensors import join_inputs, split_outputs
+from .client_gone import client_gone_check
 from .config import BatchingConfig
 from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
@@ -48,6 +49,20 @@ log = logging.getLogger(__name__)
 INLINE_BELOW_S = 0.0002
 """A batch the cost model expects to finish faster than this runs on the event loop thread:
 handing it to a worker thread and back costs about as much as computing it."""
+
+
+def _abandoned(req: QueuedRequest) -> bool:
+    """Whether nobody waits for ``req``'s rows: its caller gave up, or its client's connection
+    says it hung up (then its future is cancelled here, so it is answered and counted as a
+    client gone, as a cancel read by the loop would be)."""
+    fut = req.future
+    if fut.done():
+        return True
+    gone = req.gone
+    if gone is not None and gone():
+        fut.cancel()
+        return True
+    return False
 
 
 class BatchExecutor:
@@ -226,6 +241,7 @@ class BatchExecutor:
             inputs=inputs,
             future=fut,
             span_context=span_context,
+            gone=client_gone_check.get(),
         )
         self._sched.submit(req, now)
         self._dispatcher.pump_soon()  # decided once the loop has read what else is ready
@@ -295,11 +311,12 @@ class BatchExecutor:
 
     def _launch(self, batch: Dispatch[QueuedRequest], now: float) -> None:
         assert self._loop is not None
-        if any(req.future.done() for req in batch.requests):
+        live = tuple(req for req in batch.requests if not _abandoned(req))
+        if len(live) < len(batch.requests):
             # cancelled after the scheduler took it, before its forget callback ran (both
-            # wait for the loop's next pass): nobody waits for these rows
-            live = tuple(req for req in batch.requests if not req.future.done())
-            if not live:
+            # wait for the loop's next pass), or its client hung up and the loop has not read
+            # it yet: nobody waits for these rows
+            if not live:  # the pump asks the scheduler again
                 return
             batch = Dispatch(live, sum(r.rows for r in live), sum(r.nbytes for r in live))
         instance = self._idle.pop()

@@ -15,6 +15,7 @@ without encrypted models does not need it.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ __all__ = [
     "TokenKey",
     "TokenKeyError",
     "create_token_key",
+    "refuse_exposed_pin_file",
     "resolve_token_key",
     "unwrap_data_key",
     "wrap_data_key",
@@ -94,6 +96,7 @@ class TokenKey:
     def read_pin(self) -> str:
         """The user PIN, from ``pin_file`` when set, else from ``pin_env``."""
         if self.pin_file:
+            refuse_exposed_pin_file(self.pin_file)
             try:
                 lines = Path(self.pin_file).read_text(encoding="utf-8").splitlines()
             except OSError as e:
@@ -108,6 +111,20 @@ class TokenKey:
                 f"(pin_file in the model's encryption config, or ${PIN_FILE_ENV})"
             )
         return pin
+
+
+def refuse_exposed_pin_file(path: str) -> None:
+    """A PIN file others can read is a PIN others know: refused (as ssh refuses a private key
+    with such a mode) until it is ``chmod 600``."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # reading it says why
+    if mode & 0o077:
+        raise TokenKeyError(
+            f"the PIN file {path} is readable or writable by group or others (mode "
+            f"{stat.S_IMODE(mode):04o}): chmod 600 {path}"
+        )
 
 
 def resolve_token_key(

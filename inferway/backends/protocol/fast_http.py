@@ -24,6 +24,7 @@ from typing import Any, cast
 import httptools
 from aiohttp import web_server
 
+from inferway.backends.batching.client_gone import GoneCheck, client_gone_check
 from inferway.backends.protocol.decode_plans import DecodePlans
 from inferway.backends.protocol.fast_wire import (
     HOT_SKIP_HEADERS,
@@ -32,11 +33,14 @@ from inferway.backends.protocol.fast_wire import (
     RepeatedHead,
     RouteMemo,
     answer_bytes,
+    error_body,
     head_end,
     repeatable_head,
+    response_bytes,
     take_repeats,
 )
 from inferway.backends.protocol.http_server import ENVOY_TIMEOUT_HEADER, HTTP
+from inferway.backends.protocol.peer import transport_gone_check
 from inferway.backends.serving.core import ServingCore
 from inferway.backends.serving.failures import Failure, classify_error
 from inferway.backends.telemetry import tracing
@@ -45,8 +49,7 @@ __all__ = ["FastHttpServer"]
 
 log = logging.getLogger("inferway.backends.http")
 
-KEEPALIVE_TIMEOUT_S = 75.0
-"""Idle keep-alive connections are closed after this long, as aiohttp does."""
+_TIMED_OUT = error_body("the request was not sent in time (its head or body came too slowly)")
 _REQUEST_ID = tracing.REQUEST_ID_HEADER
 
 
@@ -83,11 +86,14 @@ class _Connection(asyncio.Protocol):
         self._closing = False
         self._paused = False  # the client is not reading its answers: serve no more for now
         self.idle_since: float | None = time.monotonic()
+        self._deadline: float | None = None  # the request being read must be whole by then
+        self._gone: GoneCheck | None = None  # the executor's hang-up check (client_gone.py)
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self._gone = transport_gone_check(transport)
         self._front.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -121,8 +127,10 @@ class _Connection(asyncio.Protocol):
         return data[taken:] if taken else data
 
     def eof_received(self) -> bool | None:
-        # A client that half-closes has gone away, as aiohttp reads it: the transport closes
-        # and connection_lost cancels the request in flight (never computed if still queued).
+        # A client that half-closes has gone away, as aiohttp reads it: the transport closes.
+        # Its requests are dropped now, not when connection_lost runs a pass later: a batch
+        # launched in between would compute them.
+        self._drop_requests()
         return None
 
     def pause_writing(self) -> None:
@@ -135,6 +143,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._front.connections.discard(self)
+        self._drop_requests()
+
+    def _drop_requests(self) -> None:
         self._queue.clear()
         if self._task is not None:  # the client went away: drop (and count) its request
             self._task.cancel()
@@ -142,6 +153,7 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks ----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._deadline = time.monotonic() + self._front.header_timeout_s
         self._url = b""
         self._headers = {}
         self._body = []
@@ -162,11 +174,13 @@ class _Connection(asyncio.Protocol):
         if int(self._headers.get("content-length", "0")) > self._front.max_body_bytes:
             raise _HandOff  # aiohttp refuses it (413) before reading it, as it always has
         self._route = route
+        self._deadline = time.monotonic() + self._front.body_timeout_s
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._deadline = None
         body = b"".join(self._body)
         head_size = head_end(self._raw)
         assert self._route is not None
@@ -198,9 +212,13 @@ class _Connection(asyncio.Protocol):
             return
         # No span, no recorded digest, no deadline to bound: the core's callback path, no
         # task per request (as the gRPC stream is served); the outcome comes to _finish.
-        queued = self._front.core.submit(
-            call, HTTP, partial(self._finish, request), request_id=call.headers.get(_REQUEST_ID)
-        )
+        token = client_gone_check.set(self._gone)
+        try:
+            queued = self._front.core.submit(
+                call, HTTP, partial(self._finish, request), request_id=call.headers.get(_REQUEST_ID)
+            )
+        finally:
+            client_gone_check.reset(token)
         if self._serving is request:  # not answered already (refused before queueing)
             self._task = queued
 
@@ -208,6 +226,7 @@ class _Connection(asyncio.Protocol):
         core = self._front.core
         call = request.call
         request_id = call.headers.get(_REQUEST_ID)
+        client_gone_check.set(self._gone)  # this task's context only
         try:
             parent = (
                 tracing.extract_context(call.headers) if tracing.is_tracing(core.tracer) else None
@@ -272,16 +291,29 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
     def close_if_idle(self, now: float | None) -> None:
-        """Shutting down (``now`` None) or sweeping idle keep-alive connections: close this
-        one if it has nothing in flight (and, when sweeping, has idled long enough)."""
+        """Shutting down (``now`` None) or sweeping: close this connection if it has nothing
+        in flight and, when sweeping, has idled too long, or has taken too long to send the
+        request it is sending (a 408 first: no answer is owed before it)."""
         if now is None:
             self._closing = True
         if self._serving is not None or self._queue or self._handoff:
             return
-        if now is None or (
-            self.idle_since is not None and now - self.idle_since > KEEPALIVE_TIMEOUT_S
-        ):
+        if now is None:
             self._close()
+        elif self._deadline is not None:
+            if now > self._deadline:
+                self._timed_out()
+        elif self.idle_since is not None and now - self.idle_since > self._front.idle_timeout_s:
+            self._close()
+
+    def _timed_out(self) -> None:
+        self._front.timed_out += 1
+        if self._transport is not None and not self._transport.is_closing():
+            answer = response_bytes(
+                408, b"application/json; charset=utf-8", _TIMED_OUT, [], keep_alive=False
+            )
+            self._transport.write(answer)
+        self._close()
 
     def abort(self) -> None:
         if self._task is not None:
@@ -305,6 +337,13 @@ class FastHttpServer:
         """``hot_route``, remembered per URL."""
         self.repeated_heads = 0
         """Requests taken without the parser: they repeated their connection's last head."""
+        settings = core.settings
+        self.header_timeout_s = settings.header_timeout_s
+        self.body_timeout_s = settings.body_timeout_s
+        self.idle_timeout_s = settings.idle_timeout_s
+        self.timed_out = 0
+        """Connections closed because a request's head or body came too slowly."""
+        self._sweep_every = min(self.header_timeout_s, self.body_timeout_s, self.idle_timeout_s) / 5
         self.closing = False
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -341,7 +380,7 @@ class FastHttpServer:
             backlog=backlog,
             reuse_port=reuse_port or None,
         )
-        self._sweeper = loop.call_later(KEEPALIVE_TIMEOUT_S / 5, self._sweep)
+        self._sweeper = loop.call_later(self._sweep_every, self._sweep)
         sockname: Any = self._server.sockets[0].getsockname()
         return int(sockname[1])
 
@@ -349,7 +388,7 @@ class FastHttpServer:
         now = time.monotonic()
         for conn in list(self.connections):
             conn.close_if_idle(now)
-        self._sweeper = asyncio.get_running_loop().call_later(KEEPALIVE_TIMEOUT_S / 5, self._sweep)
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_every, self._sweep)
 
     async def close(self, grace: float) -> None:
         """Stop listening, close idle connections, let requests in flight finish (up to

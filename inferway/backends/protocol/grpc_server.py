@@ -23,6 +23,7 @@ import grpc
 from google.protobuf import json_format
 from opentelemetry.context import Context
 
+from inferway.backends.batching.client_gone import client_gone_check
 from inferway.backends.models.served_model import ModelNotFoundError
 from inferway.backends.protocol import pb2, pb2_grpc
 from inferway.backends.protocol.grpc_codec import decode_grpc_request, encode_grpc_response
@@ -219,6 +220,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         parent, request_id = self._caller(context)
+        client_gone_check.set(context.cancelled)  # this call's task only (client_gone.py)
         response, failure = await self._core.infer(
             _GrpcCall(request, context), GRPC, parent=parent, request_id=request_id
         )
@@ -235,6 +237,7 @@ class InferenceServicer(pb2_grpc.GRPCInferenceServiceServicer):
         requests already read, then ends the call; the ORCA report rides on its trailers.
         Without tracing a request costs no coroutine: its future's callback answers it."""
         parent, request_id = self._caller(context)
+        client_gone_check.set(context.cancelled)  # this call's tasks only (client_gone.py)
         core = self._core
         answers: asyncio.Queue[Any] = asyncio.Queue()
         waiting: set[asyncio.Future[Any]] = set()

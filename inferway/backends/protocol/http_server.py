@@ -6,6 +6,7 @@ Every response, errors included, carries the ORCA load header; every failure is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from inferway.backends.protocol.bad_http_log import install_bad_http_filter
 from inferway.backends.protocol.binary_codec import split_binary_body
 from inferway.backends.protocol.json_codec import (
     decode_json_request,
@@ -23,6 +25,7 @@ from inferway.backends.protocol.server_info import EXTENSIONS, SERVER_NAME, SERV
 from inferway.backends.protocol.triton_config import model_config_json
 from inferway.backends.serving.core import Chosen, ServingCore, Transport
 from inferway.backends.serving.failures import (
+    BodyTimeoutError,
     Failure,
     PayloadTooLargeError,
     UnsupportedRequestError,
@@ -77,6 +80,8 @@ def _error(failure: Failure) -> web.Response:
     if failure.retry_after_s is not None:
         # Retry-After counts whole seconds (RFC 9110); round up so clients never retry early.
         resp.headers["Retry-After"] = str(max(1, int(-(-failure.retry_after_s // 1))))
+    if failure.http_status == 408:  # a body that never came whole: the connection ends
+        resp.force_close()
     return resp
 
 
@@ -165,6 +170,8 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         body = json.loads(raw)
     except ValueError as exc:
         raise UnsupportedRequestError(f"{request.path}: body is not JSON: {exc}") from None
+    except RecursionError:  # the parser recurses per level: a bomb of nested lists
+        raise UnsupportedRequestError(f"{request.path}: body is nested too deeply") from None
     if not isinstance(body, dict):
         raise UnsupportedRequestError(f"{request.path}: body must be a JSON object")
     return body
@@ -249,11 +256,16 @@ class _HttpCall:
     async def read_body(self, limit: int, model: str) -> None:
         chunks: list[bytes] = []
         total = 0
-        async for chunk in self.request.content.iter_chunked(1 << 20):
-            total += len(chunk)
-            if total > limit:
-                raise PayloadTooLargeError(None, limit, model)
-            chunks.append(chunk)
+        seconds = self.request.app[_CORE].settings.body_timeout_s
+        try:
+            async with asyncio.timeout(seconds):
+                async for chunk in self.request.content.iter_chunked(1 << 20):
+                    total += len(chunk)
+                    if total > limit:
+                        raise PayloadTooLargeError(None, limit, model)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise BodyTimeoutError(seconds) from None
         self.body = b"".join(chunks)
 
     def decode(self, model: ServedModel) -> DecodedRequest:
@@ -300,6 +312,7 @@ def build_http_app(core: ServingCore) -> web.Application:
     """The aiohttp application in front of ``core``: OIP routes, health, metadata,
     /metrics and the recorded answer digests (/v2/debug/outputs). x-request-id is echoed
     back; every answer carries the ORCA load report."""
+    install_bad_http_filter()  # a client's malformed HTTP is a 400, not a logged traceback
     # Inference bodies are streamed under the core's limit; client_max_size bounds the rest.
     app = web.Application(middlewares=[_guard], client_max_size=core.settings.max_body_bytes)
     app[_CORE] = core

@@ -81,7 +81,14 @@ def decode_json_tensor(name: str, datatype: str, shape: Sequence[int], data: Any
                     f"input '{name}': a value lies outside the {datatype} range "
                     f"[{info.min}, {info.max}]"
                 )
-        arr = natural.astype(dtype, copy=False).reshape(-1)
+        with np.errstate(over="ignore"):  # a value beyond the type's range: refused below
+            arr = natural.astype(dtype, copy=False).reshape(-1)
+        if dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+            raise InferInputError(
+                f"input '{name}': JSON data must be finite {datatype} numbers (NaN, Infinity "
+                "and numbers beyond the type's range, such as 1e400, are not JSON numbers; "
+                "send such values with the binary extension)"
+            )
     if arr.size != count:
         raise InferInputError(
             f"input '{name}': data holds {arr.size} values but shape {shape_text(shape)} "
@@ -95,6 +102,8 @@ def _loads_std(raw: bytes) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InferInputError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # the parser recurses per level: a bomb of nested lists
+        raise InferInputError("request body is not valid JSON here: nested too deeply") from None
 
 
 def parse_json_header(raw: bytes) -> dict[str, Any]:
@@ -112,13 +121,13 @@ def parse_json_header(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def _dump_json(doc: dict[str, Any], finite: bool) -> bytes:
-    """Compact JSON; the standard library when a float is not finite (it writes NaN and
-    Infinity, where orjson would silently write null)."""
-    if _orjson is not None and finite:
+def _dump_json(doc: dict[str, Any]) -> bytes:
+    """Compact JSON. Every float in ``doc`` is finite (``_finite_json_data`` spells the
+    others), so orjson and the standard library write the same text."""
+    if _orjson is not None:
         encoded: bytes = _orjson.dumps(doc)
         return encoded
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _params(where: str, value: Any) -> dict[str, Any]:
@@ -204,11 +213,24 @@ def decode_json_request(
     )
 
 
+_NON_FINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def _json_data(array: np.ndarray) -> list[Any]:
     flat = array.reshape(-1)
     if datatype_of(array) == "BYTES":
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
     return flat.tolist()
+
+
+def _finite_json_data(array: np.ndarray) -> list[Any]:
+    """A float output holding NaN or an infinity: JSON has no such numbers (a bare ``NaN``
+    makes the whole answer unreadable to a strict parser), so each is written as the string
+    ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` and every finite value as the number."""
+    return [
+        value if math.isfinite(value) else _NON_FINITE_TEXT[repr(value)]
+        for value in array.reshape(-1).tolist()
+    ]
 
 
 _WIRE_DTYPES = {dt: name for name, dt in DATATYPES.items() if name != "BYTES"}
@@ -268,7 +290,7 @@ def _binary_head(model_name: str, model_version: str, layout: _Layout) -> bytes:
         for name, dtype, shape in layout
     ]
     doc = {"model_name": model_name, "model_version": model_version, "outputs": entries}
-    return _dump_json(doc, True)
+    return _dump_json(doc)
 
 
 def _encode_response(
@@ -283,7 +305,6 @@ def _encode_response(
     """``encode_json_response``'s every case: each output's entry built and encoded."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
-    finite = True
     for name, array, binary in outputs:
         entry: dict[str, Any] = {
             "name": name,
@@ -295,9 +316,10 @@ def _encode_response(
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
-            entry["data"] = _json_data(array)
-            if finite and array.dtype.kind in "fc" and not np.isfinite(array).all():
-                finite = False
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                entry["data"] = _finite_json_data(array)
+            else:
+                entry["data"] = _json_data(array)
         entries.append(entry)
     doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version}
     if request_id is not None:
@@ -305,7 +327,7 @@ def _encode_response(
     if parameters:
         doc["parameters"] = dict(parameters)
     doc["outputs"] = entries
-    head = _dump_json(doc, finite)
+    head = _dump_json(doc)
     if not blobs:
         return head, None
     return head + b"".join(blobs), len(head)

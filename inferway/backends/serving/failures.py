@@ -19,6 +19,7 @@ from inferway.backends.serving.input_validation import InferInputError
 
 __all__ = [
     "CLIENT_GONE",
+    "BodyTimeoutError",
     "Failure",
     "NotReadyError",
     "PayloadTooLargeError",
@@ -36,6 +37,14 @@ class NotReadyError(Exception):
 class UnsupportedRequestError(ValueError):
     """A well-formed request asking for something this server does not do (a Triton load
     parameter, another repository's name); the message says what and why."""
+
+
+class BodyTimeoutError(Exception):
+    """The request's body did not arrive within the body timeout (a client that sends part
+    of it and then nothing): 408, and the connection is not kept."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request body was not sent within {seconds:g} s")
 
 
 class PayloadTooLargeError(Exception):
@@ -78,6 +87,8 @@ def classify_error(
         return Failure(400, grpc.StatusCode.INVALID_ARGUMENT, msg)
     if isinstance(exc, ModelNotFoundError):
         return Failure(404, grpc.StatusCode.NOT_FOUND, msg)
+    if isinstance(exc, BodyTimeoutError):
+        return Failure(408, grpc.StatusCode.DEADLINE_EXCEEDED, msg)
     if isinstance(exc, PayloadTooLargeError):
         return Failure(413, grpc.StatusCode.RESOURCE_EXHAUSTED, msg)
     if isinstance(exc, QueueFullError):

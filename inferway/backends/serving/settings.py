@@ -13,7 +13,10 @@ if TYPE_CHECKING:  # standard library only at run time: the CLI imports this bef
 
 __all__ = [
     "DEFAULT_BACKLOG",
+    "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_HEADER_TIMEOUT_S",
     "DEFAULT_HTTP_FRONTEND",
+    "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "GRPC_FRAMING_HEADROOM_BYTES",
     "HTTP_FRONTENDS",
@@ -32,6 +35,13 @@ DEFAULT_BACKLOG = 4096
 connections at once: the kernel drops their SYNs and each retries a second later, a stall,
 where the queue limit should have answered 429 at once. (The kernel caps it at
 net.core.somaxconn, 4096 on current kernels.)"""
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+"""Seconds from a request's first byte to the end of its head: a client that sends part of
+its headers and then nothing (slowloris) is cut off, not kept forever."""
+DEFAULT_BODY_TIMEOUT_S = 60.0
+"""Seconds from the end of a request's head to the end of its body (64 MiB at ~1 MiB/s)."""
+DEFAULT_IDLE_TIMEOUT_S = 75.0
+"""Seconds a keep-alive connection may sit idle between requests (aiohttp's default)."""
 HttpFrontend = Literal["fast", "aiohttp"]
 HTTP_FRONTENDS: tuple[HttpFrontend, ...] = ("fast", "aiohttp")
 HTTP_FRONTEND_ENV = "INFERWAY_HTTP_FRONTEND"
@@ -53,15 +63,26 @@ class ServingSettings:
     lines, span errors and recorded text outputs (observability/masking.py).
     ``http_frontend``: ``fast`` serves infer requests with protocol/fast_http.py (httptools)
     and hands every other request to aiohttp; ``aiohttp`` serves all with aiohttp (default:
-    $INFERWAY_HTTP_FRONTEND, else DEFAULT_HTTP_FRONTEND)."""
+    $INFERWAY_HTTP_FRONTEND, else DEFAULT_HTTP_FRONTEND). The slow-client limits, in
+    seconds: ``header_timeout_s`` from a request's first byte to the end of its head,
+    ``body_timeout_s`` from there to the end of its body, ``idle_timeout_s`` between
+    requests on a keep-alive connection; past one the connection is closed (408 when no
+    answer is owed first)."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     default_timeout_s: float | None = None
     record_outputs: int = 0
     mask: tuple[str, ...] = ()
     http_frontend: str = field(default_factory=_default_http_frontend)
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not value > 0 or value == float("inf"):
+                raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
         if isinstance(self.max_body_bytes, bool) or self.max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes!r}")
         if self.default_timeout_s is not None and not self.default_timeout_s > 0:

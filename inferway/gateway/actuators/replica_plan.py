@@ -7,10 +7,13 @@ before starting it again, and which replicas to stop first when scaling in. The 
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from inferway.policies.replicas import Backoff, Replicas
 
@@ -28,6 +31,7 @@ __all__ = [
     "choose_to_stop",
     "failures_after_crash",
     "plan_reconcile",
+    "resolve_inferway",
 ]
 
 
@@ -141,7 +145,21 @@ def build_command(
     """The argv: the template split like a shell would, each word filled in (no shell runs,
     so a filled-in value can never inject a word)."""
     values = _values(spec, service, index, port, grpc_port, device)
-    return [word.format(**values) for word in shlex.split(spec.command)]
+    return resolve_inferway([word.format(**values) for word in shlex.split(spec.command)])
+
+
+def resolve_inferway(argv: list[str]) -> list[str]:
+    """A command naming ``inferway`` runs the inferway of this control plane: the script
+    beside this interpreter when there is one (a virtual environment, a pip install), else
+    this interpreter with ``-m inferway.cli.entry``. By name alone it needs the install's
+    bin folder on PATH, which a pip install outside an activated venv does not give, and
+    every start would fail with "cannot run 'inferway'"."""
+    if not argv or argv[0] != "inferway":
+        return argv
+    beside = Path(sys.executable).parent / "inferway"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside), *argv[1:]]
+    return [sys.executable, "-m", "inferway.cli.entry", *argv[1:]]
 
 
 def build_environment(

@@ -11,7 +11,6 @@ structured event, logged and kept (the last ``keep_events``) for status.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import tempfile
@@ -61,6 +60,10 @@ class ReplicaEvent:
             "kind": self.kind,
             **dict(self.detail),
         }
+
+
+FAILURE_KINDS = frozenset({"spawn_failed", "start_failed", "never_ready", "gave_up"})
+"""Events that say a replica could not be started: logged at ERROR, with the reason."""
 
 
 class ReplicaManager:
@@ -208,7 +211,18 @@ class ReplicaManager:
     def _emit(self, kind: str, service: str, index: int | None, **detail: object) -> None:
         event = ReplicaEvent(self._wall_clock(), service, index, kind, MappingProxyType(detail))
         self._events.append(event)
-        log.info("replica event %s", json.dumps(event.to_json(), default=str, sort_keys=True))
+        level = logging.ERROR if kind in FAILURE_KINDS else logging.INFO
+        words = " ".join(f"{k}={v}" for k, v in sorted(detail.items()) if k != "error")
+        error = detail.get("error")
+        where = service if index is None else f"{service}[{index}]"
+        log.log(
+            level,
+            "replica %s %s%s%s",
+            where,
+            kind,
+            f": {error}" if error else "",
+            f" ({words})" if words else "",
+        )
 
     def _schedule_flush(self) -> None:
         """Coalesce changes into one publish on the next loop turn: the sink may apply a

@@ -7,7 +7,18 @@ from typing import Literal
 
 from inferway.resolve.ir.route import RouteIR
 
-__all__ = ["DownstreamTlsIR", "ListenerIR"]
+__all__ = ["DownstreamTlsIR", "ListenerIR", "ListenerLimitsIR"]
+
+
+@dataclass(frozen=True)
+class ListenerLimitsIR:
+    """The listener's slow-client timeouts in seconds (0: off) and the largest declared
+    request body Envoy forwards (policies/listener_limits.py)."""
+
+    request_headers_timeout_s: float = 10.0
+    stream_idle_timeout_s: float = 300.0
+    request_timeout_s: float = 300.0
+    max_request_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -29,3 +40,4 @@ class ListenerIR:
     tls: DownstreamTlsIR | None
     routes: tuple[RouteIR, ...]
     """The routes served here, in policy order (Envoy takes the first match)."""
+    limits: ListenerLimitsIR = ListenerLimitsIR()

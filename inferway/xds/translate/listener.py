@@ -17,6 +17,7 @@ from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack
 from inferway.xds.translate.fault import apply_fault
 from inferway.xds.translate.features import build_feature_router_filter
+from inferway.xds.translate.listener_limits import apply_listener_timeouts
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.rate_limit import apply_rate_limit
@@ -54,6 +55,7 @@ def build_http_connection_manager(
         generate_request_id=bool_value(True),
         normalize_path=bool_value(True),
     )
+    apply_listener_timeouts(manager, listener)
     apply_access_control(manager, listener.routes)
     apply_fault(manager, listener.routes)
     apply_rate_limit(manager, listener.routes)

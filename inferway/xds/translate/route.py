@@ -25,6 +25,7 @@ from inferway.xds.translate.features import (
     disable_feature_router,
     may_share_requests,
 )
+from inferway.xds.translate.listener_limits import build_too_large_route
 from inferway.xds.translate.load_balancing import ORCA_HEADER, build_hash_policy
 from inferway.xds.translate.mirror import add_route_mirror
 from inferway.xds.translate.rate_limit import add_route_rate_limit
@@ -63,7 +64,10 @@ def build_route_configuration(listener: ListenerIR) -> route_pb2.RouteConfigurat
 
 def _listener_routes(listener: ListenerIR) -> list[rc_pb2.Route]:
     featured = [r.match.path for r in listener.routes if r.match.features is not None]
-    routes: list[rc_pb2.Route] = []
+    too_large = build_too_large_route(listener)
+    if featured:  # answered on the headers alone: the feature router must not wait for a body
+        disable_feature_router(too_large)
+    routes: list[rc_pb2.Route] = [too_large]
     for route in listener.routes:
         proto = build_route(route)
         features = route.match.features
