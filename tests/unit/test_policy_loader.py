@@ -56,7 +56,7 @@ def test_default_source_name_is_string() -> None:
 
 def test_unknown_key_without_close_match_lists_the_allowed_keys() -> None:
     [issue] = _issues(GOOD.replace("    port: 10000", "    port: 10000\n    colour: red"))
-    assert issue.message == "unknown key 'colour'; allowed keys: name, address, port, tls"
+    assert issue.message == "unknown key 'colour'; allowed keys: name, address, port, tls, limits"
     assert (issue.line, issue.column) == (4, 5)
 
 

@@ -61,7 +61,8 @@ def _route_ir(policy: Policy) -> RouteIR:
 
 def _route_proto(policy: Policy) -> Any:
     config = translate(resolve_policy(policy, State())).of_type(type_urls.ROUTE)["l"]
-    return config.virtual_hosts[0].routes[0]
+    # the listener's own first route answers 413 to a body over its limit
+    return next(r for r in config.virtual_hosts[0].routes if not r.name.endswith("_too_large"))
 
 
 # -- weights: a constant total -------------------------------------------------------------------
