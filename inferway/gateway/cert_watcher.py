@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from inferway.gateway.control_plane import PolicyRefusedError
 from inferway.gateway.sources import StateSink
 from inferway.pki.keys import check_private_key_permissions, key_matches_certificate
-from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.errors import PolicyError, PolicyIssue, read_limited
 from inferway.policies.model import Policy
 from inferway.resolve.secrets import listener_secret_names, service_secret_names
 from inferway.state import State, TlsMaterial
@@ -103,7 +103,7 @@ def secret_files(policy: Policy, base_dir: Path) -> dict[str, SecretFiles]:
 
 def _read(path: Path, what: str, problems: list[str]) -> bytes | None:
     try:
-        return path.read_bytes()
+        return read_limited(path)
     except OSError as exc:
         problems.append(f"cannot read {what} {path}: {exc.strerror or exc}")
         return None

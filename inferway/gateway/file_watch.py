@@ -23,6 +23,7 @@ import watchfiles
 from inferway.gateway.control_plane import PolicyRefusedError, Refusal
 from inferway.gateway.sources import StateSink
 from inferway.policies import PolicyError, PolicyIssue
+from inferway.policies.errors import read_limited
 
 __all__ = ["ReloadResult", "WatchedFile"]
 
@@ -123,7 +124,7 @@ class WatchedFile(abc.ABC):
     def reload(self) -> ReloadResult | None:
         """Re-read the file and apply or refuse it; None when its content has not changed."""
         try:
-            data = self.path.read_bytes()
+            data = read_limited(self.path)
         except FileNotFoundError:
             # Mid-rename, or deleted: keep what is live, say so once (and in status).
             if self._last_digest != "missing":
