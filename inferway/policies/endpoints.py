@@ -72,6 +72,11 @@ def load_endpoints(
     return load_endpoints_text(text, str(path), services=services)
 
 
+def _near_services(keys: Collection[object]) -> bool:
+    """A key that is a typo of 'services' (reported as such, by name: it is nearly ours)."""
+    return any(difflib.get_close_matches(str(key), ["services"], n=1, cutoff=0.75) for key in keys)
+
+
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
@@ -93,10 +98,11 @@ def load_endpoints_text(
     data = document.data
     if data is None:
         data = {}
-    if not isinstance(data, dict) or set(data) - {"services"}:
+    others = set(data) - {"services"} if isinstance(data, dict) else set()
+    if not isinstance(data, dict) or (others and not _near_services(others)):
         # Not an endpoints file at all (``endpoints_file: /etc/passwd``): say so without
         # quoting a word of it, since the error is shown by ``GET /status``.
-        got = f"a mapping with other keys ({len(set(data) - {'services'})})"
+        got = f"a mapping with other keys ({len(others)})"
         if not isinstance(data, dict):
             got = describe_kind(data)
         mark = document.position(())
