@@ -1,0 +1,115 @@
+"""Hostile values in a policy give located errors, never a traceback or a silent coercion
+(issue 33, items 7 and 8): deep nesting, infinite and huge weights, ``weight: true``, and an
+endpoint host that is not a host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from inferway.cli.main import app
+from inferway.policies import PolicyError, load_policy_text
+from inferway.policies.yaml_marks import MAX_DEPTH
+
+BASE = """\
+version: 1
+listeners: [{name: edge, port: 10080}]
+services: [{name: llama, endpoints: ["HOST"]}]
+routes:
+  - name: chat
+    backends:
+      - service: llama
+        weight: WEIGHT
+"""
+
+
+def _policy(weight: str = "100", host: str = "127.0.0.1:8000") -> str:
+    return BASE.replace("WEIGHT", weight).replace("HOST", host)
+
+
+def _messages(text: str) -> list[str]:
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(text, "p.yaml")
+    assert all(issue.line is not None for issue in caught.value.issues)
+    return [str(issue) for issue in caught.value.issues]
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 500, 5000])
+def test_deep_nesting_is_a_located_error(depth: int) -> None:
+    text = _policy() + "x: " + "[" * depth + "]" * depth + "\n"
+    (message,) = _messages(text)
+    assert message.startswith("p.yaml:9:")
+    assert f"nested too deeply: more than {MAX_DEPTH} levels" in message
+
+
+def test_deep_nesting_through_aliases_is_a_located_error() -> None:
+    chain = ["a0: &a0 " + "[" * 40 + "]" * 40]
+    chain += [f"a{i}: &a{i} " + "[" * 40 + f"*a{i - 1}" + "]" * 40 for i in range(1, 60)]
+    (message,) = _messages(_policy() + "\n".join(chain) + "\n")
+    assert "nested too deeply" in message and "once aliases are expanded" in message
+
+
+@pytest.mark.parametrize(
+    ("weight", "expected"),
+    [
+        (".inf", "expected a finite number, got inf"),
+        ("-.inf", "expected a finite number, got -inf"),
+        (".nan", "expected a finite number, got nan"),
+        ("1e400", "expected a finite number"),
+        ("1.0e+400", "expected a finite number"),
+        ("1.0e+308", "must be at most 429496729"),
+        ("1.0e+20", "must be at most 429496729"),
+    ],
+)
+def test_weights_out_of_range_are_located(weight: str, expected: str) -> None:
+    (message,) = _messages(_policy(weight))
+    assert message.startswith("p.yaml:8:17: routes[0].backends[0].weight: ")
+    assert expected in message
+    assert "seconds" not in message
+
+
+@pytest.mark.parametrize("value", ["true", "false", "yes", "on"])
+def test_a_boolean_is_not_a_number(value: str) -> None:
+    messages = _messages(_policy(value))
+    assert (
+        f"p.yaml:8:17: routes[0].backends[0].weight: expected a number, got "
+        f"{'false' if value == 'false' else 'true'}"
+    ) in messages
+
+
+def test_a_boolean_duration_or_port_is_refused_too() -> None:
+    text = _policy().replace("port: 10080", "port: true") + "    timeout: true\n"
+    messages = _messages(text)
+    assert any("listeners[0].port: expected a number, got true" in m for m in messages)
+
+
+@pytest.mark.parametrize("host", ["evil host:80", "a/b:80", "-x-:80", "x..y:80", "é.com:80"])
+def test_an_endpoint_host_must_be_an_address_or_a_dns_name(host: str) -> None:
+    (message,) = _messages(_policy(host=host))
+    assert "services[0].endpoints[0]" in message
+    assert "expected an IP address or a DNS name" in message
+
+
+@pytest.mark.parametrize("host", ["10.0.0.1:80", "[::1]:80", "llama.ns.svc.:80", "_grpc.x:80"])
+def test_real_hosts_still_pass(host: str) -> None:
+    load_policy_text(_policy(host=host), "p.yaml")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        _policy() + "x: " + "[" * 500 + "]" * 500 + "\n",
+        _policy(".inf"),
+        _policy("1e400"),
+        _policy("1.0e+308"),
+    ],
+)
+def test_validate_never_shows_a_traceback(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(content, encoding="utf-8")
+    result = CliRunner().invoke(app, ["validate", "-f", str(path)])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
