@@ -169,18 +169,20 @@ def build_reload(watcher: PolicyWatcher) -> ReloadCallable:
     """``POST /reload`` for a gateway's policy watcher: re-read the file now."""
 
     async def reload(force: bool) -> dict[str, Any]:
+        restarted = await watcher.ensure_running()  # a watch that had ended starts again
         if force:
             watcher.mark_loaded("")  # forget the live digest: the file is re-applied
         result = watcher.reload()
         plane = watcher.control_plane
+        extra = {"watcher_restarted": True} if restarted else {}
         if result is None:
-            return {"changed": False, "version": plane.version}
+            return {"changed": False, "version": plane.version} | extra
         if result.refusal is not None:
             return {
                 "changed": False,
                 "version": plane.version,
                 "refused": [str(issue) for issue in result.refusal.issues],
-            }
-        return {"changed": True, "version": result.version}
+            } | extra
+        return {"changed": True, "version": result.version} | extra
 
     return reload

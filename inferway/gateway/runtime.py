@@ -201,6 +201,18 @@ class Gateway:
         await self._stack.aclose()
 
 
+def _watcher_health(
+    policy: PolicyWatcher,
+    endpoints: EndpointsWatcher | EndpointsFollower,
+    certificates: CertificateSource,
+) -> list[dict[str, Any]]:
+    """``GET /status``'s ``watchers``: the policy's, the endpoints file's in use now (if
+    any), the certificate files'."""
+    current = endpoints.watcher if isinstance(endpoints, EndpointsFollower) else endpoints
+    found = [policy.health] + ([current.health] if current is not None else [])
+    return [health.document() for health in (*found, certificates.health)]
+
+
 def _keeper_view(options: GatewayOptions) -> KeeperView | None:
     """The keeper's Envoy, for the admin API of its control-plane process."""
     if options.keeper_state_file is None:
@@ -355,6 +367,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             supervisor=supervisor,
             keeper=keeper,
             envoy_admin_port=envoy_admin_port,
+            watchers=lambda: _watcher_health(watcher, endpoints_source, certificates),
         )
         admin, replicas, autoscale = parts.admin, parts.replicas, parts.autoscale
 

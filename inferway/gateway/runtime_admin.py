@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import KubernetesFactory
@@ -68,6 +69,7 @@ async def start_admin_and_replicas(
     supervisor: EnvoySupervisor | None,
     keeper: KeeperView | None,
     envoy_admin_port: Callable[[], int | None],
+    watchers: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> AdminParts:
     """Build the admin app with every route, start the replica manager and autoscaling loop
     (not yet running), then serve the app. The admin server's stop goes on ``stack``."""
@@ -88,6 +90,7 @@ async def start_admin_and_replicas(
         token=token,
         reload=build_reload(watcher),
         xds_refusals=xds.refusals.recent,
+        watchers=watchers,
     )
     add_rollout_routes(admin_app, rollouts)
     replicas, autoscale = start_replica_autoscaling(
