@@ -283,3 +283,6 @@ class Policy(_Model):
     """Where the feature router listens, for routes with ``match.features``."""
     mask: Mask | None = None
     """Sensitive request data masked in access logs, spans and inferway's logs (masking.py)."""
+    allow_disruptive: bool = False
+    """A live edit that removes every route or moves every listener is refused unless this
+    is true (checks_disruptive.py): a half-saved file often looks exactly like that."""
