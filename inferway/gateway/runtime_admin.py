@@ -20,7 +20,12 @@ from typing import Any
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import KubernetesFactory
 from inferway.gateway.admin import AdminServer, build_admin_app, start_admin_server
-from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
+from inferway.gateway.admin_security import (
+    READS_NEED_TOKEN,
+    build_reload,
+    is_loopback,
+    resolve_admin_token,
+)
 from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
 from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscaling
 from inferway.gateway.control_plane import ControlPlane
@@ -77,10 +82,11 @@ async def start_admin_and_replicas(
         stack.enter_context(tempfile.TemporaryDirectory(prefix="inferway-admin-"))
     )
     token, token_source = resolve_admin_token(token_file=settings.token_file, workdir=token_dir)
-    if not is_loopback(settings.address):
+    exposed = not is_loopback(settings.address)
+    if exposed:
         log.warning(
-            "admin API binds %s, not loopback: it shows the whole policy to anyone who can "
-            "reach it (state-changing requests still need the admin token)",
+            "admin API binds %s, not loopback: every request but GET /healthz and /metrics "
+            "needs the admin token",
             settings.address,
         )
     admin_app = build_admin_app(
@@ -92,6 +98,7 @@ async def start_admin_and_replicas(
         xds_refusals=xds.refusals.recent,
         watchers=watchers,
     )
+    admin_app[READS_NEED_TOKEN] = exposed
     add_rollout_routes(admin_app, rollouts)
     replicas, autoscale = start_replica_autoscaling(
         plane,
