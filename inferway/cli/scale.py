@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from inferway.cli.output import OutputFormat, OutputOption, write_document
-from inferway.exit_codes import EXIT_INVALID, EXIT_UNREACHABLE
+from inferway.exit_codes import EXIT_UNREACHABLE
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 
 __all__ = ["app", "render_autoscale"]
@@ -25,7 +25,8 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _fetch(admin: str) -> dict[str, Any]:
+def _fetch(admin: str) -> dict[str, Any] | None:
+    """GET /autoscale's document; None when the gateway has no autoscaler."""
     url = admin.rstrip("/") + "/autoscale"
     try:
         response = httpx.get(url, timeout=5.0)
@@ -33,10 +34,7 @@ def _fetch(admin: str) -> dict[str, Any]:
         message = f"cannot reach the inferway admin API at {url}: {exc}"
         raise _fail(message, EXIT_UNREACHABLE) from None
     if response.status_code == 404:  # a gateway without replicas has no autoscaler
-        raise _fail(
-            f"{url}: no autoscaler: no service of the gateway has replicas: or autoscale:",
-            EXIT_INVALID,
-        )
+        return None
     if response.status_code != 200:
         raise _fail(
             f"{url}: HTTP {response.status_code}: {response.text.strip()}", EXIT_UNREACHABLE
@@ -101,8 +99,16 @@ def status(
 ) -> None:
     """Each autoscaled service's last decision and replicas, then the recent decisions
     (-o json|yaml: the admin API's GET /autoscale document). Exit 3 when it cannot be
-    reached, 1 when the gateway has no autoscaler."""
+    reached; 0 with "no autoscaler" when no service of the gateway has replicas: or
+    autoscale: (as ``rollout status`` with no rollouts)."""
     document = _fetch(admin)
+    if document is None:
+        Console(stderr=True).print(
+            "no autoscaler: no service of the gateway has replicas: or autoscale:"
+        )
+        document = {"services": [], "decisions": []}
+        if output is OutputFormat.text:
+            return
     if output is OutputFormat.text:
         render_autoscale(document, Console(soft_wrap=False))
     else:
