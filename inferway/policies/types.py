@@ -4,6 +4,7 @@ them without an import cycle."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
@@ -34,13 +35,24 @@ def parse_duration(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as '250ms', '2s' or '1m', not a boolean")
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+        seconds = _seconds(value)
+    elif isinstance(value, str):
         match = _DURATION.match(value)
         if not match:
             raise ValueError(f"expected a duration such as '250ms', '2s' or '1m', got {value!r}")
-        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    return value
+        seconds = _seconds(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        return value
+    if not math.isfinite(seconds):
+        raise ValueError("expected a finite duration")
+    return seconds
+
+
+def _seconds(value: int | float | str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond any float
+        raise ValueError("this duration is too large") from None
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]

@@ -113,3 +113,20 @@ def test_validate_never_shows_a_traceback(tmp_path: Path, content: str) -> None:
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1" + "0" * 400, "this duration is too large"),
+        ("'" + "1" * 400 + "s'", "expected a finite duration"),
+        (".inf", "expected a finite duration"),
+    ],
+)
+def test_a_duration_beyond_any_float_is_located(value: str, expected: str) -> None:
+    """Found by bench/fuzz_policies.py: ``float(10**400)`` raised OverflowError."""
+    text = _policy().replace(
+        "services: [{name: llama,", f"services: [{{name: llama, connect_timeout: {value},"
+    )
+    (message,) = _messages(text)
+    assert "services[0].connect_timeout: " + expected in message
