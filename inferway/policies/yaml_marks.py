@@ -197,7 +197,7 @@ def _check_nesting(text: str) -> None:
                 if depth > MAX_DEPTH:
                     raise YamlSyntaxError(
                         f"nested too deeply: more than {MAX_DEPTH} levels of lists and mappings",
-                        _mark(event.start_mark),
+                        _event_mark(event),
                     )
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
@@ -205,6 +205,13 @@ def _check_nesting(text: str) -> None:
         return  # reported, with its position, by the loader's own pass
     finally:
         parser.dispose()
+
+
+def _event_mark(event: yaml.Event) -> Mark:
+    mark = event.start_mark  # a pure-Python or a libyaml mark: both have line and column
+    if mark is None:
+        return Mark(1, 1)
+    return Mark(mark.line + 1, mark.column + 1)
 
 
 def _expanded_size(root: Node) -> tuple[int, int]:
