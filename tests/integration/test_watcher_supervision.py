@@ -195,3 +195,18 @@ async def test_a_watch_that_cannot_start_fails_the_start() -> None:
 
     with pytest.raises(FileNotFoundError):
         await supervise(body, health, asyncio.Event(), asyncio.Event())
+
+
+async def test_post_reload_on_a_deeply_nested_file_is_422_with_the_location(
+    gateway: Gateway,
+) -> None:
+    """Issue 33, item 7: it was a 500 (RecursionError inside the reload)."""
+    path = gateway.options.policy_path
+    port = gateway.control_plane.policy.listeners[0].port  # type: ignore[union-attr]
+    gateway.watcher.settle_ms = 10_000  # the watch loop waits; POST /reload reads at once
+    path.write_text(POLICY.format(port=port, v1=90, v2=10) + "x: " + "[" * 900 + "]" * 900)
+    async with httpx.AsyncClient(base_url=gateway.admin.url, timeout=5) as client:
+        answer = await client.post("/reload", headers={"Authorization": "Bearer test-token"})
+    assert answer.status_code == 422, answer.text
+    (issue,) = answer.json()["refused"]
+    assert issue.startswith(f"{path}:13:67: nested too deeply")
