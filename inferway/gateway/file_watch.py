@@ -64,9 +64,10 @@ class WatchedFile(abc.ABC):
         force_polling: bool | None = None,
         settle_ms: int = DEFAULT_SETTLE_MS,
     ) -> None:
-        """``settle_ms``: after a change, the file is read once its size and modification
-        time have not changed for this long (a writer part-way through a save is waited
-        for; at most :data:`MAX_SETTLE_S`)."""
+        """``settle_ms``: after the file is written in place, it is read once its size and
+        modification time have not changed for this long (a writer part-way through a save is
+        waited for; at most :data:`MAX_SETTLE_S`). A file renamed into place (an atomic save,
+        a ConfigMap swap) is read at once."""
         self.path = Path(path)
         self.sink = sink
         """Where refusals are recorded and new state goes (the control plane)."""
@@ -148,7 +149,12 @@ class WatchedFile(abc.ABC):
             self._watching.set()  # the first (timeout) yield: the watch is in place
             self.health.running = True
             if any(self._concerns_file(changed) for _, changed in changes):
-                await self._settle()
+                written_in_place = any(
+                    change == watchfiles.Change.modified and Path(changed).name == self.path.name
+                    for change, changed in changes
+                )
+                if written_in_place:  # an atomic rename is whole at once: no wait
+                    await self._settle()
                 self.reload()
 
     async def _settle(self) -> None:
