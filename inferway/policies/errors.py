@@ -73,7 +73,10 @@ def read_limited(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> bytes:
     device, a pipe, a directory: reading one could block or never end) or is larger than
     ``limit``. Opened non-blocking so that naming a FIFO cannot hang the caller.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except ValueError:  # "embedded null byte"
+        raise OSError(errno.EINVAL, "the path contains a NUL character", str(path)) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

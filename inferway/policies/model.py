@@ -38,7 +38,7 @@ from inferway.policies.traffic import (
     RateLimit,
     RetryHostSelection,
 )
-from inferway.policies.types import Duration, Name, split_host_port
+from inferway.policies.types import Duration, FilePath, Name, split_host_port
 
 __all__ = [
     "Backend",
@@ -269,7 +269,7 @@ class Policy(_Model):
     listeners: list[Listener] = Field(min_length=1)
     services: list[Service] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
-    endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)
+    endpoints_file: FilePath | None = None  # services' endpoints from a watched file (endpoints.py)
     redact_headers: RedactHeaders
     observability: Observability | None = None
     grpc_targets: list[GrpcTarget] = Field(default_factory=list)

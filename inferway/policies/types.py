@@ -8,12 +8,13 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 __all__ = [
     "NAME_PATTERN",
     "RESERVED_NAME_PREFIX",
     "Duration",
+    "FilePath",
     "Name",
     "parse_duration",
     "split_host_port",
@@ -59,6 +60,18 @@ Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 """Seconds, as a float. Written in YAML as '250ms', '2s', '1m' or a plain number."""
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+
+def _file_path(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("a file path cannot contain a NUL character")
+    if not value:
+        raise ValueError("a file path cannot be empty")
+    return value
+
+
+FilePath = Annotated[str, AfterValidator(_file_path)]
+"""A path to a file the gateway reads (relative to the policy file's directory)."""
 
 
 def split_host_port(address: object) -> tuple[str, int]:

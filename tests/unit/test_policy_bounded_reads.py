@@ -104,3 +104,14 @@ def test_validate_on_dev_zero_exits_with_the_error(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     assert "not a regular file (a character device)" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_path_with_a_nul_character_is_a_located_error(tmp_path: Path) -> None:
+    """Found by bench/fuzz_policies.py: os.open raised ValueError ("embedded null byte")."""
+    path = _policy(tmp_path, '"eps\\0.yaml"')
+    issues, _ = check_policy_file(path, None, envoy=False)
+    assert [str(issue) for issue in issues] == [
+        f"{path}:5:17: endpoints_file: a file path cannot contain a NUL character"
+    ]
+    with pytest.raises(OSError, match="the path contains a NUL character"):
+        read_limited("a\0b")
