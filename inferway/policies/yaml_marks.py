@@ -286,6 +286,11 @@ class _Builder:
             problem = getattr(error, "problem", None) or str(error)
             self._issue(loc, node, f"cannot read this value: {problem}")
             return node.value
+        except (ValueError, OverflowError):  # an integer of thousands of digits
+            self._issue(
+                loc, node, f"cannot read this value: a number of {len(node.value)} characters"
+            )
+            return None
 
     def _mapping(self, node: MappingNode, loc: Loc) -> dict[str, object]:
         result: dict[str, object] = {}

@@ -130,3 +130,25 @@ def test_a_duration_beyond_any_float_is_located(value: str, expected: str) -> No
     )
     (message,) = _messages(text)
     assert "services[0].connect_timeout: " + expected in message
+
+
+def test_an_integer_of_thousands_of_digits_is_located() -> None:
+    """Found by the policy fuzzer: PyYAML's int() raised ValueError (Python's 4300-digit
+    limit on integer strings)."""
+    text = _policy().replace("port: 10080", "port: 1" + "0" * 5000)
+    messages = _messages(text)
+    assert (
+        "p.yaml:2:32: listeners[0].port: cannot read this value: a number of 5001 characters"
+        in (messages)
+    )
+
+
+def test_a_feature_range_with_a_huge_integer_is_located() -> None:
+    """Found by the policy fuzzer: ``f"{10**400:g}"`` raised OverflowError in the message."""
+    text = _policy().replace(
+        "  - name: chat\n",
+        "  - name: chat\n    match: {features: {input_bytes: {min: 1" + "0" * 400 + ", max: 4}}}\n",
+    )
+    (message,) = _messages(text)
+    assert "routes[0].match.features.input_bytes" in message
+    assert message.endswith("is above max 4: nothing could match")
