@@ -28,7 +28,7 @@ _DIRECTORY = Path(tempfile.mkdtemp(prefix="inferway-fuzz-"))
 
 
 @settings(
-    max_examples=300,
+    max_examples=600,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
