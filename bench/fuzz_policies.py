@@ -70,11 +70,25 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
                 check_validate(mutate(rng.choice(seeds), rng), directory, validate)
             if case % 5000 == 0:
                 print(f"{case} cases, {len(validate.failures) + len(watcher.failures)} failures")
+                if args.out is not None:  # so far, in case the run is cut short
+                    partial = _summary(args, case, time.monotonic() - started, validate, watcher)
+                    write_results("fuzz_policies", partial | {"partial": True}, args.out)
         await target.checkpoint(watcher, watcher.tried + 1)
         alive = gateway.watcher.running and gateway.watcher.health.restarts == 0
     finally:
         await gateway.stop()
-    elapsed = time.monotonic() - started
+    summary = _summary(args, case, time.monotonic() - started, validate, watcher)
+    summary["watcher"]["alive_at_end"] = alive
+    return summary
+
+
+def _summary(
+    args: argparse.Namespace,
+    case: int,
+    elapsed: float,
+    validate: FuzzStats,
+    watcher: FuzzStats,
+) -> dict[str, Any]:
     failures = validate.failures + watcher.failures
     return {
         "seed": args.seed,
@@ -82,7 +96,7 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
         "cases": case,
         "rate_per_s": round(case / elapsed, 1),
         "validate": validate.as_dict(),
-        "watcher": watcher.as_dict() | {"settle_ms": args.settle_ms, "alive_at_end": alive},
+        "watcher": watcher.as_dict() | {"settle_ms": args.settle_ms},
         "failures": len(failures),
         "failure_cases": failures[:50],
         "environment": environment(),

@@ -184,7 +184,11 @@ def _hostile(rng: random.Random, data: Any, current: Any) -> Any:
         strings = _strings(data)
         return rng.choice(strings) if strings else current  # a reference to another name
     if roll < 0.8:
-        return rng.choice([-1, 1, 10, 0.1, 1e6]) * (current if _number(current) else 1)
+        factor = rng.choice([-1, 1, 10, 0.1, 1e6])
+        try:
+            return factor * (current if _number(current) else 1)
+        except OverflowError:  # an integer beyond any float, times a float
+            return current
     if roll < 0.9:
         return [current] if rng.random() < 0.5 else {_unicode(rng): current}
     return str(current)
