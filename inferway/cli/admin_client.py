@@ -97,9 +97,12 @@ class AdminClient:
             raise AdminError(f"{answer.url} answered HTTP {answer.status}", EXIT_UNREACHABLE)
         return cast(StatusDocument, self._json(answer, "did not answer JSON"))
 
-    def autoscale(self) -> AutoscaleDocument:
-        """``GET /autoscale``; exit 1 when the gateway has no autoscaler (no replicas)."""
+    def autoscale(self, *, missing_ok: bool = False) -> AutoscaleDocument | None:
+        """``GET /autoscale``; exit 1 when the gateway has no autoscaler (no replicas), or
+        None with ``missing_ok``."""
         answer = self._request("GET", "/autoscale")
+        if answer.status == 404 and missing_ok:
+            return None
         if answer.status == 404:
             raise AdminError(
                 f"{answer.url}: no autoscaler: no service of the gateway has replicas: or "

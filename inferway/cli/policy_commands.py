@@ -126,6 +126,11 @@ def render(
     if out is None:
         write_document(document, fmt)
         return
-    with out.open("w", encoding="utf-8") as stream:
-        write_document(document, fmt, stream)
+    try:
+        with out.open("w", encoding="utf-8") as stream:
+            write_document(document, fmt, stream)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        make_console(stderr=True).print(Text(f"cannot write {out}: {reason}", style="red"))
+        raise typer.Exit(EXIT_CANNOT_START) from None
     make_console(stderr=True).print(Text(f"wrote {out}"))

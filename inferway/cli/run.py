@@ -41,16 +41,22 @@ def _pem_option(help: str) -> typer.models.OptionInfo:
 
 def run(
     file: PolicyFile,
-    xds_port: Annotated[int, typer.Option(help="ADS gRPC port.")] = DEFAULT_XDS_PORT,
+    xds_port: Annotated[
+        int, typer.Option(help="ADS gRPC port.", min=0, max=65535)
+    ] = DEFAULT_XDS_PORT,
     admin_port: Annotated[
-        int, typer.Option(help="inferway admin API port (/status).")
+        int, typer.Option(help="inferway admin API port (/status).", min=0, max=65535)
     ] = DEFAULT_ADMIN_PORT,
     envoy_admin_port: Annotated[
-        int, typer.Option(help="Envoy's own admin port.")
+        int, typer.Option(help="Envoy's own admin port.", min=0, max=65535)
     ] = DEFAULT_ENVOY_ADMIN_PORT,
     host: Annotated[str, typer.Option(help="Address the control plane binds.")] = "127.0.0.1",
     admin_address: Annotated[
-        str, typer.Option(help="Address the admin API binds (non-loopback is warned about).")
+        str,
+        typer.Option(
+            help="Address the admin API binds (non-loopback: warned about, and reads need the "
+            "admin token too)."
+        ),
     ] = "127.0.0.1",
     admin_token_file: Annotated[
         Path | None,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.console import Console
@@ -70,12 +70,21 @@ def status(
 ) -> None:
     """Each autoscaled service's last decision and replicas, then the recent decisions
     (-o json|yaml: the admin API's GET /autoscale document). Exit 3 when it cannot be
-    reached, 1 when the gateway has no autoscaler."""
+    reached; 0 with "no autoscaler" when no service of the gateway has replicas: or
+    autoscale: (as ``rollout status`` with no rollouts)."""
     try:
-        document = AdminClient(admin).autoscale()
+        found = AdminClient(admin).autoscale(missing_ok=True)
     except AdminError as error:
         Console(stderr=True).print(Text(str(error), style="red"))
         raise typer.Exit(error.exit_code) from None
+    if found is None:
+        Console(stderr=True).print(
+            "no autoscaler: no service of the gateway has replicas: or autoscale:"
+        )
+        if output is OutputFormat.text:
+            return
+    empty = cast(AutoscaleDocument, {"services": [], "decisions": []})
+    document = found if found is not None else empty
     if output is OutputFormat.text:
         render_autoscale(document, Console(soft_wrap=False))
     else:

@@ -50,6 +50,7 @@ __all__ = [
     "ENVOY_ADMIN_PORT",
     "METRICS",
     "SUPERVISOR",
+    "WATCHERS",
     "AdminServer",
     "build_admin_app",
     "build_status",
@@ -64,6 +65,8 @@ METRICS = web.AppKey("metrics", ControlPlaneMetrics)
 ENVOY_ADMIN_PORT: web.AppKey[Callable[[], int | None]] = web.AppKey("envoy_admin_port")
 FLEET_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("fleet_status")
 """A fleet replica's part of ``GET /status`` (gateway/fleet/fleet_admin.py)."""
+WATCHERS: web.AppKey[Callable[[], list[dict[str, Any]]]] = web.AppKey("watchers")
+"""Each file watcher's health (watch_health.WatchHealth.document), for ``watchers``."""
 # Query parameters of Envoy's /stats/prometheus that are passed through (all read-only).
 _ENVOY_STATS_PARAMS = ("usedonly", "filter", "text_readouts", "histogram_buckets")
 
@@ -186,6 +189,9 @@ async def _status(request: web.Request) -> web.Response:
     fleet = app.get(FLEET_STATUS)
     if fleet is not None:
         document["fleet"] = fleet()
+    watchers = app.get(WATCHERS)
+    if watchers is not None:
+        document["watchers"] = watchers()
     return web.json_response(document)
 
 
@@ -249,6 +255,7 @@ def build_admin_app(
     token: str | None = None,
     reload: ReloadCallable | None = None,
     xds_refusals: Callable[[], list[Any]] | None = None,
+    watchers: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> web.Application:
     """``metrics`` defaults to a ControlPlaneMetrics attached now (attach it before the first
     apply to count it); ``envoy_admin_port`` defaults to the supervisor's admin port."""
@@ -260,6 +267,8 @@ def build_admin_app(
         app[RELOAD] = reload
     if xds_refusals is not None:
         app[XDS_REFUSALS] = xds_refusals
+    if watchers is not None:
+        app[WATCHERS] = watchers
     app[METRICS] = metrics if metrics is not None else ControlPlaneMetrics.attach(plane)
     if supervisor is not None:
         app[SUPERVISOR] = supervisor

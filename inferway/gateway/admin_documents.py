@@ -159,6 +159,8 @@ class StatusDocument(TypedDict):
     keeper: KeeperRecord | None
     xds_refused: NotRequired[list[dict[str, Any]]]
     """xDS clients the server refused (mTLS identities), when the server checks them."""
+    watchers: NotRequired[list[dict[str, Any]]]
+    """Each file watcher's health: policy, endpoints file, certificates (watch_health.py)."""
     fleet: NotRequired[dict[str, Any]]
     """A fleet replica's view: the store, the leader, every replica and reporting Envoy."""
 

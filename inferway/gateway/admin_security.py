@@ -1,9 +1,11 @@
 """Hardening of the admin API: a bearer token for every state-changing request, bounded and
 well-formed bodies, and the ``POST /reload`` endpoint that needs them.
 
-Reads (``GET``/``HEAD``) stay open: the API binds loopback unless told otherwise, and
-``inferway status`` must keep working without credentials. Anything else (``POST /reload``
-today) requires ``Authorization: Bearer <token>``. The token comes from ``--admin-token-file``,
+Reads (``GET``/``HEAD``) are open while the API binds loopback (the default), so ``inferway
+status`` works on the host without credentials; once it binds any other address they need
+the token too (:data:`READS_NEED_TOKEN`), except ``/healthz`` and ``/metrics`` (probes and
+Prometheus). Anything else (``POST /reload``, rollout commands) always requires
+``Authorization: Bearer <token>``. The token comes from ``--admin-token-file``,
 else ``INFERWAY_ADMIN_TOKEN``, else it is generated once and written (mode 0600) to
 ``<workdir>/admin-token`` so an operator on the host can read it and nobody else can.
 """
@@ -31,6 +33,8 @@ __all__ = [
     "ADMIN_TOKEN",
     "ADMIN_TOKEN_ENV",
     "MAX_BODY_BYTES",
+    "OPEN_READS",
+    "READS_NEED_TOKEN",
     "RELOAD",
     "ReloadCallable",
     "admin_security_middleware",
@@ -47,10 +51,14 @@ MAX_BODY_BYTES = 1024 * 1024
 """aiohttp's client_max_size for the admin app: bigger bodies get 413."""
 TOKEN_FILE_NAME = "admin-token"
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+OPEN_READS = frozenset({"/healthz", "/metrics"})
+"""Paths read without the token even when reads need it."""
 
 ReloadCallable = Callable[[bool], Awaitable[dict[str, Any]]]
 ADMIN_TOKEN = web.AppKey("admin_token", str)
 RELOAD: web.AppKey[ReloadCallable] = web.AppKey("reload")
+READS_NEED_TOKEN = web.AppKey("reads_need_token", bool)
+"""Set (True) when the admin API binds a non-loopback address: reads need the token too."""
 
 
 def is_loopback(host: str) -> bool:
@@ -100,30 +108,43 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
 async def admin_security_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """401 for a state-changing request without the right bearer token; JSON 413 for a body
+    """401 for a state-changing request without the right bearer token (and for a read other
+    than :data:`OPEN_READS` when :data:`READS_NEED_TOKEN` is set); JSON 413 for a body
     over :data:`MAX_BODY_BYTES` (aiohttp raises it when the body is read)."""
-    if request.method not in _READ_METHODS:
-        expected = request.app.get(ADMIN_TOKEN)
-        given = request.headers.get("Authorization", "")
-        scheme, _, token = given.partition(" ")
-        if (
-            not expected
-            or scheme.lower() != "bearer"
-            or not hmac.compare_digest(token.strip().encode(), expected.encode())
-        ):
-            return _error(
-                401,
-                f"{request.method} {request.path} changes the gateway's state and needs "
-                "'Authorization: Bearer <admin token>' (see --admin-token-file, "
-                f"${ADMIN_TOKEN_ENV} or <workdir>/{TOKEN_FILE_NAME})",
-                **{"WWW-Authenticate": 'Bearer realm="inferway-admin"'},
-            )
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            return _error(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    reading = request.method in _READ_METHODS
+    guarded = not reading or (
+        request.app.get(READS_NEED_TOKEN, False) and request.path not in OPEN_READS
+    )
+    if guarded and not _authorized(request):
+        what = (
+            "reads the gateway's state, and this admin API binds a non-loopback address"
+            if reading
+            else "changes the gateway's state"
+        )
+        return _error(
+            401,
+            f"{request.method} {request.path} {what}: it needs "
+            "'Authorization: Bearer <admin token>' (see --admin-token-file, "
+            f"${ADMIN_TOKEN_ENV} or <workdir>/{TOKEN_FILE_NAME})",
+            **{"WWW-Authenticate": 'Bearer realm="inferway-admin"'},
+        )
+    too_big = request.content_length is not None and request.content_length > MAX_BODY_BYTES
+    if not reading and too_big:
+        return _error(413, f"request body larger than {MAX_BODY_BYTES} bytes")
     try:
         return await handler(request)
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+
+
+def _authorized(request: web.Request) -> bool:
+    expected = request.app.get(ADMIN_TOKEN)
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return (
+        bool(expected)
+        and scheme.lower() == "bearer"
+        and hmac.compare_digest(token.strip().encode(), (expected or "").encode())
+    )
 
 
 async def read_json_object(request: web.Request, allowed: frozenset[str]) -> dict[str, Any]:
@@ -170,18 +191,20 @@ def build_reload(watcher: PolicyWatcher) -> ReloadCallable:
     """``POST /reload`` for a gateway's policy watcher: re-read the file now."""
 
     async def reload(force: bool) -> dict[str, Any]:
+        restarted = await watcher.ensure_running()  # a watch that had ended starts again
         if force:
             watcher.mark_loaded("")  # forget the live digest: the file is re-applied
         result = watcher.reload()
         plane = watcher.control_plane
+        extra = {"watcher_restarted": True} if restarted else {}
         if result is None:
-            return {"changed": False, "version": plane.version}
+            return {"changed": False, "version": plane.version} | extra
         if result.refusal is not None:
             return {
                 "changed": False,
                 "version": plane.version,
                 "refused": [str(issue) for issue in result.refusal.issues],
-            }
-        return {"changed": True, "version": result.version}
+            } | extra
+        return {"changed": True, "version": result.version} | extra
 
     return reload

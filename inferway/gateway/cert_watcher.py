@@ -31,8 +31,9 @@ from cryptography.hazmat.primitives import serialization
 
 from inferway.gateway.control_plane import PolicyRefusedError
 from inferway.gateway.sources import StateSink
+from inferway.gateway.watch_health import WatchHealth, supervise
 from inferway.pki.keys import check_private_key_permissions, key_matches_certificate
-from inferway.policies.errors import PolicyError, PolicyIssue
+from inferway.policies.errors import PolicyError, PolicyIssue, read_limited
 from inferway.policies.model import Policy
 from inferway.resolve.secrets import listener_secret_names, service_secret_names
 from inferway.state import State, TlsMaterial
@@ -103,7 +104,7 @@ def secret_files(policy: Policy, base_dir: Path) -> dict[str, SecretFiles]:
 
 def _read(path: Path, what: str, problems: list[str]) -> bytes | None:
     try:
-        return path.read_bytes()
+        return read_limited(path)
     except OSError as exc:
         problems.append(f"cannot read {what} {path}: {exc.strerror or exc}")
         return None
@@ -193,6 +194,7 @@ class CertificateSource:
         self._rewatch = asyncio.Event()
         self._watching = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.health = WatchHealth("certificates", str(self.base_dir))
 
     def resolve_state(self, policy: Policy, state: State) -> State:
         """Control-plane state source: ``state`` with the policy's secrets freshly loaded."""
@@ -221,7 +223,10 @@ class CertificateSource:
             raise RuntimeError("this certificate source is already started")
         self._plane = plane
         self._stop.clear()
-        self._task = asyncio.create_task(self._run(), name="certificate-watcher")
+        self._task = asyncio.create_task(
+            supervise(self._run, self.health, self._stop, self._watching),
+            name="certificate-watcher",
+        )
         waiter = asyncio.create_task(self._watching.wait())
         await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
@@ -242,6 +247,7 @@ class CertificateSource:
             dirs = sorted(d for d in self._dirs if d.is_dir())
             if not dirs:
                 self._watching.set()
+                self.health.running = True
                 await self._rewatch.wait()
                 continue
             log.info("watching certificate files in %s", ", ".join(map(str, dirs)))
@@ -257,6 +263,7 @@ class CertificateSource:
                 rust_timeout=200,
             ):
                 self._watching.set()
+                self.health.running = True
                 if any(self._concerns(path) for _, path in changes):
                     self.reload()
 
@@ -275,6 +282,7 @@ class CertificateSource:
         except PolicyError as exc:
             plane.refuse(exc, CERTIFICATES_SOURCE)
             return None
+        self.health.read_ok()
         if dict(plane.state.secrets) == secrets:
             return None
         try:

@@ -219,6 +219,18 @@ class Gateway:
         await self._components.stop()
 
 
+def _watcher_health(
+    policy: PolicyWatcher,
+    endpoints: EndpointsWatcher | EndpointsFollower,
+    certificates: CertificateSource,
+) -> list[dict[str, Any]]:
+    """``GET /status``'s ``watchers``: the policy's, the endpoints file's in use now (if
+    any), the certificate files'."""
+    current = endpoints.watcher if isinstance(endpoints, EndpointsFollower) else endpoints
+    found = [policy.health] + ([current.health] if current is not None else [])
+    return [health.document() for health in (*found, certificates.health)]
+
+
 async def start_gateway(options: GatewayOptions) -> Gateway:
     """Start everything, or nothing: a failure part-way stops what had started, then raises.
 
@@ -305,6 +317,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             keeper=wiring.envoy_admin_port.keeper,
             envoy_admin_port=wiring.envoy_admin_port,
             fleet=fleet,
+            watchers=lambda: _watcher_health(watcher, endpoints, certificates),
         )
         if supervisor is not None:  # stops before everything started earlier
             await components.start("Envoy", supervisor)

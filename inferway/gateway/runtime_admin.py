@@ -15,11 +15,17 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import KubernetesFactory
 from inferway.gateway.admin import AdminServer, build_admin_app, start_admin_server
-from inferway.gateway.admin_security import build_reload, is_loopback, resolve_admin_token
+from inferway.gateway.admin_security import (
+    READS_NEED_TOKEN,
+    build_reload,
+    is_loopback,
+    resolve_admin_token,
+)
 from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
 from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscaling
 from inferway.gateway.components import Components, Held
@@ -74,6 +80,7 @@ async def start_admin_and_replicas(
     keeper: KeeperView | None,
     envoy_admin_port: Callable[[], int | None],
     fleet: Fleet | None = None,
+    watchers: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> AdminParts:
     """Build the admin app with every route, start the replica manager and autoscaling loop
     (not yet running), then serve the app. The admin server's stop goes on ``components``."""
@@ -83,10 +90,11 @@ async def start_admin_and_replicas(
         components.adopt("admin token's temporary folder", folder.cleanup)
         token_dir = Path(folder.name)
     token, token_source = resolve_admin_token(token_file=settings.token_file, workdir=token_dir)
-    if not is_loopback(settings.address):
+    exposed = not is_loopback(settings.address)
+    if exposed:
         log.warning(
-            "admin API binds %s, not loopback: it shows the whole policy to anyone who can "
-            "reach it (state-changing requests still need the admin token)",
+            "admin API binds %s, not loopback: every request but GET /healthz and /metrics "
+            "needs the admin token",
             settings.address,
         )
     admin_app = build_admin_app(
@@ -96,7 +104,9 @@ async def start_admin_and_replicas(
         token=token,
         reload=build_reload(watcher),
         xds_refusals=xds.refusals.recent,
+        watchers=watchers,
     )
+    admin_app[READS_NEED_TOKEN] = exposed
     add_rollout_routes(admin_app, rollouts)
     if fleet is not None:
         add_fleet_routes(admin_app, fleet)

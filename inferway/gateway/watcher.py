@@ -15,7 +15,9 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.file_watch import ReloadResult, WatchedFile
 from inferway.gateway.sources import StateSource, read_sources
 from inferway.policies import PolicyError, load_policy_text
-from inferway.policies.located import place_issues
+from inferway.policies.checks_disruptive import check_disruptive_edit
+from inferway.policies.located import locate_issue, parse_located, place_issues
+from inferway.policies.model import Policy
 
 __all__ = ["PolicyWatcher", "ReloadResult"]
 
@@ -58,9 +60,19 @@ class PolicyWatcher(WatchedFile):
         ):
             with _tracer.start_as_current_span("load policy"):
                 policy = load_policy_text(text, source, external_endpoints=self.external_endpoints)
+                _refuse_disruptive(self.control_plane.policy, policy, text, source)
             with _tracer.start_as_current_span("read sources"):
                 try:
                     state = read_sources(self.sources, policy, self.control_plane.state)
                 except PolicyError as error:  # placed on the fields naming the files
                     raise PolicyError(place_issues(text, source, error.issues)) from None
             return self.control_plane.apply_policy(policy, source, state=state)
+
+
+def _refuse_disruptive(live: Policy | None, edit: Policy, text: str, source: str) -> None:
+    """Raise PolicyError, located on ``routes`` / ``listeners``, for an edit that would cut
+    every client off without saying ``allow_disruptive: true``."""
+    found = check_disruptive_edit(live, edit)
+    if found:
+        document, _ = parse_located(text, source)
+        raise PolicyError([locate_issue(document, source, loc, message) for loc, message in found])

@@ -45,7 +45,9 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]+$")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 def _cidr(value: str) -> str:

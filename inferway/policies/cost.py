@@ -24,7 +24,9 @@ __all__ = ["Cost"]
 class Cost(BaseModel):
     """The price of one replica-hour of a service, and the budgets it is held to."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
     per_replica_hour: float = Field(ge=0, allow_inf_nan=False)
     currency: str = "USD"

@@ -14,7 +14,9 @@ service without the replicas meant for it.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.located import (
-    describe_value,
+    describe_kind,
     in_file_order,
     locate_issue,
     parse_located,
@@ -46,7 +48,9 @@ ServiceEndpoints = Mapping[str, tuple[Endpoint, ...]]
 class EndpointsFile(BaseModel):
     """The file's schema: ``services: {<service name>: [endpoint, ...]}``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
     services: dict[Name, list[Endpoint]] = Field(default_factory=dict)
 
@@ -59,27 +63,52 @@ def endpoints_file_path(policy: Policy, policy_path: str | Path) -> Path | None:
     return path if path.is_absolute() else Path(policy_path).parent / path
 
 
+def _near_services(keys: Collection[object]) -> bool:
+    """A key that is a typo of 'services' (reported as such, by name: it is nearly ours)."""
+    return any(difflib.get_close_matches(str(key), ["services"], n=1, cutoff=0.75) for key in keys)
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _unquoted(issue: PolicyIssue) -> PolicyIssue:
+    """A YAML syntax issue without the fragments of the file the parser quotes."""
+    message = _QUOTED.sub("(a character of the file)", issue.message)
+    return dataclasses.replace(issue, message=message)
+
+
 def load_endpoints_text(
     text: str, source: str = "<string>", *, services: Collection[str] | None = None
 ) -> ServiceEndpoints:
     """Validate endpoints YAML; ``services`` (the policy's service names), when given, is
     what the file may name. Raises PolicyError with every located issue."""
-    document, issues = parse_located(text, source)
+    try:
+        document, issues = parse_located(text, source)
+    except PolicyError as error:  # a syntax error: its message may quote the text
+        raise PolicyError([_unquoted(issue) for issue in error.issues]) from None
     data = document.data
     if data is None:
         data = {}
-    if not isinstance(data, dict):
+    others = set(data) - {"services"} if isinstance(data, dict) else set()
+    if not isinstance(data, dict) or (others and not _near_services(others)):
+        # Not an endpoints file at all (``endpoints_file: /etc/passwd``): say so without
+        # quoting a word of it, since the error is shown by ``GET /status``.
+        got = f"a mapping with other keys ({len(others)})"
+        if not isinstance(data, dict):
+            got = describe_kind(data)
         mark = document.position(())
-        issues.append(
-            PolicyIssue(
-                source,
-                mark.line,
-                mark.column,
-                "",
-                f"expected a mapping with 'services' at the top level, got {describe_value(data)}",
-            )
+        raise PolicyError(
+            [
+                PolicyIssue(
+                    source,
+                    mark.line,
+                    mark.column,
+                    "",
+                    "not an endpoints file: expected a mapping with only 'services' at the top "
+                    f"level, got {got} (its content is not shown)",
+                )
+            ]
         )
-        raise PolicyError(issues)
     try:
         parsed = EndpointsFile.model_validate(data)
     except ValidationError as error:

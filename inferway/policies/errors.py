@@ -6,11 +6,18 @@ so loading collects every issue into one :class:`PolicyError` instead of stoppin
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PolicyError", "PolicyIssue", "read_source_text"]
+__all__ = ["MAX_FILE_BYTES", "PolicyError", "PolicyIssue", "read_limited", "read_source_text"]
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+"""The most inferway reads of any file a policy names (the policy, its endpoints file, its
+certificates): a path such as ``/dev/zero`` or a runaway file must not exhaust memory."""
 
 
 @dataclass(frozen=True)
@@ -50,10 +57,56 @@ class PolicyError(Exception):
         return "\n".join(str(issue) for issue in self.issues)
 
 
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_limited(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them.
+
+    Raises OSError whose ``strerror`` says why in words: the file is not a regular file (a
+    device, a pipe, a directory: reading one could block or never end) or is larger than
+    ``limit``. Opened non-blocking so that naming a FIFO cannot hang the caller.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except ValueError:  # "embedded null byte"
+        raise OSError(errno.EINVAL, "the path contains a NUL character", str(path)) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "special")
+            raise OSError(errno.EINVAL, f"not a regular file ({kind})", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, _too_large(info.st_size, limit), str(path))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew while being read
+            raise OSError(errno.EFBIG, _too_large(size, limit), str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"the file is larger than the limit of {limit} bytes ({size} bytes or more)"
+
+
 def read_source_text(path: str | Path) -> str:
     """The UTF-8 text of a file the user gave us, or a PolicyError naming it and why not."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_limited(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
         raise PolicyError(

@@ -43,7 +43,14 @@ FIELD_PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){0,15}$"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
+
+
+def _number(value: float) -> str:
+    """``:g`` for a float; an int as written (``:g`` would convert it, and overflow)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class NumberRange(_Model):
@@ -57,7 +64,9 @@ class NumberRange(_Model):
         if self.min is None and self.max is None:
             raise ValueError("give min, max or both (e.g. {min: 1, max: 4})")
         if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"min {self.min:g} is above max {self.max:g}: nothing could match")
+            raise ValueError(
+                f"min {_number(self.min)} is above max {_number(self.max)}: nothing could match"
+            )
         return self
 
 
@@ -102,7 +111,9 @@ class FieldMatch(_Model):
                 f"(got {', '.join(given) or 'none'})"
             )
         if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"min {self.min:g} is above max {self.max:g}: nothing could match")
+            raise ValueError(
+                f"min {_number(self.min)} is above max {_number(self.max)}: nothing could match"
+            )
         return self
 
 

@@ -20,7 +20,9 @@ __all__ = ["GrpcTarget"]
 class GrpcTarget(BaseModel):
     """``xds:///<name>`` reaches ``route`` (its backends, by weight) or ``service``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
     name: Name
     route: str | None = None

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from inferway.policies.checks import check_policy
 from inferway.policies.errors import PolicyError, PolicyIssue, read_source_text
 from inferway.policies.located import (
+    boolean_number_issues,
     describe_value,
     in_file_order,
     locate_issue,
@@ -62,6 +63,7 @@ def load_policy_text(
         )
         raise PolicyError(issues)
 
+    issues.extend(boolean_number_issues(document, source, Policy))
     try:
         policy = Policy.model_validate(document.data)
     except ValidationError as error:

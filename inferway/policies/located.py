@@ -29,6 +29,8 @@ from inferway.policies.yaml_marks import (
 )
 
 __all__ = [
+    "boolean_number_issues",
+    "describe_kind",
     "describe_value",
     "known_keys",
     "locate_issue",
@@ -59,6 +61,24 @@ def describe_value(value: object) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return repr(value)
+
+
+def describe_kind(value: object) -> str:
+    """What kind of value this is, without the value: for files whose content must not be
+    echoed (a file a policy names may be anything, and errors are shown by ``GET /status``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a value"
 
 
 def _unwrap(annotation: Any) -> list[Any]:
@@ -176,7 +196,9 @@ def _message(error: Any, loc: Loc, parent: Any, node: Any) -> str:
         return f"invalid name {got}: {_NAME_RULE}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"expected a whole number, got {got}"
-    if kind in ("float_type", "float_parsing", "finite_number"):
+    if kind == "finite_number":
+        return f"expected a finite number, got {got}"
+    if kind in ("float_type", "float_parsing"):
         return f"expected a number, got {got}"
     if kind in ("bool_type", "bool_parsing"):
         return f"expected true or false, got {got}"
@@ -246,6 +268,40 @@ def validation_issues(
         message = _message(item, loc, parent, node)
         at_key = item["type"] == "extra_forbidden"
         issues.append(locate_issue(document, source, loc, message, at_key=at_key))
+    return issues
+
+
+def _numeric(annotation: Any) -> bool:
+    """An int or float field (a duration included), not a bool or a union with bool."""
+    kinds = _unwrap(annotation)
+    return bool(kinds) and all(k in (int, float) for k in kinds)
+
+
+def boolean_number_issues(
+    document: MarkedDocument, source: str, root: type[BaseModel]
+) -> list[PolicyIssue]:
+    """``weight: true`` is a number to pydantic (1) and a mistake to a person: one located
+    issue for each YAML boolean written where ``root``'s schema expects a number."""
+    issues: list[PolicyIssue] = []
+    stack: list[tuple[object, Any, Loc]] = [(document.data, root, ())]
+    while stack:
+        node, annotation, loc = stack.pop()
+        if isinstance(node, bool):
+            if _numeric(annotation):
+                message = f"expected a number, got {describe_value(node)}"
+                issues.append(locate_issue(document, source, loc, message))
+            continue
+        items: Iterable[tuple[str | int, object]]
+        if isinstance(node, dict):
+            items = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            continue
+        for part, child in items:
+            below = _step(annotation, part)
+            if below is not None:
+                stack.append((child, below, (*loc, part)))
     return issues
 
 

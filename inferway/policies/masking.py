@@ -34,7 +34,9 @@ BUILTIN_NAMES: tuple[Builtin, ...] = ("email", "phone", "id_number")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 class MaskSink(_Model):

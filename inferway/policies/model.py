@@ -8,6 +8,7 @@ Backend weights are relative percentages with 0.1% resolution (``99.9`` / ``0.1`
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -39,7 +40,7 @@ from inferway.policies.traffic import (
     RateLimit,
     RetryHostSelection,
 )
-from inferway.policies.types import Duration, Name, split_host_port
+from inferway.policies.types import Duration, FilePath, Name, split_host_port
 
 __all__ = [
     "Backend",
@@ -57,7 +58,9 @@ __all__ = [
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 class Listener(_Model):
@@ -82,6 +85,10 @@ class Listener(_Model):
         return value
 
 
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+"""One label of a DNS name (underscores too: SRV-style names and some internal zones)."""
+
+
 class Endpoint(_Model):
     """One replica of a service. YAML may give just ``"host:port"``."""
 
@@ -90,6 +97,23 @@ class Endpoint(_Model):
     zone: str | None = None
     priority: int = Field(default=0, ge=0, le=15)
     weight: int = Field(default=1, ge=1, le=128)
+
+    @field_validator("host")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        """An IP address or a DNS name: Envoy takes anything, then never resolves it."""
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            pass
+        labels = value.removesuffix(".").split(".")
+        if len(value) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+            raise ValueError(
+                "expected an IP address or a DNS name (letters, digits, '-' and '_' between "
+                f"dots), got {value!r}"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -174,11 +198,15 @@ class RouteMatch(_Model):
     """What the request body must show: rows, size, JSON fields (features.py)."""
 
 
+MAX_WEIGHT = 429_496_729
+"""Envoy receives a weight in tenths of a percent as a uint32."""
+
+
 class Backend(_Model):
     """A weighted destination of a route. Weights are relative percentages, 0.1 resolution."""
 
     service: str
-    weight: float = 100.0
+    weight: float = Field(default=100.0, le=MAX_WEIGHT)
 
     @field_validator("weight")
     @classmethod
@@ -245,7 +273,7 @@ class Policy(_Model):
     listeners: list[Listener] = Field(min_length=1)
     services: list[Service] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
-    endpoints_file: str | None = None  # services' endpoints from a watched file (endpoints.py)
+    endpoints_file: FilePath | None = None  # services' endpoints from a watched file (endpoints.py)
     redact_headers: RedactHeaders
     observability: Observability | None = None
     grpc_targets: list[GrpcTarget] = Field(default_factory=list)
@@ -259,3 +287,6 @@ class Policy(_Model):
     """Where the feature router listens, for routes with ``match.features``."""
     mask: Mask | None = None
     """Sensitive request data masked in access logs, spans and inferway's logs (masking.py)."""
+    allow_disruptive: bool = False
+    """A live edit that removes every route or moves every listener is refused unless this
+    is true (checks_disruptive.py): a half-saved file often looks exactly like that."""

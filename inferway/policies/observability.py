@@ -45,7 +45,9 @@ def logged_headers(fmt: str) -> list[str]:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 class Tracing(_Model):

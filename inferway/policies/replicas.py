@@ -40,7 +40,9 @@ COMMAND_PLACEHOLDERS: tuple[str, ...] = ("port", "grpc_port", "host", "index", "
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 def placeholders_in(text: str) -> list[str]:

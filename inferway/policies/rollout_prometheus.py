@@ -79,7 +79,9 @@ Template = Annotated[str, Field(min_length=1)]
 class PrometheusQueries(BaseModel):
     """PromQL per number (unset ones keep :data:`DEFAULT_QUERIES`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
     requests: Template = DEFAULT_QUERIES["requests"]
     errors: Template = DEFAULT_QUERIES["errors"]
@@ -91,7 +93,9 @@ class PrometheusQueries(BaseModel):
 class PrometheusAnalysis(BaseModel):
     """Where Prometheus answers (its HTTP API base URL) and what to ask it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
     url: str
     queries: PrometheusQueries = Field(default_factory=PrometheusQueries)

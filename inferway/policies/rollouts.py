@@ -52,7 +52,9 @@ Percent = Annotated[float, BeforeValidator(parse_percent), Field(ge=0, le=100)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 def _step_item(value: object) -> object:

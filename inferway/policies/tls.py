@@ -17,13 +17,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from inferway.policies.types import FilePath
+
 __all__ = ["ListenerTls", "ServiceTls", "TlsVersion"]
 
 TlsVersion = Literal["1.2", "1.3"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 def _coerce_version(value: object) -> object:
@@ -35,11 +39,11 @@ class ListenerTls(_Model):
     """How a listener terminates TLS. ``mode: none`` is plain HTTP (the default without tls)."""
 
     mode: Literal["none", "tls", "mutual"] = "tls"
-    certificate: str | None = None
+    certificate: FilePath | None = None
     """PEM certificate chain the listener presents."""
-    private_key: str | None = None
+    private_key: FilePath | None = None
     """PEM private key of ``certificate``; must not be group/world readable (chmod 600)."""
-    client_ca: str | None = None
+    client_ca: FilePath | None = None
     """PEM CA bundle client certificates must chain to (``mutual`` only)."""
     min_version: TlsVersion = "1.2"
     allowed_identities: list[str] = Field(default_factory=list)
@@ -69,11 +73,11 @@ class ServiceTls(_Model):
     """How Envoy connects to a service's replicas: plain, TLS, or TLS with a client cert."""
 
     mode: Literal["none", "tls", "mutual"] = "tls"
-    ca: str | None = None
+    ca: FilePath | None = None
     """PEM CA bundle the replicas' server certificates must chain to."""
-    certificate: str | None = None
+    certificate: FilePath | None = None
     """PEM client certificate Envoy presents (``mutual``)."""
-    private_key: str | None = None
+    private_key: FilePath | None = None
     """PEM private key of ``certificate`` (``mutual``; chmod 600)."""
     sni: str | None = None
     """Server name sent in the handshake and required in the replica's certificate SANs."""

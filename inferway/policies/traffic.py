@@ -53,7 +53,9 @@ Positive = Annotated[int, Field(ge=1)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
 
 
 # -- load balancing ------------------------------------------------------------------------------

@@ -4,15 +4,17 @@ them without an import cycle."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 __all__ = [
     "NAME_PATTERN",
     "RESERVED_NAME_PREFIX",
     "Duration",
+    "FilePath",
     "Name",
     "parse_duration",
     "split_host_port",
@@ -34,19 +36,42 @@ def parse_duration(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as '250ms', '2s' or '1m', not a boolean")
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+        seconds = _seconds(value)
+    elif isinstance(value, str):
         match = _DURATION.match(value)
         if not match:
             raise ValueError(f"expected a duration such as '250ms', '2s' or '1m', got {value!r}")
-        return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    return value
+        seconds = _seconds(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        return value
+    if not math.isfinite(seconds):
+        raise ValueError("expected a finite duration")
+    return seconds
+
+
+def _seconds(value: int | float | str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond any float
+        raise ValueError("this duration is too large") from None
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 """Seconds, as a float. Written in YAML as '250ms', '2s', '1m' or a plain number."""
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+
+def _file_path(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("a file path cannot contain a NUL character")
+    if not value:
+        raise ValueError("a file path cannot be empty")
+    return value
+
+
+FilePath = Annotated[str, AfterValidator(_file_path)]
+"""A path to a file the gateway reads (relative to the policy file's directory)."""
 
 
 def split_host_port(address: object) -> tuple[str, int]:

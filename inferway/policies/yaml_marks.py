@@ -17,6 +17,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 __all__ = [
+    "MAX_DEPTH",
     "Loc",
     "Mark",
     "MarkedDocument",
@@ -32,6 +33,10 @@ Loc = tuple[str | int, ...]
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _MAX_NODES = 200_000
 """Bound on rebuilt nodes, so alias bombs ("billion laughs") fail fast."""
+MAX_DEPTH = 64
+"""Bound on nesting (lists and mappings inside each other, aliases expanded). A policy nests
+about ten deep; PyYAML's composer and the rebuild below recurse once per level, so a file
+of ``[[[[...]]]]`` would otherwise end in a RecursionError instead of a located error."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,7 @@ def load_marked_yaml(text: str) -> MarkedDocument:
     Raises :class:`YamlSyntaxError` when the text is not a single valid YAML document.
     An empty document yields ``data=None``.
     """
+    _check_nesting(text)
     loader = yaml.SafeLoader(text)
     try:
         try:
@@ -155,7 +161,13 @@ def load_marked_yaml(text: str) -> MarkedDocument:
             raise YamlSyntaxError(f"invalid YAML: {error}", Mark(1, 1)) from None
         document = MarkedDocument(data=None)
         if root is not None:
-            size = _expanded_size(root, {}, set())
+            size, depth = _expanded_size(root)
+            if depth > MAX_DEPTH:
+                raise YamlSyntaxError(
+                    f"nested too deeply: {depth} levels once aliases are expanded "
+                    f"(at most {MAX_DEPTH})",
+                    _mark(root.start_mark),
+                )
             if size > _MAX_NODES:
                 raise YamlSyntaxError(
                     f"document too large: {size} values once aliases are expanded "
@@ -169,22 +181,73 @@ def load_marked_yaml(text: str) -> MarkedDocument:
         loader.dispose()
 
 
-def _expanded_size(node: Node, sizes: dict[int, int], active: set[int]) -> int:
-    """Values the document holds with aliases expanded, counted without expanding them."""
-    if id(node) in sizes:
-        return sizes[id(node)]
-    if isinstance(node, ScalarNode) or id(node) in active:
-        return 1
-    active.add(id(node))
-    children: list[Node] = []
+def _check_nesting(text: str) -> None:
+    """Raise YamlSyntaxError at the first list or mapping nested deeper than MAX_DEPTH.
+
+    Reads the parser's events (PyYAML's parser keeps its own stack, unlike its composer), so
+    depth is measured before anything recursive runs. Syntax errors are left to the loader.
+    """
+    parser = yaml.SafeLoader(text)
+    depth = 0
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise YamlSyntaxError(
+                        f"nested too deeply: more than {MAX_DEPTH} levels of lists and mappings",
+                        _event_mark(event),
+                    )
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # reported, with its position, by the loader's own pass
+    finally:
+        parser.dispose()
+
+
+def _event_mark(event: yaml.Event) -> Mark:
+    mark = event.start_mark  # a pure-Python or a libyaml mark: both have line and column
+    if mark is None:
+        return Mark(1, 1)
+    return Mark(mark.line + 1, mark.column + 1)
+
+
+def _expanded_size(root: Node) -> tuple[int, int]:
+    """Values the document holds and its depth with aliases expanded, counted without
+    expanding them (each node once, iteratively: an alias chain can be deeper than Python's
+    stack). A node that contains itself counts as one value, like a scalar."""
+    sizes: dict[int, tuple[int, int]] = {}
+    active: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            results = [sizes.get(id(child), (1, 1)) for child in _children(node)]
+            size = 1 + sum(r[0] for r in results)
+            depth = 1 + max((r[1] for r in results), default=0)
+            sizes[key] = (min(size, _MAX_NODES + 1), depth)
+            active.discard(key)
+            continue
+        if key in sizes or key in active:
+            continue
+        if isinstance(node, ScalarNode):
+            sizes[key] = (1, 1)
+            continue
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes.get(id(root), (1, 1))
+
+
+def _children(node: Node) -> list[Node]:
     if isinstance(node, SequenceNode):
-        children = list(node.value)
-    elif isinstance(node, MappingNode):
-        children = [child for pair in node.value for child in pair]
-    total = 1 + sum(_expanded_size(child, sizes, active) for child in children)
-    active.discard(id(node))
-    sizes[id(node)] = total
-    return total
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [child for pair in node.value for child in pair]
+    return []
 
 
 class _Builder:
@@ -223,6 +286,11 @@ class _Builder:
             problem = getattr(error, "problem", None) or str(error)
             self._issue(loc, node, f"cannot read this value: {problem}")
             return node.value
+        except (ValueError, OverflowError):  # an integer of thousands of digits
+            self._issue(
+                loc, node, f"cannot read this value: a number of {len(node.value)} characters"
+            )
+            return None
 
     def _mapping(self, node: MappingNode, loc: Loc) -> dict[str, object]:
         result: dict[str, object] = {}

@@ -144,3 +144,46 @@ async def _to_thread(fn, *args):  # type: ignore[no-untyped-def]
     import asyncio
 
     return await asyncio.to_thread(fn, *args)
+
+
+@pytest.fixture
+async def exposed_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Gateway]:
+    """An admin API bound to every address (reached here over loopback only)."""
+    monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.format(port=free_port(), timeout="15s"))
+    options = GatewayOptions(
+        policy_path=policy,
+        xds_port=0,
+        admin_port=0,
+        admin_address="0.0.0.0",
+        with_envoy=False,
+        workdir=tmp_path / "work",
+    )
+    running = await start_gateway(options)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def test_off_loopback_reads_need_the_token_but_probes_stay_open(
+    exposed_gateway: Gateway,
+) -> None:
+    url = f"http://127.0.0.1:{exposed_gateway.admin.port}"
+    auth = {"Authorization": f"Bearer {token_of(exposed_gateway)}"}
+    async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+        for path in ("/status", "/policy", "/rollouts", "/autoscale", "/envoy/stats/prometheus"):
+            response = await client.get(path)
+            assert response.status_code == 401, path
+            assert "binds a non-loopback address" in response.json()["error"]
+            assert (
+                await client.get(path, headers={"Authorization": "Bearer no"})
+            ).status_code == 401
+            assert (await client.get(path, headers=auth)).status_code != 401, path
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.get("/metrics")).status_code == 200
+        status = await client.get("/status", headers=auth)
+        assert status.json()["policy"]["version"] == exposed_gateway.control_plane.version

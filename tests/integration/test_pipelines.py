@@ -367,3 +367,24 @@ async def test_an_asynchronous_job_can_name_a_pipeline(tmp_path: Path) -> None:
         np.testing.assert_allclose(got["right"], chain_reference(x)["right"], rtol=1e-4, atol=1e-5)
     finally:
         await handle.stop()
+
+
+async def test_a_step_naming_another_pipeline_says_so(tmp_path: Path) -> None:
+    """Issue 33, item 9: it said "model 'moe' not found" while ``moe`` was served."""
+    write_moe_pipeline(tmp_path, config=CPU)
+    nested = tmp_path / "outer" / "pipeline.yaml"
+    nested.parent.mkdir()
+    nested.write_text(
+        yaml.safe_dump(
+            {
+                "steps": [{"name": "inner", "model": "moe", "inputs": {"x": "request.x"}}],
+                "outputs": {"y": "inner.y"},
+            }
+        )
+    )
+    async with _stack(tmp_path) as stack:
+        repository = stack.handle.repository
+        assert repository.get("moe").platform == "pipeline"
+        error = repository.errors[str(nested)]
+        assert "model: 'moe' is a pipeline, not a model" in error
+        assert "not found" not in error

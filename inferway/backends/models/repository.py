@@ -86,6 +86,11 @@ class ModelRepository:
         pipeline = self._pipelines.get(name) if pipelines and not versions else None
         if pipeline is not None:
             versions = {pipeline.version: pipeline}
+        if not versions and not pipelines and name in self._pipelines.names():
+            raise ModelNotFoundError(
+                f"{name!r} is a pipeline, not a model: a pipeline step names a model "
+                "(pipelines do not nest); models: " + (", ".join(sorted(self._models)) or "none")
+            )
         if not versions:
             names = {*self._models, *(self._pipelines.names() if pipelines else ())}
             available = ", ".join(sorted(names)) or "none"

@@ -157,8 +157,9 @@ class _Planner:
     def resolve(self, ref: ModelRef, loc: Loc) -> ModelSignature | None:
         try:
             return self.signature(ref)
-        except LookupError as e:
-            self.fail(loc, str(e).strip("'\""))
+        except LookupError as e:  # a KeyError's str() is the repr of its message: take args[0]
+            message = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+            self.fail(loc, message)
             return None
 
     def plan(self) -> PipelinePlan:
