@@ -81,7 +81,8 @@ def admin_token(token_file: Path | None, *, needed_for: str) -> str:
 
 
 class AdminClient:
-    """The admin API at ``url`` (``http://127.0.0.1:15000``); ``token`` for the POSTs."""
+    """The admin API at ``url`` (``http://127.0.0.1:15000``); ``token`` for the POSTs (and the
+    reads, which also take ``$INFERWAY_ADMIN_TOKEN``)."""
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 5.0) -> None:
         self.url = url.rstrip("/")
@@ -174,8 +175,11 @@ class AdminClient:
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        if method == "POST" and self.token is not None:
-            headers["Authorization"] = f"Bearer {self.token}"
+        # reads carry the token too when there is one: off loopback the admin API wants it
+        # for every read (docs/operations.md); $INFERWAY_ADMIN_TOKEN serves reads by default
+        token = self.token if method == "POST" else self.token or os.environ.get(ADMIN_TOKEN_ENV)
+        if token:
+            headers["Authorization"] = f"Bearer {token.strip()}"
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:

@@ -17,6 +17,7 @@ from inferway.cli.admin_client import AdminClient, AdminError, admin_token
 from inferway.exit_codes import EXIT_INVALID, EXIT_UNREACHABLE
 from inferway.gateway.admin import AdminServer, build_admin_app, build_status, start_admin_server
 from inferway.gateway.admin_documents import ADMIN_TOKEN_ENV
+from inferway.gateway.admin_security import READS_NEED_TOKEN
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -163,3 +164,23 @@ def test_the_token_comes_from_the_file_else_the_environment(
         admin_token(None, needed_for="x needs")
     with pytest.raises(AdminError, match="cannot read --token-file"):
         admin_token(tmp_path / "missing", needed_for="x needs")
+
+
+async def test_reads_carry_the_token_where_the_admin_api_wants_one(
+    admin: _Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guarded = build_admin_app(admin.plane, token="secret")
+    guarded[READS_NEED_TOKEN] = True  # as when it binds a non-loopback address
+    server = await start_admin_server(guarded, port=0)
+    try:
+        monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
+        with pytest.raises(AdminError) as refused:
+            await asyncio.to_thread(AdminClient(server.url).status)
+        assert "401" in str(refused.value)
+        monkeypatch.setenv(ADMIN_TOKEN_ENV, "secret")
+        status = await asyncio.to_thread(AdminClient(server.url).status)
+        assert status["policy"] is not None
+        status = await asyncio.to_thread(AdminClient(server.url, token="secret").status)
+        assert status["policy"] is not None
+    finally:
+        await server.stop()
