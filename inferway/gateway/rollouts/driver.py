@@ -39,7 +39,13 @@ from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower, Policy
 from inferway.gateway.loop_configs import compile_loops
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.schedule import next_tick
-from inferway.gateway.rollouts.store import RolloutStateStore, RolloutTarget
+from inferway.gateway.rollouts.store import RolloutStateStore
+from inferway.gateway.rollouts.targets import (
+    backend_evidence,
+    build_weights,
+    rollout_target,
+    same_target,
+)
 from inferway.gateway.rollouts.webhooks import call_webhook
 from inferway.gateway.sources import StateSink
 from inferway.policies.model import Policy
@@ -69,15 +75,6 @@ class UnknownRolloutError(KeyError):
 
 SourceFactory = Callable[[RolloutConfig], MetricSource]
 DecisionHook = Callable[[str, Decision], None]
-
-
-def build_weights(rollout: Rollout, state: RolloutState) -> dict[str, float] | None:
-    """The route override for ``state`` (None while it has not started: the policy's own
-    weights apply)."""
-    if state.phase == Phase.WAITING:
-        return None
-    canary = state.weight / (TOTAL_WEIGHT / 100)
-    return {rollout.stable: round(100 - canary, 1), rollout.canary: round(canary, 1)}
 
 
 @dataclass
@@ -124,7 +121,7 @@ class RolloutDriver(PolicyFollower):
         """The state ``spec`` resumes from (None: it starts over); reads, never changes."""
         entry = self._entries.get(spec.name)
         if entry is not None:  # a new route or pair is a new rollout: start over
-            return entry.controller.state if _same_target(entry.spec, spec) else None
+            return entry.controller.state if same_target(entry.spec, spec) else None
         return self._state_for_stored(spec, config)
 
     def _state_for_stored(self, spec: Rollout, config: RolloutConfig) -> RolloutState | None:
@@ -136,9 +133,9 @@ class RolloutDriver(PolicyFollower):
         if saved is None:
             return None
         target, state = saved
-        if target != _target(spec):
+        if target != rollout_target(spec):
             log.info("rollout %s: saved for %s, now %s: starting over", spec.name, target,
-                     _target(spec))  # fmt: skip
+                     rollout_target(spec))  # fmt: skip
             return None
         try:  # e.g. fewer steps now than the saved step
             RolloutController(config, state)
@@ -341,7 +338,7 @@ class RolloutDriver(PolicyFollower):
                     "errors": s.evidence.stable.errors,
                 },
                 "step_canary_requests": s.evidence.step_canary_requests,
-                **(_backend_evidence(s) if config.needs_backend_metrics else {}),
+                **(backend_evidence(s) if config.needs_backend_metrics else {}),
             },
             "last_analysis": None if last is None else last.to_json(),
             "gate": entry.gate,
@@ -358,7 +355,7 @@ class RolloutDriver(PolicyFollower):
 
     def _after(self, entry: _Entry, decision: Decision) -> None:
         name = entry.spec.name
-        self.store.save(_target(entry.spec), entry.controller.state)
+        self.store.save(rollout_target(entry.spec), entry.controller.state)
         self._push(name)
         level = logging.DEBUG if decision.action == Action.HOLD else logging.INFO
         event = {"event": "rollout_decision", "rollout": name, **decision.to_json()}
@@ -406,24 +403,3 @@ class RolloutDriver(PolicyFollower):
 
 _NOTIFIES = {Action.PROMOTE: "post-rollout", Action.ROLLBACK: "rollback", Action.ABORT: "rollback"}
 """The webhook type each ending decision calls."""
-
-
-def _target(spec: Rollout) -> RolloutTarget:
-    return RolloutTarget(spec.route, spec.stable, spec.canary)
-
-
-def _backend_evidence(s: RolloutState) -> dict[str, Any]:
-    """What the backends themselves reported, as ``rollout status`` shows it."""
-    return {
-        "backend": {
-            role: {"requests": counts.requests, "errors": counts.errors}
-            for role, counts in (
-                ("canary", s.evidence.backend_canary),
-                ("stable", s.evidence.backend_stable),
-            )
-        }
-    }
-
-
-def _same_target(a: Rollout, b: Rollout) -> bool:
-    return _target(a) == _target(b)
