@@ -6,9 +6,7 @@ changing, so the part-way file is never applied nor refused."""
 from __future__ import annotations
 
 import asyncio
-import os
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.policies import load_policy_text
 from inferway.policies.checks_disruptive import check_disruptive_edit
 from tests.envoy_process import free_port
+from tests.helpers import poll_until, write_atomically
 
 pytestmark = pytest.mark.integration
 
@@ -33,19 +32,6 @@ routes:
       - service: v1
         timeout: {timeout}
 """
-
-
-def replace_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -75,8 +61,12 @@ def _port(gateway: Gateway) -> int:
 async def test_a_truncated_save_is_refused_and_located(gateway: Gateway) -> None:
     path = gateway.options.policy_path
     live = gateway.control_plane.version
-    replace_atomically(path, "version: 1\nlisteners:\n  - {name: edge, port: 10}\n")
-    await wait_for(lambda: gateway.control_plane.last_refused is not None)
+    write_atomically(path, "version: 1\nlisteners:\n  - {name: edge, port: 10}\n")
+    await poll_until(
+        lambda: gateway.control_plane.last_refused is not None,
+        timeout=10,
+        what="the edit",
+    )
     refusal = gateway.control_plane.last_refused
     assert refusal is not None
     messages = [str(issue) for issue in refusal.issues]
@@ -92,8 +82,8 @@ async def test_a_truncated_save_is_refused_and_located(gateway: Gateway) -> None
 async def test_allow_disruptive_lets_the_edit_through(gateway: Gateway) -> None:
     path = gateway.options.policy_path
     other = free_port()
-    replace_atomically(path, _text(other, "15s").replace("version: 1", "allow_disruptive: true"))
-    await wait_for(lambda: _port(gateway) == other)
+    write_atomically(path, _text(other, "15s").replace("version: 1", "allow_disruptive: true"))
+    await poll_until(lambda: _port(gateway) == other, timeout=10, what="the edit")
     assert gateway.control_plane.last_refused is None
 
 
@@ -115,5 +105,9 @@ async def test_a_save_in_two_parts_is_read_once_whole(gateway: Gateway) -> None:
         handle.flush()
         await asyncio.sleep(0.04)  # more than the watch's debounce, less than settling
         handle.write(full[cut:])
-    await wait_for(lambda: gateway.control_plane.policy.routes[0].timeout == 7.0)  # type: ignore[union-attr]
+    await poll_until(
+        lambda: gateway.control_plane.policy.routes[0].timeout == 7.0,
+        timeout=10,
+        what="the edit",
+    )
     assert gateway.control_plane.last_refused is None

@@ -7,9 +7,7 @@ source is a refused edit, not a dead task; a watch task that has ended is starte
 from __future__ import annotations
 
 import asyncio
-import os
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -21,6 +19,7 @@ from inferway.gateway.watch_health import WatchHealth, supervise
 from inferway.policies.model import Policy
 from inferway.state import State
 from tests.envoy_process import free_port
+from tests.helpers import poll_until, write_atomically
 
 pytestmark = pytest.mark.integration
 
@@ -38,19 +37,6 @@ routes:
       - service: v2
         weight: {v2}
 """
-
-
-def replace_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -93,15 +79,19 @@ async def test_a_hostile_edit_is_refused_and_later_edits_still_apply(
         text = POLICY.format(port=port, v1=hostile.removeprefix("WEIGHT:"), v2=10)
     else:
         text = POLICY.format(port=port, v1=90, v2=10) + hostile
-    replace_atomically(path, text)
-    await wait_for(lambda: gateway.control_plane.last_refused is not None)
+    write_atomically(path, text)
+    await poll_until(
+        lambda: gateway.control_plane.last_refused is not None,
+        timeout=10,
+        what="the edit",
+    )
     refusal = gateway.control_plane.last_refused
     assert refusal is not None and refusal.issues[0].line is not None
     assert gateway.control_plane.version == live
     assert gateway.watcher.running
 
-    replace_atomically(path, POLICY.format(port=port, v1=50, v2=50))
-    await wait_for(lambda: _weights(gateway) == [50, 50])
+    write_atomically(path, POLICY.format(port=port, v1=50, v2=50))
+    await poll_until(lambda: _weights(gateway) == [50, 50], timeout=10, what="the edit")
 
 
 async def test_an_unexpected_failure_in_a_source_is_a_refused_edit(gateway: Gateway) -> None:
@@ -117,16 +107,20 @@ async def test_an_unexpected_failure_in_a_source_is_a_refused_edit(gateway: Gate
     path = gateway.options.policy_path
     port = gateway.control_plane.policy.listeners[0].port  # type: ignore[union-attr]
     live = gateway.control_plane.version
-    replace_atomically(path, POLICY.format(port=port, v1=70, v2=30))
-    await wait_for(lambda: gateway.control_plane.last_refused is not None)
+    write_atomically(path, POLICY.format(port=port, v1=70, v2=30))
+    await poll_until(
+        lambda: gateway.control_plane.last_refused is not None,
+        timeout=10,
+        what="the edit",
+    )
     refusal = gateway.control_plane.last_refused
     assert refusal is not None and refusal.file == str(path)
     assert "could not be processed (ZeroDivisionError)" in refusal.issues[0].message
     assert gateway.control_plane.version == live
     assert gateway.watcher.health.last_error == "ZeroDivisionError: a bug in a source"
 
-    replace_atomically(path, POLICY.format(port=port, v1=60, v2=40))
-    await wait_for(lambda: _weights(gateway) == [60, 40])
+    write_atomically(path, POLICY.format(port=port, v1=60, v2=40))
+    await poll_until(lambda: _weights(gateway) == [60, 40], timeout=10, what="the edit")
 
 
 async def test_status_shows_each_watcher_and_reload_restarts_a_dead_one(
@@ -135,8 +129,8 @@ async def test_status_shows_each_watcher_and_reload_restarts_a_dead_one(
     path = gateway.options.policy_path
     port = gateway.control_plane.policy.listeners[0].port  # type: ignore[union-attr]
     async with httpx.AsyncClient(base_url=gateway.admin.url, timeout=5) as client:
-        replace_atomically(path, POLICY.format(port=port, v1=80, v2=20))
-        await wait_for(lambda: _weights(gateway) == [80, 20])
+        write_atomically(path, POLICY.format(port=port, v1=80, v2=20))
+        await poll_until(lambda: _weights(gateway) == [80, 20], timeout=10, what="the edit")
         status = (await client.get("/status")).json()
         watchers = {w["kind"]: w for w in status["watchers"]}
         assert set(watchers) == {"policy", "certificates"}
@@ -150,14 +144,16 @@ async def test_status_shows_each_watcher_and_reload_restarts_a_dead_one(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert not gateway.watcher.running
-        replace_atomically(path, POLICY.format(port=port, v1=40, v2=60))
+        write_atomically(path, POLICY.format(port=port, v1=40, v2=60))
         answer = await client.post("/reload", headers={"Authorization": "Bearer test-token"})
         assert answer.status_code == 200, answer.text
         assert answer.json().get("watcher_restarted") is True, answer.json()
         assert _weights(gateway) == [40, 60]
         assert gateway.watcher.running
-        replace_atomically(path, POLICY.format(port=port, v1=30, v2=70))
-        await wait_for(lambda: _weights(gateway) == [30, 70])  # watched again
+        write_atomically(path, POLICY.format(port=port, v1=30, v2=70))
+        await poll_until(
+            lambda: _weights(gateway) == [30, 70], timeout=10, what="the edit"
+        )  # watched again
         status = (await client.get("/status")).json()
         assert {w["kind"]: w for w in status["watchers"]}["policy"]["restarts"] == 1
 
@@ -179,7 +175,7 @@ async def test_a_failing_watch_loop_is_restarted_and_logged(
         await stop.wait()
 
     task = asyncio.create_task(supervise(body, health, stop, ready))
-    await wait_for(lambda: runs == 3 and health.running)
+    await poll_until(lambda: runs == 3 and health.running, timeout=10, what="the edit")
     assert health.restarts == 2 and health.last_error == "OSError: the watch broke"
     assert "restarting it" in caplog.text
     stop.set()
