@@ -265,8 +265,9 @@ def _save(path: Path, text: str) -> None:
 
 
 def _requests_by_cluster(admin: str) -> dict[str, float]:
-    text = httpx.get(f"{admin}/envoy/stats/prometheus", timeout=5).text
-    samples = parse_exposition(text)
+    page = httpx.get(f"{admin}/envoy/stats/prometheus", timeout=5)
+    assert page.status_code == 200, f"/envoy/stats/prometheus: {page.status_code} {page.text}"
+    samples = parse_exposition(page.text)
     return {
         cluster: sample_value(
             samples, "envoy_cluster_upstream_rq_total", envoy_cluster_name=cluster
@@ -288,10 +289,11 @@ def _where_requests_go(admin: str, listener: str, count: int) -> dict[str, int]:
 def _until_cluster(admin: str, cluster: str) -> None:
     """Until Envoy has the edit's new cluster (its stats exist); 60 s at most."""
     deadline = time.monotonic() + 60
-    while (
-        f'envoy_cluster_name="{cluster}"'
-        not in httpx.get(f"{admin}/envoy/stats/prometheus", timeout=5).text
-    ):
+    while True:
+        page = httpx.get(f"{admin}/envoy/stats/prometheus", timeout=5)
+        assert page.status_code == 200, f"/envoy/stats/prometheus: {page.status_code} {page.text}"
+        if f'envoy_cluster_name="{cluster}"' in page.text:
+            return
         assert time.monotonic() < deadline, f"no cluster {cluster} in Envoy after the edit"
         time.sleep(0.5)
 
