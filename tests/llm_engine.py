@@ -161,6 +161,8 @@ def start_llm_engine(
             "--n_threads", str(n_threads), "--n_threads_batch", str(n_threads),
             "--cache", _flag(cache), "--cache_size", str(cache_size),
             "--embedding", _flag(embedding),
+            # mean pooling: one vector per input (the model's own default is one per token)
+            *(["--kv_overrides", "llama.pooling_type=int:1"] if embedding else []),
             "--interrupt_requests", _flag(interrupt_requests),
             "--verbose", _flag(verbose),
             *extra_args,
