@@ -22,9 +22,12 @@ demo: $(STAMP)
 # The Debian packages of the real components (Prometheus, Redis, SoftHSM, etcd: scripts/test-deps.txt)
 # are installed first when this runs as root with apt-get; otherwise the script says what is
 # missing and why, and those tests skip saying so (under CI=true both are failures instead).
-# The run ends with the skips, counted by reason.
+# The run ends with the skips, counted by reason. The test LLM engine (llama-cpp-python, the
+# llm-engine extra) is compiled once per machine and cached outside the clone, then installed
+# into .venv (scripts/build_llm_engine.py; INFERWAY_LLM_ENGINE=skip skips it outside CI).
 test: $(STAMP)
 	@scripts/install_test_deps.sh
+	@$(BIN)/python scripts/build_llm_engine.py
 	$(BIN)/ruff check inferway tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

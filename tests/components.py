@@ -52,6 +52,8 @@ CI_EXTRA = {
     "python-pkcs11": "pip install -e '.[dev]' (the hsm extra)",
     "softhsm2 library": "Debian package softhsm2",
     "sh": "any POSIX system",
+    "llama-cpp-python": "python scripts/build_llm_engine.py (make test runs it: the llm-engine "
+    "extra, its wheel compiled once and cached)",
 }
 """Components CI must have that the Debian list does not install, and where each comes from."""
 
