@@ -163,7 +163,11 @@ def _kind(value: Any) -> str:
         return "a boolean"
     if isinstance(value, int | float):
         return "a negative number" if value < 0 else "a number"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), "a value")
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else "a value"
 
 
 def _lookup(document: Any, path: str) -> Any:
