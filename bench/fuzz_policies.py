@@ -5,7 +5,12 @@ gateway's policy file (no Envoy), with a known-good checkpoint edit every
 traceback, a refusal without a location, a lost good config, a dead watcher) and writes them
 as JSON, failures with the policy text that caused them.
 
-    .venv/bin/python bench/fuzz_policies.py --seconds 600 --out results/fuzz_policies.json
+    .venv/bin/python bench/fuzz_policies.py --cases 100000 --out bench/results/fuzz_policies.json
+    .venv/bin/python bench/fuzz_policies.py --seconds 600
+
+It stops at ``--cases`` policies or after ``--seconds`` (600 when neither is given, no time
+limit with ``--cases`` alone), printing cases, rate, failures and the time to the target
+every ``--progress`` cases.
 
 The bounded run of the same engine is tests/integration/test_policy_fuzz.py.
 """
@@ -57,7 +62,8 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
     target = WatcherTarget(gateway, watcher_seeds[0])
     validate, watcher = FuzzStats(), FuzzStats()
     started = time.monotonic()
-    deadline = started + args.seconds
+    seconds = args.seconds if args.seconds is not None else 600.0 if args.cases is None else 1e9
+    deadline = started + seconds
     case = 0
     try:
         while time.monotonic() < deadline and (args.cases is None or case < args.cases):
@@ -68,8 +74,13 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
                     await target.checkpoint(watcher, watcher.tried)
             else:
                 check_validate(mutate(rng.choice(seeds), rng), directory, validate)
-            if case % 5000 == 0:
-                print(f"{case} cases, {len(validate.failures) + len(watcher.failures)} failures")
+            if case % args.progress == 0:
+                _print_progress(
+                    case,
+                    time.monotonic() - started,
+                    len(validate.failures) + len(watcher.failures),
+                    args.cases,
+                )
                 if args.out is not None:  # so far, in case the run is cut short
                     partial = _summary(args, case, time.monotonic() - started, validate, watcher)
                     write_results("fuzz_policies", partial | {"partial": True}, args.out)
@@ -80,6 +91,14 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
     summary = _summary(args, case, time.monotonic() - started, validate, watcher)
     summary["watcher"]["alive_at_end"] = alive
     return summary
+
+
+def _print_progress(case: int, elapsed: float, failures: int, target: int | None) -> None:
+    rate = case / elapsed if elapsed > 0 else 0.0
+    line = f"{elapsed:7.0f} s  {case} cases  {rate:.1f}/s  {failures} failures"
+    if target is not None and rate > 0:
+        line += f"  {100 * case / target:.1f}% of {target}, ~{(target - case) / rate:.0f} s left"
+    print(line, flush=True)
 
 
 def _summary(
@@ -94,6 +113,7 @@ def _summary(
         "seed": args.seed,
         "seconds": round(elapsed, 1),
         "cases": case,
+        "target_cases": args.cases,
         "rate_per_s": round(case / elapsed, 1),
         "validate": validate.as_dict(),
         "watcher": watcher.as_dict() | {"settle_ms": args.settle_ms},
@@ -105,8 +125,11 @@ def _summary(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="at most (default 600 without --cases)"
+    )
     parser.add_argument("--cases", type=int, default=None, help="stop after this many")
+    parser.add_argument("--progress", type=int, default=1000, help="cases between lines")
     parser.add_argument("--seed", type=int, default=33)
     parser.add_argument("--watcher-every", type=int, default=25)
     parser.add_argument("--checkpoint-every", type=int, default=50)
@@ -124,7 +147,10 @@ def main() -> None:
     )
     path = write_results("fuzz_policies", result, args.out)
     print(f"wrote {path}")
-    if result["failures"]:
+    short = args.cases is not None and result["cases"] < args.cases
+    if short:
+        print(f"only {result['cases']} of the {args.cases} cases asked for (--seconds)")
+    if result["failures"] or not result["watcher"]["alive_at_end"] or short:
         raise SystemExit(1)
 
 

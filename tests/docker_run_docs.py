@@ -68,7 +68,14 @@ class RunCommand:
 
     @property
     def env(self) -> dict[str, str]:
-        return dict(item.split("=", 1) for item in self.values("-e"))
+        """The ``-e NAME=VALUE`` variables."""
+        return dict(item.split("=", 1) for item in self.values("-e") if "=" in item)
+
+    @property
+    def passed_env(self) -> list[str]:
+        """The ``-e NAME`` variables: the value is the calling shell's (a secret the command
+        line must not show)."""
+        return [item for item in self.values("-e") if "=" not in item]
 
     @property
     def volumes(self) -> dict[str, tuple[str, bool]]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -22,27 +22,30 @@ app = typer.Typer(help="Show the autoscaler and the replicas it sizes.", no_args
 def render_autoscale(document: AutoscaleDocument, console: Console, *, decisions: int = 10) -> None:
     """Per service its rule and last decision, then the last ``decisions`` decisions."""
     replicas = {s["service"]: s for s in document.get("replicas", {}).get("services", [])}
-    if not document.get("services"):
+    autoscaled = {s["service"] for s in document.get("services", [])}
+    if not autoscaled:
         console.print("no service has autoscale:")
     for service in document.get("services", []):
         name = service["service"]
         line = Text.assemble((name, "bold"), f"  {service['algorithm']} on {service['metric']}")
         r = replicas.get(name)
         if r is not None:
-            ready = r.get("ready", 0)
-            line.append(
-                f"  {ready} ready of {r['desired']} desired (min {r['min']}, max {r['max']})"
-            )
+            line.append(_counts(r))
         target = service.get("scale_target") or {}
         if target.get("kind") == "metric":
             line.append("  -> published metric (KEDA/HPA act)")
         elif target.get("kind") == "kubernetes":
             line.append(f"  -> deployment {target['namespace']}/{target['deployment']}")
         console.print(line)
+        _print_not_ready(r, console)
         last = service.get("last_decision")
         console.print(f"  {last['reason'] if last else 'no decision yet'}")
         if service.get("error"):
             console.print(Text(f"  error: {service['error']}", style="red"))
+    for name, r in replicas.items():
+        if name not in autoscaled:  # replicas: without autoscale: a fixed count
+            console.print(Text.assemble((name, "bold"), "  replicas", _counts(r)))
+            _print_not_ready(r, console)
     recent = document.get("decisions", [])[-decisions:]
     if recent:
         table = Table(title="recent decisions", title_justify="left")
@@ -61,6 +64,16 @@ def render_autoscale(document: AutoscaleDocument, console: Console, *, decisions
                 inputs,
             )
         console.print(table)
+
+
+def _counts(r: dict[str, Any]) -> str:
+    return f"  {r.get('ready', 0)} ready of {r['desired']} desired (min {r['min']}, max {r['max']})"
+
+
+def _print_not_ready(r: dict[str, Any] | None, console: Console) -> None:
+    """Why replicas are not ready (the replica manager's reasons), under the counts."""
+    for reason in (r or {}).get("not_ready", []):
+        console.print(Text(f"  not ready: {reason}", style="yellow"), soft_wrap=True)
 
 
 @app.command()

@@ -33,6 +33,7 @@ from inferway.backends.tls import BackendTls
 from inferway.cli.serve_options import (
     CannotListenError,
     backend_tls,
+    exposure_warning,
     job_settings,
     listen_error,
 )
@@ -405,3 +406,5 @@ def _echo_listeners(host: str, http_port: int, grpc_port: int, tls: BackendTls |
             + ("required" if tls.require_client_cert else "not required")
         )
     typer.echo(f"  gRPC  {host}:{grpc_port}  (inference.GRPCInferenceService)")
+    if (warning := exposure_warning(host, tls)) is not None:
+        typer.echo(warning, err=True)

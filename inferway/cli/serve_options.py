@@ -4,6 +4,7 @@ naming the option."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import typer
 from inferway.backends.jobs.settings import JobSettings
 from inferway.backends.tls import BackendTls
 
-__all__ = ["CannotListenError", "backend_tls", "job_settings", "listen_error"]
+__all__ = [
+    "CannotListenError",
+    "backend_tls",
+    "exposure_warning",
+    "job_settings",
+    "listen_error",
+]
 
 
 class CannotListenError(Exception):
@@ -29,6 +36,24 @@ def listen_error(host: str, http_port: int, grpc_port: int, exc: OSError) -> str
     return (
         f"cannot listen on {host} (HTTP port {http_port}, gRPC port {grpc_port}): {reason} "
         "(--http-port / --grpc-port / --host; is another server using the port?)"
+    )
+
+
+def exposure_warning(host: str, tls: BackendTls | None) -> str | None:
+    """The warning for a backend bound off loopback without client certificates: it has no
+    other authentication, so whoever reaches the address can infer and load or unload models
+    (``inferway run`` warns the same way for its admin API). None on loopback."""
+    try:
+        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback or (tls is not None and tls.require_client_cert):
+        return None
+    return (
+        f"warning: serving on {host}, not loopback, without client certificates: anyone who "
+        "reaches it can run inference and load or unload models (/v2/repository); keep it "
+        "on a private network behind the gateway, or require client certificates "
+        "(--client-ca with --require-client-cert)"
     )
 
 

@@ -3,10 +3,9 @@ well-formed bodies, and the ``POST /reload`` endpoint that needs them.
 
 Reads (``GET``/``HEAD``) are open while the API binds loopback (the default), so ``inferway
 status`` works on the host without credentials; once it binds any other address they need
-the token too (:data:`READS_NEED_TOKEN`), except ``/healthz``, ``/metrics`` and
-``/envoy/stats/prometheus`` (probes and Prometheus, which scrapes both metric pages).
-Anything else (``POST /reload``, rollout commands) always requires ``Authorization: Bearer
-<token>``. The token comes from ``--admin-token-file``,
+the token too (:data:`READS_NEED_TOKEN`), except ``/healthz`` and ``/metrics`` (probes and
+Prometheus). Anything else (``POST /reload``, rollout commands) always requires
+``Authorization: Bearer <token>``. The token comes from ``--admin-token-file``,
 else ``INFERWAY_ADMIN_TOKEN``, else it is generated once and written (mode 0600) to
 ``<workdir>/admin-token`` so an operator on the host can read it and nobody else can.
 """
@@ -52,7 +51,7 @@ MAX_BODY_BYTES = 1024 * 1024
 """aiohttp's client_max_size for the admin app: bigger bodies get 413."""
 TOKEN_FILE_NAME = "admin-token"
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-OPEN_READS = frozenset({"/healthz", "/metrics", "/envoy/stats/prometheus"})
+OPEN_READS = frozenset({"/healthz", "/metrics"})
 """Paths read without the token even when reads need it."""
 
 ReloadCallable = Callable[[bool], Awaitable[dict[str, Any]]]

@@ -93,8 +93,8 @@ async def start_admin_and_replicas(
     exposed = not is_loopback(settings.address)
     if exposed:
         log.warning(
-            "admin API binds %s, not loopback: every request but GET /healthz, /metrics and "
-            "/envoy/stats/prometheus needs the admin token",
+            "admin API binds %s, not loopback: every request but GET /healthz and /metrics "
+            "needs the admin token",
             settings.address,
         )
     admin_app = build_admin_app(

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from inferway.devtools.demo_models import build_add
+from inferway.gateway.admin_documents import ADMIN_TOKEN_ENV
 from tests.docker_run_docs import documented_commands, parse_run
 from tests.envoy_process import free_port
 from tests.image.conftest import BuiltImage
@@ -43,6 +44,9 @@ INFER = json.dumps(
     }
 )
 _HEALTHY_TIMEOUT_S = 120.0
+ADMIN_TOKEN = uuid.uuid4().hex
+"""The value of the documented ``export INFERWAY_ADMIN_TOKEN=...`` for this test's gateway."""
+BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 @dataclass
@@ -125,6 +129,8 @@ def _commands() -> dict[str, list[str]]:
     """The documented commands by what they do."""
     commands: dict[str, list[str]] = {}
     for argv in documented_commands():
+        if argv[:1] == ["export"]:
+            continue  # the admin token: this test passes its own to the gateway's docker run
         if argv[:2] == ["docker", "run"]:
             first = parse_run(argv).args[0]
             key = {"--version": "version", "serve": "backend", "run": "gateway"}[first]
@@ -164,11 +170,17 @@ def test_backend_and_gateway_serve_apply_a_weight_edit_and_drain_on_stop(
     backend = deployment.localize(commands["backend"])
     backend[1:1] = ["--network-alias", CANARY_ALIAS]
     engine.run(*backend)
-    engine.run(*deployment.localize(commands["gateway"]))
+    # `-e INFERWAY_ADMIN_TOKEN`: the documented `export` in the shell that runs docker
+    engine.run(*deployment.localize(commands["gateway"]), env={ADMIN_TOKEN_ENV: ADMIN_TOKEN})
     backend_s = deployment.wait_healthy("inferway-backend")
     gateway_s = deployment.wait_healthy("inferway-gateway")
     listener = f"http://127.0.0.1:{deployment.host_ports[10000]}"
     admin = f"http://127.0.0.1:{deployment.host_ports[15000]}"
+    # the admin API binds 0.0.0.0 in the container: Envoy's stats need the token, as the
+    # ServiceMonitor sends it; /metrics stays open
+    refused = httpx.get(f"{admin}/envoy/stats/prometheus", timeout=5)
+    assert refused.status_code == 401, f"{refused.status_code} {refused.text}"
+    assert httpx.get(f"{admin}/metrics", timeout=5).status_code == 200
 
     answer = _first_ok(f"{listener}/v2/models/add/infer", deployment)
     assert answer.json()["outputs"][0]["data"] == [11, 22]
@@ -265,7 +277,7 @@ def _save(path: Path, text: str) -> None:
 
 
 def _requests_by_cluster(admin: str) -> dict[str, float]:
-    page = httpx.get(f"{admin}/envoy/stats/prometheus", timeout=5)
+    page = httpx.get(f"{admin}/envoy/stats/prometheus", headers=BEARER, timeout=5)
     assert page.status_code == 200, f"/envoy/stats/prometheus: {page.status_code} {page.text}"
     samples = parse_exposition(page.text)
     return {
@@ -290,7 +302,7 @@ def _until_cluster(admin: str, cluster: str) -> None:
     """Until Envoy has the edit's new cluster (its stats exist); 60 s at most."""
     deadline = time.monotonic() + 60
     while True:
-        page = httpx.get(f"{admin}/envoy/stats/prometheus", timeout=5)
+        page = httpx.get(f"{admin}/envoy/stats/prometheus", headers=BEARER, timeout=5)
         assert page.status_code == 200, f"/envoy/stats/prometheus: {page.status_code} {page.text}"
         if f'envoy_cluster_name="{cluster}"' in page.text:
             return

@@ -159,12 +159,33 @@ async def test_binary_extension_requests_are_measured_by_their_json_header(
 
 async def test_reject_refuses_malformed_bodies_with_a_json_400(gateway: TrafficGateway) -> None:
     gw = gateway
-    for body in (b"{not json", b'{"inputs": "no shape"}', None):
+    cases = {
+        b"{not json": "the body is not JSON: unexpected character, expected a string key at "
+        "line 1 column 2",
+        b'{"inputs": [{"shape": [1, 2]}],\n "x": 1,}': "the body is not JSON: trailing comma "
+        "is not allowed at line 2 column 8",
+        b"[1, 2]": "the request body is JSON but not an object (a list)",
+        b'{"inputs": "no shape"}': "'inputs' is a string, not a list of inputs",
+        b'{"inputs": [{"name": "x"}]}': "inputs[0] has no 'shape'",
+        b'{"inputs": [{"shape": [-1, 2]}]}': "inputs[0].shape[0] is a negative number, not a "
+        "whole number of rows (0 or more)",
+        None: "the request body is empty",
+    }
+    for body, reason in cases.items():
         status, headers, payload = await post(gw, STRICT, body)
         assert status == 400, body
         assert headers["content-type"] == "application/json"
-        assert payload["route"] == "strict" and "not a JSON inference request" in payload["error"]
+        assert payload == {
+            "error": f"request body is not a JSON inference request (inputs[0].shape): {reason}",
+            "route": "strict",
+        }, body
         assert "x-inferway-pool" not in headers  # no upstream served it
+    assert gw.session is not None
+    async with gw.session.get(gw.url + STRICT) as response:
+        assert response.status == 400
+        assert (await response.json())["error"].endswith(
+            "a GET request has no body: send a POST with a JSON body"
+        )
     status, _, payload = await post(gw, STRICT, infer_body(50))
     assert (status, payload["backend"]) == (200, "strict")
     status, _, payload = await post(gw, STRICT, infer_body(500))  # well formed, no match

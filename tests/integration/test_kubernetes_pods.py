@@ -34,6 +34,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parents[2]
 CPU_OVERLAY = ROOT / "deploy" / "kubernetes" / "overlays" / "cpu"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+ADMIN_SECRET = "inferway-admin-token"
+"""The Secret docs/kubernetes.md has the operator create (key ``token``)."""
+ADMIN_TOKEN = "a-test-admin-token"
 
 
 def write_add_model(path: Path) -> None:
@@ -54,9 +57,16 @@ def write_add_model(path: Path) -> None:
 class Pod:
     """The pod's volumes as folders under ``root``; containers' paths mapped onto them."""
 
-    def __init__(self, spec: dict[str, Any], config_maps: dict[str, dict[str, str]], root: Path):
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        config_maps: dict[str, dict[str, str]],
+        root: Path,
+        secrets: dict[str, dict[str, str]] | None = None,
+    ):
         self.spec = spec
         self.root = root
+        self.secrets = secrets or {}
         for volume in spec["volumes"]:
             folder = root / volume["name"]
             folder.mkdir()
@@ -87,8 +97,18 @@ class Pod:
         assert argv[0] == "python", argv
         return [sys.executable, *argv[1:]]
 
+    def value_of(self, c: dict[str, Any], variable: dict[str, Any]) -> str:
+        """A variable's value: literal (paths mapped) or a Secret's key, as the kubelet gives
+        it; a Secret the test did not create fails as the pod would not start."""
+        if "value" in variable:
+            return self.remap(c, variable["value"])
+        reference = variable["valueFrom"]["secretKeyRef"]
+        secret = self.secrets.get(reference["name"], {})
+        assert reference["key"] in secret, f"{variable['name']}: no Secret {reference}"
+        return secret[reference["key"]]
+
     def environment(self, c: dict[str, Any], overrides: dict[str, str]) -> dict[str, str]:
-        env = {e["name"]: self.remap(c, e["value"]) for e in c.get("env", [])}
+        env = {e["name"]: self.value_of(c, e) for e in c.get("env", [])}
         assert set(overrides) <= set(env), "only variables the manifest sets are overridden"
         return {**os.environ, "PYTHONPATH": str(ROOT), **env, **overrides}
 
@@ -240,6 +260,7 @@ def run_gateway(
         deployment["spec"]["template"]["spec"],
         {**config_maps, "inferway-policy": {"policy.yaml": policy}},
         root,
+        secrets={ADMIN_SECRET: {"token": ADMIN_TOKEN}},
     )
     (gateway,) = deployment["spec"]["template"]["spec"]["containers"]
     gateway = {
@@ -266,7 +287,13 @@ def run_gateway(
             pass  # what the readiness probe does
         answer = httpx.post(url, json=INFER, timeout=10)
         assert answer.json()["outputs"][0]["data"] == [11, 22]
-        metrics = httpx.get(f"http://127.0.0.1:{admin_port}/envoy/stats/prometheus", timeout=5)
+        admin = f"http://127.0.0.1:{admin_port}"
+        bearer = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        metrics = httpx.get(f"{admin}/envoy/stats/prometheus", headers=bearer, timeout=5)
         assert metrics.status_code == 200 and "envoy_cluster_upstream_rq_total" in metrics.text
+        # the admin token is the Secret's (what the ServiceMonitor sends), not a generated one
+        assert httpx.post(f"{admin}/reload", headers=bearer, timeout=10).status_code == 200
+        wrong = {"Authorization": "Bearer not-the-secret"}
+        assert httpx.post(f"{admin}/reload", headers=wrong, timeout=10).status_code == 401
     finally:
         stop(process)

@@ -65,3 +65,38 @@ def test_help_links_a_page_that_exists() -> None:
     assert pages, done.stdout
     for page in pages:
         assert (root / page).is_file(), f"serve --help links {page}, which does not exist"
+
+
+def _listening_output(repo: Path, host: str) -> tuple[str, str]:
+    """stdout and stderr of ``serve --host host`` once it said where it listens (then it is
+    stopped)."""
+    process = subprocess.Popen(
+        [*SERVE, str(repo), "--host", host, "--http-port", "0", "--grpc-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        seen = []
+        for line in process.stdout:
+            seen.append(line)
+            if "gRPC" in line:
+                break
+    finally:
+        process.terminate()
+        rest, errors = process.communicate(timeout=30)
+    return "".join(seen) + rest, errors
+
+
+def test_serving_off_loopback_warns_as_run_does(tmp_path: Path) -> None:
+    """Issue 33 item 12: ``run`` warned for a non-loopback admin API, ``serve --host 0.0.0.0``
+    said nothing, although anyone reaching it can infer and load or unload models."""
+    out, errors = _listening_output(tmp_path, "0.0.0.0")
+    assert "gRPC  0.0.0.0:" in out, out + errors
+    assert (
+        "warning: serving on 0.0.0.0, not loopback, without client certificates: anyone who "
+        "reaches it can run inference and load or unload models (/v2/repository)"
+    ) in errors, errors
+    out, errors = _listening_output(tmp_path, "127.0.0.1")
+    assert "gRPC  127.0.0.1:" in out and "warning" not in errors, out + errors

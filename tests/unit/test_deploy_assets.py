@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -207,12 +208,32 @@ def test_the_gateway_exports_each_service_s_cost_section() -> None:
 
 
 @pytest.mark.needs_binary("promtool", "checking the rules and the scrape config")
-def test_promtool_accepts_the_rules_and_the_scrape_config() -> None:
-    for args in (["check", "rules", str(ALERTS)], ["check", "config", str(SCRAPE)]):
+def test_promtool_accepts_the_rules_and_the_scrape_config(tmp_path: Path) -> None:
+    # promtool wants the Envoy job's token file to exist: the one its comment tells to write
+    for source in (SCRAPE, ALERTS):
+        shutil.copy(source, tmp_path / source.name)
+    token = tmp_path / "inferway-admin-token"
+    token.write_text("a-token\n")
+    for args in (["check", "rules", ALERTS.name], ["check", "config", SCRAPE.name]):
         done = subprocess.run(
-            ["promtool", *args], capture_output=True, text=True, timeout=30, check=False
+            ["promtool", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
         assert done.returncode == 0, done.stdout + done.stderr
+    token.unlink()
+    done = subprocess.run(
+        ["promtool", "check", "config", SCRAPE.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode != 0 and token.name in done.stdout + done.stderr
 
 
 def alert_tests() -> list[dict[str, Any]]:
@@ -253,6 +274,13 @@ def test_scrape_example_reads_the_gateway_envoy_and_backend_endpoints() -> None:
         "inferway-backend": "/metrics",
     }
     assert config["rule_files"] == ["alerts.yaml"]
+    # off loopback the admin API wants its token for Envoy's stats, not for /metrics
+    authorization = {job["job_name"]: job.get("authorization") for job in config["scrape_configs"]}
+    assert authorization == {
+        "inferway-gateway": None,
+        "inferway-envoy": {"type": "Bearer", "credentials_file": "inferway-admin-token"},
+        "inferway-backend": None,
+    }
 
 
 # -- dashboard ----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from inferway.gateway.admin_documents import ADMIN_TOKEN_ENV
 from tests.docker_run_docs import RunCommand, documented_commands, parse_run
 from tests.kustomize_build import build
 
@@ -92,6 +93,7 @@ def test_the_backend_container_is_the_manifests(
     _as_the_pod_runs_it(backend, pod, left_out=frozenset({"/model-store"}))
     (container,) = pod["containers"]
     assert backend.env == {e["name"]: e["value"] for e in container["env"]}
+    assert backend.passed_env == []
     assert backend.volumes[backend.env["INFERWAY_MODEL_REPOSITORY"]] == ("$PWD/models", True)
     policy = yaml.safe_load((BASE / "policy.yaml").read_text())
     (service,) = [s for s in policy["services"] if s["name"] == "model"]
@@ -107,7 +109,14 @@ def test_the_gateway_container_is_the_manifests(
     gateway, pod = runs["gateway"], pods["gateway"]
     _as_the_pod_runs_it(gateway, pod)
     (container,) = pod["containers"]
-    assert "env" not in container and set(gateway.env) == {"INFERWAY_HEALTH_URL"}
+    # the admin token: from a Secret in the pod, from the calling shell in a docker run (so
+    # that it shows on no command line), never a literal value
+    secret_env = {e["name"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+    assert secret_env == {e["name"] for e in container["env"]} == {ADMIN_TOKEN_ENV}
+    assert gateway.passed_env == [ADMIN_TOKEN_ENV]
+    assert set(gateway.env) == {"INFERWAY_HEALTH_URL"}
+    exported = [argv for argv in documented_commands() if argv[:1] == ["export"]]
+    assert exported == [["export", f"{ADMIN_TOKEN_ENV}=$(openssl rand -hex 32)"]]
     health = urlsplit(gateway.env["INFERWAY_HEALTH_URL"])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     liveness = container["livenessProbe"]["httpGet"]

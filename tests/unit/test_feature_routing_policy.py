@@ -142,7 +142,12 @@ def test_measure_parses_only_the_json_header_of_a_binary_request() -> None:
     header = _body({"inputs": [{"shape": [2, 8]}]})
     measured = measure_body(header + b"\x00\x01" * 16, (), json_length=len(header))
     assert (measured["rows"], measured["input_bytes"]) == (2, len(header) + 32)
-    assert measure_bodyless() == {"input_bytes": 0, "json": False, "inference": False}
+    assert measure_bodyless("POST") == {
+        "input_bytes": 0,
+        "json": False,
+        "inference": False,
+        "reason": "the request body is empty",
+    }
     assert parse_field_paths('["a", 3, "b"]') == ("a", "b")
     assert parse_field_paths("not json") == ()
 
@@ -163,3 +168,69 @@ def test_only_routes_that_cannot_share_a_request_skip_the_router(
     first, second = PathMatchIR(*a), PathMatchIR(*b)  # type: ignore[arg-type]
     assert may_share_requests(first, second) is shared
     assert may_share_requests(second, first) is shared
+
+
+@pytest.mark.parametrize(
+    ("body", "json_length", "reason"),
+    [
+        (b"", None, "the request body is empty"),
+        (
+            b"{not json",
+            None,
+            "the body is not JSON: unexpected character, expected a string key at line 1 column 2",
+        ),
+        (
+            b'{"a": 1}\n\n  x',
+            None,
+            "the body is not JSON: unexpected content after document at line 3 column 3",
+        ),
+        (b"null", None, "the request body is JSON but not an object (null)"),
+        (b'"text"', None, "the request body is JSON but not an object (a string)"),
+        (b"{}", None, "the JSON body has no 'inputs' (an inference request's inputs[0].shape)"),
+        (b'{"inputs": {}}', None, "'inputs' is an object, not a list of inputs"),
+        (b'{"inputs": []}', None, "'inputs' is an empty list"),
+        (b'{"inputs": [3]}', None, "inputs[0] is a number, not an object"),
+        (b'{"inputs": [{"shape": "2"}]}', None, "inputs[0].shape is a string, not a list"),
+        (b'{"inputs": [{"shape": []}]}', None, "inputs[0].shape is an empty list"),
+        (
+            b'{"inputs": [{"shape": [true]}]}',
+            None,
+            "inputs[0].shape[0] is a boolean, not a whole number of rows (0 or more)",
+        ),
+        (
+            b'{"inputs": [{"shape": [1.5]}]}',
+            None,
+            "inputs[0].shape[0] is a number, not a whole number of rows (0 or more)",
+        ),
+        (
+            b'{"inputs"',
+            40,
+            "Inference-Header-Content-Length is 40 but the body has 9 bytes; "
+            "the body is not JSON: unexpected end of data at line 1 column 10",
+        ),
+        (
+            b'{"inputs"\x00\x01',
+            9,
+            "the JSON header (Inference-Header-Content-Length) is not "
+            "JSON: unexpected end of data at line 1 column 10",
+        ),
+    ],
+)
+def test_a_malformed_body_is_measured_with_a_located_reason_that_quotes_nothing(
+    body: bytes, json_length: int | None, reason: str
+) -> None:
+    """What an ``on_malformed: reject`` route answers (issue 33, item 9): each kind of bad
+    body its own reason, with where; a GET is told apart from an empty POST."""
+    measured = measure_body(body, (), json_length=json_length)
+    assert measured["reason"] == reason
+    assert not measured["inference"]
+
+
+def test_a_bodyless_get_is_told_apart_from_an_empty_post() -> None:
+    assert measure_bodyless("GET")["reason"] == (
+        "a GET request has no body: send a POST with a JSON body"
+    )
+    assert measure_bodyless("POST")["reason"] == "the request body is empty"
+    assert measure_bodyless(None)["reason"] == "the request body is empty"
+    good = measure_body(b'{"inputs": [{"shape": [2]}]}', ())
+    assert "reason" not in good and good["rows"] == 2

@@ -22,6 +22,7 @@ import typer
 import yaml
 
 from inferway.cli.main import app
+from inferway.gateway.admin_documents import ADMIN_TOKEN_ENV
 from tests.kustomize_build import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +80,24 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
                             "port": {"type": "string"},
                             "path": {"type": "string", "pattern": "^/"},
                             "interval": {"type": "string", "pattern": _DURATION},
+                            "authorization": {
+                                "type": "object",
+                                "required": ["credentials"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "credentials": {
+                                        "type": "object",
+                                        "required": ["key"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "name": {"type": "string"},
+                                            "key": {"type": "string"},
+                                            "optional": {"type": "boolean"},
+                                        },
+                                    },
+                                },
+                            },
                         },
                     },
                 },
@@ -105,7 +124,8 @@ def container(deployment: Resource, name: str, init: bool = False) -> dict[str, 
 
 
 def env_of(c: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in c.get("env", [])}
+    """The container's literal environment values (not those read from a Secret)."""
+    return {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
 
 
 def validate_object(resource: Resource) -> None:
@@ -293,6 +313,36 @@ def test_container_arguments_parse_as_inferway_options(
     assert str(options["workdir"]) in mounts, "the workdir must be writable (an emptyDir)"
     backend = container(find(resources, "Deployment", "inferway-backend"), "backend")
     assert parse_cli(backend["args"]) is not None
+
+
+def test_the_gateway_and_the_envoy_stats_scrape_share_the_admin_token_secret(
+    rendered: tuple[str, list[Resource]],
+) -> None:
+    """Off loopback the admin API wants its token for every read but /healthz and /metrics:
+    the gateway reads it from a Secret (no committed token, no pod without it) and the
+    ServiceMonitor's Envoy-stats endpoint sends the same Secret's key as a bearer token."""
+    _, resources = rendered
+    gateway = container(find(resources, "Deployment", "inferway-gateway"), "gateway")
+    assert parse_cli(gateway["args"])["admin_address"] == "0.0.0.0"
+    (token,) = [e for e in gateway["env"] if e["name"] == ADMIN_TOKEN_ENV]
+    reference = token["valueFrom"]["secretKeyRef"]
+    assert "optional" not in reference, "the gateway must not start without its token"
+    assert not [r for r in resources if r["kind"] == "Secret"], "the token is not committed"
+    monitor = find(resources, "ServiceMonitor", "inferway-gateway")
+    by_path = {e["path"]: e for e in monitor["spec"]["endpoints"]}
+    assert "authorization" not in by_path["/metrics"]
+    authorization = by_path["/envoy/stats/prometheus"]["authorization"]
+    assert authorization == {
+        "type": "Bearer",
+        "credentials": {"name": reference["name"], "key": reference["key"]},
+    }
+    assert monitor["metadata"]["namespace"] == gateway_namespace(resources)
+
+
+def gateway_namespace(resources: list[Resource]) -> str:
+    """The namespace the gateway's pods (and so the Secret they read) live in."""
+    namespace: str = find(resources, "Deployment", "inferway-gateway")["metadata"]["namespace"]
+    return namespace
 
 
 def test_the_policy_passes_inferway_validate_and_names_the_headless_backend_service(

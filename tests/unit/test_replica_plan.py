@@ -167,21 +167,22 @@ def _host(address: str, port: int, active: int) -> dict[str, object]:
     }
 
 
-def test_status_counts_only_ready_replicas_as_capacity_and_reads_for_a_person() -> None:
-    def replica(index: int, state: ReplicaState, **fields: object) -> ReplicaStatus:
-        base: dict[str, object] = {
-            "port": 8000 + index,
-            "grpc_port": None,
-            "pid": None,
-            "device": None,
-            "restarts": 0,
-            "failures": 0,
-            "last_error": None,
-            "retry_in": None,
-        }
-        base.update(fields)
-        return ReplicaStatus("m", index, state, **base)  # type: ignore[arg-type]
+def replica(index: int, state: ReplicaState, **fields: object) -> ReplicaStatus:
+    base: dict[str, object] = {
+        "port": 8000 + index,
+        "grpc_port": None,
+        "pid": None,
+        "device": None,
+        "restarts": 0,
+        "failures": 0,
+        "last_error": None,
+        "retry_in": None,
+    }
+    base.update(fields)
+    return ReplicaStatus("m", index, state, **base)  # type: ignore[arg-type]
 
+
+def test_status_counts_only_ready_replicas_as_capacity_and_reads_for_a_person() -> None:
     status = ServiceReplicasStatus(
         "m",
         desired=2,
@@ -200,3 +201,31 @@ def test_status_counts_only_ready_replicas_as_capacity_and_reads_for_a_person() 
     ]
     data = status.to_json()
     assert data["ready"] == 1 and data["replicas"][1]["state"] == "waiting"  # type: ignore[index]
+    assert (
+        data["not_ready"]
+        == status.not_ready()
+        == ["replica 1 waiting to start in 1.5s after 2 failures; last error: exited (1)"]
+    )
+
+
+def test_not_ready_says_why_for_each_state_and_for_replicas_not_started() -> None:
+    status = ServiceReplicasStatus(
+        "m",
+        desired=4,
+        min=1,
+        max=4,
+        replicas=(
+            replica(0, FAILED, failures=3, last_error="cannot run 'inferway': not found"),
+            replica(1, STARTING, pid=7),
+            replica(2, ReplicaState.DRAINING),
+        ),
+    )
+    assert status.not_ready() == [
+        "replica 0 failed: given up after 3 failures in a row (an edit of its replicas: "
+        "section tries again); last error: cannot run 'inferway': not found",
+        "replica 1 starting (pid 7): its readiness check has not passed yet",
+        "replica 2 draining: being stopped",
+        "1 more not started yet",
+    ]
+    every_one_ready = ServiceReplicasStatus("m", 1, 1, 1, (replica(0, READY),))
+    assert every_one_ready.not_ready() == []

@@ -115,6 +115,39 @@ class ServiceReplicasStatus:
             out.append(", ".join(parts))
         return out
 
+    def not_ready(self) -> list[str]:
+        """Why fewer than ``desired`` replicas are ready, one line per replica that is not
+        (its state, the wait before its next start, its last error: "cannot run 'inferway'",
+        an exit code, a readiness timeout); empty when every desired replica is ready."""
+        if self.ready >= self.desired:
+            return []
+        out = []
+        for r in self.replicas:
+            if r.state is ReplicaState.READY:
+                continue
+            if r.state is ReplicaState.FAILED:
+                line = (
+                    f"replica {r.index} failed: given up after {r.failures} failures in a "
+                    "row (an edit of its replicas: section tries again)"
+                )
+            elif r.state is ReplicaState.WAITING:
+                retry = "" if r.retry_in is None else f" in {r.retry_in:.1f}s"
+                line = f"replica {r.index} waiting to start{retry}"
+                if r.failures:
+                    line += f" after {r.failures} failure{'s' if r.failures > 1 else ''}"
+            elif r.state is ReplicaState.STARTING:
+                pid = "" if r.pid is None else f" (pid {r.pid})"
+                line = f"replica {r.index} starting{pid}: its readiness check has not passed yet"
+            else:
+                line = f"replica {r.index} {r.state.value}: being stopped"
+            if r.last_error:
+                line += f"; last error: {r.last_error}"
+            out.append(line)
+        missing = self.desired - len(self.replicas)
+        if missing > 0:
+            out.append(f"{missing} more not started yet")
+        return out
+
     def to_json(self) -> dict[str, object]:
         return {
             "service": self.service,
@@ -122,6 +155,7 @@ class ServiceReplicasStatus:
             "ready": self.ready,
             "min": self.min,
             "max": self.max,
+            "not_ready": self.not_ready(),
             "replicas": [r.to_json() for r in self.replicas],
         }
 

@@ -91,7 +91,7 @@ class _Processor(ep_grpc.ExternalProcessorServicer):
                     headers = request.request_headers
                     json_length = _json_length(_header(headers, BINARY_HEADER_LENGTH))
                     if headers.end_of_stream:
-                        features = measure_bodyless()
+                        features = measure_bodyless(_header(headers, ":method"))
                         yield ep_pb2.ProcessingResponse(
                             request_headers=ep_pb2.HeadersResponse(response=_routed()),
                             dynamic_metadata=_metadata(features),

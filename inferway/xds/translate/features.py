@@ -9,7 +9,9 @@ forge (clients set headers, never metadata). The filter is first in the chain, s
 rules, rate limits and faults see the route the features chose.
 
 A route with ``on_malformed: reject`` gets a twin just before it: same path and headers, the
-body measured but not a JSON (inference) request -> 400 with a JSON error. Routes whose path
+body measured but not a JSON (inference) request -> 400 with a JSON error whose text ends with
+the router's ``reason`` (not JSON at line L column C, an empty body, a GET, the missing part of
+``inputs[0].shape``), filled in by Envoy from the request's dynamic metadata. Routes whose path
 cannot share a request with any feature route skip the filter (no buffering, no round trip).
 
 If the feature router does not answer (down, or slower than its timeout), Envoy carries on
@@ -23,8 +25,14 @@ import json
 import math
 from collections.abc import Sequence
 
+from google.protobuf import struct_pb2
+
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway._xds_protos.envoy.config.core.v3 import base_pb2, grpc_service_pb2
+from inferway._xds_protos.envoy.config.core.v3 import (
+    base_pb2,
+    grpc_service_pb2,
+    substitution_format_string_pb2,
+)
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
     ext_proc_pb2,
@@ -56,6 +64,7 @@ __all__ = [
     "KEY_INPUT_BYTES",
     "KEY_JSON",
     "KEY_PRESENT",
+    "KEY_REASON",
     "KEY_ROWS",
     "MALFORMED_SUFFIX",
     "build_feature_matchers",
@@ -80,6 +89,8 @@ KEY_JSON = "json"
 """True when the body is a JSON object."""
 KEY_INFERENCE = "inference"
 """True when it is also an inference request: ``inputs[0].shape[0]`` is a whole number."""
+KEY_REASON = "reason"
+"""Why the body is not JSON / not an inference request, with where; the reject twin's answer."""
 MALFORMED_SUFFIX = "_malformed"
 """The reject twin's name: ``<route>_malformed`` (``_`` is never in a policy name)."""
 
@@ -192,15 +203,19 @@ def build_malformed_route(route: RouteIR, match: rc_pb2.RouteMatch) -> rc_pb2.Ro
         _metadata((_well_formed_key(features),), value_pb2.ValueMatcher(bool_match=False))
     )
     expected = "a JSON inference request (inputs[0].shape)" if features.rows else "JSON"
-    body = json.dumps(
-        {"error": f"request body is not {expected}", "route": route.name}, sort_keys=True
-    )
+    # the router's reason (what is wrong, and where) filled in by Envoy per request
+    reason = f"%DYNAMIC_METADATA({FEATURES_NAMESPACE}:{KEY_REASON})%"
+    body = struct_pb2.Struct()
+    body.update({"error": f"request body is not {expected}: {reason}", "route": route.name})
     return rc_pb2.Route(
         name=f"{route.name}{MALFORMED_SUFFIX}",
         stat_prefix=f"{route.name}{MALFORMED_SUFFIX}",
         match=twin,
         direct_response=rc_pb2.DirectResponseAction(
-            status=400, body=base_pb2.DataSource(inline_string=body)
+            status=400,
+            body_format=substitution_format_string_pb2.SubstitutionFormatString(
+                json_format=body, content_type="application/json"
+            ),
         ),
         response_headers_to_add=[
             base_pb2.HeaderValueOption(
