@@ -313,3 +313,22 @@ async def test_the_fake_api_server_refuses_what_the_real_one_refuses(server: Fak
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "Not_A_Name"}})
     assert refused.value.status == 422
+
+
+async def test_a_slow_api_server_never_blocks_the_event_loop(
+    server: FakeApiServer, replicas: list[tuple[KubernetesStore, FakePool]]
+) -> None:
+    (a, _), _ = replicas
+    server.before("patch", "configmaps", lambda: time.sleep(0.5))  # the client's call blocks
+    lags: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(0.01)
+            lags.append(time.monotonic() - before - 0.01)
+
+    ticker = asyncio.create_task(tick())
+    await a.put("replicas/a", b"{}")
+    ticker.cancel()
+    assert len(lags) > 20 and max(lags) < 0.2, f"the loop stalled {max(lags):.3f}s"

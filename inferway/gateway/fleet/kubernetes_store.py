@@ -217,15 +217,15 @@ class KubernetesStore:
                 f"{key}: {len(value)} bytes; the kubernetes store keeps values up to "
                 f"{MAX_VALUE_BYTES} (a ConfigMap is at most 1 MiB)"
             )
-        if fence is None and expect is None:
-            return await self._put_plain(key, value)
-        if fence is not None:
-            await self.leases.check(fence, key)
-        term = fence.term if fence is not None else None
+        if fence is None:
+            if expect is None:
+                return await self._put_plain(key, value)
+            return await self._put_expecting(key, value, expect)
+        await self.leases.check(fence, key)
         for _ in range(WRITE_TRIES):
             current = await self._read(key)
             found = current[0].version if current is not None else 0
-            if fence is not None and current is not None and current[1] > fence.term:
+            if current is not None and current[1] > fence.term:
                 raise FencedError(
                     f"{key}: not written, term {current[1]} wrote it after {fence.identity}'s "
                     f"term {fence.term}"
@@ -233,15 +233,27 @@ class KubernetesStore:
             if expect is not None and found != expect:
                 raise ConflictError(key, expect, found)
             if current is None:
-                written = await self._create(key, self._object(key, value, term, None))
+                written = await self._create(key, self._object(key, value, fence.term, None))
             else:
-                # a merge patch without the term annotation keeps the one there
-                body = self._object(key, value, term, str(found))
+                body = self._object(key, value, fence.term, str(found))
                 written = await self._patch(key, body)
             if written is not None:
                 return written
-        raise StoreUnavailableError(f"kubernetes put {key}: changed under every one of "
-                                    f"{WRITE_TRIES} tries")  # fmt: skip
+        raise StoreUnavailableError(
+            f"kubernetes put {key}: changed under each of {WRITE_TRIES} tries"
+        )
+
+    async def _put_expecting(self, key: str, value: bytes, expect: int) -> Record:
+        """A compare-and-set in one request: create (``expect=0``) or a patch conditional on
+        ``expect``; the record is read only to say what was found instead."""
+        if expect == 0:
+            written = await self._create(key, self._object(key, value, None, None))
+        else:
+            written = await self._patch(key, self._object(key, value, None, str(expect)))
+        if written is not None:
+            return written
+        current = await self._read(key)
+        raise ConflictError(key, expect, current[0].version if current is not None else 0)
 
     async def _put_plain(self, key: str, value: bytes) -> Record:
         """Unconditional: a merge patch leaves the record's term as it was."""
@@ -343,6 +355,9 @@ class KubernetesStore:
                 if not stop.is_set():
                     log.warning("kubernetes watch on %s broke (%s); resuming", prefix, error)
                 stop.wait(RETRY_S)
+            except Exception as error:  # a record it cannot read: the follower must hear of it
+                emit(StoreUnavailableError(f"kubernetes watch {prefix}: {error!r}"))
+                return
 
     # -- election (kubernetes_lease.py) ------------------------------------------------------
 
