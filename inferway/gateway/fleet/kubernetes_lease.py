@@ -7,9 +7,9 @@ taken and renewed with the API's optimistic concurrency, as client-go's leader e
   changed for ``leaseDurationSeconds`` *as this candidate observed it* (its own monotonic
   clock since it first saw that ``resourceVersion``), never the holder's ``renewTime``
   against the local clock, so clock skew between nodes cannot elect two leaders.
-- **The term** is the ``resourceVersion`` of the write that took the Lease: etcd's revision,
-  increasing across the cluster, so a later leader's term is always higher, also after the
-  Lease was deleted and created again (``leaseTransitions`` restarts at 0 then, and stays the
+- **The term** is the ``resourceVersion`` of the write that took the Lease. Resource versions
+  of one resource type increase as integers (Kubernetes 1.35, KEP-5504: etcd's revision), so
+  a later leader's term is always higher, also after the Lease was deleted and created again (``leaseTransitions`` restarts at 0 then, and stays the
   same when one identity takes the Lease twice). ``leaseTransitions`` is still kept as
   client-go keeps it, for ``kubectl describe``.
 - **Fencing.** Each acquisition writes a fresh random token into the Lease (an annotation its

@@ -12,10 +12,11 @@ event loop, API errors as store errors).
   ``inferway.io/key`` annotation, checked on every read.
 - **Labels** select a store's records (``inferway.io/store``) and a key's first segment
   (``inferway.io/group``, so a watch on ``rollouts/`` is not sent every ``evidence/`` write).
-- **Versions** are ``resourceVersion`` read as an integer. Kubernetes calls it opaque, but the
-  API server's is etcd's revision, increasing across every object (comparable resource
-  versions, KEP-5504); a watch from version N is the API's own ``watch`` from N. An API server
-  whose versions are not integers is refused with an error that says so.
+- **Versions** are ``resourceVersion`` read as an integer: since Kubernetes 1.35 (KEP-5504,
+  comparable resource versions) the API documents them as integers increasing within one
+  resource type (etcd's revision), and the store compares a ConfigMap's only with
+  ConfigMaps' and a term (a Lease's) only with terms. A watch from version N is the API's own
+  ``watch`` from N. An API server whose versions are not integers is refused, saying why.
 """
 
 from __future__ import annotations
