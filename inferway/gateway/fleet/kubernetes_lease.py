@@ -9,9 +9,10 @@ taken and renewed with the API's optimistic concurrency, as client-go's leader e
   against the local clock, so clock skew between nodes cannot elect two leaders.
 - **The term** is the ``resourceVersion`` of the write that took the Lease. Resource versions
   of one resource type increase as integers (Kubernetes 1.35, KEP-5504: etcd's revision), so
-  a later leader's term is always higher, also after the Lease was deleted and created again (``leaseTransitions`` restarts at 0 then, and stays the
-  same when one identity takes the Lease twice). ``leaseTransitions`` is still kept as
-  client-go keeps it, for ``kubectl describe``.
+  a later leader's term is always higher, also after the Lease was deleted and created again
+  (``leaseTransitions`` restarts at 0 then, and stays the same when one identity takes the
+  Lease twice). ``leaseTransitions`` is still kept as client-go keeps it, for ``kubectl
+  describe``.
 - **Fencing.** Each acquisition writes a fresh random token into the Lease (an annotation its
   renewals keep). A fenced write first reads the Lease: another holder, or another token
   (the Lease was taken and given back meanwhile), and the write is refused
