@@ -1,14 +1,14 @@
 """The fleet overlay's pods, run on loopback the way the kubelet would run them (as
 tests/integration/test_kubernetes_pods.py runs the CPU overlay's): a control-plane container
-with its own arguments, the policy from the rendered ConfigMap and the admin token as its
-Secret volume, then a gateway container (``inferway envoy``) with its own arguments, a request
+with its own arguments, the policy from the rendered ConfigMap and the admin token from its
+Secret, then a gateway container (``inferway envoy``) with its own arguments, a request
 through its Envoy, and its drain on SIGTERM. Only what a host cannot give is changed: bind
 addresses and ports (loopback, free ports), mount points (folders), the backend's and the
 control plane's DNS names, ``$(VAR)`` expanded from the downward API's values as the kubelet
-does (pod name, pod IP, the zone label), and the API server: the in-memory one over HTTP
-(tests/kubernetes_api_http.py), reached through a kubeconfig instead of the pod's service
-account. The backend is a stand-in answering the one request (the real one is the CPU
-overlay test's)."""
+does (pod name, pod IP, the zone label), the Secret's token, and the API server: the
+in-memory one over HTTP (tests/kubernetes_api_http.py), reached through a kubeconfig instead
+of the pod's service account. The backend is a stand-in answering the one request (the real
+one is the CPU overlay test's)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ DOWNWARD = {  # what the downward API gives each field path in these pods
     "metadata.labels['topology.kubernetes.io/zone']": "zone-a",
     "metadata.labels['topology.kubernetes.io/region']": "region-1",
 }
+SECRETS = {("inferway-admin-token", "token"): "fleet-token"}
 
 
 class _Backend(BaseHTTPRequestHandler):
@@ -66,15 +67,19 @@ class _Backend(BaseHTTPRequestHandler):
         self._answer(200, {"outputs": [{"name": "sum", "data": [11, 22]}]})
 
 
-def expand(c: dict[str, Any], pod_name: str) -> dict[str, Any]:
-    """The container with ``$(VAR)`` in its arguments replaced as the kubelet does, from its
-    ``env``'s downward-API fields; a variable it does not define would stay unexpanded."""
-    values = {
-        e["name"]: DOWNWARD[e["valueFrom"]["fieldRef"]["fieldPath"]].format(pod=pod_name)
-        for e in c.get("env", [])
-    }
+def expand(c: dict[str, Any], pod_name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The container with ``$(VAR)`` in its arguments replaced as the kubelet does, and its
+    environment: downward-API fields and Secret keys (``SECRETS``) as their values."""
+    values = {}
+    for e in c.get("env", []):
+        source = e["valueFrom"]
+        if "fieldRef" in source:
+            values[e["name"]] = DOWNWARD[source["fieldRef"]["fieldPath"]].format(pod=pod_name)
+        else:
+            ref = source["secretKeyRef"]
+            values[e["name"]] = SECRETS[(ref["name"], ref["key"])]
     args = [re.sub(r"\$\((\w+)\)", lambda m: values[m[1]], a) for a in c["args"]]
-    return {**c, "args": args, "env": []}
+    return {**c, "args": args, "env": []}, values
 
 
 def options(args: list[str], replace: dict[str, str]) -> list[str]:
@@ -119,15 +124,13 @@ def test_the_fleet_pods_serve_a_request_and_a_gateway_pod_drains_on_sigterm(
             {**config_maps, "inferway-policy": {"policy.yaml": policy}},
             tmp_path / "cp",
         )
-        (tmp_path / "cp" / "admin-token" / "token").write_text("fleet-token\n")
-        (tmp_path / "cp" / "admin-token" / "token").chmod(0o400)
         (main,) = plane["spec"]["template"]["spec"]["containers"]
-        main = expand(main, "inferway-control-plane-7d9f-abcde")
+        main, variables = expand(main, "inferway-control-plane-7d9f-abcde")
         main["args"] = options(
             main["args"],
             {"--host": "127.0.0.1", "--xds-port": str(xds_port), "--admin-port": str(admin_port)},
         )
-        env = {**cp_pod.environment(main, {}), "KUBECONFIG": str(served.kubeconfig)}
+        env = {**cp_pod.environment(main, {}), **variables, "KUBECONFIG": str(served.kubeconfig)}
         cp_log = tmp_path / "control-plane.log"
         control_plane = start(cp_pod.command(main), env, cp_log)
         try:
@@ -154,13 +157,13 @@ def run_gateway(
     root.mkdir()
     pod = Pod(spec, {}, root)
     (envoy,) = spec["containers"]
-    envoy = expand(envoy, "inferway-gateway-5c8b-xyz12")
+    envoy, variables = expand(envoy, "inferway-gateway-5c8b-xyz12")
     envoy["args"] = options(
         envoy["args"],
         {"--control-plane": f"127.0.0.1:{xds_port}", "--envoy-admin-port": str(free_port())},
     )
     log = root / "envoy.log"
-    process = start(pod.command(envoy), pod.environment(envoy, {}), log)
+    process = start(pod.command(envoy), {**pod.environment(envoy, {}), **variables}, log)
     try:
         url = f"http://127.0.0.1:{listener_port}/v2/models/add/infer"
         wait_until_ok(url, process, log, method="POST", json=INFER)

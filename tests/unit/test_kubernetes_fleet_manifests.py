@@ -51,8 +51,12 @@ def resources() -> list[Resource]:
 
 
 def env_sources(c: dict[str, Any]) -> dict[str, str]:
-    """Each variable's downward-API field path."""
-    return {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c.get("env", [])}
+    """Each downward-API variable's field path."""
+    return {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in c.get("env", [])
+        if "fieldRef" in e.get("valueFrom", {})
+    }
 
 
 @pytest.mark.needs_binary("kubectl", "comparing with kubectl kustomize")
@@ -132,10 +136,15 @@ def test_the_control_plane_arguments_parse_and_name_the_store_its_role_is_for(
     assert _port_number(main, "xds") == options["xds_port"]
     assert _port_number(main, "admin") == options["admin_port"]
     assert _port_number(main, main["livenessProbe"]["httpGet"]["port"]) == options["admin_port"]
+    # every replica the one token (commands are forwarded with the caller's), the Secret the
+    # one-node gateway reads it from
+    assert options["admin_token_file"] is None
+    (token,) = [e for e in main["env"] if e["name"] == "INFERWAY_ADMIN_TOKEN"]
+    base = build(KUBERNETES / "overlays" / "cpu")
+    (one_node,) = container(find(base, "Deployment", "inferway-gateway"), "gateway")["env"]
+    assert token == one_node
     mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    token = volumes[mounts[str(Path(options["admin_token_file"]).parent)]]
-    assert token["secret"]["secretName"] == "inferway-admin-token"  # shared by every replica
     policy = volumes[mounts[str(Path(options["file"]).parent)]]
     find(resources, "ConfigMap", policy["configMap"]["name"])
     assert volumes[mounts[str(options["workdir"])]] == {"name": "workdir", "emptyDir": {}}
