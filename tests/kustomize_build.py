@@ -6,7 +6,9 @@ exists, a test checks this renders what it renders.
 Subset: ``resources`` (files and directories), ``components`` (directories holding a
 ``kind: Component`` with ``resources`` and ``patches``), ``namespace``, ``labels`` (``pairs`` on
 metadata only), ``configMapGenerator`` (``files``) with ``generatorOptions.disableNameSuffixHash``,
-and ``patches`` (``path`` to a strategic-merge patch, matched by kind and name).
+and ``patches`` (``path`` to a strategic-merge patch, matched by kind and name; its
+``$patch: delete`` at the top removes the resource, ``$patch: replace`` in a map replaces that
+map instead of merging into it).
 """
 
 from __future__ import annotations
@@ -131,13 +133,21 @@ def _apply_patch(path: Path, resources: list[Resource], patch: dict[str, Any]) -
     matches = [r for r in resources if (r["kind"], r["metadata"]["name"]) == key]
     if len(matches) != 1:
         raise KustomizeError(f"{path}: patch {patch['path']} matches {len(matches)} resources")
+    if document.get("$patch") == "delete":
+        resources.remove(matches[0])
+        return
     merged = strategic_merge(matches[0], document)
     matches[0].clear()
     matches[0].update(merged)
 
 
 def strategic_merge(base: Any, patch: Any, field: str | None = None) -> Any:
-    """``patch`` merged into ``base``: maps key by key, lists with a merge key item by item."""
+    """``patch`` merged into ``base``: maps key by key (a map with ``$patch: replace`` replaces
+    its base), lists with a merge key item by item."""
+    if isinstance(patch, dict) and "$patch" in patch:
+        if patch["$patch"] != "replace":
+            raise KustomizeError(f"$patch: {patch['$patch']} is supported only on a resource")
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
     if isinstance(base, dict) and isinstance(patch, dict):
         merged = copy.deepcopy(base)
         for key, value in patch.items():

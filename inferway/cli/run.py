@@ -77,8 +77,9 @@ def run(
     store: Annotated[
         str,
         typer.Option(
-            help="The fleet's store: etcd://HOST:PORT,HOST:PORT (one or more; or "
-            "file:PATH). With one, the rollout and autoscaling loops run on the elected "
+            help="The fleet's store: etcd://HOST:PORT,HOST:PORT (one or more), "
+            "kubernetes://NAMESPACE (a Lease and ConfigMaps in the API server) or file:PATH. "
+            "With one, the rollout and autoscaling loops run on the elected "
             "replica only, from the fleet's shared state and every Envoy's pushed stats "
             "(docs/fleet.md). Default: one node, state in the workdir."
         ),

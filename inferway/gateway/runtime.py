@@ -90,9 +90,9 @@ class GatewayOptions:
     """Every Envoy of this control plane pushes its stats here this often (OTLP on the xDS
     connection's cluster), so the loops can read the fleet's evidence; None: never."""
     store: str = ""
-    """The fleet's store (``--store``: ``file:PATH`` or ``etcd://...``). Empty: one node, the
-    loops' state in the workdir, as always. With a store, the loops run on the elected replica
-    only, from the fleet's shared state and every Envoy's evidence."""
+    """The fleet's store (``--store``: ``file:PATH``, ``etcd://...`` or ``kubernetes://NS``).
+    Empty: one node, the loops' state in the workdir, as always. With a store, the loops run
+    on the elected replica only, from the fleet's shared state and every Envoy's evidence."""
     replica_id: str = ""
     """This control-plane replica's name in the election (empty: host name and xDS port)."""
     lease_ttl_s: float = 5.0

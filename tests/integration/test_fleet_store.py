@@ -1,7 +1,8 @@
 """The fleet's store, on the embedded ``file:`` store and on a real 3-member etcd cluster: one
-contract (versioned records, compare-and-set, watches, an election whose fence refuses a
-deposed leader's writes), then what only a cluster shows (a leader cut off from its quorum
-stops deciding before anyone else can start; a lost member changes nothing)."""
+contract (tests/store_contract.py: versioned records, compare-and-set, watches, an election
+whose fence refuses a deposed leader's writes), then what only a cluster shows (a leader cut
+off from its quorum stops deciding before anyone else can start; a lost member changes
+nothing)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from inferway.gateway.fleet.etcd_store import EtcdStore
-from inferway.gateway.fleet.store import ConflictError, FencedError, Store
+from inferway.gateway.fleet.store import FencedError, Store
 from inferway.gateway.fleet.store_url import open_store, parse_etcd_endpoints
 from tests.etcd_cluster import EtcdCluster
-
-TTL = 2.0
+from tests.store_contract import TTL, compare_and_set, election_and_fencing, watch_after_a_version
 
 
 @pytest.fixture
@@ -51,61 +51,19 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 
 async def test_a_compare_and_set_write_needs_the_version_it_read(stores: list[Store]) -> None:
-    a, b = stores
-    first = await a.put("rollouts/model", b"step 1", expect=0)
-    with pytest.raises(ConflictError):
-        await b.put("rollouts/model", b"also new", expect=0)
-    second = await b.put("rollouts/model", b"step 2", expect=first.version)
-    with pytest.raises(ConflictError) as lost:
-        await a.put("rollouts/model", b"stale step", expect=first.version)
-    assert lost.value.found == second.version
-    got = await a.get("rollouts/model")
-    assert got is not None and got.value == b"step 2" and got.version == second.version
-    assert [r.key for r in await b.list("rollouts/")] == ["rollouts/model"]
-    assert await a.get("rollouts/other") is None
+    await compare_and_set(*stores)
 
 
 async def test_a_watch_sees_every_write_after_the_version_it_starts_from(
     stores: list[Store],
 ) -> None:
-    a, b = stores
-    before = await a.put("state/weights", b"90/10")
-    seen: list[bytes] = []
-
-    async def follow() -> None:
-        async for record in b.watch("state/", after=before.version):
-            seen.append(record.value)
-            if len(seen) == 2:
-                return
-
-    follower = asyncio.create_task(follow())
-    await asyncio.sleep(0.3)
-    await a.put("state/weights", b"50/50")
-    await a.put("state/phase", b"promoted")
-    await asyncio.wait_for(follower, 10)
-    assert seen == [b"50/50", b"promoted"]
+    await watch_after_a_version(*stores)
 
 
 async def test_one_replica_leads_and_a_deposed_leaders_writes_are_refused(
     stores: list[Store],
 ) -> None:
-    a, b = stores
-    first = await a.campaign("loops", "replica-a", TTL)
-    assert await b.leader("loops") == "replica-a"
-    second_task = asyncio.create_task(b.campaign("loops", "replica-b", TTL))
-    await asyncio.sleep(0.5)
-    assert not second_task.done(), "two replicas lead at once"
-    await a.put("decisions/1", b"from a", fence=first.fence)
-
-    await a.resign(first)
-    second = await asyncio.wait_for(second_task, 10)
-    assert second.fence.term > first.fence.term
-    assert await a.leader("loops") == "replica-b"
-    with pytest.raises(FencedError):
-        await a.put("decisions/2", b"from deposed a", fence=first.fence)
-    await b.put("decisions/2", b"from b", fence=second.fence)
-    got = await a.get("decisions/2")
-    assert got is not None and got.value == b"from b"
+    await election_and_fencing(*stores)
 
 
 async def test_a_killed_leaders_lease_runs_out_and_another_takes_over_within_ttl_plus_1s(

@@ -3,12 +3,13 @@ what was wrong with the URL."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from inferway.gateway.fleet.store import Store
 
-__all__ = ["StoreUrlError", "open_store", "parse_etcd_endpoints"]
+__all__ = ["StoreUrlError", "open_store", "parse_etcd_endpoints", "parse_kubernetes_url"]
 
 ETCD_DEFAULT_PORT = 2379
 
@@ -17,7 +18,8 @@ class StoreUrlError(ValueError):
     """The store URL cannot be used; the message says why and what is accepted."""
 
 
-_ACCEPTED = "file:PATH, etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or kubernetes://NAMESPACE"
+_ACCEPTED = "file:PATH, etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or kubernetes://NAMESPACE[/PREFIX]"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def parse_etcd_endpoints(url: str) -> tuple[list[tuple[str, int]], str]:
@@ -36,6 +38,24 @@ def parse_etcd_endpoints(url: str) -> tuple[list[tuple[str, int]], str]:
     return endpoints, "/" + (path.strip("/") or "inferway")
 
 
+def parse_kubernetes_url(url: str) -> tuple[str, str]:
+    """``kubernetes://inferway/fleet`` -> ("inferway", "fleet"); the prefix is "inferway"
+    when none is given."""
+    namespace, _, prefix = url.removeprefix("kubernetes://").partition("/")
+    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+        raise StoreUrlError(
+            f"store {url!r}: {namespace or '(none)'!r} is not a namespace (lowercase letters, "
+            "digits and '-'); use kubernetes://NAMESPACE[/PREFIX]"
+        )
+    prefix = prefix.strip("/") or "inferway"
+    if len(prefix) > 40 or not _DNS_LABEL.match(prefix):
+        raise StoreUrlError(
+            f"store {url!r}: prefix {prefix!r} must be lowercase letters, digits and '-' "
+            "(at most 40): it starts the name of every object the store writes"
+        )
+    return namespace, prefix
+
+
 def open_store(url: str, *, workdir: Path) -> Store:
     """The store ``url`` names. ``file:`` with no path is ``workdir/store``."""
     scheme = urlsplit(url).scheme
@@ -50,8 +70,16 @@ def open_store(url: str, *, workdir: Path) -> Store:
         endpoints, prefix = parse_etcd_endpoints(url)
         return EtcdStore(endpoints, prefix)
     if scheme == "kubernetes":
-        raise StoreUrlError(
-            f"store {url!r}: the kubernetes store is not available in this version; use "
-            f"file: (one node) or etcd://"
-        )
+        namespace, prefix = parse_kubernetes_url(url)
+        try:
+            from inferway.gateway.fleet.kubernetes_store import KubernetesStore
+        except ImportError as error:
+            raise StoreUrlError(
+                f"store {url!r}: needs the `kubernetes` package ({error.name} is missing): "
+                "install inferway[kubernetes]"
+            ) from None
+        try:
+            return KubernetesStore.from_environment(namespace, prefix)
+        except ValueError as error:
+            raise StoreUrlError(str(error)) from None
     raise StoreUrlError(f"store {url!r}: unknown scheme {scheme or '(none)'!r}; use {_ACCEPTED}")
