@@ -252,7 +252,7 @@ class ControlPlane:
                 ir, snapshot = resolve_and_snapshot(
                     policy, state, source, translate=self._translate
                 )
-                scoped = self._scoped_snapshots(ir)
+                scoped = self._scoped_snapshots(ir, snapshot)
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
@@ -300,17 +300,24 @@ class ControlPlane:
         self._tell("on_applied", lambda observer: observer.on_applied(current, changed))
         return snapshot.version
 
-    def _scoped_snapshots(self, ir: IR) -> dict[str, Snapshot]:
-        """A snapshot for every gRPC group the cache knows, and the all-targets one when the
-        policy has targets (a group whose targets are gone gets an empty snapshot)."""
+    def _scoped_snapshots(self, ir: IR, default: Snapshot) -> dict[str, Snapshot]:
+        """A snapshot for every gRPC and zone group the cache knows, and the all-targets one
+        when the policy has targets (a group whose targets are gone gets an empty snapshot).
+        A zone group whose localized IR equals ``ir`` shares ``default`` itself."""
         groups = set(self.cache.groups()) | ({GRPC_GROUP} if ir.grpc_targets else set())
         groups.discard(self.group)
-        built = {group: build_group_snapshot(ir, group) for group in sorted(groups)}
+        built = {
+            group: build_group_snapshot(ir, group, translate=self._translate, default=default)
+            for group in sorted(groups)
+        }
         return {group: snapshot for group, snapshot in built.items() if snapshot is not None}
 
     def _build_group(self, group: str) -> Snapshot | None:
         """The cache's builder for a group seen for the first time (a node just connected)."""
-        return None if self._ir is None else build_group_snapshot(self._ir, group)
+        if self._ir is None:
+            return None
+        default = self._current.snapshot if self._current is not None else None
+        return build_group_snapshot(self._ir, group, translate=self._translate, default=default)
 
     def refuse(self, error: BaseException, source: str | None = None) -> Refusal:
         """Record ``error`` as the last refused edit; the live policy stays as it is."""

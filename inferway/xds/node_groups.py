@@ -2,7 +2,11 @@
 may see, so an Envoy and a proxyless gRPC client on one control plane each get resources
 they can consume.
 
-Envoy nodes all share the ``default`` group and get exactly the Envoy translation. A node
+Envoy nodes without a locality share the ``default`` group and get exactly the Envoy
+translation. An Envoy whose node names a zone or region (``node.locality``) is in the group
+``zone:<region>/<zone>``: the same translation of the IR localized for that zone
+(``inferway.xds.zones``: its own zone's replicas first), so every Envoy of one zone shares one
+snapshot and a fleet costs one rendering per zone, not per node. A node
 is a proxyless gRPC client when it says so the way gRPC and Istio do: ``user_agent_name``
 "gRPC ..." (set by every gRPC library), the client feature gRPC advertises
 (``envoy.lb.does_not_support_overprovisioning``), or Istio's bootstrap metadata
@@ -17,14 +21,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from collections.abc import Callable
+
 from inferway.resolve.ir import IR
+from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.translate import translate as translate_ir
 from inferway.xds.translate.proxyless import translate_proxyless
+from inferway.xds.zones import NodeLocality, localize_ir
 
 __all__ = [
     "ENVOY_GROUP",
     "GRPC_GROUP",
     "TARGETS_METADATA_KEY",
+    "ZONE_GROUP",
     "NodeScope",
     "build_group_snapshot",
     "node_group",
@@ -36,6 +46,8 @@ ENVOY_GROUP = "default"
 GRPC_GROUP = "grpc"
 """Proxyless gRPC clients that may see every target; ``grpc:a,b`` sees targets a and b."""
 TARGETS_METADATA_KEY = "INFERWAY_GRPC_TARGETS"
+ZONE_GROUP = "zone"
+"""Envoys of one locality: ``zone:<region>/<zone>`` (either may be empty)."""
 _GRPC_CLIENT_FEATURE = "envoy.lb.does_not_support_overprovisioning"
 
 
@@ -44,11 +56,15 @@ class NodeScope:
     kind: Literal["envoy", "grpc"]
     targets: tuple[str, ...] | None = None
     """Sorted target names a gRPC node may see; None: all of them."""
+    locality: NodeLocality = NodeLocality()
+    """An Envoy's region and zone (empty: none said, the ``default`` group)."""
 
     @property
     def key(self) -> str:
         if self.kind == "envoy":
-            return ENVOY_GROUP
+            if not self.locality:
+                return ENVOY_GROUP
+            return f"{ZONE_GROUP}:{self.locality.region}/{self.locality.zone}"
         if self.targets is None:
             return GRPC_GROUP
         return f"{GRPC_GROUP}:{','.join(self.targets)}"
@@ -61,12 +77,17 @@ def parse_group(key: str) -> NodeScope:
     prefix = f"{GRPC_GROUP}:"
     if key.startswith(prefix):
         return NodeScope("grpc", tuple(n for n in key[len(prefix) :].split(",") if n))
+    zoned = f"{ZONE_GROUP}:"
+    if key.startswith(zoned):
+        region, _, zone = key[len(zoned) :].partition("/")
+        return NodeScope("envoy", locality=NodeLocality(region=region, zone=zone))
     return NodeScope("envoy")
 
 
 def node_scope(node: base_pb2.Node) -> NodeScope:
     if not _is_proxyless_grpc(node):
-        return NodeScope("envoy")
+        region = node.locality.region.replace("/", "_")  # the key's separator
+        return NodeScope("envoy", locality=NodeLocality(region=region, zone=node.locality.zone))
     field = node.metadata.fields.get(TARGETS_METADATA_KEY)
     if field is None:
         return NodeScope("grpc")
@@ -91,10 +112,23 @@ def _is_proxyless_grpc(node: base_pb2.Node) -> bool:
     )
 
 
-def build_group_snapshot(ir: IR, group: str) -> Snapshot | None:
-    """The snapshot of a gRPC group for ``ir``; None for Envoy's groups, whose snapshot the
-    Envoy translation makes."""
+def build_group_snapshot(
+    ir: IR,
+    group: str,
+    *,
+    translate: Callable[[IR], Resources] = translate_ir,
+    default: Snapshot | None = None,
+) -> Snapshot | None:
+    """The snapshot of ``group`` for ``ir``: a gRPC group's scoped one, a zone group's
+    Envoy translation of the localized IR (``default``, the ``default`` group's snapshot of
+    the same IR, when localizing changes nothing); None for the ``default`` group itself,
+    whose snapshot the caller makes."""
     scope = parse_group(group)
-    if scope.kind != "grpc":
+    if scope.kind == "grpc":
+        return build_snapshot(translate_proxyless(ir, scope.targets))
+    if not scope.locality:
         return None
-    return build_snapshot(translate_proxyless(ir, scope.targets))
+    localized = localize_ir(ir, scope.locality)
+    if localized is ir and default is not None:
+        return default
+    return build_snapshot(translate(localized))
