@@ -17,12 +17,11 @@ part of the group key, so clients with the same view share one snapshot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
-from collections.abc import Callable
-
 from inferway.resolve.ir import IR
 from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot, build_snapshot
@@ -56,7 +55,7 @@ class NodeScope:
     kind: Literal["envoy", "grpc"]
     targets: tuple[str, ...] | None = None
     """Sorted target names a gRPC node may see; None: all of them."""
-    locality: NodeLocality = NodeLocality()
+    locality: NodeLocality = field(default_factory=NodeLocality)
     """An Envoy's region and zone (empty: none said, the ``default`` group)."""
 
     @property

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from inferway.resolve.ir import IR
 from inferway.resolve.ir.service import LocalityIR, ServiceIR
 
-__all__ = ["NodeLocality", "localize_ir", "localize_service", "locality_rank"]
+__all__ = ["NodeLocality", "locality_rank", "localize_ir", "localize_service"]
 
 _OWN_ZONE, _OWN_REGION, _ELSEWHERE = 0, 1, 2
 
@@ -44,9 +44,9 @@ class NodeLocality:
 def locality_rank(locality: LocalityIR, node: NodeLocality) -> int:
     """0: the node's zone (same region, or no region said on either side), 1: the node's
     region, 2: anywhere else (an endpoint without a zone included)."""
-    if node.zone and locality.zone == node.zone:
-        if not (node.region and locality.region) or node.region == locality.region:
-            return _OWN_ZONE
+    same_region = not (node.region and locality.region) or node.region == locality.region
+    if node.zone and locality.zone == node.zone and same_region:
+        return _OWN_ZONE
     if node.region and locality.region == node.region:
         return _OWN_REGION
     return _ELSEWHERE
