@@ -3,7 +3,12 @@ rollout windows read from the fleet's totals.
 
 Each Envoy's stat sink sends ``x-inferway-node`` (its node id) and ``x-inferway-zone`` as gRPC
 metadata, written into its bootstrap; the receiver keeps each node's latest totals and when
-they came. :class:`FleetStatsSource` answers the rollout driver like the one-Envoy source does,
+they came. When the xDS server requires client certificates (``verify_identity``), the node an
+export names must be an identity of the certificate of the connection it came on, the rule the
+ADS stream follows (``inferway.xds.auth``): otherwise one Envoy could report (or drown out)
+another's evidence. A mismatch is refused with ``PERMISSION_DENIED``, counted
+(``refused_identity``) and recorded with the xDS server's refusals (``inferway status``).
+:class:`FleetStatsSource` answers the rollout driver like the one-Envoy source does,
 a window at a time, but a window is the sum of every node's own difference since the previous
 window (so one Envoy restarting resets only its own share), and it says who contributed what
 and which Envoys went silent.
@@ -32,6 +37,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import (
 from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.fleet.otlp_totals import totals_from_export
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, ScrapeError, window_counts
+from inferway.xds.auth import PeerRefusals, check_node_identity, peer_identities
 from inferway.xds.bootstrap import STATS_NODE_HEADER, STATS_ZONE_HEADER
 
 __all__ = [
@@ -129,12 +135,22 @@ class EnvoyReports(MetricsServiceServicer):
     wall-clock seconds: replicas compare them)."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.time, expire_after_s: float = EVIDENCE_TTL_S
+        self,
+        clock: Callable[[], float] = time.time,
+        expire_after_s: float = EVIDENCE_TTL_S,
+        *,
+        verify_identity: bool = False,
+        refusals: PeerRefusals | None = None,
     ) -> None:
+        """``verify_identity``: the server is mutual TLS and a node must be its certificate's
+        identity; ``refusals``: where refused exports are recorded (the xDS server's)."""
         self._clock = clock
         self._by_age = ReportsByAge(clock, expire_after_s)
+        self.verify_identity = verify_identity
+        self.refusals = refusals if refusals is not None else PeerRefusals()
         self.exports = 0
         self.refused = 0
+        self.refused_identity = 0
 
     async def Export(
         self, request: otlp.ExportMetricsServiceRequest, context: grpc.aio.ServicerContext
@@ -147,6 +163,17 @@ class EnvoyReports(MetricsServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"an Envoy's stats export needs its node id in the {NODE_HEADER} header",
             )
+        if self.verify_identity:
+            identities = peer_identities(context.auth_context())
+            if not check_node_identity(node, identities):
+                self.refused += 1
+                self.refused_identity += 1
+                reason = (
+                    f"stats export for node {node!r} refused: not an identity of the client "
+                    f"certificate ({', '.join(identities) or 'no certificate'})"
+                )
+                self.refusals.record(node, context.peer(), identities, reason)
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
         self.record(node, metadata.get(ZONE_HEADER, ""), request)
         return otlp.ExportMetricsServiceResponse()
 
