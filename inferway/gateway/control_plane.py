@@ -29,7 +29,7 @@ from inferway.state import State
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.hooks import XdsObserver
-from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
+from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot, parse_group
 from inferway.xds.policy_snapshot import resolve_and_snapshot
 from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
@@ -273,7 +273,8 @@ class ControlPlane:
         with _tracer.start_as_current_span("push snapshot") as push:
             changed = self.cache.set_snapshot(snapshot, self.group)
             for group, other in scoped.items():
-                self.cache.set_snapshot(other, group)
+                if not self.cache.is_rejected(other.version):  # never re-send a NACKed one
+                    self.cache.set_snapshot(other, group)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
         self._ir = ir
@@ -332,6 +333,15 @@ class ControlPlane:
     def on_envoy_rejected(self, rejection: Rejection) -> None:
         """An Envoy NACKed a snapshot this control plane pushed: refuse that edit and go back
         to the policy and state of the snapshot the cache serves instead."""
+        if rejection.group != self.group and parse_group(rejection.group).locality:
+            # a zone's own rendering: that zone keeps its last good one (the cache restored
+            # it); the edit stays live elsewhere, and status says the zone refused it
+            current = self._current
+            if current is not None:
+                self._record(
+                    current.source, [_rejection_issue(current.source, rejection)], rejection
+                )
+            return
         rejected = self._applied.get(rejection.version)
         if rejection.group != self.group or rejected is None:
             return  # not a snapshot this control plane pushed (or long replaced)

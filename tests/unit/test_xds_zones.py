@@ -136,3 +136,38 @@ def test_render_zone_shows_what_that_zone_receives(tmp_path: Path) -> None:
     )
     tiers = [(group.get("priority", 0), group["locality"]["zone"]) for group in model["endpoints"]]
     assert tiers == [(0, "c"), (1, "a"), (1, "b"), (2, "dr")]
+
+
+def test_a_zone_rejecting_its_rendering_keeps_its_last_good_one_and_it_is_not_resent() -> None:
+    cache = SnapshotCache(node_group=node_group)
+    plane = ControlPlane(cache)
+    plane.apply_policy(Policy.model_validate(POLICY), "policy.yaml")
+    handle = cache.open_stream(_node("a-1", "a", "east"))
+    good = cache.get_snapshot(handle.group)
+    assert good is not None
+    for type_url, version in good.versions.items():
+        cache.record_ack(handle, type_url, version)
+
+    edited = json.loads(json.dumps(POLICY))
+    edited["services"][0]["endpoints"].append({"address": "10.0.1.3:8000", "zone": "a"})
+    plane.apply_policy(Policy.model_validate(edited), "policy.yaml")
+    bad = cache.get_snapshot(handle.group)
+    assert bad is not None and bad.version != good.version
+    cache.record_nack(
+        handle,
+        type_urls.ENDPOINT,
+        good.versions[type_urls.ENDPOINT],
+        "n1",
+        "rejected for the test",
+        snapshot=bad.version,
+    )
+    assert cache.get_snapshot(handle.group) == good  # the zone went back
+    assert plane.degraded is not None and "a-1 rejected" in plane.degraded
+    default = cache.get_snapshot(ENVOY_GROUP)
+    assert default is not None  # the edit stays live elsewhere
+    assignment = default.resources_of(type_urls.ENDPOINT)["model"]
+    assert isinstance(assignment, endpoint_pb2.ClusterLoadAssignment)
+    assert len(assignment.endpoints[0].lb_endpoints) == 3
+
+    plane.apply_policy(Policy.model_validate(edited), "policy.yaml")  # the same edit again
+    assert cache.get_snapshot(handle.group) == good  # never re-sent
