@@ -23,9 +23,11 @@ from typing import Literal
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.resolve.ir import IR
+from inferway.xds import type_urls
 from inferway.xds.resources import Resources
-from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.snapshot import Snapshot, build_snapshot, replace_type
 from inferway.xds.translate import translate as translate_ir
+from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
 from inferway.xds.translate.proxyless import translate_proxyless
 from inferway.xds.zones import NodeLocality, localize_ir
 
@@ -119,15 +121,26 @@ def build_group_snapshot(
     default: Snapshot | None = None,
 ) -> Snapshot | None:
     """The snapshot of ``group`` for ``ir``: a gRPC group's scoped one, a zone group's
-    Envoy translation of the localized IR (``default``, the ``default`` group's snapshot of
-    the same IR, when localizing changes nothing); None for the ``default`` group itself,
-    whose snapshot the caller makes."""
+    Envoy translation of the localized IR; None for the ``default`` group itself, whose
+    snapshot the caller makes. With ``default`` (the ``default`` group's snapshot of the same
+    IR) a zone group reuses it: itself when localizing changes nothing, else with only the
+    localized services' ClusterLoadAssignments rebuilt (a zone costs one EDS rendering)."""
     scope = parse_group(group)
     if scope.kind == "grpc":
         return build_snapshot(translate_proxyless(ir, scope.targets))
     if not scope.locality:
         return None
     localized = localize_ir(ir, scope.locality)
-    if localized is ir and default is not None:
+    if default is None:
+        return build_snapshot(translate(localized))
+    changed = [
+        new for new, old in zip(localized.services, ir.services, strict=True) if new is not old
+    ]
+    if not changed:
         return default
-    return build_snapshot(translate(localized))
+    if any(uses_hostnames(service) for service in changed):  # assignments inlined in clusters
+        return build_snapshot(translate(localized))
+    endpoints = dict(default.resources_of(type_urls.ENDPOINT))
+    for service in changed:  # only the EDS differs: re-hash that type alone
+        endpoints[service.name] = build_cluster_load_assignment(service)
+    return replace_type(default, type_urls.ENDPOINT, endpoints)

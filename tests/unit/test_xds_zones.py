@@ -19,7 +19,8 @@ from inferway.resolve import resolve_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.node_groups import ENVOY_GROUP, NodeScope, node_group, parse_group
-from inferway.xds.snapshot import Snapshot
+from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds.translate import translate
 from inferway.xds.zones import NodeLocality, localize_ir
 
 POLICY = {
@@ -103,6 +104,9 @@ def test_nodes_of_one_zone_share_a_snapshot_and_zones_differ_only_in_eds() -> No
         assert zone_a.versions[type_url] == zone_b.versions[type_url] == default.versions[type_url]
     assert zone_a.versions[type_urls.ENDPOINT] != zone_b.versions[type_urls.ENDPOINT]
     assert _tiers(zone_a, "plain") == [(0, "")]
+    ir = resolve_policy(Policy.model_validate(POLICY))  # only EDS re-rendered, same result
+    east_a = NodeLocality(region="east", zone="a")
+    assert zone_a == build_snapshot(translate(localize_ir(ir, east_a)))
 
     edited = json.loads(json.dumps(POLICY))
     edited["services"][0]["endpoints"].append({"address": "10.0.1.3:8000", "zone": "a"})
@@ -171,3 +175,29 @@ def test_a_zone_rejecting_its_rendering_keeps_its_last_good_one_and_it_is_not_re
 
     plane.apply_policy(Policy.model_validate(edited), "policy.yaml")  # the same edit again
     assert cache.get_snapshot(handle.group) == good  # never re-sent
+
+
+def test_a_zoned_dns_service_is_localized_in_its_cluster() -> None:
+    dns = {
+        "listeners": [{"name": "main", "port": 10000}],
+        "services": [
+            {
+                "name": "model",
+                "endpoints": [
+                    {"address": "model-a.internal:8000", "zone": "a"},
+                    {"address": "model-b.internal:8000", "zone": "b"},
+                ],
+            }
+        ],
+        "routes": [{"name": "all", "backends": [{"service": "model"}]}],
+    }
+    cache = SnapshotCache(node_group=node_group)
+    ControlPlane(cache).apply_policy(Policy.model_validate(dns), "policy.yaml")
+    handle = cache.open_stream(_node("b-1", "b"))
+    snapshot = cache.get_snapshot(handle.group)
+    assert snapshot is not None
+    cluster = snapshot.resources_of(type_urls.CLUSTER)["model"]
+    tiers = [(g.priority, g.locality.zone) for g in cluster.load_assignment.endpoints]
+    assert tiers == [(0, "b"), (1, "a")]
+    ir = resolve_policy(Policy.model_validate(dns))
+    assert snapshot == build_snapshot(translate(localize_ir(ir, NodeLocality(zone="b"))))
