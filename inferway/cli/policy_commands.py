@@ -132,6 +132,7 @@ def render(
 ) -> None:
     """Print the Envoy resources a policy translates to (sorted, as pushed over xDS), with the
     endpoints of its endpoints file: YAML (-o yaml, the default; text is the same) or JSON.
+
     With --zone/--region: what an Envoy of that locality receives (per-zone EDS priorities,
     the same rendering the control plane serves that zone's nodes)."""
     from inferway.resolve import resolve_policy
