@@ -2,8 +2,9 @@
 (network namespaces) in zones a and b, and two backends per zone, each zone's on a host of its
 own. While healthy each Envoy sends >= 95% to its own zone (per-node EDS priorities). Then,
 under ~100 req/s, zone a's backends are killed (connections refused), or zone a is cut off
-silently (its link down at the switch: no reset, no ICMP): >= 99.9% of requests succeed and the
-p99 latency of the requests sent in the first 2 s after the event stays under 200 ms.
+silently (its link down at the switch: no reset, no ICMP): >= 99.9% of the 1,000 requests sent
+in the 10 s after the event succeed (at most one fails) and the p99 latency of the requests
+sent in the first 2 s after the event stays under 200 ms.
 
 The policy's only partition settings are the documented ones for failover under 200 ms
 (docs/fleet.md "Zones and partitions"): a 100 ms hedged per-try timeout and a 100 ms connect
@@ -217,7 +218,7 @@ async def test_each_envoy_prefers_its_zone_and_a_lost_zone_costs_no_request(
             shares = {zone: _own_zone_share(healthy, zone) for zone in ZONES}
 
             after: list[Answer] = []
-            load = asyncio.create_task(_load(fleet, session, 5.0, after))
+            load = asyncio.create_task(_load(fleet, session, 11.0, after))
             await asyncio.sleep(1.0)
             moment = time.monotonic()
             if event == "killed":
