@@ -16,7 +16,7 @@ from typing import Any
 
 from inferway.gateway.components import Component
 from inferway.gateway.fleet.election import LeaderTask, LeaderWork
-from inferway.gateway.fleet.envoy_reports import EVIDENCE_TTL_S, EnvoyReports, FleetStatsSource
+from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource
 from inferway.gateway.fleet.shared_evidence import EvidencePublisher, StoreEvidence
 from inferway.gateway.fleet.shared_rollouts import SharedRolloutStore
 from inferway.gateway.fleet.store import Fence, Store, StoreHealth, StoreUnavailableError
@@ -155,12 +155,12 @@ async def open_fleet(
     ttl_s: float,
     reports: EnvoyReports,
     push_s: float,
-    evidence_ttl_s: float = EVIDENCE_TTL_S,
+    evidence_ttl_s: float | None = None,
 ) -> Fleet:
     """The store ``url`` opened, with the fleet's rollout states read (before the first push,
     so a replica with an empty disk serves the fleet's weights from the start).
     ``evidence_ttl_s``: an Envoy's evidence in the store stops counting this long after its
-    last report (it is listed as gone)."""
+    last report (it is listed as gone); None: ``EVIDENCE_TTL_S``."""
     store = open_store(url, workdir=workdir)
     holder: list[Fleet] = []
 
@@ -175,7 +175,9 @@ async def open_fleet(
         identity,
         ttl_s,
         shared,
-        StoreEvidence(store, expire_after_s=evidence_ttl_s),
+        StoreEvidence(
+            store, **({} if evidence_ttl_s is None else {"expire_after_s": evidence_ttl_s})
+        ),
         EvidencePublisher(reports, store, push_s),
         silent_after_s=max(5.0, 3 * push_s),
     )
