@@ -175,9 +175,9 @@ async def open_fleet(
         identity,
         ttl_s,
         shared,
-        StoreEvidence(
-            store, **({} if evidence_ttl_s is None else {"expire_after_s": evidence_ttl_s})
-        ),
+        StoreEvidence(store)
+        if evidence_ttl_s is None
+        else StoreEvidence(store, expire_after_s=evidence_ttl_s),
         EvidencePublisher(reports, store, push_s),
         silent_after_s=max(5.0, 3 * push_s),
     )
