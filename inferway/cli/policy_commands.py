@@ -116,12 +116,38 @@ def render(
         ),
     ] = None,
     endpoints_file: EndpointsFileOption = None,
+    zone: Annotated[
+        str,
+        typer.Option(
+            "--zone",
+            help="Render what an Envoy in this zone receives (`inferway envoy --zone`): its "
+            "own zone's endpoints first, the others as spill tiers.",
+            show_default=False,
+        ),
+    ] = "",
+    region: Annotated[
+        str,
+        typer.Option("--region", help="The Envoy's region (with --zone).", show_default=False),
+    ] = "",
 ) -> None:
     """Print the Envoy resources a policy translates to (sorted, as pushed over xDS), with the
-    endpoints of its endpoints file: YAML (-o yaml, the default; text is the same) or JSON."""
-    from inferway.xds.resources import resources_to_dict
+    endpoints of its endpoints file: YAML (-o yaml, the default; text is the same) or JSON.
 
-    document = resources_to_dict(_plan_or_exit(file, endpoints_file).snapshot.resources)
+    With --zone/--region: what an Envoy of that locality receives (per-zone EDS priorities,
+    the same rendering the control plane serves that zone's nodes)."""
+    from inferway.resolve import resolve_policy
+    from inferway.xds.node_groups import NodeScope, build_group_snapshot
+    from inferway.xds.resources import resources_to_dict
+    from inferway.xds.zones import NodeLocality
+
+    plan = _plan_or_exit(file, endpoints_file)
+    snapshot = plan.snapshot
+    locality = NodeLocality(region=region, zone=zone)
+    if locality:
+        group = NodeScope("envoy", locality=locality).key
+        ir = resolve_policy(plan.policy, plan.state)
+        snapshot = build_group_snapshot(ir, group, default=snapshot) or snapshot
+    document = resources_to_dict(snapshot.resources)
     fmt = OutputFormat.json if output is OutputFormat.json else OutputFormat.yaml
     if out is None:
         write_document(document, fmt)

@@ -29,7 +29,7 @@ from inferway.state import State
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.hooks import XdsObserver
-from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot
+from inferway.xds.node_groups import GRPC_GROUP, build_group_snapshot, parse_group
 from inferway.xds.policy_snapshot import resolve_and_snapshot
 from inferway.xds.records import Rejection
 from inferway.xds.resources import Resources
@@ -252,7 +252,7 @@ class ControlPlane:
                 ir, snapshot = resolve_and_snapshot(
                     policy, state, source, translate=self._translate
                 )
-                scoped = self._scoped_snapshots(ir)
+                scoped = self._scoped_snapshots(ir, snapshot)
         except Exception as exc:
             refusal = self.refuse(exc, source)
             raise PolicyRefusedError(refusal) from exc
@@ -273,7 +273,8 @@ class ControlPlane:
         with _tracer.start_as_current_span("push snapshot") as push:
             changed = self.cache.set_snapshot(snapshot, self.group)
             for group, other in scoped.items():
-                self.cache.set_snapshot(other, group)
+                if not self.cache.is_rejected(other.version):  # never re-send a NACKed one
+                    self.cache.set_snapshot(other, group)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
         self._ir = ir
@@ -300,17 +301,24 @@ class ControlPlane:
         self._tell("on_applied", lambda observer: observer.on_applied(current, changed))
         return snapshot.version
 
-    def _scoped_snapshots(self, ir: IR) -> dict[str, Snapshot]:
-        """A snapshot for every gRPC group the cache knows, and the all-targets one when the
-        policy has targets (a group whose targets are gone gets an empty snapshot)."""
+    def _scoped_snapshots(self, ir: IR, default: Snapshot) -> dict[str, Snapshot]:
+        """A snapshot for every gRPC and zone group the cache knows, and the all-targets one
+        when the policy has targets (a group whose targets are gone gets an empty snapshot).
+        A zone group whose localized IR equals ``ir`` shares ``default`` itself."""
         groups = set(self.cache.groups()) | ({GRPC_GROUP} if ir.grpc_targets else set())
         groups.discard(self.group)
-        built = {group: build_group_snapshot(ir, group) for group in sorted(groups)}
+        built = {
+            group: build_group_snapshot(ir, group, translate=self._translate, default=default)
+            for group in sorted(groups)
+        }
         return {group: snapshot for group, snapshot in built.items() if snapshot is not None}
 
     def _build_group(self, group: str) -> Snapshot | None:
         """The cache's builder for a group seen for the first time (a node just connected)."""
-        return None if self._ir is None else build_group_snapshot(self._ir, group)
+        if self._ir is None:
+            return None
+        default = self._current.snapshot if self._current is not None else None
+        return build_group_snapshot(self._ir, group, translate=self._translate, default=default)
 
     def refuse(self, error: BaseException, source: str | None = None) -> Refusal:
         """Record ``error`` as the last refused edit; the live policy stays as it is."""
@@ -325,6 +333,15 @@ class ControlPlane:
     def on_envoy_rejected(self, rejection: Rejection) -> None:
         """An Envoy NACKed a snapshot this control plane pushed: refuse that edit and go back
         to the policy and state of the snapshot the cache serves instead."""
+        if rejection.group != self.group and parse_group(rejection.group).locality:
+            # a zone's own rendering: that zone keeps its last good one (the cache restored
+            # it); the edit stays live elsewhere, and status says the zone refused it
+            current = self._current
+            if current is not None:
+                self._record(
+                    current.source, [_rejection_issue(current.source, rejection)], rejection
+                )
+            return
         rejected = self._applied.get(rejection.version)
         if rejection.group != self.group or rejected is None:
             return  # not a snapshot this control plane pushed (or long replaced)

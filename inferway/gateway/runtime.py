@@ -245,7 +245,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         else (None, None)
     )
     plan = plan_gateway(options)
-    reports = EnvoyReports()
+    reports = EnvoyReports(verify_identity=xds_server_tls is not None)
     check_ports = (
         options.with_envoy if options.check_listener_ports is None else options.check_listener_ports
     )
@@ -274,6 +274,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             tls_reload=reload,
             max_connection_age_s=options.xds_max_connection_age_s,
             services=[reports.register],
+            refusals=reports.refusals,
         )
         components.adopt("xDS server", lambda: xds.stop(0.5))
         if fleet is not None:

@@ -26,6 +26,7 @@ def check_traffic(policy: Policy) -> Iterator[tuple[Loc, str]]:
                     "set policy: ring_hash (or maglev), or remove hash_on",
                 )
             yield from _zone_weights(service.name, service.endpoints, lb, loc)
+        yield from _zone_regions(service.endpoints, ("services", s, "endpoints"))
         check = service.health_check
         if check is not None and check.enabled:
             loc = ("services", s, "health_check")
@@ -78,3 +79,25 @@ def _zone_weights(
             f"zone(s) {', '.join(missing)} of service '{service}' have no weight here; "
             "give every zone a weight (or leave zones out to weight zones by their endpoints)",
         )
+
+
+def _zone_regions(endpoints: list[Endpoint], loc: Loc) -> Iterator[tuple[Loc, str]]:
+    """A zone lies in one region: an Envoy ranks a zone by its region (zones.py), so a zone
+    named with two regions would be ranked by whichever came first."""
+    regions: dict[str, tuple[int, str]] = {}
+    for e, endpoint in enumerate(endpoints):
+        if endpoint.region is None:
+            continue
+        if endpoint.zone is None:
+            yield (
+                (*loc, e, "region"),
+                "region is given without a zone; give the endpoint's zone too",
+            )
+            continue
+        first = regions.setdefault(endpoint.zone, (e, endpoint.region))
+        if first[1] != endpoint.region:
+            yield (
+                (*loc, e, "region"),
+                f"zone '{endpoint.zone}' is in region '{first[1]}' (endpoint {first[0]}), not "
+                f"'{endpoint.region}'; a zone lies in one region",
+            )

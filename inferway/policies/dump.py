@@ -29,7 +29,8 @@ def _duration(seconds: float) -> str | float:
 
 def _endpoint(endpoint: Endpoint) -> str | dict[str, Any]:
     host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
-    if endpoint.zone is None and endpoint.priority == 0 and endpoint.weight == 1:
+    plain = endpoint.zone is None and endpoint.region is None
+    if plain and endpoint.priority == 0 and endpoint.weight == 1:
         return f"{host}:{endpoint.port}"
     data = endpoint.model_dump(exclude_none=True)
     return data

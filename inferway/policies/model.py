@@ -39,6 +39,7 @@ from inferway.policies.traffic import (
     OutlierDetection,
     RateLimit,
     RetryHostSelection,
+    TcpKeepalive,
 )
 from inferway.policies.types import Duration, FilePath, Name, split_host_port
 
@@ -95,6 +96,11 @@ class Endpoint(_Model):
     host: str
     port: int = Field(ge=1, le=65535)
     zone: str | None = None
+    """Where the replica runs; an Envoy whose node names a zone prefers its own zone's
+    replicas and spills to other zones (per-node priorities, docs/fleet.md)."""
+    region: str | None = None
+    """The zone's region: an Envoy whose own zone has no healthy replica prefers replicas of
+    its region over the rest."""
     priority: int = Field(default=0, ge=0, le=15)
     weight: int = Field(default=1, ge=1, le=128)
 
@@ -133,7 +139,12 @@ class Service(_Model):
 
     name: Name
     protocol: Literal["http1", "http2"] = "http1"
-    connect_timeout: Duration = 1.0
+    connect_timeout: Duration = 0.5
+    """A connect that takes longer fails (and is retried on another replica: ``connect-failure``
+    is a default retry condition). 0.5 s is many round trips within a region; a SYN lost to
+    a silent zone would otherwise hold a request for the whole timeout."""
+    tcp_keepalive: TcpKeepalive = Field(default_factory=TcpKeepalive)
+    """Keepalive on upstream connections, on by default (traffic.py)."""
     endpoints: list[Endpoint] = Field(default_factory=list)
     tls: ServiceTls | None = None
     load_balancing: LoadBalancing | None = None  # traffic.py: None = round robin, defaults
@@ -241,6 +252,12 @@ class Retries(_Model):
         default_factory=list
     )
     host_selection: RetryHostSelection = Field(default_factory=RetryHostSelection)
+    hedge: bool | None = None
+    """When a try passes ``per_try_timeout``, send the next try *without* cancelling the
+    first (Envoy's ``hedge_on_per_try_timeout``); the first answer wins. None: hedged when
+    the per-try timeout is the default share of the route timeout, not hedged when
+    ``per_try_timeout`` is given. A short hedged per-try timeout is how a silent zone costs
+    a request less than ~200 ms (docs/fleet.md "Zones and partitions")."""
 
 
 class Route(_Model):

@@ -40,6 +40,7 @@ __all__ = [
     "RetryBudget",
     "RetryHostSelection",
     "SuccessRate",
+    "TcpKeepalive",
 ]
 
 DEFAULT_HEALTH_PATH = "/v2/health/ready"
@@ -121,6 +122,20 @@ class LoadBalancing(_Model):
     spreads traffic over all of them; 0 turns panic off (no healthy replica: 503)."""
     zones: dict[Annotated[str, Field(min_length=1)], Positive] | None = None
     """Zone weights within a tier; default: the sum of each zone's endpoint weights."""
+
+
+class TcpKeepalive(_Model):
+    """TCP keepalive on Envoy's connections to the replicas. A pooled connection to a zone
+    that went silent (link down: no RST, no FIN) otherwise looks alive until a request on it
+    times out; with keepalive the kernel closes an idle one after ``idle + interval x
+    probes`` seconds (default 5 + 1 x 3 = 8 s), so it is not picked again. Costs one tiny
+    packet per idle connection per ``interval``."""
+
+    enabled: bool = True
+    idle: Duration = Field(default=5.0, ge=1)
+    """Seconds a connection is idle before the first probe (whole seconds on the wire)."""
+    interval: Duration = Field(default=1.0, ge=1)
+    probes: int = Field(default=3, ge=1, le=100)
 
 
 # -- health --------------------------------------------------------------------------------------
@@ -253,11 +268,13 @@ class RetryHostSelection(_Model):
     """Do not retry on a replica that already failed this request."""
     max_attempts: int = Field(default=5, ge=1, le=100)
     """How many picks Envoy makes to find a replica that is not excluded."""
-    next_priority_after: int | None = Field(default=2, ge=1, le=10)
+    next_priority_after: int | None = Field(default=1, ge=1, le=10)
     """After this many tries of one request in one priority tier, its retries go to the
     next tier (Envoy's previous_priorities retry priority, ``update_frequency``). Without it
     a request keeps retrying in a tier whose replicas all died until health checks notice.
-    ``null`` keeps retries on the normal priority load."""
+    Default 1: a retry always tries another tier, which for a zoned fleet is another zone
+    (each Envoy's own zone is its tier 0), so the one default retry never lands in a zone
+    that just went silent. ``null`` keeps retries on the normal priority load."""
 
 
 class RateLimit(_Model):

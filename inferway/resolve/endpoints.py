@@ -44,13 +44,15 @@ def resolve_localities(
     ordered = sorted(endpoints, key=lambda e: (*locality_key(e), e.host, e.port))
     localities: list[LocalityIR] = []
     for (priority, zone), group in groupby(ordered, key=locality_key):
-        members = tuple(EndpointIR(host=e.host, port=e.port, weight=e.weight) for e in group)
+        listed = list(group)
+        members = tuple(EndpointIR(host=e.host, port=e.port, weight=e.weight) for e in listed)
         localities.append(
             LocalityIR(
                 priority=priority,
                 zone=zone,
                 weight=zones.get(zone, sum(e.weight for e in members)),
                 endpoints=members,
+                region=next((e.region for e in listed if e.region), ""),
             )
         )
     return tuple(localities)

@@ -26,6 +26,7 @@ from inferway.resolve.traffic import (
     resolve_health_check,
     resolve_load_balancing,
     resolve_outlier_detection,
+    resolve_tcp_keepalive,
 )
 from inferway.state.model import State
 
@@ -116,4 +117,5 @@ def resolve_service(service: Service, state: State) -> ServiceIR:
         outlier_detection=resolve_outlier_detection(service.outlier_detection),
         circuit_breakers=resolve_circuit_breakers(service.circuit_breakers),
         tls=resolve_upstream_tls(service),
+        tcp_keepalive=resolve_tcp_keepalive(service.tcp_keepalive),
     )

@@ -98,7 +98,8 @@ def resolve_retries(retries: Retries, route_timeout: float = 0.0) -> RetryIR:
 
     Without an explicit ``per_try_timeout`` each try gets an equal share of the route timeout
     (``attempts`` retries plus the first), hedged: the second try does not cancel the first,
-    so a slow but healthy replica still answers and the default never fails a request."""
+    so a slow but healthy replica still answers and the default never fails a request.
+    ``hedge`` says it explicitly either way."""
     conditions = list(dict.fromkeys(retries.on))
     if retries.retriable_status_codes and "retriable-status-codes" not in conditions:
         conditions.append("retriable-status-codes")
@@ -112,7 +113,8 @@ def resolve_retries(retries: Retries, route_timeout: float = 0.0) -> RetryIR:
         host_selection_max_attempts=selection.max_attempts,
         next_priority_after=selection.next_priority_after,
         per_try_timeout=per_try,
-        hedge_on_per_try_timeout=retries.per_try_timeout is None and per_try is not None,
+        hedge_on_per_try_timeout=per_try is not None
+        and (retries.hedge if retries.hedge is not None else retries.per_try_timeout is None),
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from inferway.policies.model import Endpoint, Service
@@ -12,6 +13,7 @@ from inferway.policies.traffic import (
     LoadBalancing,
     OutlierDetection,
     RetryBudget,
+    TcpKeepalive,
 )
 from inferway.resolve.ir.traffic import (
     CircuitBreakersIR,
@@ -22,6 +24,7 @@ from inferway.resolve.ir.traffic import (
     OutlierDetectionIR,
     RetryBudgetIR,
     SuccessRateIR,
+    TcpKeepaliveIR,
 )
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "resolve_health_check",
     "resolve_load_balancing",
     "resolve_outlier_detection",
+    "resolve_tcp_keepalive",
 ]
 
 
@@ -132,4 +136,16 @@ def resolve_circuit_breakers(configured: CircuitBreakers | None) -> CircuitBreak
             if budget is None
             else RetryBudgetIR(percent=budget.percent, min_concurrency=budget.min_concurrency)
         ),
+    )
+
+
+def resolve_tcp_keepalive(configured: TcpKeepalive) -> TcpKeepaliveIR | None:
+    """On unless ``enabled: false``; durations rounded up to whole seconds (the kernel's
+    unit), so 1.5 s never becomes a shorter 1 s."""
+    if not configured.enabled:
+        return None
+    return TcpKeepaliveIR(
+        idle_s=math.ceil(configured.idle),
+        interval_s=math.ceil(configured.interval),
+        probes=configured.probes,
     )

@@ -2,7 +2,11 @@
 may see, so an Envoy and a proxyless gRPC client on one control plane each get resources
 they can consume.
 
-Envoy nodes all share the ``default`` group and get exactly the Envoy translation. A node
+Envoy nodes without a locality share the ``default`` group and get exactly the Envoy
+translation. An Envoy whose node names a zone or region (``node.locality``) is in the group
+``zone:<region>/<zone>``: the same translation of the IR localized for that zone
+(``inferway.xds.zones``: its own zone's replicas first), so every Envoy of one zone shares one
+snapshot and a fleet costs one rendering per zone, not per node. A node
 is a proxyless gRPC client when it says so the way gRPC and Istio do: ``user_agent_name``
 "gRPC ..." (set by every gRPC library), the client feature gRPC advertises
 (``envoy.lb.does_not_support_overprovisioning``), or Istio's bootstrap metadata
@@ -13,18 +17,25 @@ part of the group key, so clients with the same view share one snapshot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.resolve.ir import IR
-from inferway.xds.snapshot import Snapshot, build_snapshot
+from inferway.xds import type_urls
+from inferway.xds.resources import Resources
+from inferway.xds.snapshot import Snapshot, build_snapshot, replace_type
+from inferway.xds.translate import translate as translate_ir
+from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
 from inferway.xds.translate.proxyless import translate_proxyless
+from inferway.xds.zones import NodeLocality, localize_ir
 
 __all__ = [
     "ENVOY_GROUP",
     "GRPC_GROUP",
     "TARGETS_METADATA_KEY",
+    "ZONE_GROUP",
     "NodeScope",
     "build_group_snapshot",
     "node_group",
@@ -36,6 +47,8 @@ ENVOY_GROUP = "default"
 GRPC_GROUP = "grpc"
 """Proxyless gRPC clients that may see every target; ``grpc:a,b`` sees targets a and b."""
 TARGETS_METADATA_KEY = "INFERWAY_GRPC_TARGETS"
+ZONE_GROUP = "zone"
+"""Envoys of one locality: ``zone:<region>/<zone>`` (either may be empty)."""
 _GRPC_CLIENT_FEATURE = "envoy.lb.does_not_support_overprovisioning"
 
 
@@ -44,11 +57,15 @@ class NodeScope:
     kind: Literal["envoy", "grpc"]
     targets: tuple[str, ...] | None = None
     """Sorted target names a gRPC node may see; None: all of them."""
+    locality: NodeLocality = field(default_factory=NodeLocality)
+    """An Envoy's region and zone (empty: none said, the ``default`` group)."""
 
     @property
     def key(self) -> str:
         if self.kind == "envoy":
-            return ENVOY_GROUP
+            if not self.locality:
+                return ENVOY_GROUP
+            return f"{ZONE_GROUP}:{self.locality.region}/{self.locality.zone}"
         if self.targets is None:
             return GRPC_GROUP
         return f"{GRPC_GROUP}:{','.join(self.targets)}"
@@ -61,12 +78,17 @@ def parse_group(key: str) -> NodeScope:
     prefix = f"{GRPC_GROUP}:"
     if key.startswith(prefix):
         return NodeScope("grpc", tuple(n for n in key[len(prefix) :].split(",") if n))
+    zoned = f"{ZONE_GROUP}:"
+    if key.startswith(zoned):
+        region, _, zone = key[len(zoned) :].partition("/")
+        return NodeScope("envoy", locality=NodeLocality(region=region, zone=zone))
     return NodeScope("envoy")
 
 
 def node_scope(node: base_pb2.Node) -> NodeScope:
     if not _is_proxyless_grpc(node):
-        return NodeScope("envoy")
+        region = node.locality.region.replace("/", "_")  # the key's separator
+        return NodeScope("envoy", locality=NodeLocality(region=region, zone=node.locality.zone))
     field = node.metadata.fields.get(TARGETS_METADATA_KEY)
     if field is None:
         return NodeScope("grpc")
@@ -91,10 +113,34 @@ def _is_proxyless_grpc(node: base_pb2.Node) -> bool:
     )
 
 
-def build_group_snapshot(ir: IR, group: str) -> Snapshot | None:
-    """The snapshot of a gRPC group for ``ir``; None for Envoy's groups, whose snapshot the
-    Envoy translation makes."""
+def build_group_snapshot(
+    ir: IR,
+    group: str,
+    *,
+    translate: Callable[[IR], Resources] = translate_ir,
+    default: Snapshot | None = None,
+) -> Snapshot | None:
+    """The snapshot of ``group`` for ``ir``: a gRPC group's scoped one, a zone group's
+    Envoy translation of the localized IR; None for the ``default`` group itself, whose
+    snapshot the caller makes. With ``default`` (the ``default`` group's snapshot of the same
+    IR) a zone group reuses it: itself when localizing changes nothing, else with only the
+    localized services' ClusterLoadAssignments rebuilt (a zone costs one EDS rendering)."""
     scope = parse_group(group)
-    if scope.kind != "grpc":
+    if scope.kind == "grpc":
+        return build_snapshot(translate_proxyless(ir, scope.targets))
+    if not scope.locality:
         return None
-    return build_snapshot(translate_proxyless(ir, scope.targets))
+    localized = localize_ir(ir, scope.locality)
+    if default is None:
+        return build_snapshot(translate(localized))
+    changed = [
+        new for new, old in zip(localized.services, ir.services, strict=True) if new is not old
+    ]
+    if not changed:
+        return default
+    if any(uses_hostnames(service) for service in changed):  # assignments inlined in clusters
+        return build_snapshot(translate(localized))
+    endpoints = dict(default.resources_of(type_urls.ENDPOINT))
+    for service in changed:  # only the EDS differs: re-hash that type alone
+        endpoints[service.name] = build_cluster_load_assignment(service)
+    return replace_type(default, type_urls.ENDPOINT, endpoints)

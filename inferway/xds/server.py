@@ -103,6 +103,7 @@ async def start_xds_server(
     tls_reload: Callable[[], XdsTls | None] | None = None,
     max_connection_age_s: float | None = DEFAULT_MAX_CONNECTION_AGE_S,
     services: Sequence[Callable[[grpc.aio.Server], None]] = (),
+    refusals: PeerRefusals | None = None,
 ) -> XdsServer:
     """Serve ADS (state-of-the-world and delta) for ``cache`` on ``host:port`` (0: any port).
 
@@ -115,8 +116,9 @@ async def start_xds_server(
     ``max_connection_age_s`` (None: never) makes every Envoy reconnect that often, so the
     rotation reaches connections that were open before it. ``services`` add other gRPC
     services Envoy calls on the same connection's cluster (the stats it pushes).
+    ``refusals``: where refused streams are recorded (shared with those services).
     """
-    refusals = PeerRefusals()
+    refusals = refusals if refusals is not None else PeerRefusals()
     options: list[tuple[str, int]] = [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),

@@ -21,7 +21,7 @@ from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manag
 from inferway.xds import type_urls
 from inferway.xds.resources import Resources, content_hash
 
-__all__ = ["Snapshot", "build_snapshot"]
+__all__ = ["Snapshot", "build_snapshot", "replace_type"]
 
 _HCM_TYPE_URL = "type.googleapis.com/" + hcm_pb2.HttpConnectionManager.DESCRIPTOR.full_name
 
@@ -83,6 +83,22 @@ def build_snapshot(resources: Resources) -> Snapshot:
     for type_url in order:
         named = resources.of_type(type_url)
         versions[type_url] = content_hash(named[name] for name in sorted(named))
+    return _versioned(resources, versions)
+
+
+def replace_type(snapshot: Snapshot, type_url: str, named: Mapping[str, Message]) -> Snapshot:
+    """``snapshot`` with every resource of ``type_url`` replaced by ``named``: only that type
+    is hashed again (a zone's rendering differs from the default one in its EDS only), and the
+    result is exactly what ``build_snapshot`` gives for the same resources."""
+    by_type = dict(snapshot.resources.by_type)
+    by_type[type_url] = MappingProxyType(dict(sorted(named.items())))
+    resources = Resources(MappingProxyType(dict(sorted(by_type.items()))))
+    versions = dict(snapshot.versions)
+    versions[type_url] = content_hash(named[name] for name in sorted(named))
+    return _versioned(resources, versions)
+
+
+def _versioned(resources: Resources, versions: dict[str, str]) -> Snapshot:
     digest = hashlib.sha256()
     for type_url in sorted(versions):
         digest.update(f"{type_url}={versions[type_url]};".encode())

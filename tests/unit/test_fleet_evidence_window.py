@@ -116,3 +116,41 @@ async def test_a_window_sums_every_nodes_own_difference_and_names_the_silent() -
     now[0] = 20
     with pytest.raises(ScrapeError, match="every Envoy is silent"):
         await source.sample()
+
+
+async def test_an_envoy_gone_past_the_evidence_ttl_stops_counting_and_is_flagged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    reports = EnvoyReports(clock=lambda: now[0], expire_after_s=30)
+    source = FleetStatsSource(reports, "stable", "canary", silent_after_s=5, clock=lambda: now[0])
+    reports.record("a", "zone-a", _export({"stable": (100, 0), "canary": (10, 1)}))
+    reports.record("b", "zone-b", _export({"stable": (50, 0), "canary": (5, 0)}))
+    assert await source.sample() is None
+
+    now[0] = 20  # a silent: left out of the window, still known
+    reports.record("b", "zone-b", _export({"stable": (60, 0), "canary": (6, 0)}))
+    await source.sample()
+    assert source.last_window is not None
+    assert (source.last_window.silent, source.last_window.gone) == (("a",), ())
+
+    now[0] = 31  # a past the TTL: gone, neither counted nor silent; logged once
+    reports.record("b", "zone-b", _export({"stable": (70, 0), "canary": (7, 0)}))
+    with caplog.at_level("WARNING", logger="inferway.fleet"):
+        window = await source.sample()
+        await source.sample()
+    assert window is not None and window.stable.requests == 10
+    assert (source.last_window.silent, source.last_window.gone) == ((), ("a",))
+    assert source.last_window.to_json()["gone"] == ["a"]
+    assert sorted(reports.reports()) == ["b"] and sorted(reports.expired()) == ["a"]
+    assert sum("Envoy a (zone 'zone-a') has not reported" in r.message for r in caplog.records) == 1
+
+    reports.record("a", "zone-a", _export({"stable": (110, 0), "canary": (11, 1)}))  # it is back
+    assert sorted(reports.reports()) == ["a", "b"] and not reports.expired()
+
+    now[0] = 31 + 10 * 30 + 1  # gone for ten TTLs: forgotten
+    assert not reports.reports() and not reports.expired()
+    with pytest.raises(ScrapeError, match="no Envoy has reported"):
+        await source.sample()
+    with pytest.raises(ValueError, match="positive"):
+        EnvoyReports(expire_after_s=0)

@@ -120,3 +120,19 @@ def test_traffic_settings_round_trip_through_dump() -> None:
     )
     assert check_policy(policy) == []
     assert load_policy_text(dump_policy(policy)) == policy
+
+
+def test_a_zone_lies_in_one_region_and_a_region_needs_a_zone() -> None:
+    endpoints = [
+        {"address": "127.0.0.1:1", "zone": "a", "region": "east"},
+        {"address": "127.0.0.1:2", "zone": "a", "region": "west"},
+        {"address": "127.0.0.1:3", "region": "east"},
+        {"address": "127.0.0.1:4", "zone": "b", "region": "east"},
+    ]
+    issues = check_policy(_policy({"endpoints": endpoints}))
+    assert [loc for loc, _ in issues] == [
+        ("services", 0, "endpoints", 1, "region"),
+        ("services", 0, "endpoints", 2, "region"),
+    ]
+    assert "zone 'a' is in region 'east' (endpoint 0), not 'west'" in issues[0][1]
+    assert "region is given without a zone" in issues[1][1]

@@ -34,6 +34,10 @@ def fleet_status(fleet: Fleet) -> dict[str, Any]:
             {"node": node, "zone": report.zone, "age_s": round(now - report.at, 1)}
             for node, report in sorted(fleet.evidence.reports().items())
         ],
+        "envoys_gone": [
+            {"node": node, "zone": report.zone, "age_s": round(now - report.at, 1)}
+            for node, report in sorted(fleet.evidence.expired().items())
+        ],
     }
 
 

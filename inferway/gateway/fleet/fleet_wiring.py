@@ -155,9 +155,12 @@ async def open_fleet(
     ttl_s: float,
     reports: EnvoyReports,
     push_s: float,
+    evidence_ttl_s: float | None = None,
 ) -> Fleet:
     """The store ``url`` opened, with the fleet's rollout states read (before the first push,
-    so a replica with an empty disk serves the fleet's weights from the start)."""
+    so a replica with an empty disk serves the fleet's weights from the start).
+    ``evidence_ttl_s``: an Envoy's evidence in the store stops counting this long after its
+    last report (it is listed as gone); None: ``EVIDENCE_TTL_S``."""
     store = open_store(url, workdir=workdir)
     holder: list[Fleet] = []
 
@@ -172,7 +175,9 @@ async def open_fleet(
         identity,
         ttl_s,
         shared,
-        StoreEvidence(store),
+        StoreEvidence(store)
+        if evidence_ttl_s is None
+        else StoreEvidence(store, expire_after_s=evidence_ttl_s),
         EvidencePublisher(reports, store, push_s),
         silent_after_s=max(5.0, 3 * push_s),
     )

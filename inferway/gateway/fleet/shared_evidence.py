@@ -8,9 +8,15 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
-from inferway.gateway.fleet.envoy_reports import EnvoyReports, NodeReport
+from inferway.gateway.fleet.envoy_reports import (
+    EVIDENCE_TTL_S,
+    EnvoyReports,
+    NodeReport,
+    ReportsByAge,
+)
 from inferway.gateway.fleet.store import Record, Store, StoreUnavailableError
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals
 
@@ -83,24 +89,40 @@ class EvidencePublisher:
 
 
 class StoreEvidence:
-    """Every node's latest report as the store holds it (kept current by a watch)."""
+    """Every node's latest report as the store holds it (kept current by a watch). A record
+    older than ``expire_after_s`` (its ``at``: when a replica received the report) no longer
+    counts and is listed by :meth:`expired`: the store keeps a gone Envoy's last record, so
+    its age, not its presence, says whether it is still there."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        expire_after_s: float = EVIDENCE_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
-        self._reports: dict[str, NodeReport] = {}
+        self._by_age = ReportsByAge(clock, expire_after_s)
         self._seen = 0
         self._task: asyncio.Task[None] | None = None
 
     def reports(self) -> dict[str, NodeReport]:
-        return dict(self._reports)
+        return self._by_age.reports()
+
+    def expired(self) -> dict[str, NodeReport]:
+        return self._by_age.expired()
 
     def _take(self, record: Record) -> None:
         self._seen = max(self._seen, record.version)
         node = record.key.removeprefix(PREFIX)
         try:
-            self._reports[node] = decode_report(node, record.value)
+            report = decode_report(node, record.value)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("evidence of %s not readable: %s", node, exc)
+            return
+        known = self._by_age.latest.get(node)
+        if known is None or report.at >= known.at:
+            self._by_age.put(report)
 
     async def _follow(self) -> None:
         while True:

@@ -11,6 +11,7 @@ from inferway.resolve.ir.traffic import (
     HealthCheckIR,
     LoadBalancingIR,
     OutlierDetectionIR,
+    TcpKeepaliveIR,
 )
 
 __all__ = ["EndpointIR", "LocalityIR", "ServiceIR", "UpstreamTlsIR"]
@@ -31,6 +32,8 @@ class LocalityIR:
     zone: str
     weight: int
     endpoints: tuple[EndpointIR, ...]
+    region: str = ""
+    """The zone's region (the first its endpoints name); empty: none named."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class ServiceIR:
     outlier_detection: OutlierDetectionIR | None
     circuit_breakers: CircuitBreakersIR
     tls: UpstreamTlsIR | None
+    tcp_keepalive: TcpKeepaliveIR | None = None
+    """None: off (the kernel's defaults, hours)."""
 
     @property
     def endpoints(self) -> tuple[EndpointIR, ...]:

@@ -15,6 +15,7 @@ __all__ = [
     "OutlierDetectionIR",
     "RetryBudgetIR",
     "SuccessRateIR",
+    "TcpKeepaliveIR",
 ]
 
 
@@ -37,6 +38,15 @@ class LoadBalancingIR:
     panic_threshold: float
     locality_weighted: bool
     """True when any endpoint names a zone: traffic splits across zones first."""
+
+
+@dataclass(frozen=True)
+class TcpKeepaliveIR:
+    """Whole seconds, as the socket options take them."""
+
+    idle_s: int
+    interval_s: int
+    probes: int
 
 
 @dataclass(frozen=True)

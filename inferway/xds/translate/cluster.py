@@ -7,13 +7,13 @@ becomes a STRICT_DNS cluster with its load assignment inlined, and gets no EDS r
 from __future__ import annotations
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway._xds_protos.envoy.config.core.v3 import protocol_pb2
+from inferway._xds_protos.envoy.config.core.v3 import address_pb2, protocol_pb2
 from inferway._xds_protos.envoy.extensions.upstreams.http.v3 import (
     http_protocol_options_pb2 as hpo_pb2,
 )
 from inferway.resolve.ir.service import ServiceIR
 from inferway.xds.translate import names
-from inferway.xds.translate._protos import ads_config_source, duration, pack
+from inferway.xds.translate._protos import ads_config_source, duration, pack, uint32_value
 from inferway.xds.translate.circuit_breakers import build_circuit_breakers
 from inferway.xds.translate.endpoint import (
     HOSTNAME_DNS_LOOKUP_FAMILY,
@@ -72,6 +72,15 @@ def build_cluster(service: ServiceIR) -> cluster_pb2.Cluster:
     if service.outlier_detection is not None:
         cluster.outlier_detection.CopyFrom(build_outlier_detection(service.outlier_detection))
     cluster.circuit_breakers.CopyFrom(build_circuit_breakers(service.circuit_breakers))
+    if service.tcp_keepalive is not None:
+        keepalive = service.tcp_keepalive  # a silent zone's idle connections get closed
+        cluster.upstream_connection_options.tcp_keepalive.CopyFrom(
+            address_pb2.TcpKeepalive(
+                keepalive_time=uint32_value(keepalive.idle_s),
+                keepalive_interval=uint32_value(keepalive.interval_s),
+                keepalive_probes=uint32_value(keepalive.probes),
+            )
+        )
     transport_socket = build_service_transport_socket(service)
     if transport_socket is not None:
         cluster.transport_socket.CopyFrom(transport_socket)

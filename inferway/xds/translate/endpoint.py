@@ -61,8 +61,8 @@ def build_locality_endpoints(locality: LocalityIR) -> ec_pb2.LocalityLbEndpoints
         lb_endpoints=[build_lb_endpoint(e) for e in locality.endpoints],
         load_balancing_weight=uint32_value(locality.weight),
     )
-    if locality.zone:
-        group.locality.CopyFrom(base_pb2.Locality(zone=locality.zone))
+    if locality.zone or locality.region:
+        group.locality.CopyFrom(base_pb2.Locality(region=locality.region, zone=locality.zone))
     return group
 
 
