@@ -60,6 +60,10 @@ AutoscaleMetric = Literal[
 ]
 
 
+_LARGEST_NUMBER = 1e300
+"""An integer larger than this cannot be taken as a float (the autoscaler's numbers are)."""
+
+
 def number(
     *, minimum: float = 0.0, positive: bool = False, maximum: float | None = None
 ) -> Callable[[object], object]:
@@ -68,6 +72,10 @@ def number(
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"expected a number, got {value!r}")
+        if isinstance(value, int) and abs(value) > _LARGEST_NUMBER:
+            raise ValueError(
+                f"expected a number at most {_LARGEST_NUMBER:.0e}, got {len(str(value))} digits"
+            )
         if not math.isfinite(value):
             raise ValueError(f"expected a finite number, got {value!r}")
         if (

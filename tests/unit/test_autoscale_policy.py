@@ -75,6 +75,15 @@ def test_a_number_that_is_not_finite_is_refused_where_it_is_written() -> None:
     assert any("autoscale.cooldown.up: expected a finite number" in e for e in errors), errors
 
 
+def test_an_integer_beyond_any_float_is_refused_not_a_traceback() -> None:
+    """Found by bench/fuzz_policies.py: a 313-digit cooldown raised OverflowError."""
+    errors = _errors("target: 5", f"cooldown: {{up: 1{'0' * 400}}}")
+    assert any(
+        "autoscale.cooldown.up: expected a number at most 1e+300, got 401 digits" in e
+        for e in errors
+    ), errors
+
+
 def test_an_unknown_key_and_a_bad_rule_are_located() -> None:
     (unknown,) = _errors("algorithm: proportional", "target: 5", "colldown: 30")
     assert (
