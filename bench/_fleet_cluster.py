@@ -9,6 +9,7 @@ pushes it; the other replicas pick it up from their etcd watch and push it to th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -161,6 +162,21 @@ class FleetCluster:
         answer.raise_for_status()
         result: dict[str, Any] = answer.json()
         return result
+
+    async def wait_leader(self, timeout: float = 30.0) -> str:
+        """The leader's name, once one leads (a replica that lost its lease campaigns again)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(RuntimeError, httpx.HTTPError, KeyError):
+                return await self.leader()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no leader within {timeout}s")
+            await asyncio.sleep(0.1)
+
+    def leadership_lost(self) -> int:
+        """How often a replica gave its leadership up (its log says so): under load its lease
+        renewals can starve behind the xDS streams of many Envoys."""
+        return sum(r.log_tail(10**7).count("no longer leads") for r in self.replicas.values())
 
     async def command(self, leader: str, command: str) -> None:
         """``rollout <command>`` on the leader's admin API (it decides within the request)."""

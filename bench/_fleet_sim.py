@@ -11,8 +11,9 @@ counters move as the simulation says. Times are ``time.monotonic()`` (CLOCK_MONO
 same clock in every process of the machine).
 
 Parent <-> child messages (pipes): child sends ``("acks", [(node, version, t), ...])``,
-``("burst", node, t)`` and finally ``("done", counts)``; parent sends ``("burst", node,
-errors)`` and ``("stop",)``.
+``("burst", node, t, unix_t)``, ``("counts", counts)`` every second and finally ``("done",
+counts)``; parent sends ``("burst", node, errors)``, ``("exporting", bool)`` and
+``("stop",)``.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class _Sim:
         self.bursts: dict[str, int] = {}
         self.counts = {"responses": 0, "acks": 0, "errors": 0, "exports": 0, "export_errors": 0}
         self.stop = asyncio.Event()
+        self.exporting = True
 
     def _on_message(self) -> None:
         while self.conn.poll():
@@ -107,6 +109,8 @@ class _Sim:
                 self.stop.set()
             elif message[0] == "burst":
                 self.bursts[message[1]] = int(message[2])
+            elif message[0] == "exporting":
+                self.exporting = bool(message[1])
 
     async def run(self) -> None:
         import grpc
@@ -152,8 +156,12 @@ class _Sim:
             self.acks = []
 
     async def _flush(self) -> None:
+        ticks = 0
         while True:
             self._send_acks()
+            ticks += 1
+            if ticks % 200 == 0:
+                self.conn.send(("counts", dict(self.counts)))
             await asyncio.sleep(0.005)
 
     async def _ads(self, stub: Any, node_id: str) -> None:
@@ -220,20 +228,24 @@ class _Sim:
         await asyncio.sleep(random.uniform(0, spec.push_s))
         due = time.monotonic()
         while True:
+            if not self.exporting:  # the parent measures the replicas without reports
+                due += spec.push_s
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                continue
             stable += stable_per_push
             canary += canary_per_push
             burst = self.bursts.pop(node, 0)
             canary += burst
             canary_errors += burst
             body = spec.otlp_static + _counters(node, (stable, 0), (canary, canary_errors))
-            sent = time.monotonic()
+            sent, sent_unix = time.monotonic(), time.time()
             try:
                 await export(body, metadata=metadata, timeout=5.0)
                 self.counts["exports"] += 1
             except Exception:
                 self.counts["export_errors"] += 1
             if burst:
-                self.conn.send(("burst", node, sent))
+                self.conn.send(("burst", node, sent, sent_unix))
             due += spec.push_s
             await asyncio.sleep(max(0.0, due - time.monotonic()))
 
@@ -257,8 +269,9 @@ class SimFleet:
 
         self.nodes = nodes
         self.latest: dict[str, tuple[str, float]] = {}
-        self.burst_sent: dict[str, float] = {}
+        self.burst_sent: dict[str, tuple[float, float]] = {}
         self.counts: list[dict[str, int]] = []
+        self.running_counts: dict[int, dict[str, int]] = {}
         ctx = mp.get_context("spawn")
         self._children: list[tuple[Any, Connection]] = []
         for p in range(min(processes, len(nodes))):
@@ -284,7 +297,9 @@ class SimFleet:
                 for node, version, at in message[1]:
                     self.latest[node] = (version, at)
             elif message[0] == "burst":
-                self.burst_sent[message[1]] = message[2]
+                self.burst_sent[message[1]] = (message[2], message[3])
+            elif message[0] == "counts":
+                self.running_counts[conn.fileno()] = message[1]
             elif message[0] == "done":
                 self.counts.append(message[1])
 
@@ -316,6 +331,15 @@ class SimFleet:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {len(moved)}/{len(self.nodes)} nodes left {old}")
             await asyncio.sleep(0.002)
+
+    def exports(self) -> int:
+        """Exports acknowledged so far (as of each child's last report, within a second)."""
+        return sum(c.get("exports", 0) for c in self.running_counts.values())
+
+    def exporting(self, on: bool) -> None:
+        """Pause or resume every node's stats pushes."""
+        for _, conn in self._children:
+            conn.send(("exporting", on))
 
     def burst(self, node: str, errors: int) -> None:
         """``node``'s next export carries ``errors`` more canary requests, all 5xx."""
