@@ -35,6 +35,7 @@ __all__ = [
     "EnvoyReports",
     "FleetStatsSource",
     "FleetWindow",
+    "NewestReports",
     "NodeReport",
     "ReportView",
 ]
@@ -60,6 +61,24 @@ class ReportView(Protocol):
     store's copy of every replica's)."""
 
     def reports(self) -> dict[str, NodeReport]: ...
+
+
+class NewestReports:
+    """Each node's newest report among several views: the leader reads the store's copy of
+    every replica's reports and its own receiver, which has its Envoys' reports a publish
+    round (seconds, with 1,000 Envoys) before the store does."""
+
+    def __init__(self, *views: ReportView) -> None:
+        self.views = views
+
+    def reports(self) -> dict[str, NodeReport]:
+        newest: dict[str, NodeReport] = {}
+        for view in self.views:
+            for node, report in view.reports().items():
+                known = newest.get(node)
+                if known is None or report.at > known.at:
+                    newest[node] = report
+        return newest
 
 
 class EnvoyReports(MetricsServiceServicer):
