@@ -341,6 +341,15 @@ class SimFleet:
         for _, conn in self._children:
             conn.send(("exporting", on))
 
+    async def wait_at(self, version: str, timeout: float) -> None:
+        """Until every node's latest route version is ``version``."""
+        deadline = time.monotonic() + timeout
+        while any(v != version for v, _ in self.latest.values()):
+            if time.monotonic() > deadline:
+                behind = sum(v != version for v, _ in self.latest.values())
+                raise TimeoutError(f"{behind}/{len(self.nodes)} nodes not at {version}")
+            await asyncio.sleep(0.01)
+
     def burst(self, node: str, errors: int) -> None:
         """``node``'s next export carries ``errors`` more canary requests, all 5xx."""
         for _, conn in self._children:
