@@ -13,8 +13,8 @@ __all__ = ["KeepAliveClient", "wait_until_flowing"]
 
 
 class KeepAliveClient(threading.Thread):
-    """``method path`` on one connection to ``127.0.0.1:port``, at most ``seconds`` or
-    ``limit`` requests; ``ok``, ``told_to_go`` and ``failures`` say how it went."""
+    """``method path`` on one connection to ``host:port``, at most ``seconds`` or ``limit``
+    requests or until ``stop()``; ``ok``, ``told_to_go`` and ``failures`` say how it went."""
 
     def __init__(
         self,
@@ -26,21 +26,28 @@ class KeepAliveClient(threading.Thread):
         headers: dict[str, str] | None = None,
         seconds: float = 60.0,
         limit: int = 5000,
+        host: str = "127.0.0.1",
     ) -> None:
         super().__init__(daemon=True)
+        self.host = host
         self.port, self.path, self.method, self.body = port, path, method, body
         self.headers = headers or {}
         self.seconds, self.limit = seconds, limit
         self.ok = 0
         self.told_to_go = False
         self.failures: list[str] = []
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        """Send no more requests (the one in flight completes)."""
+        self._stopped.set()
 
     def run(self) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=10)
         deadline = time.monotonic() + self.seconds
         try:
             for _ in range(self.limit):
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or self._stopped.is_set():
                     return
                 try:
                     connection.request(self.method, self.path, self.body, self.headers)

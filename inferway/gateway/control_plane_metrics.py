@@ -101,6 +101,9 @@ class ControlPlaneMetrics(XdsObserver, PolicyFollower):
         self._clock = clock
         self._pending_pushes: dict[tuple[str, str], tuple[str, float]] = {}
         self._pending_policy: tuple[str, float] | None = None
+        self._unsynced: set[str] = set()
+        """The connected nodes that have not ACKed all of the pending policy yet: each ACK
+        checks its own node only (checking every node on every ACK is O(nodes²) a push)."""
         self.registry = CollectorRegistry()
         reg = self.registry
         reg.register(CostCollector(lambda: plane.policy))  # services[].cost, live
@@ -178,7 +181,7 @@ class ControlPlaneMetrics(XdsObserver, PolicyFollower):
         if pending is not None and pending[0] == version:
             del self._pending_pushes[(node_id, type_url)]
             self.push_duration.labels(kind).observe(max(0.0, self._clock() - pending[1]))
-        self._check_propagated()
+        self._check_propagated(node_id)
 
     def on_nack(self, record: NackRecord) -> None:
         self.nacks.labels(type_label(record.type_url)).inc()
@@ -186,10 +189,13 @@ class ControlPlaneMetrics(XdsObserver, PolicyFollower):
 
     def on_connect(self, status: NodeStatus) -> None:
         self.connections.inc()
+        if self._pending_policy is not None:  # it must get the pending policy too
+            self._unsynced.add(status.node_id)
 
     def on_disconnect(self, status: NodeStatus) -> None:
         for key in [k for k in self._pending_pushes if k[0] == status.node_id]:
             del self._pending_pushes[key]
+        self._unsynced.discard(status.node_id)
 
     # -- ControlPlane observers --------------------------------------------------------------
 
@@ -197,15 +203,19 @@ class ControlPlaneMetrics(XdsObserver, PolicyFollower):
         self.applied.inc()
         if not changed:
             return
-        connected = any(n.connected for n in self._plane.cache.node_status())
+        cache = self._plane.cache
+        connected = [n for n in cache.node_status() if n.connected]
         # With no Envoy connected there is nothing to propagate to (yet); a startup's wait for
         # Envoy to boot is not propagation latency.
         self._pending_policy = (applied.version, self._clock()) if connected else None
+        self._unsynced = {
+            n.node_id for n in connected if not node_in_sync(n, cache.get_snapshot(n.group))
+        }
 
     def on_refused(self, refusal: Refusal) -> None:
         self.refused.inc()
 
-    def _check_propagated(self) -> None:
+    def _check_propagated(self, node_id: str) -> None:
         if self._pending_policy is None:
             return
         version, started = self._pending_policy
@@ -213,8 +223,16 @@ class ControlPlaneMetrics(XdsObserver, PolicyFollower):
         snapshot = cache.get_snapshot(self._plane.group)
         if snapshot is None or snapshot.version != version:
             self._pending_policy = None  # superseded before it propagated
+            self._unsynced.clear()
             return
-        connected = [n for n in cache.node_status() if n.connected]
-        if connected and all(node_in_sync(n, cache.get_snapshot(n.group)) for n in connected):
+        if node_id in self._unsynced:
+            node = cache.node(node_id)
+            if (
+                node is None
+                or not node.connected
+                or node_in_sync(node, cache.get_snapshot(node.group))
+            ):
+                self._unsynced.discard(node_id)
+        if not self._unsynced:
             self._pending_policy = None
             self.propagation.observe(max(0.0, self._clock() - started))

@@ -186,6 +186,11 @@ class SnapshotCache:
         """Connected nodes, and disconnected ones for ``disconnected_node_ttl`` seconds."""
         return self._nodes.status()
 
+    def node(self, node_id: str) -> NodeStatus | None:
+        """One node's status (None: not known): O(1), for hooks that run on every ACK (a
+        fleet's push is an ACK from each of thousands of Envoys)."""
+        return self._nodes.get(node_id)
+
     def nacks(self) -> list[NackRecord]:
         """The most recent NACKs (bounded), oldest first."""
         return self._nodes.nacks()

@@ -147,6 +147,11 @@ class NodeRecords:
     def connected_groups(self) -> set[str]:
         return {state.group for state in self._nodes.values() if state.streams}
 
+    def get(self, node_id: str) -> NodeStatus | None:
+        """One node's status (None: not known), without a view of every other node."""
+        state = self._nodes.get(node_id)
+        return None if state is None else state.view()
+
     def status(self) -> list[NodeStatus]:
         """Connected nodes, and disconnected ones for ``disconnected_node_ttl`` seconds."""
         gone = [state for state in self._nodes.values() if not state.streams]

@@ -10,118 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
-from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.gateway.runtime import Gateway
 from inferway.xds.bootstrap import build_bootstrap
-from tests.envoy_process import EnvoyProcess, free_port
+from tests.e2e.fleet_helpers import (
+    FLEET_TOKEN,
+    canary_weight,
+    fleet_policy,
+    start_replica,
+    version_backends,
+)
+from tests.envoy_process import EnvoyProcess
 from tests.etcd_cluster import EtcdCluster
 from tests.netns import HostFleet, require_netns
 
 pytestmark = pytest.mark.needs_binary("etcd", "a real 3-member etcd cluster")
 
 ZONES = ("zone-a", "zone-b")
-
-
-def _policy(backend_host: str, ports: dict[str, int]) -> str:
-    return f"""version: 1
-listeners:
-  - {{name: edge, address: 0.0.0.0, port: 10000}}
-services:
-  - {{name: v1, endpoints: ["{backend_host}:{ports["v1"]}"]}}
-  - {{name: v2, endpoints: ["{backend_host}:{ports["v2"]}"]}}
-routes:
-  - name: models
-    backends:
-      - {{service: v1, weight: 100}}
-      - {{service: v2, weight: 0}}
-rollouts:
-  - name: v2-rollout
-    route: models
-    stable: v1
-    canary: v2
-    steps: [20, 50]
-    analysis:
-      interval: 1s
-      metrics:
-        - {{name: error-rate, max_increase: 2%}}
-"""
-
-
-async def _backends(host: str) -> AsyncIterator[dict[str, int]]:
-    served = {"v2": 0}
-
-    async def v1(_: web.Request) -> web.Response:
-        return web.json_response({"version": "v1"})
-
-    async def v2(_: web.Request) -> web.Response:
-        served["v2"] += 1
-        if served["v2"] % 10 == 0:
-            return web.Response(status=503, text="injected")
-        return web.json_response({"version": "v2"})
-
-    runners, ports = [], {}
-    for name, handler in (("v1", v1), ("v2", v2)):
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        ports[name] = free_port()
-        await web.TCPSite(runner, host, ports[name]).start()
-        runners.append(runner)
-    try:
-        yield ports
-    finally:
-        for runner in runners:
-            await runner.cleanup()
-
-
-def _canary_weight(dump: dict[str, Any]) -> float | None:
-    """The canary's share of the route, from ``config_dump?resource=dynamic_route_configs``."""
-    routes = [
-        route
-        for entry in dump.get("configs", [])
-        for host in entry.get("route_config", {}).get("virtual_hosts", [])
-        for route in host.get("routes", [])
-    ]
-    for route in routes:
-        action = route.get("route", {})
-        if "cluster" in action:  # one backend left: all or nothing to the canary
-            return 100.0 if action["cluster"] == "v2" else 0.0
-        weighted = action.get("weighted_clusters")
-        if weighted:
-            weights = {c["name"]: c.get("weight", 0) for c in weighted["clusters"]}
-            return round(100 * weights.get("v2", 0) / (sum(weights.values()) or 1), 1)
-    return None
-
-
-async def _start_replica(policy: Path, workdir: Path, url: str, host: str, name: str) -> Gateway:
-    token = policy.parent / "admin-token"  # one token for the fleet: commands are forwarded
-    if not token.exists():
-        token.write_text("fleet-token\n")
-        token.chmod(0o600)
-    return await start_gateway(
-        GatewayOptions(
-            policy_path=policy,
-            host=host,
-            xds_port=0,
-            admin_port=0,
-            with_envoy=False,
-            workdir=workdir,
-            store=url,
-            replica_id=name,
-            lease_ttl_s=2.0,
-            stats_push_s=0.5,
-            admin_token_file=token,
-        )
-    )
 
 
 async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
@@ -132,14 +42,14 @@ async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
         async with AsyncExitStack() as stack:
             cluster = await stack.enter_async_context(EtcdCluster(tmp_path, members=3))
             url = cluster.url + "/fleet-e2e"
-            gen = _backends(fleet.gateway_address)
+            gen = version_backends(fleet.gateway_address, bad_every=10)
             ports = await gen.__anext__()
             stack.push_async_callback(gen.aclose)
             policy = tmp_path / "policy.yaml"
-            policy.write_text(_policy(fleet.gateway_address, ports))
+            policy.write_text(fleet_policy(fleet.gateway_address, ports))
             replicas: dict[str, Gateway] = {}
             for name in ("r1", "r2"):
-                replicas[name] = await _start_replica(
+                replicas[name] = await start_replica(
                     policy, tmp_path / name, url, fleet.gateway_address, name
                 )
                 stack.push_async_callback(replicas[name].stop)
@@ -169,7 +79,7 @@ async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
             async def sample_weights() -> None:
                 while not done.is_set():
                     dumps = [await envoys[z].config_dump("dynamic_route_configs") for z in ZONES]
-                    samples.append((time.monotonic(), *map(_canary_weight, dumps)))
+                    samples.append((time.monotonic(), *map(canary_weight, dumps)))
                     await asyncio.sleep(0.1)
 
             async def traffic() -> None:
@@ -234,7 +144,7 @@ async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
                 assert status["fleet"]["store"]["ok"] is True
                 answer = await client.post(
                     f"{replicas[follower].admin.url}/rollouts/v2-rollout/restart",
-                    headers={"Authorization": "Bearer fleet-token"},
+                    headers={"Authorization": f"Bearer {FLEET_TOKEN}"},
                 )
                 assert answer.status_code == 200, answer.text
                 assert answer.headers["X-Inferway-Forwarded-To"] == leader
@@ -250,7 +160,7 @@ async def test_a_bad_canary_is_rolled_back_once_by_the_leader_on_every_envoy(
             while not replicas[follower].fleet.leader.status.leading:
                 assert time.monotonic() < deadline, "no takeover"
                 await asyncio.sleep(0.05)
-            fresh = await _start_replica(
+            fresh = await start_replica(
                 policy, tmp_path / "fresh", url, fleet.gateway_address, "r3"
             )
             stack.push_async_callback(fresh.stop)

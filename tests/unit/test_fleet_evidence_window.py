@@ -21,7 +21,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     Sum,
 )
 
-from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource
+from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource, NewestReports
 from inferway.gateway.fleet.otlp_totals import totals_from_export
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 
@@ -154,3 +154,35 @@ async def test_an_envoy_gone_past_the_evidence_ttl_stops_counting_and_is_flagged
         await source.sample()
     with pytest.raises(ValueError, match="positive"):
         EnvoyReports(expire_after_s=0)
+
+
+async def test_the_leader_reads_each_nodes_newest_report_of_its_own_and_the_stores() -> None:
+    now = [0.0]
+    local = EnvoyReports(clock=lambda: now[0])  # this replica's receiver
+    stored = EnvoyReports(clock=lambda: now[0])  # stands for the store's copy of every replica's
+    stored.record("a", "zone-a", _export({"stable": (100, 0), "canary": (10, 0)}))
+    stored.record("b", "zone-b", _export({"stable": (40, 0), "canary": (4, 0)}))
+    local.record("a", "zone-a", _export({"stable": (100, 0), "canary": (10, 0)}))
+    source = FleetStatsSource(
+        NewestReports(stored, local), "stable", "canary", silent_after_s=5, clock=lambda: now[0]
+    )
+    assert await source.sample() is None
+
+    now[0] = 1  # a's burst is in this replica's receiver; the store has not got it yet
+    local.record("a", "zone-a", _export({"stable": (110, 0), "canary": (60, 50)}))
+    window = await source.sample()
+    assert window is not None
+    assert (window.canary.requests, window.canary.errors) == (50, 50)
+
+    now[0] = 2  # the store catches up with an older copy of a: nothing is counted twice
+    stored.record("a", "zone-a", _export({"stable": (110, 0), "canary": (60, 50)}))
+    stored.record("b", "zone-b", _export({"stable": (50, 0), "canary": (5, 0)}))
+    window = await source.sample()
+    assert window is not None
+    assert (window.stable.requests, window.canary.requests, window.canary.errors) == (10, 1, 0)
+
+    now[0] = 100  # past the TTL in both views: gone; a node live in one view is not gone
+    views = NewestReports(stored, local)
+    assert sorted(views.expired()) == ["a", "b"] and not views.reports()
+    local.record("a", "zone-a", _export({"stable": (120, 0), "canary": (61, 50)}))
+    assert sorted(views.expired()) == ["b"] and sorted(views.reports()) == ["a"]

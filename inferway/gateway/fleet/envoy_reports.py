@@ -48,6 +48,7 @@ __all__ = [
     "EnvoyReports",
     "FleetStatsSource",
     "FleetWindow",
+    "NewestReports",
     "NodeReport",
     "ReportView",
     "ReportsByAge",
@@ -128,6 +129,35 @@ class ReportsByAge:
 
     def expired(self) -> dict[str, NodeReport]:
         return self._split()[1]
+
+
+class NewestReports:
+    """Each node's newest report among several views: the leader reads the store's copy of
+    every replica's reports and its own receiver, which has its Envoys' reports a publish
+    round (seconds, with 1,000 Envoys) before the store does."""
+
+    def __init__(self, *views: ReportView) -> None:
+        self.views = views
+
+    def reports(self) -> dict[str, NodeReport]:
+        newest: dict[str, NodeReport] = {}
+        for view in self.views:
+            for node, report in view.reports().items():
+                known = newest.get(node)
+                if known is None or report.at > known.at:
+                    newest[node] = report
+        return newest
+
+    def expired(self) -> dict[str, NodeReport]:
+        """Nodes gone in every view that knows them (live in one view: not gone)."""
+        live = self.reports()
+        gone: dict[str, NodeReport] = {}
+        for view in self.views:
+            for node, report in view.expired().items():
+                known = gone.get(node)
+                if node not in live and (known is None or report.at > known.at):
+                    gone[node] = report
+        return gone
 
 
 class EnvoyReports(MetricsServiceServicer):

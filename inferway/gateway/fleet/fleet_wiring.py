@@ -16,7 +16,7 @@ from typing import Any
 
 from inferway.gateway.components import Component
 from inferway.gateway.fleet.election import LeaderTask, LeaderWork
-from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource
+from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource, NewestReports
 from inferway.gateway.fleet.shared_evidence import EvidencePublisher, StoreEvidence
 from inferway.gateway.fleet.shared_rollouts import SharedRolloutStore
 from inferway.gateway.fleet.store import Fence, Store, StoreHealth, StoreUnavailableError
@@ -113,8 +113,10 @@ class Fleet:
             await asyncio.sleep(HEARTBEAT_S)
 
     def windows(self, stable: str, canary: str) -> FleetStatsSource:
-        """The rollout evidence of every Envoy that reports to any replica."""
-        return FleetStatsSource(self.evidence, stable, canary, self.silent_after_s)
+        """The rollout evidence of every Envoy that reports to any replica (this replica's
+        own Envoys as they report, not a publish round later)."""
+        reports = NewestReports(self.evidence, self.publisher.reports)
+        return FleetStatsSource(reports, stable, canary, self.silent_after_s)
 
     def lead(self, loops: Sequence[tuple[str, Component]]) -> LeaderWork:
         """The leader-only work: ``loops`` run while this replica leads, and only then."""
