@@ -18,6 +18,7 @@ from inferway.resolve.ir import IR
 from inferway.resolve.ir.listener import ListenerIR, ListenerLimitsIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.ir.service import ServiceIR
+from inferway.resolve.llm import resolve_llm_gateway
 from inferway.resolve.observability import resolve_observability
 from inferway.resolve.routes import resolve_route
 from inferway.resolve.secrets import resolve_downstream_tls, resolve_secrets, resolve_upstream_tls
@@ -70,6 +71,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
         ),
         grpc_targets=tuple(resolve_grpc_target(t, by_name, services) for t in policy.grpc_targets),
         feature_router=resolve_feature_router(policy.feature_router, by_name.values()),
+        llm=resolve_llm_gateway(policy.llm, by_name.values()),
     )
 
 

@@ -26,6 +26,13 @@ from inferway.xds.translate.features import (
     may_share_requests,
 )
 from inferway.xds.translate.listener_limits import build_too_large_route
+from inferway.xds.translate.llm import (
+    UNKNOWN_MODEL_ROUTE,
+    add_llm_route,
+    build_models_route,
+    build_unknown_model_route,
+    disable_llm_filter,
+)
 from inferway.xds.translate.load_balancing import ORCA_HEADER, build_hash_policy
 from inferway.xds.translate.mirror import add_route_mirror
 from inferway.xds.translate.rate_limit import add_route_rate_limit
@@ -75,8 +82,32 @@ def _listener_routes(listener: ListenerIR) -> list[rc_pb2.Route]:
             routes.append(build_malformed_route(route, proto.match))
         if featured and not any(may_share_requests(route.match.path, p) for p in featured):
             disable_feature_router(proto)
+        routes.extend(_llm_before(listener.routes, route))
         routes.append(proto)
+        routes.extend(_llm_after(listener.routes, route))
+    served = {r.name for r in listener.routes if r.llm is not None}
+    if served:  # the LLM processor sees the openai routes' requests only
+        served.update(p.name for p in routes if p.name.startswith(UNKNOWN_MODEL_ROUTE))
+        for proto in routes:
+            if proto.name not in served:
+                disable_llm_filter(proto)
     return routes
+
+
+def _llm_before(routes: Sequence[RouteIR], route: RouteIR) -> list[rc_pb2.Route]:
+    """``<prefix>/models`` before the prefix's first openai route."""
+    if route.llm is None:
+        return []
+    same = [r for r in routes if r.llm is not None and r.llm.prefix == route.llm.prefix]
+    return [build_models_route(route.llm.prefix, same)] if same[0] is route else []
+
+
+def _llm_after(routes: Sequence[RouteIR], route: RouteIR) -> list[rc_pb2.Route]:
+    """The unknown-model answer after the prefix's last openai route."""
+    if route.llm is None:
+        return []
+    same = [r for r in routes if r.llm is not None and r.llm.prefix == route.llm.prefix]
+    return [build_unknown_model_route(route.llm.prefix)] if same[-1] is route else []
 
 
 def build_route(route: RouteIR) -> rc_pb2.Route:
@@ -92,6 +123,8 @@ def build_route(route: RouteIR) -> rc_pb2.Route:
     add_served_by_headers(proto, route)
     if route.match.features is not None:
         proto.match.dynamic_metadata.extend(build_feature_matchers(route.match.features))
+    if route.llm is not None:
+        add_llm_route(proto, route)
     proto.route.hash_policy.extend(build_hash_policy(h) for h in route.hash_policies)
     return proto
 
