@@ -100,3 +100,7 @@ class LlmGateway(_Model):
     processor is what enforces limits, so it fails closed)."""
     client_key: ClientKey = Field(default_factory=ClientKey)
     limits: TokenLimits = Field(default_factory=TokenLimits)
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024, le=2**32 - 1)
+    """The largest request body an openai route takes: Envoy holds the whole body while the
+    processor reads it, so a listener with openai routes buffers up to this much per
+    connection (Envoy's default, 1 MiB, would refuse a long prompt with 413)."""

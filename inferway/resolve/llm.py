@@ -57,4 +57,9 @@ def resolve_llm_gateway(settings: LlmGateway, routes: Iterable[RouteIR]) -> LlmG
     """None unless some route is an ``openai`` one: no filter, no cluster otherwise."""
     if not any(r.llm is not None for r in routes):
         return None
-    return LlmGatewayIR(host=settings.address, port=settings.port, timeout=settings.timeout)
+    return LlmGatewayIR(
+        host=settings.address,
+        port=settings.port,
+        timeout=settings.timeout,
+        max_body_bytes=settings.max_body_bytes,
+    )

@@ -27,23 +27,32 @@ __all__ = [
 
 def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
     return base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=key, raw_value=value.encode())
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD,
     )
 
 
 def request_headers_continue() -> ep_pb2.ProcessingResponse:
-    return ep_pb2.ProcessingResponse(request_headers=ep_pb2.HeadersResponse())
+    """Go on to the body, without its Content-Length: the body may be rewritten, and Envoy
+    1.40 refuses a rewritten buffered body whose length differs from the header's while
+    ignoring a new Content-Length sent with it; without one the request goes upstream
+    chunked (every OpenAI-compatible server reads that)."""
+    mutation = ep_pb2.HeaderMutation(remove_headers=["content-length"])
+    return ep_pb2.ProcessingResponse(
+        request_headers=ep_pb2.HeadersResponse(
+            response=ep_pb2.CommonResponse(header_mutation=mutation)
+        )
+    )
 
 
 def routed_body(model: str, body: bytes | None) -> ep_pb2.ProcessingResponse:
     """Route on ``model`` (metadata + a cleared route cache; the cache is only cleared by an
     answer that mutates headers, hence the served-by removal), with ``body`` replacing the
-    client's when given (and its Content-Length with it)."""
+    client's when given."""
     mutation = ep_pb2.HeaderMutation(remove_headers=list(SERVED_BY_HEADERS))
     common = ep_pb2.CommonResponse(clear_route_cache=True, header_mutation=mutation)
     if body is not None:
         common.body_mutation.body = body
-        mutation.set_headers.append(_header("content-length", str(len(body))))
     metadata = struct_pb2.Struct()
     metadata.update({LLM_NAMESPACE: {"model": model}})
     return ep_pb2.ProcessingResponse(

@@ -43,6 +43,7 @@ class Exchange:
 
 class LlmMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         self.tokens = Counter(
             "inferway_llm_tokens",
             "Tokens through the LLM gateway (type input/output; estimated when the engine "

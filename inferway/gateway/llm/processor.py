@@ -4,8 +4,9 @@ Per request Envoy opens one stream: the request's headers (the client's token li
 checked here, before a body is read or a backend asked), its whole body (the model picks the
 route; aliases and ``include_usage`` are rewritten in), the answer's headers (status, and
 the route and service that served it as Envoy attributes), then each chunk of the answer as
-it arrives (``STREAMED``: passed on at once, counted on the way). When the answer ends, or
-the client goes away, the request is recorded once: metrics, the budget's debit, a span.
+it arrives (``STREAMED``: passed on at once, counted on the way). When the answer ends
+(before its last chunk is passed on, so the client's next request sees the debit), or the
+client goes away, the request is recorded once: metrics, the budget's debit, a span.
 
 Envoy is configured to fail closed for this processor (a request it cannot ask about fails):
 the limits it enforces must not be skipped by crashing it. A stream that errors here is
@@ -103,17 +104,17 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                         _attribute(request, "xds.route_name"),
                         _attribute(request, "xds.cluster_name"),
                     )
-                    yield pass_response_headers()
                     if request.response_headers.end_of_stream:
                         await self._finish(stream, settings)
+                    yield pass_response_headers()
                 elif kind == "response_body" and stream is not None:
                     body = request.response_body
                     replacement = stream.on_response_chunk(
                         body.body, body.end_of_stream, self._clock()
                     )
-                    yield pass_response_body(replacement)
-                    if body.end_of_stream:
+                    if body.end_of_stream:  # counted before the client has it all
                         await self._finish(stream, settings)
+                    yield pass_response_body(replacement)
                 else:
                     yield _passthrough(kind)
         except Exception:

@@ -26,3 +26,5 @@ class LlmGatewayIR:
     host: str
     port: int
     timeout: float
+    max_body_bytes: int
+    """The per-connection buffer limit of a listener with openai routes."""

@@ -15,7 +15,7 @@ from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.llm import LlmGatewayIR
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate import names
-from inferway.xds.translate._protos import ads_config_source, bool_value, pack
+from inferway.xds.translate._protos import ads_config_source, bool_value, pack, uint32_value
 from inferway.xds.translate.fault import apply_fault
 from inferway.xds.translate.features import build_feature_router_filter
 from inferway.xds.translate.listener_limits import apply_listener_timeouts
@@ -90,7 +90,7 @@ def build_listener(
     feature_router: FeatureRouterIR | None = None,
     llm: LlmGatewayIR | None = None,
 ) -> listener_pb2.Listener:
-    return listener_pb2.Listener(
+    proto = listener_pb2.Listener(
         name=listener.name,
         stat_prefix=listener.name,
         address=address_pb2.Address(
@@ -120,3 +120,6 @@ def build_listener(
             )
         ],
     )
+    if llm is not None and any(r.llm for r in listener.routes):  # whole prompts are held
+        proto.per_connection_buffer_limit_bytes.CopyFrom(uint32_value(llm.max_body_bytes))
+    return proto

@@ -1,0 +1,237 @@
+"""OpenAI-compatible routes through real Envoy, the real LLM processor (Envoy's external
+processor in the gateway) and OpenAI-style engines: the body's model (or an alias) picks the
+backend, streams pass through with usage counted equal to the engine's own (asked for when
+the client did not, and then kept from it), plain answers are counted from their usage, a
+1 MB prompt arrives intact, a token-per-minute limit answers 429 with Retry-After, and a
+replica's 429 falls back to another replica before anything is streamed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from tests.envoy_process import free_port
+from tests.openai_fake import FakeOpenAI
+from tests.traffic_harness import TrafficGateway
+
+pytestmark = pytest.mark.asyncio
+
+POLICY = """
+version: 1
+listeners:
+  - name: ingress
+    port: {listener_port}
+llm:
+  port: LLM_PORT
+  timeout: 10s
+services:
+  - name: llama-pool
+    endpoints: ["127.0.0.1:{llama}", "127.0.0.1:{llama2}"]
+  - name: qwen-pool
+    endpoints: ["127.0.0.1:{qwen}"]
+routes:
+  - name: llama
+    openai:
+      model: tiny-llama
+      aliases: [gpt-4o-mini]
+    backends:
+      - service: llama-pool
+  - name: qwen
+    openai:
+      model: qwen
+    backends:
+      - service: qwen-pool
+"""
+LIMITED = POLICY.replace(
+    "  timeout: 10s\n", "  timeout: 10s\n  limits:\n    tokens_per_minute: 40\n"
+)
+CHAT = "/v1/chat/completions"
+
+
+def chat(model: str, *, stream: bool = False, usage: bool = False, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": "one two three four five"}],
+        "max_tokens": 6,
+        **extra,
+    }
+    if stream:
+        body["stream"] = True
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+async def post(
+    gw: TrafficGateway, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    assert gw.session is not None
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    all_headers = {"content-type": "application/json", **(headers or {})}
+    async with gw.session.post(gw.url + CHAT, data=data, headers=all_headers) as response:
+        raw = await response.read()
+        return response.status, {k.lower(): v for k, v in response.headers.items()}, raw
+
+
+def events(raw: bytes) -> list[Any]:
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if block.startswith("data: ") and block != "data: [DONE]":
+            out.append(json.loads(block[6:]))
+    return out
+
+
+def sample(gw: TrafficGateway, name: str, **labels: str) -> float:
+    assert gw.gateway is not None and gw.gateway.llm is not None
+    registry = gw.gateway.llm.processor.metrics.registry  # the gateway's /metrics
+    value = 0.0
+    for metric in registry.collect():
+        for s in metric.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                value += s.value
+    return value
+
+
+def engines() -> list[FakeOpenAI]:
+    return [FakeOpenAI("llama"), FakeOpenAI("llama2"), FakeOpenAI("qwen")]
+
+
+@pytest.fixture
+async def gateway() -> Any:
+    async with TrafficGateway(POLICY.replace("LLM_PORT", str(free_port())), engines()) as gw:
+        yield gw
+
+
+async def test_the_body_model_or_an_alias_picks_the_backend(gateway: TrafficGateway) -> None:
+    gw = gateway
+    for model, pool in (
+        ("tiny-llama", "llama-pool"),
+        ("gpt-4o-mini", "llama-pool"),
+        ("qwen", "qwen-pool"),
+    ):
+        status, headers, raw = await post(gw, chat(model))
+        assert (status, headers["x-inferway-pool"]) == (200, pool), raw
+    sent = json.loads(gw.backends["llama"].bodies[-1] or gw.backends["llama2"].bodies[-1])
+    assert sent["model"] == "tiny-llama", "the alias reaches the engine as the served name"
+    status, _, raw = await post(gw, chat("gpt-5"))
+    assert status == 404 and json.loads(raw)["error"]["code"] == "model_not_found"
+    assert gw.session is not None
+    async with gw.session.get(gw.url + "/v1/models") as response:
+        listed = {m["id"] for m in (await response.json())["data"]}
+    assert listed == {"tiny-llama", "gpt-4o-mini", "qwen"}
+
+
+async def test_a_stream_is_counted_from_usage_the_client_did_not_ask_for(
+    gateway: TrafficGateway,
+) -> None:
+    gw = gateway
+    status, headers, raw = await post(gw, chat("qwen", stream=True), {"x-api-key": "sk-a"})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    got = events(raw)
+    assert all(not e.get("usage") for e in got), "the client never asked: no usage chunk"
+    assert "".join(e["choices"][0]["delta"]["content"] for e in got) == "t0 t1 t2 t3 t4 t5 "
+    assert raw.endswith(b"data: [DONE]\n\n")
+    engine = gw.backends["qwen"]
+    assert json.loads(engine.bodies[-1])["stream_options"] == {"include_usage": True}
+    prompt, completion = engine.usages[-1]
+    labels = {"route": "qwen", "model": "qwen", "backend": "qwen-pool", "estimated": "false"}
+    assert sample(gw, "inferway_llm_tokens_total", type="input", **labels) == prompt
+    assert sample(gw, "inferway_llm_tokens_total", type="output", **labels) == completion
+    assert sample(gw, "inferway_llm_requests_total", stream="true", code="200") == 1
+    assert sample(gw, "gen_ai_server_time_to_first_token_seconds_count", route="qwen") == 1
+    assert sample(gw, "gen_ai_client_token_usage_sum", gen_ai_token_type="output") == completion
+
+
+async def test_a_client_that_asked_for_usage_gets_it_and_plain_answers_count_too(
+    gateway: TrafficGateway,
+) -> None:
+    gw = gateway
+    status, _, raw = await post(gw, chat("qwen", stream=True, usage=True))
+    assert status == 200
+    last = events(raw)[-1]
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 6
+    status, _, raw = await post(gw, chat("qwen", max_tokens=3))
+    assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 3
+    labels = {"route": "qwen", "type": "output", "estimated": "false"}
+    assert sample(gw, "inferway_llm_tokens_total", **labels) == 9
+    assert sample(gw, "inferway_llm_requests_total", stream="false", code="200") == 1
+
+
+async def test_a_one_megabyte_prompt_arrives_intact(gateway: TrafficGateway) -> None:
+    gw = gateway
+    words = " ".join(f"w{i % 1000}" for i in range(230_000))  # ~1.1 MB of JSON
+    body = json.dumps(chat("qwen", messages=[{"role": "user", "content": words}])).encode()
+    assert len(body) > 1024 * 1024
+    status, _, _ = await post(gw, body)  # nothing to rewrite: the bytes pass untouched
+    assert status == 200
+    engine = gw.backends["qwen"]
+    assert hashlib.sha256(engine.bodies[-1]).digest() == hashlib.sha256(body).digest()
+    streamed = json.dumps(chat("qwen", stream=True, messages=[{"role": "user", "content": words}]))
+    status, _, raw = await post(gw, streamed.encode())  # rewritten (include_usage) on the way
+    assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
+    sent = json.loads(engine.bodies[-1])
+    assert sent["messages"][0]["content"] == words and len(engine.bodies) == 2
+    assert engine.usages[-1][0] == 230_000
+
+
+async def test_a_token_per_minute_limit_answers_429_with_retry_after() -> None:
+    policy = LIMITED.replace("LLM_PORT", str(free_port()))
+    async with TrafficGateway(policy, engines()) as gw:
+        key = {"x-api-key": "sk-limited"}
+        status, _, _ = await post(gw, chat("qwen", max_tokens=30), key)  # 5 + 30 tokens
+        assert status == 200
+        status, _, _ = await post(gw, chat("qwen", max_tokens=30), key)  # 35 < 40: overshoots
+        assert status == 200
+        served = len(gw.backends["qwen"].bodies)
+        status, headers, raw = await post(gw, chat("qwen"), key)
+        assert status == 429
+        assert 1 <= int(headers["retry-after"]) <= 60
+        error = json.loads(raw)["error"]
+        assert error["code"] == "tokens_per_minute" and error["limit_tokens"] == 40
+        assert "tokens_per_minute" in error["message"]
+        assert len(gw.backends["qwen"].bodies) == served, "refused before any engine"
+        status, _, _ = await post(gw, chat("qwen"), {"x-api-key": "sk-other"})
+        assert status == 200, "another client key has its own budget"
+
+
+async def test_a_replica_answering_429_falls_back_to_another(gateway: TrafficGateway) -> None:
+    gw = gateway
+    gw.backends["llama"].status = 429
+    for stream in (False, True, False, True):
+        status, headers, raw = await post(gw, chat("tiny-llama", stream=stream))
+        assert status == 200, raw
+        assert headers["x-inferway-replica"].endswith(f":{gw.backends['llama2'].port}")
+    assert sample(gw, "inferway_llm_requests_total", route="llama", code="200") == 4
+    assert sample(gw, "inferway_llm_requests_total", route="llama", code="429") == 0
+    assert gw.backends["llama"].bodies, "the refusing replica was tried (and fallen back from)"
+
+
+async def test_streams_pass_chunk_by_chunk_not_buffered() -> None:
+    slow = FakeOpenAI("qwen", token_delay=0.3)
+    policy = POLICY.replace("LLM_PORT", str(free_port()))
+    async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), slow]) as gw:
+        assert gw.session is not None
+        body = json.dumps(chat("qwen", stream=True, max_tokens=4)).encode()
+        arrivals: list[bytes] = []
+        async with gw.session.post(
+            gw.url + CHAT, data=body, headers={"content-type": "application/json"}
+        ) as response:
+            async for piece in response.content.iter_any():
+                arrivals.append(piece)
+                if len(arrivals) == 1:
+                    first = b"".join(arrivals)
+        assert b"t0" in first and b"t3" not in first, "the first token came before the last"
+        assert len(arrivals) >= 4
+
+
+async def test_client_keys_are_hashed_in_labels(gateway: TrafficGateway) -> None:
+    gw = gateway
+    await post(gw, chat("qwen"), {"authorization": "Bearer sk-very-secret"})
+    assert gw.gateway is not None and gw.gateway.llm is not None
+    rendered = gw.gateway.llm.processor.metrics.tokens.collect()
+    clients = {s.labels["client"] for m in rendered for s in m.samples}
+    assert clients and all(c.startswith("key-") for c in clients)
+    assert not any("secret" in c for c in clients)
