@@ -11,6 +11,7 @@ import hashlib
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.envoy_process import free_port
@@ -143,6 +144,17 @@ async def test_a_stream_is_counted_from_usage_the_client_did_not_ask_for(
     assert sample(gw, "inferway_llm_requests_total", stream="true", code="200") == 1
     assert sample(gw, "gen_ai_server_time_to_first_token_seconds_count", route="qwen") == 1
     assert sample(gw, "gen_ai_client_token_usage_sum", gen_ai_token_type="output") == completion
+    assert gw.gateway is not None and gw.gateway.admin is not None
+    async with httpx.AsyncClient() as admin:  # the gateway's admin /metrics serves them
+        text = (await admin.get(gw.gateway.admin.url + "/metrics")).text
+    for name in (
+        "inferway_llm_tokens_total{",
+        "inferway_llm_requests_total{",
+        "gen_ai_client_token_usage_bucket{",
+        "gen_ai_server_time_to_first_token_seconds_bucket{",
+        "gen_ai_server_time_per_output_token_seconds_bucket{",
+    ):
+        assert name in text, name
 
 
 async def test_a_client_that_asked_for_usage_gets_it_and_plain_answers_count_too(
@@ -160,21 +172,36 @@ async def test_a_client_that_asked_for_usage_gets_it_and_plain_answers_count_too
     assert sample(gw, "inferway_llm_requests_total", stream="false", code="200") == 1
 
 
-async def test_a_one_megabyte_prompt_arrives_intact(gateway: TrafficGateway) -> None:
+def sized_body(size: int, *, stream: bool) -> bytes:
+    """A chat request of exactly ``size`` bytes (its prompt padded with words)."""
+    head = json.dumps(chat("qwen", stream=stream, messages=[{"role": "user", "content": ""}]))
+    room = size - len(head.encode())
+    words = " ".join(f"w{i % 1000:03d}" for i in range(room // 5 + 1))[:room].rstrip()
+    body = json.dumps(chat("qwen", stream=stream, messages=[{"role": "user", "content": words}]))
+    return body.encode() + b" " * (size - len(body.encode()))  # JSON allows trailing spaces
+
+
+async def test_one_megabyte_prompts_arrive_intact_around_envoys_buffer_size(
+    gateway: TrafficGateway,
+) -> None:
+    """Envoy 1.35-1.37 duplicated the end of stream of ext_proc bodies near 1 MiB: sizes
+    just below, at and above it, untouched (bytes equal) and rewritten (prompt equal)."""
     gw = gateway
-    words = " ".join(f"w{i % 1000}" for i in range(230_000))  # ~1.1 MB of JSON
-    body = json.dumps(chat("qwen", messages=[{"role": "user", "content": words}])).encode()
-    assert len(body) > 1024 * 1024
-    status, _, _ = await post(gw, body)  # nothing to rewrite: the bytes pass untouched
-    assert status == 200
     engine = gw.backends["qwen"]
-    assert hashlib.sha256(engine.bodies[-1]).digest() == hashlib.sha256(body).digest()
-    streamed = json.dumps(chat("qwen", stream=True, messages=[{"role": "user", "content": words}]))
-    status, _, raw = await post(gw, streamed.encode())  # rewritten (include_usage) on the way
-    assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
-    sent = json.loads(engine.bodies[-1])
-    assert sent["messages"][0]["content"] == words and len(engine.bodies) == 2
-    assert engine.usages[-1][0] == 230_000
+    mib = 1024 * 1024
+    for size in (mib - 1, mib, mib + 1, mib + 100_000):
+        body = sized_body(size, stream=False)
+        assert len(body) == size
+        status, _, raw = await post(gw, body)  # nothing to rewrite: the bytes pass untouched
+        assert status == 200, (size, raw[:200])
+        assert hashlib.sha256(engine.bodies[-1]).digest() == hashlib.sha256(body).digest(), size
+        streamed = sized_body(size, stream=True)
+        status, _, raw = await post(gw, streamed)  # rewritten (include_usage) on the way
+        assert status == 200 and raw.endswith(b"data: [DONE]\n\n"), size
+        sent = json.loads(engine.bodies[-1])
+        assert sent["messages"] == json.loads(streamed)["messages"], size
+        assert sent["stream_options"] == {"include_usage": True}
+    assert len(engine.bodies) == 8, "each request reached the engine exactly once"
 
 
 async def test_a_token_per_minute_limit_answers_429_with_retry_after() -> None:
