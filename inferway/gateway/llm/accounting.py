@@ -43,9 +43,11 @@ def usage_of(document: Any) -> tuple[int, int] | None:
     if not isinstance(usage, dict):
         return None
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens", 0)
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
     if not _count(prompt) or not _count(completion):
         return None
-    return int(prompt), int(completion)
+    return prompt, completion
 
 
 def _count(value: Any) -> bool:
