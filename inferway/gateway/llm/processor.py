@@ -71,8 +71,11 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         settings: LlmSettings | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        tracer: trace.Tracer | None = None,
     ) -> None:
+        """``tracer``: where the ``gen_ai`` spans go (default: the process's provider)."""
         self.metrics = metrics
+        self._tracer = tracer or _tracer
         self.settings = settings or LlmSettings()
         self._clock = clock
         self.requests = 0
@@ -165,14 +168,14 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self.metrics.record(exchange)
         if settings.budget is not None:
             await settings.budget.debit(stream.client, usage.input_tokens + usage.output_tokens)
-        _span(exchange, stream.started, self._clock())
+        _span(self._tracer, exchange, stream.started, self._clock())
 
 
-def _span(x: Exchange, started: float, now: float) -> None:
+def _span(tracer: trace.Tracer, x: Exchange, started: float, now: float) -> None:
     """A ``gen_ai`` span for the request (a no-op unless tracing is set up)."""
     end_ns = time.time_ns()
     start_ns = end_ns - int((now - started) * 1e9)
-    span = _tracer.start_span(f"{x.operation} {x.model}", start_time=start_ns)
+    span = tracer.start_span(f"{x.operation} {x.model}", start_time=start_ns)
     span.set_attributes(
         {
             "gen_ai.operation.name": x.operation,
