@@ -41,7 +41,7 @@ class FakeOpenAI:
 
     async def start(self) -> FakeOpenAI:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_get("/v2/health/ready", self._ready)
+        app.router.add_get("/v1/models", self._ready)  # the gateway's default probe
         app.router.add_post("/v1/{endpoint:.*}", self._answer)
         self._runner, self.port = await start_site(app, port=self.port, shutdown_timeout=0.05)
         return self
@@ -56,7 +56,7 @@ class FakeOpenAI:
         return f"http://127.0.0.1:{self.port}"
 
     async def _ready(self, _request: web.Request) -> web.Response:
-        return web.Response(text="ready")
+        return web.json_response({"object": "list", "data": [{"id": self.name}]})
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()

@@ -7,13 +7,14 @@ import re
 from collections.abc import Iterable
 
 from inferway.policies.llm import LlmGateway
-from inferway.policies.model import Retries, Route
+from inferway.policies.model import Policy, Retries, Route
 from inferway.resolve.ir.llm import LlmGatewayIR, LlmRouteIR
 from inferway.resolve.ir.route import PathMatchIR, RouteIR
 
 __all__ = [
     "LLM_ENDPOINTS",
     "llm_default_retries",
+    "llm_health_paths",
     "llm_path",
     "resolve_llm_gateway",
     "resolve_llm_route",
@@ -51,6 +52,18 @@ def llm_default_retries() -> Retries:
         on=["connect-failure", "reset", "5xx", "retriable-status-codes"],
         retriable_status_codes=[429],
     )
+
+
+def llm_health_paths(policy: Policy) -> dict[str, str]:
+    """Service -> ``<prefix>/models`` for the backends of ``openai`` routes: OpenAI-compatible
+    engines (vLLM, llama.cpp, TGI, SGLang) answer it, not the Open Inference Protocol's
+    readiness path, so that is their default probe (a service's ``health_check`` wins)."""
+    paths: dict[str, str] = {}
+    for route in policy.routes:
+        if route.openai is not None:
+            for backend in route.backends:
+                paths.setdefault(backend.service, f"{route.openai.prefix}/models")
+    return paths
 
 
 def resolve_llm_gateway(settings: LlmGateway, routes: Iterable[RouteIR]) -> LlmGatewayIR | None:

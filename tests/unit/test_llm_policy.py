@@ -72,3 +72,15 @@ def test_a_policy_with_openai_routes_writes_back_unchanged() -> None:
     text = _HEAD + _OPENAI + "llm: {limits: {tokens_per_minute: 100}, client_key: {header: x-t}}\n"
     policy = load_policy_text(text, "policy.yaml")
     assert load_policy_text(dump_policy(policy), "again.yaml") == policy
+
+
+def test_an_openai_routes_services_are_probed_at_the_models_endpoint() -> None:
+    text = (
+        _HEAD
+        + "    openai: {model: m, prefix: /openai/v1}\n"
+        + "  - name: other\n    backends: [{service: b}]\n"
+    ).replace("  - {name: grpc,", "  - {name: b, endpoints: ['127.0.0.1:3']}\n  - {name: grpc,")
+    services = {s.name: s for s in resolve_policy(load_policy_text(text, "policy.yaml")).services}
+    check_a, check_b = services["a"].health_check, services["b"].health_check
+    assert check_a is not None and check_a.path == "/openai/v1/models"
+    assert check_b is not None and check_b.path == "/v2/health/ready"
