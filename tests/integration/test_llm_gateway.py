@@ -16,7 +16,7 @@ import pytest
 
 from tests.envoy_process import free_port
 from tests.openai_fake import FakeOpenAI
-from tests.traffic_harness import TrafficGateway
+from tests.traffic_harness import TrafficGateway, poll_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -262,3 +262,24 @@ async def test_client_keys_are_hashed_in_labels(gateway: TrafficGateway) -> None
     clients = {s.labels["client"] for m in rendered for s in m.samples}
     assert clients and all(c.startswith("key-") for c in clients)
     assert not any("secret" in c for c in clients)
+
+
+async def test_a_client_gone_mid_stream_is_counted_as_estimated() -> None:
+    slow = FakeOpenAI("qwen", token_delay=0.2)
+    policy = POLICY.replace("LLM_PORT", str(free_port()))
+    async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), slow]) as gw:
+        assert gw.session is not None
+        body = json.dumps(chat("qwen", stream=True, max_tokens=50)).encode()
+        response = await gw.session.post(
+            gw.url + CHAT, data=body, headers={"content-type": "application/json"}
+        )
+        first = await response.content.readany()
+        assert b"t0" in first
+        response.close()  # the client goes away after its first token
+
+        async def recorded() -> bool:
+            return sample(gw, "inferway_llm_requests_total", route="qwen") == 1
+
+        await poll_until(recorded, timeout=10, what="the abandoned stream recorded")
+        output = sample(gw, "inferway_llm_tokens_total", type="output", estimated="true")
+        assert 1 <= output < 50, output
