@@ -15,6 +15,7 @@ from inferway._xds_protos.envoy.type.matcher.v3 import regex_pb2, string_pb2
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.route import BackendIR, HeaderMatchIR, PathMatchIR, RetryIR, RouteIR
 from inferway.resolve.ir.route_traffic import CookieMatchIR
+from inferway.resolve.llm import LLM_ENDPOINTS
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import bool_value, duration, pack, uint32_value
 from inferway.xds.translate.cookie_match import build_cookie_matcher
@@ -82,9 +83,11 @@ def _listener_routes(listener: ListenerIR) -> list[rc_pb2.Route]:
             routes.append(build_malformed_route(route, proto.match))
         if featured and not any(may_share_requests(route.match.path, p) for p in featured):
             disable_feature_router(proto)
-        routes.extend(_llm_before(listener.routes, route))
-        routes.append(proto)
-        routes.extend(_llm_after(listener.routes, route))
+        before, after = _llm_before(listener.routes, route), _llm_after(listener.routes, route)
+        if featured and route.llm is not None and not _llm_shares(route.llm.prefix, featured):
+            for answer in (proto, *before, *after):  # the regex path would look shared
+                disable_feature_router(answer)
+        routes.extend([*before, proto, *after])
     served = {r.name for r in listener.routes if r.llm is not None}
     if served:  # the LLM processor sees the openai routes' requests only
         served.update(p.name for p in routes if p.name.startswith(UNKNOWN_MODEL_ROUTE))
@@ -92,6 +95,12 @@ def _listener_routes(listener: ListenerIR) -> list[rc_pb2.Route]:
             if proto.name not in served:
                 disable_llm_filter(proto)
     return routes
+
+
+def _llm_shares(prefix: str, featured: Sequence[PathMatchIR]) -> bool:
+    """Whether a feature route's path could take one of the prefix's OpenAI endpoints."""
+    paths = [f"{prefix}/{endpoint}" for endpoint in (*LLM_ENDPOINTS, "models")]
+    return any(may_share_requests(PathMatchIR("exact", p), f) for p in paths for f in featured)
 
 
 def _llm_before(routes: Sequence[RouteIR], route: RouteIR) -> list[rc_pb2.Route]:
