@@ -124,6 +124,9 @@ def test_a_stream_is_routed_rewritten_counted_and_traced_then_limited() -> None:
     headers = {h.header.key: h.header.raw_value for h in immediate.headers.set_headers}
     assert int(headers["retry-after"]) >= 1
     assert json.loads(immediate.body)["error"]["code"] == "tokens_per_minute"
+    limited = "inferway_llm_limited_requests_total"
+    client = _client(registry)
+    assert registry.get_sample_value(limited, {"client": client, "limit": "tokens_per_minute"}) == 1
 
 
 def _client(registry: CollectorRegistry) -> str:

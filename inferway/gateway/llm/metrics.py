@@ -57,6 +57,12 @@ class LlmMetrics:
             ["route", "model", "backend", "client", "stream", "code"],
             registry=registry,
         )
+        self.limited = Counter(
+            "inferway_llm_limited_requests",
+            "Requests refused (429) because the client key used up a token limit, by limit.",
+            ["client", "limit"],
+            registry=registry,
+        )
         self.token_usage = Histogram(
             "gen_ai_client_token_usage",
             "Tokens per request (OpenTelemetry gen_ai.client.token.usage).",

@@ -138,6 +138,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
             refusal = await settings.budget.check(client)
             if refusal is not None:
                 self.refused += 1
+                self.metrics.limited.labels(client, refusal.limit).inc()
                 message_text = (
                     f"token limit {refusal.limit} ({refusal.tokens} tokens) used up by this "
                     f"client key ({refusal.used} used); retry after {refusal.retry_after_s}s"
