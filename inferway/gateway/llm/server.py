@@ -63,6 +63,9 @@ def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
     )
 
 
+_UNCAPPED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
 class LlmServer:
     """One gRPC server on ``host:port`` (port 0: the OS picks; ``port`` tells)."""
 
@@ -73,7 +76,9 @@ class LlmServer:
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> LlmServer:
-        server = grpc.aio.server()
+        # a whole prompt is one message: gRPC's 4 MiB default would fail longer ones (Envoy's
+        # buffer, llm.max_body_bytes, is what bounds them)
+        server = grpc.aio.server(options=_UNCAPPED)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         bound = server.add_insecure_port(address)
