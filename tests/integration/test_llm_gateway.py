@@ -283,3 +283,21 @@ async def test_a_client_gone_mid_stream_is_counted_as_estimated() -> None:
         await poll_until(recorded, timeout=10, what="the abandoned stream recorded")
         output = sample(gw, "inferway_llm_tokens_total", type="output", estimated="true")
         assert 1 <= output < 50, output
+
+
+async def test_completions_and_embeddings_are_routed_and_counted(gateway: TrafficGateway) -> None:
+    gw = gateway
+    assert gw.session is not None
+    engine = gw.backends["qwen"]
+    for path, body in (
+        ("/v1/completions", {"model": "qwen", "prompt": "a b c", "max_tokens": 2}),
+        ("/v1/embeddings", {"model": "qwen", "input": "a b c d"}),
+    ):
+        async with gw.session.post(gw.url + path, json=body) as response:
+            assert response.status == 200, await response.text()
+    assert engine.usages[-2:] == [(3, 2), (4, 0)]
+    assert sample(gw, "inferway_llm_tokens_total", route="qwen", type="input") == 7
+    assert sample(gw, "inferway_llm_tokens_total", route="qwen", type="output") == 2
+    usage = "gen_ai_client_token_usage_sum"
+    assert sample(gw, usage, gen_ai_operation_name="embeddings", gen_ai_token_type="input") == 4
+    assert sample(gw, usage, gen_ai_operation_name="text_completion") == 5
