@@ -210,16 +210,29 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             }
             for url in urls.values():  # warm up, and check every target answers
                 await asyncio.to_thread(run_client, url, 1, 0.3)
+            # the idle CPU of both (health checks, stats, the control plane) is not the traffic's
+            idle = time.perf_counter(), time.process_time(), _cpu_s(gateway.supervisor.pid)
+            await asyncio.sleep(3.0)
+            span = time.perf_counter() - idle[0]
+            idle_rate = (
+                (time.process_time() - idle[1]) / span,
+                (_cpu_s(gateway.supervisor.pid) - idle[2]) / span,
+            )
+            cpu["idle_processor_cpu_per_s"], cpu["idle_envoy_cpu_per_s"] = idle_rate
             for concurrency in args.concurrency:
                 for _ in range(args.rounds):
                     for name, url in urls.items():
+                        started = time.perf_counter()
                         cpu_before = time.process_time(), _cpu_s(gateway.supervisor.pid)
                         result = await asyncio.to_thread(
                             run_client, url, concurrency, args.duration
                         )
+                        wall = time.perf_counter() - started
                         if name == "envoy + LLM processor":
-                            cpu["processor_s"] += time.process_time() - cpu_before[0]
+                            spent = time.process_time() - cpu_before[0]
+                            cpu["processor_s"] += max(0.0, spent - idle_rate[0] * wall)
                         envoy_s = _cpu_s(gateway.supervisor.pid) - cpu_before[1]
+                        envoy_s = max(0.0, envoy_s - idle_rate[1] * wall)
                         cpu[f"envoy_s: {name}"] = cpu.get(f"envoy_s: {name}", 0.0) + envoy_s
                         entry = samples.setdefault(
                             (name, concurrency),
@@ -268,6 +281,12 @@ def _report(
     through = [s for (name, _), s in samples.items() if name == "envoy + LLM processor"]
     streams = sum(len(s["ttfts"]) for s in through) or 1
     tokens = sum(s["tokens"] for s in through) or 1
+    for name in TARGETS:
+        if name != "direct":
+            done = sum(len(s["ttfts"]) for (n, _), s in samples.items() if n == name) or 1
+            cpu[f"envoy_cpu_ms_per_stream: {name}"] = round(
+                cpu.get(f"envoy_s: {name}", 0.0) * 1000 / done, 3
+            )
     per = {
         "processor_cpu_ms_per_stream": round(cpu["processor_s"] * 1000 / streams, 3),
         "processor_cpu_us_per_token": round(cpu["processor_s"] * 1e6 / tokens, 1),
@@ -314,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         f"LLM processor CPU (the gateway process): {cpu['processor_cpu_ms_per_stream']} ms per "
         f"stream, {cpu['processor_cpu_us_per_token']} us per token"
     )
+    for name in TARGETS:
+        key = f"envoy_cpu_ms_per_stream: {name}"
+        if key in cpu:
+            print(f"Envoy CPU, {name}: {cpu[key]} ms per stream")
     path = write_results(
         "llm_gateway_overhead",
         {
