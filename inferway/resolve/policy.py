@@ -65,8 +65,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
             for ln in policy.listeners
         ),
         services=tuple(
-            resolve_service(s, state, health_path=health_paths.get(s.name))
-            for s in policy.services
+            resolve_service(s, state, health_path=health_paths.get(s.name)) for s in policy.services
         ),
         observability=resolve_observability(policy.observability, policy.mask),
         secrets=resolve_secrets(policy, state),
