@@ -135,3 +135,24 @@ def _client(registry: CollectorRegistry) -> str:
             if "client" in sample.labels:
                 return sample.labels["client"]
     raise AssertionError("no client label recorded")
+
+
+def test_requests_it_cannot_serve_are_answered_with_a_reason() -> None:
+    processor = LlmProcessor(LlmMetrics(CollectorRegistry()), LlmSettings(models={"m": "m"}))
+    path = {":path": "/v1/chat/completions"}
+    (bodyless,) = asyncio.run(
+        _run(processor, [ep_pb2.ProcessingRequest(request_headers=_headers(path, end=True))])
+    )
+    assert bodyless.immediate_response.status.code == 400
+    for body, status, code in (
+        (b"{", 400, "invalid_json"),
+        (b'{"model": "x"}', 404, "model_not_found"),
+    ):
+        messages = [
+            ep_pb2.ProcessingRequest(request_headers=_headers(path)),
+            ep_pb2.ProcessingRequest(request_body=ep_pb2.HttpBody(body=body, end_of_stream=True)),
+        ]
+        _, answer = asyncio.run(_run(processor, messages))
+        assert answer.immediate_response.status.code == status
+        assert json.loads(answer.immediate_response.body)["error"]["code"] == code
+    assert processor.errors == 0

@@ -165,11 +165,17 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         return routed_body(prepared.model, prepared.body)
 
     async def _finish(self, stream: LlmStream, settings: LlmSettings) -> None:
-        exchange, usage = stream.outcome()
-        self.metrics.record(exchange)
-        if settings.budget is not None:
-            await settings.budget.debit(stream.client, usage.input_tokens + usage.output_tokens)
-        _span(self._tracer, exchange, stream.started, self._clock())
+        """Record the request once; a failure here is logged, never the client's problem."""
+        try:
+            exchange, usage = stream.outcome()
+            self.metrics.record(exchange)
+            if settings.budget is not None:
+                tokens = usage.input_tokens + usage.output_tokens
+                await settings.budget.debit(stream.client, tokens)
+            _span(self._tracer, exchange, stream.started, self._clock())
+        except Exception:
+            self.errors += 1
+            log.exception("LLM processor: recording a finished request failed")
 
 
 def _span(tracer: trace.Tracer, x: Exchange, started: float, now: float) -> None:
