@@ -50,6 +50,10 @@ class OpenAIRoute(_Model):
     timeout: Duration = Field(default=0.0, ge=0)
     """The longest a whole answer may take (0: no limit, the default: streams are long).
     The route's own ``timeout`` is not used for an openai route."""
+    ask_for_usage: bool = True
+    """Ask the engine for the usage chunk of a stream (``stream_options.include_usage``)
+    when the client did not; false for an engine that refuses the option (its streams are
+    then counted by chunks, marked estimated)."""
 
     @field_validator("aliases")
     @classmethod

@@ -38,6 +38,7 @@ routes:
     openai:
       model: tiny-llama
       aliases: [gpt-4o-mini]
+      ask_for_usage: false  # as for an engine that refuses stream_options
     backends:
       - service: llama-pool
   - name: qwen
@@ -301,3 +302,15 @@ async def test_completions_and_embeddings_are_routed_and_counted(gateway: Traffi
     usage = "gen_ai_client_token_usage_sum"
     assert sample(gw, usage, gen_ai_operation_name="embeddings", gen_ai_token_type="input") == 4
     assert sample(gw, usage, gen_ai_operation_name="text_completion") == 5
+
+
+async def test_a_route_that_does_not_ask_for_usage_counts_streams_by_chunks(
+    gateway: TrafficGateway,
+) -> None:
+    gw = gateway
+    status, _, raw = await post(gw, chat("tiny-llama", stream=True, max_tokens=5))
+    assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
+    engine = next(e for e in (gw.backends["llama"], gw.backends["llama2"]) if e.bodies)
+    assert "stream_options" not in json.loads(engine.bodies[-1]), "the body went untouched"
+    labels = {"route": "llama", "type": "output"}
+    assert sample(gw, "inferway_llm_tokens_total", estimated="true", **labels) == 5

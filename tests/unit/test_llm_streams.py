@@ -46,7 +46,7 @@ def test_a_stream_without_include_usage_asks_for_it_and_resolves_the_alias() -> 
     body = json.dumps({"model": "alias", "stream": True, "messages": []}).encode()
     request = prepare_request(body, {"alias": "real", "real": "real"})
     assert (request.model, request.requested_model, request.stream) == ("real", "alias", True)
-    assert not request.client_wants_usage and request.body is not None
+    assert not request.shows_usage and request.body is not None
     sent = json.loads(request.body)
     assert sent["model"] == "real" and sent["stream_options"] == {"include_usage": True}
 
@@ -56,7 +56,7 @@ def test_a_body_needing_no_rewrite_is_passed_untouched() -> None:
     assert prepare_request(plain, {"real": "real"}).body is None
     asked = {"model": "real", "stream": True, "stream_options": {"include_usage": True}}
     request = prepare_request(json.dumps(asked).encode(), {"real": "real"})
-    assert request.body is None and request.client_wants_usage
+    assert request.body is None and request.shows_usage
 
 
 @pytest.mark.parametrize(
@@ -143,3 +143,11 @@ def test_time_per_output_token_spans_first_to_last_token() -> None:
         tally.on_data(json.dumps({"choices": [{"delta": {"content": str(i)}}]}), now)
     assert tally.time_per_output_token(3) == pytest.approx(0.15)
     assert tally.time_per_output_token(1) is None
+
+
+def test_a_route_that_does_not_ask_for_usage_leaves_streams_untouched() -> None:
+    body = json.dumps({"model": "m", "stream": True}).encode()
+    request = prepare_request(body, {"m": "m"}, ask_for_usage=frozenset())
+    assert request.body is None and request.shows_usage
+    asked = prepare_request(body, {"m": "m"}, ask_for_usage=frozenset({"m"}))
+    assert asked.body is not None and not asked.shows_usage

@@ -34,6 +34,9 @@ class LlmSettings:
     """Every model name and alias an openai route serves -> the name its backends serve."""
     routes: Mapping[str, str] = field(default_factory=dict)
     """Served model -> its route (the label when Envoy does not name the route)."""
+    ask_for_usage: frozenset[str] | None = None
+    """Served models whose streams get ``include_usage`` added (``openai.ask_for_usage``;
+    None: every model)."""
     client_header: str = "x-api-key"
     hash_client: bool = True
     budget: TokenBudget | None = None
@@ -61,7 +64,7 @@ class LlmStream:
 
     def on_request(self, request: LlmRequest, prompt_bytes: int, route: str) -> None:
         self.request, self.prompt_bytes, self.route = request, prompt_bytes, route
-        self.drop_usage = request.stream and not request.client_wants_usage
+        self.drop_usage = request.stream and not request.shows_usage
 
     def on_response_headers(
         self, status: int, content_type: str, route: str | None, backend: str | None

@@ -158,7 +158,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self, stream: LlmStream, body: bytes, settings: LlmSettings
     ) -> ep_pb2.ProcessingResponse:
         try:
-            prepared = prepare_request(body, settings.models)
+            prepared = prepare_request(body, settings.models, ask_for_usage=settings.ask_for_usage)
         except BadRequest as bad:
             return error_answer(bad.status, bad.code, bad.message)
         stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))

@@ -9,7 +9,7 @@ usage (the processor then drops that chunk before the client sees it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +40,9 @@ class LlmRequest:
     requested_model: str
     """What the client wrote."""
     stream: bool
-    client_wants_usage: bool
-    """The client asked for the usage chunk itself (it must then see it)."""
+    shows_usage: bool
+    """The client sees any usage chunk: it asked for it itself, or the gateway did not ask
+    (so there is nothing of the gateway's to drop)."""
     body: bytes | None
     """The rewritten body (None: send the client's unchanged)."""
 
@@ -55,8 +56,11 @@ def operation_of(path: str) -> str:
     return "other"
 
 
-def prepare_request(body: bytes, models: Mapping[str, str]) -> LlmRequest:
-    """``models``: every name and alias a route serves -> the name its backends serve.
+def prepare_request(
+    body: bytes, models: Mapping[str, str], *, ask_for_usage: Container[str] | None = None
+) -> LlmRequest:
+    """``models``: every name and alias a route serves -> the name its backends serve;
+    ``ask_for_usage``: the served models whose streams get ``include_usage`` (None: all).
     Raises BadRequest for a body that is not a JSON object or names no served model."""
     try:
         document: Any = orjson.loads(body)
@@ -78,7 +82,8 @@ def prepare_request(body: bytes, models: Mapping[str, str]) -> LlmRequest:
     changed = model != requested
     if changed:
         document["model"] = model
-    if stream and not wants_usage:
+    asks = ask_for_usage is None or model in ask_for_usage
+    if stream and not wants_usage and asks:
         merged = dict(options) if isinstance(options, dict) else {}
         merged["include_usage"] = True
         document["stream_options"] = merged
@@ -87,6 +92,6 @@ def prepare_request(body: bytes, models: Mapping[str, str]) -> LlmRequest:
         model=model,
         requested_model=requested,
         stream=stream,
-        client_wants_usage=wants_usage,
+        shows_usage=wants_usage or not asks,
         body=orjson.dumps(document) if changed else None,
     )

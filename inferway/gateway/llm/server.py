@@ -39,10 +39,13 @@ def wanted_address(policy: Policy) -> tuple[str, int] | None:
 def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
     models: dict[str, str] = {}
     routes: dict[str, str] = {}
+    asking: set[str] = set()
     for route in policy.routes:
         if route.openai is None:
             continue
         routes.setdefault(route.openai.model, route.name)
+        if route.openai.ask_for_usage:
+            asking.add(route.openai.model)
         for name in (route.openai.model, *route.openai.aliases):
             models.setdefault(name, route.openai.model)
     limits = policy.llm.limits
@@ -57,6 +60,7 @@ def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
     return LlmSettings(
         models=models,
         routes=routes,
+        ask_for_usage=frozenset(asking),
         client_header=policy.llm.client_key.header,
         hash_client=policy.llm.client_key.hash,
         budget=TokenBudget(specs, store) if specs else None,
