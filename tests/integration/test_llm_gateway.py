@@ -314,3 +314,13 @@ async def test_a_route_that_does_not_ask_for_usage_counts_streams_by_chunks(
     assert "stream_options" not in json.loads(engine.bodies[-1]), "the body went untouched"
     labels = {"route": "llama", "type": "output"}
     assert sample(gw, "inferway_llm_tokens_total", estimated="true", **labels) == 5
+
+
+async def test_with_the_processor_down_openai_routes_fail_closed(gateway: TrafficGateway) -> None:
+    gw = gateway
+    assert gw.gateway is not None and gw.gateway.llm is not None
+    assert gw.gateway.llm.server is not None
+    await gw.gateway.llm.server.stop()
+    status, _, _ = await post(gw, chat("qwen"), {"x-api-key": "sk-a"})
+    assert status == 500, "no request slips past the token limits"
+    assert not gw.backends["qwen"].bodies
