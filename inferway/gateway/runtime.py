@@ -33,6 +33,7 @@ from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_en
 from inferway.gateway.features.server import FeatureRouterKeeper
 from inferway.gateway.fleet.envoy_reports import EnvoyReports
 from inferway.gateway.fleet.fleet_wiring import Fleet, open_fleet
+from inferway.gateway.llm.server import LlmKeeper
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
 from inferway.gateway.mask_sink import MaskSinkKeeper
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -205,6 +206,8 @@ class Gateway:
     """The stats every Envoy pushes (node, zone, latest totals per cluster)."""
     features: FeatureRouterKeeper | None = None
     """The feature router (running while the policy has routes with ``match.features``)."""
+    llm: LlmKeeper | None = None
+    """The LLM processor (running while the policy has ``openai`` routes)."""
     mask_sink: MaskSinkKeeper | None = None
     """Masks Envoy's access log lines and spans (running while the policy has ``mask``)."""
 
@@ -281,6 +284,9 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             fleet.rollouts.on_change = rollouts.adopt
             await components.start("fleet", fleet)
         features = await components.start("feature router", FeatureRouterKeeper(plane, plan.policy))
+        llm = await components.start(
+            "LLM processor", LlmKeeper(plane, plan.policy, wiring.metrics.registry)
+        )
         mask_sink = await components.start(  # before Envoy logs a line
             "mask sink", MaskSinkKeeper(plane, plan.policy)
         )
@@ -351,6 +357,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         fleet=fleet,
         features=features,
         mask_sink=mask_sink,
+        llm=llm,
     )
 
 

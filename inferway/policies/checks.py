@@ -16,6 +16,7 @@ from inferway.policies.checks_access import check_access
 from inferway.policies.checks_cost import check_cost
 from inferway.policies.checks_features import check_features
 from inferway.policies.checks_grpc import check_grpc_targets
+from inferway.policies.checks_llm import check_llm
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_ranges import check_ranges
 from inferway.policies.checks_replicas import check_replicas
@@ -230,6 +231,7 @@ def _catches_all(route: Route) -> bool:
         and not match.headers
         and not match.cookies
         and match.features is None
+        and route.openai is None  # its paths are the OpenAI endpoints, whatever match says
     )
 
 
@@ -271,4 +273,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_rollouts,
     check_cost,
     check_features,
+    check_llm,
 ]

@@ -82,4 +82,6 @@ def dump_policy(policy: Policy) -> str:
         data["mask"] = policy.mask.model_dump()
     if "feature_router" in policy.model_fields_set:
         data["feature_router"] = policy.feature_router.model_dump()
+    if "llm" in policy.model_fields_set:
+        data["llm"] = policy.llm.model_dump(exclude_none=True)
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -25,6 +25,7 @@ from inferway.policies.cost import Cost
 from inferway.policies.features import FeatureRouter, Features
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.listener_limits import ListenerLimits
+from inferway.policies.llm import LlmGateway, OpenAIRoute
 from inferway.policies.masking import Mask
 from inferway.policies.observability import Observability
 from inferway.policies.replicas import Replicas
@@ -281,6 +282,8 @@ class Route(_Model):
     served_by_headers: bool | None = None
     """``x-inferway-pool`` / ``x-inferway-replica`` on this route's answers; None: the
     policy's ``served_by_headers``."""
+    openai: OpenAIRoute | None = None
+    """An OpenAI-compatible route for one model (llm.py): paths and body model matched."""
 
 
 class Policy(_Model):
@@ -301,6 +304,8 @@ class Policy(_Model):
     """Every answer names the service (``x-inferway-pool``) and replica
     (``x-inferway-replica``) that served it, so routing can be checked from outside."""
     feature_router: FeatureRouter = Field(default_factory=FeatureRouter)
+    llm: LlmGateway = Field(default_factory=LlmGateway)
+    """The LLM processor, for ``openai`` routes: token counts, limits, model routing."""
     """Where the feature router listens, for routes with ``match.features``."""
     mask: Mask | None = None
     """Sensitive request data masked in access logs, spans and inferway's logs (masking.py)."""

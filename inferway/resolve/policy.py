@@ -18,6 +18,7 @@ from inferway.resolve.ir import IR
 from inferway.resolve.ir.listener import ListenerIR, ListenerLimitsIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.ir.service import ServiceIR
+from inferway.resolve.llm import llm_health_paths, resolve_llm_gateway
 from inferway.resolve.observability import resolve_observability
 from inferway.resolve.routes import resolve_route
 from inferway.resolve.secrets import resolve_downstream_tls, resolve_secrets, resolve_upstream_tls
@@ -58,12 +59,15 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
             )
         routes.append((route, ir))
     by_name = {route.name: ir for route, ir in routes}
+    health_paths = llm_health_paths(policy)
     return IR(
         listeners=tuple(
             resolve_listener(ln, [ir for route, ir in routes if _served_on(route, ln)])
             for ln in policy.listeners
         ),
-        services=tuple(resolve_service(s, state) for s in policy.services),
+        services=tuple(
+            resolve_service(s, state, health_path=health_paths.get(s.name)) for s in policy.services
+        ),
         observability=resolve_observability(policy.observability, policy.mask),
         secrets=resolve_secrets(policy, state),
         redacted_headers=tuple(
@@ -71,6 +75,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
         ),
         grpc_targets=tuple(resolve_grpc_target(t, by_name, services) for t in policy.grpc_targets),
         feature_router=resolve_feature_router(policy.feature_router, by_name.values()),
+        llm=resolve_llm_gateway(policy.llm, by_name.values()),
     )
 
 
@@ -104,7 +109,8 @@ def resolve_listener(listener: Listener, routes: list[RouteIR]) -> ListenerIR:
     )
 
 
-def resolve_service(service: Service, state: State) -> ServiceIR:
+def resolve_service(service: Service, state: State, *, health_path: str | None = None) -> ServiceIR:
+    """``health_path``: where its default readiness probe asks (None: /v2/health/ready)."""
     endpoints = resolve_endpoints(service, state)
     zones = service.load_balancing.zones if service.load_balancing else None
     return ServiceIR(
@@ -113,7 +119,7 @@ def resolve_service(service: Service, state: State) -> ServiceIR:
         connect_timeout=service.connect_timeout,
         localities=resolve_localities(endpoints, zones),
         load_balancing=resolve_load_balancing(service, endpoints),
-        health_check=resolve_health_check(service.protocol, service.health_check),
+        health_check=resolve_health_check(service.protocol, service.health_check, health_path),
         outlier_detection=resolve_outlier_detection(service.outlier_detection),
         circuit_breakers=resolve_circuit_breakers(service.circuit_breakers),
         tls=resolve_upstream_tls(service),

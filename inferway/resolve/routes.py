@@ -21,6 +21,7 @@ from inferway.resolve.ir.route import (
     RouteIR,
     RouteMatchIR,
 )
+from inferway.resolve.llm import llm_default_retries, llm_path, resolve_llm_route
 from inferway.resolve.route_traffic import resolve_cookie_match, resolve_fault, resolve_mirror
 from inferway.resolve.weights import resolve_backends
 
@@ -44,22 +45,29 @@ def resolve_route(
     served_by_headers: bool = True,
 ) -> RouteIR:
     """``weights``: this route's override from State (service -> weight), if any;
-    ``served_by_headers``: the policy's default, which the route's own setting overrides."""
+    ``served_by_headers``: the policy's default, which the route's own setting overrides.
+    An ``openai`` route gets its endpoints' paths, no total timeout unless it sets one (a
+    stream may last; ``idle_timeout`` bounds silence) and fallback retries (resolve/llm.py)."""
+    llm = resolve_llm_route(route)
+    timeout = route.timeout
+    retries = route.retries if route.retries is not None else Retries()
+    if llm is not None:
+        timeout = llm.timeout
+        retries = route.retries if route.retries is not None else llm_default_retries()
     return RouteIR(
         name=route.name,
         match=RouteMatchIR(
-            path=resolve_path_match(route.match.path),
+            path=resolve_path_match(route.match.path) if llm is None else llm_path(llm.prefix),
             headers=tuple(_header_match(h) for h in route.match.headers),
             cookies=tuple(resolve_cookie_match(c) for c in route.match.cookies),
             features=resolve_features(route.match.features),
         ),
         backends=resolve_backends(route, weights),
-        timeout=route.timeout,
+        timeout=timeout,
         # No ``retries``: one retry with the defaults, so a hung replica costs a request one
-        # per-try timeout, not the whole route timeout (docs/policy.md, routes[].retries).
-        retries=resolve_retries(
-            route.retries if route.retries is not None else Retries(), route.timeout
-        ),
+        # per-try timeout, not the whole route timeout (docs/policy.md, routes[].retries);
+        # an openai route gets no default per-try timeout: a stream is never hedged.
+        retries=resolve_retries(retries, 0.0 if llm is not None else timeout),
         access=resolve_access(route.access),
         rate_limit=None if route.rate_limit is None else _rate_limit(route.rate_limit),
         hash_policies=resolve_hash_policies(route, services),
@@ -69,6 +77,7 @@ def resolve_route(
         served_by_headers=(
             served_by_headers if route.served_by_headers is None else route.served_by_headers
         ),
+        llm=llm,
     )
 
 

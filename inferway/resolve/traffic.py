@@ -60,12 +60,16 @@ def resolve_load_balancing(service: Service, endpoints: Sequence[Endpoint]) -> L
     )
 
 
-def resolve_health_check(protocol: str, configured: HealthCheck | None) -> HealthCheckIR | None:
-    """The configured check, else the readiness probe for HTTP/1 services, else none;
+def resolve_health_check(
+    protocol: str, configured: HealthCheck | None, default_path: str | None = None
+) -> HealthCheckIR | None:
+    """The configured check, else the readiness probe for HTTP/1 services (at
+    ``default_path`` when given: an OpenAI-compatible engine's ``/v1/models``), else none;
     ``enabled: false`` gives none. Intervals are always explicit: Envoy's
     ``no_traffic_interval`` defaults to 60 s (ENVOY_NOTES)."""
     if configured is None:
-        check = HealthCheck() if protocol == "http1" else None
+        default = HealthCheck() if default_path is None else HealthCheck(path=default_path)
+        check = default if protocol == "http1" else None
     else:
         check = configured if configured.enabled else None
     if check is None:

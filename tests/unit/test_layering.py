@@ -258,12 +258,26 @@ INSIDE_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
             "inferway.gateway.actuators",
             "inferway.gateway.rollouts",
             "inferway.gateway.features",
+            "inferway.gateway.llm",
             "inferway.gateway.autoscaling",
             "inferway.gateway.autoscale_inputs",
             "inferway.gateway.autoscale_policy",
         ),
         ("inferway.gateway.admin", "inferway.gateway.runtime_admin", "inferway.gateway.profile_"),
         "drivers and actuators never reach into the admin API: it reads them",
+    ),
+    (
+        tuple(
+            f"inferway.gateway.llm.{m}"
+            for m in ("sse", "accounting", "limits", "client_key", "request", "metrics")
+        ),
+        (
+            "inferway.gateway.control_plane",
+            "inferway.gateway.llm.processor",
+            "inferway.gateway.llm.server",
+            "grpc",
+        ),
+        "the LLM gateway's pure parts (SSE, tokens, limits) know nothing of gRPC or the gateway",
     ),
     (
         ("inferway.xds.translate",),

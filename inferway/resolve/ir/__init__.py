@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from inferway.resolve.ir.features import FeatureRouterIR
 from inferway.resolve.ir.grpc_target import GrpcTargetIR
 from inferway.resolve.ir.listener import ListenerIR
+from inferway.resolve.ir.llm import LlmGatewayIR
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.resolve.ir.service import ServiceIR
 from inferway.state.model import TlsMaterial
@@ -37,3 +38,5 @@ class IR:
     """What proxyless gRPC clients may dial, in policy order (Envoy nodes never see these)."""
     feature_router: FeatureRouterIR | None = None
     """Set when a route matches on body features: the external processor Envoy asks."""
+    llm: LlmGatewayIR | None = None
+    """Set when a route is an ``openai`` one: the LLM processor Envoy asks."""

@@ -8,6 +8,7 @@ from typing import Literal
 
 from inferway.resolve.ir.access import AccessIR
 from inferway.resolve.ir.features import FeaturesIR
+from inferway.resolve.ir.llm import LlmRouteIR
 from inferway.resolve.ir.route_traffic import CookieMatchIR, FaultIR, MirrorIR
 
 __all__ = [
@@ -125,3 +126,5 @@ class RouteIR:
     fault: FaultIR | None = None
     served_by_headers: bool = True
     """Answers carry x-inferway-pool / x-inferway-replica (served_by.py)."""
+    llm: LlmRouteIR | None = None
+    """An OpenAI-compatible route: the body's model picks it (xds/translate/llm.py)."""

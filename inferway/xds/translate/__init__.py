@@ -20,6 +20,7 @@ from inferway.xds.translate.cluster import build_cluster
 from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
 from inferway.xds.translate.features import FEATURE_ROUTER_CLUSTER, build_feature_router_cluster
 from inferway.xds.translate.listener import build_listener
+from inferway.xds.translate.llm import LLM_CLUSTER, build_llm_cluster
 from inferway.xds.translate.observability import build_observability_clusters
 from inferway.xds.translate.route import build_route_configuration
 from inferway.xds.translate.tls import build_secrets
@@ -38,7 +39,10 @@ def translate(ir: IR) -> Resources:
             (
                 ln.name,
                 build_listener(
-                    ln, observability=ir.observability, feature_router=ir.feature_router
+                    ln,
+                    observability=ir.observability,
+                    feature_router=ir.feature_router,
+                    llm=ir.llm,
                 ),
             )
             for ln in ir.listeners
@@ -50,7 +54,8 @@ def translate(ir: IR) -> Resources:
             [(FEATURE_ROUTER_CLUSTER, build_feature_router_cluster(ir.feature_router))]
             if ir.feature_router is not None
             else []
-        ),
+        )
+        + ([(LLM_CLUSTER, build_llm_cluster(ir.llm))] if ir.llm is not None else []),
         type_urls.ENDPOINT: [
             (s.name, build_cluster_load_assignment(s)) for s in ir.services if not uses_hostnames(s)
         ],

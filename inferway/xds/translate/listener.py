@@ -12,12 +12,14 @@ from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manag
 )
 from inferway.resolve.ir.features import FeatureRouterIR
 from inferway.resolve.ir.listener import ListenerIR
+from inferway.resolve.ir.llm import LlmGatewayIR
 from inferway.resolve.ir.observability import ObservabilityIR
 from inferway.xds.translate import names
-from inferway.xds.translate._protos import ads_config_source, bool_value, pack
+from inferway.xds.translate._protos import ads_config_source, bool_value, pack, uint32_value
 from inferway.xds.translate.fault import apply_fault
 from inferway.xds.translate.features import build_feature_router_filter
 from inferway.xds.translate.listener_limits import apply_listener_timeouts
+from inferway.xds.translate.llm import build_llm_filter
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.rate_limit import apply_rate_limit
@@ -38,6 +40,7 @@ def build_http_connection_manager(
     observability: ObservabilityIR,
     route_config: route_pb2.RouteConfiguration | None = None,
     feature_router: FeatureRouterIR | None = None,
+    llm: LlmGatewayIR | None = None,
 ) -> hcm_pb2.HttpConnectionManager:
     """HCM for ``listener``: RDS over ADS, or ``route_config`` inlined when given (the
     static bootstrap used for ``envoy --mode validate``). ``observability`` is the IR's
@@ -61,6 +64,9 @@ def build_http_connection_manager(
     apply_rate_limit(manager, listener.routes)
     apply_identity_check(manager, listener)
     apply_observability(manager, observability)
+    if llm is not None and any(r.llm for r in listener.routes):
+        # before access rules, rate limits and faults: they see the route the model chose
+        manager.http_filters.insert(0, build_llm_filter(llm))
     if feature_router is not None and any(r.match.features for r in listener.routes):
         # first: the filters after it see the route the features chose
         manager.http_filters.insert(0, build_feature_router_filter(feature_router))
@@ -82,8 +88,9 @@ def build_listener(
     observability: ObservabilityIR,
     route_config: route_pb2.RouteConfiguration | None = None,
     feature_router: FeatureRouterIR | None = None,
+    llm: LlmGatewayIR | None = None,
 ) -> listener_pb2.Listener:
-    return listener_pb2.Listener(
+    proto = listener_pb2.Listener(
         name=listener.name,
         stat_prefix=listener.name,
         address=address_pb2.Address(
@@ -104,6 +111,7 @@ def build_listener(
                                 route_config=route_config,
                                 observability=observability,
                                 feature_router=feature_router,
+                                llm=llm,
                             )
                         ),
                     )
@@ -112,3 +120,6 @@ def build_listener(
             )
         ],
     )
+    if llm is not None and any(r.llm for r in listener.routes):  # whole prompts are held
+        proto.per_connection_buffer_limit_bytes.CopyFrom(uint32_value(llm.max_body_bytes))
+    return proto

@@ -15,6 +15,7 @@ from inferway._xds_protos.envoy.type.matcher.v3 import regex_pb2, string_pb2
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.route import BackendIR, HeaderMatchIR, PathMatchIR, RetryIR, RouteIR
 from inferway.resolve.ir.route_traffic import CookieMatchIR
+from inferway.resolve.llm import LLM_ENDPOINTS
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import bool_value, duration, pack, uint32_value
 from inferway.xds.translate.cookie_match import build_cookie_matcher
@@ -26,6 +27,13 @@ from inferway.xds.translate.features import (
     may_share_requests,
 )
 from inferway.xds.translate.listener_limits import build_too_large_route
+from inferway.xds.translate.llm import (
+    UNKNOWN_MODEL_ROUTE,
+    add_llm_route,
+    build_models_route,
+    build_unknown_model_route,
+    disable_llm_filter,
+)
 from inferway.xds.translate.load_balancing import ORCA_HEADER, build_hash_policy
 from inferway.xds.translate.mirror import add_route_mirror
 from inferway.xds.translate.rate_limit import add_route_rate_limit
@@ -75,8 +83,40 @@ def _listener_routes(listener: ListenerIR) -> list[rc_pb2.Route]:
             routes.append(build_malformed_route(route, proto.match))
         if featured and not any(may_share_requests(route.match.path, p) for p in featured):
             disable_feature_router(proto)
-        routes.append(proto)
+        before, after = _llm_before(listener.routes, route), _llm_after(listener.routes, route)
+        if featured and route.llm is not None and not _llm_shares(route.llm.prefix, featured):
+            for answer in (proto, *before, *after):  # the regex path would look shared
+                disable_feature_router(answer)
+        routes.extend([*before, proto, *after])
+    served = {r.name for r in listener.routes if r.llm is not None}
+    if served:  # the LLM processor sees the openai routes' requests only
+        served.update(p.name for p in routes if p.name.startswith(UNKNOWN_MODEL_ROUTE))
+        for proto in routes:
+            if proto.name not in served:
+                disable_llm_filter(proto)
     return routes
+
+
+def _llm_shares(prefix: str, featured: Sequence[PathMatchIR]) -> bool:
+    """Whether a feature route's path could take one of the prefix's OpenAI endpoints."""
+    paths = [f"{prefix}/{endpoint}" for endpoint in (*LLM_ENDPOINTS, "models")]
+    return any(may_share_requests(PathMatchIR("exact", p), f) for p in paths for f in featured)
+
+
+def _llm_before(routes: Sequence[RouteIR], route: RouteIR) -> list[rc_pb2.Route]:
+    """``<prefix>/models`` before the prefix's first openai route."""
+    if route.llm is None:
+        return []
+    same = [r for r in routes if r.llm is not None and r.llm.prefix == route.llm.prefix]
+    return [build_models_route(route.llm.prefix, same)] if same[0] is route else []
+
+
+def _llm_after(routes: Sequence[RouteIR], route: RouteIR) -> list[rc_pb2.Route]:
+    """The unknown-model answer after the prefix's last openai route."""
+    if route.llm is None:
+        return []
+    same = [r for r in routes if r.llm is not None and r.llm.prefix == route.llm.prefix]
+    return [build_unknown_model_route(route.llm.prefix)] if same[-1] is route else []
 
 
 def build_route(route: RouteIR) -> rc_pb2.Route:
@@ -92,6 +132,8 @@ def build_route(route: RouteIR) -> rc_pb2.Route:
     add_served_by_headers(proto, route)
     if route.match.features is not None:
         proto.match.dynamic_metadata.extend(build_feature_matchers(route.match.features))
+    if route.llm is not None:
+        add_llm_route(proto, route)
     proto.route.hash_policy.extend(build_hash_policy(h) for h in route.hash_policies)
     return proto
 

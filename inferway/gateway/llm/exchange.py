@@ -1,0 +1,143 @@
+"""One request through the LLM processor, from its headers to the end of its answer.
+
+Holds what a stream needs between ext_proc messages: who the client is, which model it
+asked for, whether the gateway added ``include_usage`` (then the usage chunk is dropped
+before this client sees it), the SSE splitter and the tally of the answer. Plain values in,
+plain values out: the gRPC servicer (processor.py) does the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+from inferway.gateway.llm.accounting import StreamTally, Usage, estimate_prompt_tokens, usage_of
+from inferway.gateway.llm.limits import TokenBudget
+from inferway.gateway.llm.metrics import Exchange
+from inferway.gateway.llm.request import LlmRequest
+from inferway.gateway.llm.sse import SseSplitter
+
+__all__ = ["MAX_PLAIN_ANSWER", "LlmSettings", "LlmStream"]
+
+MAX_PLAIN_ANSWER = 16 * 1024 * 1024
+"""A non-streamed answer is read for its ``usage`` up to this size (embeddings can be
+large); past it the answer still passes whole, and its tokens are estimated."""
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    """What the live policy tells the processor (swapped whole on every apply)."""
+
+    models: Mapping[str, str] = field(default_factory=dict)
+    """Every model name and alias an openai route serves -> the name its backends serve."""
+    routes: Mapping[str, str] = field(default_factory=dict)
+    """Served model -> its route (the label when Envoy does not name the route)."""
+    ask_for_usage: frozenset[str] | None = None
+    """Served models whose streams get ``include_usage`` added (``openai.ask_for_usage``;
+    None: every model)."""
+    client_header: str = "x-api-key"
+    hash_client: bool = True
+    budget: TokenBudget | None = None
+
+
+class LlmStream:
+    """``started``: monotonic seconds when the request's headers reached the processor."""
+
+    def __init__(self, client: str, operation: str, started: float) -> None:
+        self.client = client
+        self.operation = operation
+        self.started = started
+        self.request: LlmRequest | None = None
+        self.prompt_bytes = 0
+        self.status = 0
+        self.route = ""
+        self.backend = ""
+        self.sse = False
+        self.drop_usage = False
+        self.splitter = SseSplitter()
+        self.tally = StreamTally()
+        self._plain = bytearray()
+        self._plain_overflow = False
+        self.finished = False
+
+    def on_request(self, request: LlmRequest, prompt_bytes: int, route: str) -> None:
+        self.request, self.prompt_bytes, self.route = request, prompt_bytes, route
+        self.drop_usage = request.stream and not request.shows_usage
+
+    def on_response_headers(
+        self, status: int, content_type: str, route: str | None, backend: str | None
+    ) -> None:
+        self.status = status
+        self.sse = content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+        self.route = route or self.route
+        self.backend = backend or self.backend
+
+    def on_response_chunk(self, chunk: bytes, end: bool, now: float) -> bytes | None:
+        """What replaces ``chunk`` for the client (None: pass it as it is)."""
+        if not self.sse:
+            if len(self._plain) + len(chunk) <= MAX_PLAIN_ANSWER:
+                self._plain += chunk
+            else:
+                self._plain_overflow = True
+            return None
+        events = self.splitter.feed(chunk)
+        if end:
+            events += self.splitter.finish()
+        kept: list[bytes] = []
+        for event in events:
+            usage_only = event.data is not None and self.tally.on_data(event.data, now)
+            if not (usage_only and self.drop_usage):
+                kept.append(event.raw)
+        if not self.drop_usage:
+            return None
+        return b"".join(kept)  # an unfinished event waits for the next chunk
+
+    def usage(self) -> Usage:
+        if self.sse:
+            return self.tally.result(self.prompt_bytes)
+        counted = None
+        if self._plain and not self._plain_overflow:
+            try:
+                document = orjson.loads(bytes(self._plain))
+            except orjson.JSONDecodeError:
+                document = None
+            counted = usage_of(document)
+            if isinstance(document, dict) and isinstance(document.get("model"), str):
+                self.tally.response_model = document["model"]
+        if counted is not None:
+            return Usage(counted[0], counted[1], estimated=False)
+        if self.status and self.status >= 400:
+            return Usage(0, 0, estimated=False)  # refused: nothing was generated
+        return Usage(estimate_prompt_tokens(self.prompt_bytes), 0, estimated=True)
+
+    def outcome(self) -> tuple[Exchange, Usage]:
+        """The finished request's record (call once, at the end of the answer or stream)."""
+        self.finished = True
+        usage = self.usage()
+        request = self.request
+        model = request.model if request else ""
+        ttft = None
+        tally = self.tally
+        if self.sse and tally.first_token_at is not None:
+            ttft = tally.first_token_at - self.started
+        exchange = Exchange(
+            route=self.route,
+            model=model,
+            requested_model=request.requested_model if request else "",
+            response_model=tally.response_model or model,
+            backend=self.backend,
+            client=self.client,
+            operation=self.operation,
+            stream=bool(request and request.stream),
+            code=self.status,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            estimated=usage.estimated,
+            ttft_s=ttft,
+            time_per_output_token_s=(
+                tally.time_per_output_token(usage.output_tokens) if self.sse else None
+            ),
+        )
+        return exchange, usage

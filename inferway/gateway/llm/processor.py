@@ -1,0 +1,212 @@
+"""The LLM processor's gRPC service: Envoy's external processor for ``openai`` routes.
+
+Per request Envoy opens one stream: the request's headers (the client's token limits are
+checked here, before a body is read or a backend asked), its whole body (the model picks the
+route; aliases and ``include_usage`` are rewritten in), the answer's headers (status, and
+the route and service that served it as Envoy attributes), then each chunk of the answer as
+it arrives (``STREAMED``: passed on at once, counted on the way). When the answer ends
+(before its last chunk is passed on, so the client's next request sees the debit), or the
+client goes away, the request is recorded once: metrics, the budget's debit, a span.
+
+Envoy is configured to fail closed for this processor (a request it cannot ask about fails):
+the limits it enforces must not be skipped by crashing it. A stream that errors here is
+logged and counted; Envoy answers that client with an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from opentelemetry import trace
+
+from inferway._xds_protos.envoy.service.ext_proc.v3 import (
+    external_processor_pb2 as ep_pb2,
+)
+from inferway._xds_protos.envoy.service.ext_proc.v3 import (
+    external_processor_pb2_grpc as ep_grpc,
+)
+from inferway.gateway.llm.answers import (
+    error_answer,
+    pass_response_body,
+    pass_response_headers,
+    request_headers_continue,
+    routed_body,
+)
+from inferway.gateway.llm.client_key import client_key
+from inferway.gateway.llm.exchange import LlmSettings, LlmStream
+from inferway.gateway.llm.metrics import Exchange, LlmMetrics
+from inferway.gateway.llm.request import BadRequest, operation_of, prepare_request
+
+__all__ = ["LlmProcessor"]
+
+log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("inferway.gateway.llm")
+
+
+def _headers(message: ep_pb2.HttpHeaders) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for header in message.headers.headers:
+        raw: bytes = header.raw_value
+        out[header.key.lower()] = raw.decode("latin-1") if raw else str(header.value)
+    return out
+
+
+def _attribute(request: ep_pb2.ProcessingRequest, name: str) -> str | None:
+    for attributes in request.attributes.values():
+        value = attributes.fields.get(name)
+        if value is not None and value.WhichOneof("kind") == "string_value":
+            return str(value.string_value)
+    return None
+
+
+class LlmProcessor(ep_grpc.ExternalProcessorServicer):
+    """``settings`` is read per request, so a policy edit applies to the next one."""
+
+    def __init__(
+        self,
+        metrics: LlmMetrics,
+        settings: LlmSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        """``tracer``: where the ``gen_ai`` spans go (default: the process's provider)."""
+        self.metrics = metrics
+        self._tracer = tracer or _tracer
+        self.settings = settings or LlmSettings()
+        self._clock = clock
+        self.requests = 0
+        self.errors = 0
+        self.refused = 0
+
+    async def Process(
+        self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
+    ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
+        stream: LlmStream | None = None
+        settings = self.settings
+        try:
+            async for request in request_iterator:
+                kind = request.WhichOneof("request")
+                if kind == "request_headers":
+                    stream, answer = await self._on_headers(request.request_headers, settings)
+                    yield answer
+                    if stream is None:
+                        return
+                elif kind == "request_body" and stream is not None:
+                    yield self._on_body(stream, request.request_body.body, settings)
+                    if stream.request is None:
+                        return
+                elif kind == "response_headers" and stream is not None:
+                    headers = _headers(request.response_headers)
+                    stream.on_response_headers(
+                        int(headers.get(":status", "0") or 0),
+                        headers.get("content-type", ""),
+                        _attribute(request, "xds.route_name"),
+                        _attribute(request, "xds.cluster_name"),
+                    )
+                    if request.response_headers.end_of_stream:
+                        await self._finish(stream, settings)
+                    yield pass_response_headers()
+                elif kind == "response_body" and stream is not None:
+                    body = request.response_body
+                    replacement = stream.on_response_chunk(
+                        body.body, body.end_of_stream, self._clock()
+                    )
+                    if body.end_of_stream:  # counted before the client has it all
+                        await self._finish(stream, settings)
+                    yield pass_response_body(replacement)
+                else:
+                    yield _passthrough(kind)
+        except Exception:
+            self.errors += 1
+            log.exception("LLM processor: a stream failed; Envoy answers its client with an error")
+        finally:
+            if stream is not None and stream.request is not None and not stream.finished:
+                await self._finish(stream, settings)  # the client or Envoy went away
+
+    async def _on_headers(
+        self, message: ep_pb2.HttpHeaders, settings: LlmSettings
+    ) -> tuple[LlmStream | None, ep_pb2.ProcessingResponse]:
+        self.requests += 1
+        headers = _headers(message)
+        client = client_key(headers, settings.client_header, hashed=settings.hash_client)
+        stream = LlmStream(client, operation_of(headers.get(":path", "")), self._clock())
+        if settings.budget is not None:
+            refusal = await settings.budget.check(client)
+            if refusal is not None:
+                self.refused += 1
+                self.metrics.limited.labels(client, refusal.limit).inc()
+                message_text = (
+                    f"token limit {refusal.limit} ({refusal.tokens} tokens) used up by this "
+                    f"client key ({refusal.used} used); retry after {refusal.retry_after_s}s"
+                )
+                return None, error_answer(
+                    429,
+                    refusal.limit,
+                    message_text,
+                    retry_after_s=refusal.retry_after_s,
+                    extra={"limit": refusal.limit, "limit_tokens": refusal.tokens},
+                )
+        if message.end_of_stream:
+            return None, error_answer(400, "missing_body", "an OpenAI request has a JSON body")
+        return stream, request_headers_continue()
+
+    def _on_body(
+        self, stream: LlmStream, body: bytes, settings: LlmSettings
+    ) -> ep_pb2.ProcessingResponse:
+        try:
+            prepared = prepare_request(body, settings.models, ask_for_usage=settings.ask_for_usage)
+        except BadRequest as bad:
+            return error_answer(bad.status, bad.code, bad.message)
+        stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))
+        return routed_body(prepared.model, prepared.body)
+
+    async def _finish(self, stream: LlmStream, settings: LlmSettings) -> None:
+        """Record the request once; a failure here is logged, never the client's problem."""
+        try:
+            exchange, usage = stream.outcome()
+            self.metrics.record(exchange)
+            if settings.budget is not None:
+                tokens = usage.input_tokens + usage.output_tokens
+                await settings.budget.debit(stream.client, tokens)
+            _span(self._tracer, exchange, stream.started, self._clock())
+        except Exception:
+            self.errors += 1
+            log.exception("LLM processor: recording a finished request failed")
+
+
+def _span(tracer: trace.Tracer, x: Exchange, started: float, now: float) -> None:
+    """A ``gen_ai`` span for the request (a no-op unless tracing is set up)."""
+    end_ns = time.time_ns()
+    start_ns = end_ns - int((now - started) * 1e9)
+    span = tracer.start_span(f"{x.operation} {x.model}", start_time=start_ns)
+    span.set_attributes(
+        {
+            "gen_ai.operation.name": x.operation,
+            "gen_ai.request.model": x.requested_model,
+            "gen_ai.response.model": x.response_model,
+            "gen_ai.usage.input_tokens": x.input_tokens,
+            "gen_ai.usage.output_tokens": x.output_tokens,
+            "inferway.llm.route": x.route,
+            "inferway.llm.backend": x.backend,
+            "inferway.llm.client": x.client,
+            "inferway.llm.estimated": x.estimated,
+            "http.response.status_code": x.code,
+        }
+    )
+    span.end(end_time=end_ns)
+
+
+def _passthrough(kind: str | None) -> ep_pb2.ProcessingResponse:
+    if kind == "request_body":
+        return ep_pb2.ProcessingResponse(request_body=ep_pb2.BodyResponse())
+    if kind == "request_trailers":
+        return ep_pb2.ProcessingResponse(request_trailers=ep_pb2.TrailersResponse())
+    if kind == "response_headers":
+        return ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
+    if kind == "response_body":
+        return ep_pb2.ProcessingResponse(response_body=ep_pb2.BodyResponse())
+    return ep_pb2.ProcessingResponse(response_trailers=ep_pb2.TrailersResponse())

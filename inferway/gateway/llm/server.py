@@ -1,0 +1,150 @@
+"""The LLM processor's gRPC server in the gateway process, and the keeper that runs it where
+the live policy says, with the policy's models, client key and token limits.
+
+The budget store outlives policy edits (a limit changed mid-minute keeps what was used);
+it is this process's memory for now (limits are per Envoy, docs/llm.md), behind the
+:class:`~inferway.gateway.llm.limits.BudgetStore` interface a fleet store can implement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from inferway._xds_protos.envoy.service.ext_proc.v3 import (
+    external_processor_pb2_grpc as ep_grpc,
+)
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
+from inferway.gateway.llm.exchange import LlmSettings
+from inferway.gateway.llm.limits import BudgetStore, LimitSpec, MemoryBudgetStore, TokenBudget
+from inferway.gateway.llm.metrics import LlmMetrics
+from inferway.gateway.llm.processor import LlmProcessor
+from inferway.policies.model import Policy
+
+__all__ = ["LlmKeeper", "LlmServer", "build_llm_settings", "wanted_address"]
+
+log = logging.getLogger(__name__)
+
+
+def wanted_address(policy: Policy) -> tuple[str, int] | None:
+    """Where the policy wants the processor: only when a route is an ``openai`` one."""
+    if not any(r.openai is not None for r in policy.routes):
+        return None
+    return policy.llm.address, policy.llm.port
+
+
+def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
+    models: dict[str, str] = {}
+    routes: dict[str, str] = {}
+    asking: set[str] = set()
+    for route in policy.routes:
+        if route.openai is None:
+            continue
+        routes.setdefault(route.openai.model, route.name)
+        if route.openai.ask_for_usage:
+            asking.add(route.openai.model)
+        for name in (route.openai.model, *route.openai.aliases):
+            models.setdefault(name, route.openai.model)
+    limits = policy.llm.limits
+    specs = [
+        LimitSpec(name, tokens)
+        for name, tokens in (
+            ("tokens_per_minute", limits.tokens_per_minute),
+            ("tokens_per_day", limits.tokens_per_day),
+        )
+        if tokens is not None
+    ]
+    return LlmSettings(
+        models=models,
+        routes=routes,
+        ask_for_usage=frozenset(asking),
+        client_header=policy.llm.client_key.header,
+        hash_client=policy.llm.client_key.hash,
+        budget=TokenBudget(specs, store) if specs else None,
+    )
+
+
+_UNCAPPED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+class LlmServer:
+    """One gRPC server on ``host:port`` (port 0: the OS picks; ``port`` tells)."""
+
+    def __init__(self, host: str, port: int, processor: LlmProcessor) -> None:
+        self.host = host
+        self.port = port
+        self.processor = processor
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> LlmServer:
+        # a whole prompt is one message: gRPC's 4 MiB default would fail longer ones (Envoy's
+        # buffer, llm.max_body_bytes, is what bounds them)
+        server = grpc.aio.server(options=_UNCAPPED)
+        ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
+        address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        bound = server.add_insecure_port(address)
+        if not bound:
+            raise OSError(f"LLM processor: cannot listen on {address}")
+        await server.start()
+        self.port, self._server = bound, server
+        log.info("LLM processor on %s:%d", self.host, self.port)
+        return self
+
+    async def stop(self, grace: float = 0.2) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(grace)
+
+
+class LlmKeeper(PolicyFollower):
+    """Runs the processor while the live policy has openai routes, at the address it names,
+    with its settings; started before Envoy gets the first snapshot that uses it."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        policy: Policy,
+        registry: CollectorRegistry,
+        store: BudgetStore | None = None,
+    ) -> None:
+        self._plane = plane
+        self._initial = policy
+        self.store: BudgetStore = store or MemoryBudgetStore()
+        self.processor = LlmProcessor(LlmMetrics(registry))
+        self.server: LlmServer | None = None
+        self._pending: asyncio.Task[None] | None = None
+
+    async def follow(self, policy: Policy) -> None:
+        self.processor.settings = build_llm_settings(policy, self.store)
+        wanted = wanted_address(policy)
+        current = None if self.server is None else (self.server.host, self.server.port)
+        if wanted == current:
+            return
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        if wanted is not None:
+            self.server = await LlmServer(*wanted, self.processor).start()
+
+    async def start(self) -> None:
+        await self.follow(self._initial)
+        self._plane.add_observer(self)
+
+    def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+        self._pending = asyncio.get_running_loop().create_task(self._follow(applied.policy))
+
+    async def _follow(self, policy: Policy) -> None:
+        try:
+            await self.follow(policy)
+        except OSError as error:  # openai routes fail (closed) until an edit fixes it
+            log.error("%s; openai routes answer errors until it listens", error)
+
+    async def stop(self) -> None:
+        if self._pending is not None:
+            await self._pending
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None

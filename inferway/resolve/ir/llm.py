@@ -1,0 +1,30 @@
+"""IR of OpenAI-compatible routes and of the LLM processor Envoy asks about them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LlmGatewayIR", "LlmRouteIR"]
+
+
+@dataclass(frozen=True)
+class LlmRouteIR:
+    model: str
+    """The body's ``model`` this route serves (what its backends serve)."""
+    aliases: tuple[str, ...]
+    """Other names accepted for it (the processor rewrites them to ``model``)."""
+    prefix: str
+    idle_timeout: float
+    timeout: float
+    """The whole answer's limit (0: none)."""
+
+
+@dataclass(frozen=True)
+class LlmGatewayIR:
+    """Where Envoy reaches the LLM processor; set when some route is an ``openai`` one."""
+
+    host: str
+    port: int
+    timeout: float
+    max_body_bytes: int
+    """The per-connection buffer limit of a listener with openai routes."""
