@@ -17,6 +17,7 @@ from typing import Any
 from inferway.gateway.components import Component
 from inferway.gateway.fleet.election import LeaderTask, LeaderWork
 from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource, NewestReports
+from inferway.gateway.fleet.shared_autoscale import SharedAutoscaleStore
 from inferway.gateway.fleet.shared_evidence import EvidencePublisher, StoreEvidence
 from inferway.gateway.fleet.shared_rollouts import SharedRolloutStore
 from inferway.gateway.fleet.store import Fence, Store, StoreHealth, StoreUnavailableError
@@ -54,6 +55,7 @@ class Fleet:
     evidence: StoreEvidence
     publisher: EvidencePublisher
     silent_after_s: float
+    autoscale: SharedAutoscaleStore
     leader: LeaderWork | None = field(default=None)
     admin_url: str = ""
     _replicas: list[dict[str, Any]] = field(default_factory=list)
@@ -129,10 +131,16 @@ class Fleet:
         )
         self.leader = work
         self.rollouts.fenced = work.lose
+        self.autoscale.fenced = work.lose
         return work
+
+    def fence(self) -> Fence | None:
+        """This replica's fence while it leads (None: it does not)."""
+        return self.leader.fence if self.leader is not None else None
 
     async def start(self) -> None:
         self.rollouts.start()
+        await self.autoscale.start()
         await self.evidence.start()
         await self.publisher.start()
         self._beat = asyncio.create_task(self._heartbeat(), name="fleet heartbeat")
@@ -144,6 +152,7 @@ class Fleet:
                 await self._beat
         await self.publisher.stop()
         await self.evidence.stop()
+        await self.autoscale.stop()
         await self.rollouts.stop()
         with contextlib.suppress(Exception):
             await self.store.close()
@@ -182,6 +191,7 @@ async def open_fleet(
         else StoreEvidence(store, expire_after_s=evidence_ttl_s),
         EvidencePublisher(reports, store, push_s),
         silent_after_s=max(5.0, 3 * push_s),
+        autoscale=SharedAutoscaleStore(store, fence),
     )
     holder.append(fleet)
     return fleet
