@@ -9,7 +9,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,9 @@ REPLICA_STALE_S = 15.0
 log = logging.getLogger("inferway.fleet")
 
 
-def _while_leading(component: Component) -> LeaderTask:
+def _while_leading(component: Component, refresh: Callable[[], Awaitable[None]]) -> LeaderTask:
     async def run(_fence: Fence) -> None:
+        await refresh()  # a failure is the task's: LeaderWork logs it and starts it again
         await component.start()
         try:
             await asyncio.Event().wait()
@@ -121,13 +122,14 @@ class Fleet:
         return FleetStatsSource(reports, stable, canary, self.silent_after_s)
 
     def lead(self, loops: Sequence[tuple[str, Component]]) -> LeaderWork:
-        """The leader-only work: ``loops`` run while this replica leads, and only then."""
+        """The leader-only work: ``loops`` run while this replica leads, and only then, each
+        from the fleet's latest state (read from the store once elected)."""
         work = LeaderWork(
             self.store,
             election=ELECTION,
             identity=self.identity,
             ttl=self.ttl_s,
-            tasks=[(name, _while_leading(loop)) for name, loop in loops],
+            tasks=[(name, _while_leading(loop, self.rollouts.refresh)) for name, loop in loops],
         )
         self.leader = work
         self.rollouts.fenced = work.lose
