@@ -14,17 +14,30 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from inferway.controllers.autoscale.autoscaler import Autoscaler
+from inferway.controllers.autoscale.params import AutoscaleConfig
 from inferway.gateway.autoscale_inputs import ClusterLoad
 from inferway.gateway.fleet.fleet_load import FleetLoad, FleetLoadSource
 from inferway.gateway.fleet.shared_autoscale import SharedAutoscaleStore
 from inferway.gateway.fleet.store import ConflictError, Fence, FencedError, StoreUnavailableError
+from inferway.policies.scale_target import ScaleTargetSpec
 
-if TYPE_CHECKING:
-    from inferway.gateway.autoscaling import _Scaled
+
+class _Scaled(Protocol):
+    """What this module reads and writes of one autoscaled service (the driver's record)."""
+
+    config: AutoscaleConfig
+    target: ScaleTargetSpec
+    autoscaler: Autoscaler
+    last: tuple[float, ClusterLoad] | None
+    p99: float | None
+    seq: int
+    version: int
+    error: str | None
+
 
 __all__ = ["AutoscaleFleet"]
 
@@ -96,7 +109,7 @@ class AutoscaleFleet:
             return False
         return True
 
-    async def resume(self, services: dict[str, _Scaled]) -> None:
+    async def resume(self, services: Mapping[str, _Scaled]) -> None:
         """A new leader: the store's records, read now, then each service continued."""
         try:
             await self.state.refresh()

@@ -33,6 +33,7 @@ from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.features.server import FeatureRouterKeeper
 from inferway.gateway.fleet.envoy_reports import EnvoyReports
+from inferway.gateway.fleet.fleet_limits import FleetLimits
 from inferway.gateway.fleet.fleet_load import FleetLoadSource
 from inferway.gateway.fleet.fleet_wiring import Fleet, open_fleet
 from inferway.gateway.llm.server import LlmKeeper
@@ -343,7 +344,23 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
                     fleet.fence,
                 )
             )
-            work = fleet.lead([("rollouts", rollouts), ("autoscaling", parts.autoscale)])
+            limits = FleetLimits(
+                plane,
+                fleet.store,
+                fleet.evidence,
+                fleet.fence,
+                silent_after_s=fleet.silent_after_s,
+            )
+            fleet.limits = limits
+            await components.start("fleet rate limits", limits)
+            work = fleet.lead(
+                [
+                    ("rollouts", rollouts),
+                    ("autoscaling", parts.autoscale),
+                    ("rate limits", limits.splitter),
+                ]
+            )
+            limits.fenced = work.lose
             await components.start("leader work", work)
     except BaseException:
         await components.stop()

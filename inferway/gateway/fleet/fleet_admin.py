@@ -14,6 +14,7 @@ from aiohttp import web
 
 from inferway.gateway.admin import FLEET_STATUS
 from inferway.gateway.autoscale_admin import AUTOSCALE_FORWARD
+from inferway.gateway.fleet.fleet_limits import local_limit_warnings
 from inferway.gateway.fleet.fleet_wiring import Fleet
 from inferway.gateway.rollouts.admin_routes import FORWARD
 
@@ -40,6 +41,19 @@ def fleet_status(fleet: Fleet) -> dict[str, Any]:
             {"node": node, "zone": report.zone, "age_s": round(now - report.at, 1)}
             for node, report in sorted(fleet.evidence.expired().items())
         ],
+        **_limits(fleet),
+    }
+
+
+def _limits(fleet: Fleet) -> dict[str, Any]:
+    """Each fleet-wide limit's split, and a warning for each per-Envoy limit that several
+    Envoys serve (the fleet admits it once per Envoy)."""
+    if fleet.limits is None:
+        return {}
+    envoys = len(fleet.evidence.reports())
+    return {
+        "rate_limit_splits": fleet.limits.splits(),
+        "warnings": local_limit_warnings(fleet.limits.plane.policy, envoys),
     }
 
 

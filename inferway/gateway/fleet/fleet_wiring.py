@@ -17,6 +17,7 @@ from typing import Any
 from inferway.gateway.components import Component
 from inferway.gateway.fleet.election import LeaderTask, LeaderWork
 from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource, NewestReports
+from inferway.gateway.fleet.fleet_limits import FleetLimits
 from inferway.gateway.fleet.shared_autoscale import SharedAutoscaleStore
 from inferway.gateway.fleet.shared_evidence import EvidencePublisher, StoreEvidence
 from inferway.gateway.fleet.shared_rollouts import SharedRolloutStore
@@ -58,6 +59,8 @@ class Fleet:
     silent_after_s: float
     autoscale: SharedAutoscaleStore
     leader: LeaderWork | None = field(default=None)
+    limits: FleetLimits | None = field(default=None)
+    """The fleet-wide rate limits' splits (set by ``start_gateway``)."""
     admin_url: str = ""
     _replicas: list[dict[str, Any]] = field(default_factory=list)
     _health: StoreHealth | None = None
