@@ -4,12 +4,13 @@ configuration for every Envoy, one bucket per node keyed by the node header)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from rich.console import Console
 
 from inferway._xds_protos.envoy.config.route.v3 import route_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.local_ratelimit.v3 import (
@@ -18,6 +19,8 @@ from inferway._xds_protos.envoy.extensions.filters.http.local_ratelimit.v3 impor
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from inferway.cli.status import render_status
+from inferway.gateway.admin_documents import StatusDocument
 from inferway.gateway.fleet.fleet_limits import local_limit_warnings
 from inferway.gateway.fleet.limit_shares import split_limit
 from inferway.policies import Policy
@@ -34,8 +37,9 @@ from inferway.xds.translate.rate_limit import (
 
 
 def test_uneven_load_is_split_max_min_fair_in_whole_tokens() -> None:
-    # 30, 12 and 4 offered for 20: the light one gets its load and headroom, the rest evenly
-    assert split_limit(20, {"a": 30, "b": 12, "c": 4}, floor=2) == {"a": 8, "b": 7, "c": 5}
+    # 30, 12 and 4 offered for 20: the light one keeps its load and headroom, the heavy ones
+    # split what it uses (16), so the fleet admits the limit
+    assert split_limit(20, {"a": 30, "b": 12, "c": 4}, floor=2) == {"a": 8, "b": 8, "c": 5}
     # the demands fit: the spare is shared in proportion (nothing of the limit unused)
     assert split_limit(20, {"a": 4, "b": 4}, floor=2) == {"a": 10, "b": 10}
     # not measured yet: a newcomer asks the floor
@@ -53,19 +57,28 @@ def test_uneven_load_is_split_max_min_fair_in_whole_tokens() -> None:
         max_size=12,
     ),
 )
-def test_a_split_adds_up_to_the_limit_and_gives_each_envoy_what_it_asks_if_it_can(
+def test_a_split_admits_the_limit_and_gives_each_envoy_what_it_asks_if_it_can(
     limit: int, offered: dict[str, float | None]
 ) -> None:
     floor = max(1, limit // 10)
     shares = split_limit(limit, offered, floor=floor)
-    assert set(shares) == set(offered) and sum(shares.values()) == limit
-    if limit >= len(offered):
-        assert min(shares.values()) >= 1
-        fair = limit / len(offered)
-        for node, load in offered.items():  # an Envoy asking less than an equal part gets it
-            asked = max((load or 0) * 1.25, floor, 1)
-            if asked <= fair:
-                assert shares[node] >= int(asked) - 1, (node, shares)
+    assert set(shares) == set(offered)
+    if limit < len(offered):
+        assert sum(shares.values()) == limit
+        return
+    assert min(shares.values()) >= 1
+    asked = {n: max((load or 0) * 1.25, floor, 1) for n, load in offered.items()}
+    use = {n: load if load is not None else floor for n, load in offered.items()}
+    # what the fleet admits while each Envoy offers its load: the limit (or all, if less),
+    # give or take a token of rounding per Envoy and the floors of nearly idle Envoys
+    admitted = sum(min(shares[n], use[n]) for n in offered)
+    idle = sum(floor for n in offered if use[n] < floor)
+    assert admitted <= limit + len(offered)
+    assert admitted >= min(limit, sum(use.values())) - len(offered) - 1 - idle
+    fair = limit / len(offered)
+    for node in offered:  # an Envoy asking less than an equal part gets it
+        if asked[node] <= fair:
+            assert shares[node] >= int(asked[node]), (node, shares)
 
 
 def _policy(scope: str | None) -> Policy:
@@ -126,3 +139,15 @@ def test_a_per_envoy_limit_served_by_several_envoys_is_a_warning() -> None:
     (warning,) = local_limit_warnings(_policy("envoy"), 3)
     assert "route chat" in warning and "up to 3 x 20" in warning
     assert local_limit_warnings(_policy("fleet"), 3) == []
+
+
+def test_status_shows_the_warnings() -> None:
+    console = Console(width=200, record=True)
+    (warning,) = local_limit_warnings(_policy("envoy"), 2)
+    render_status(
+        cast(StatusDocument, {"policy": None, "nodes": [], "warnings": [warning]}), console
+    )
+    assert (
+        "route chat: rate_limit holds per Envoy (scope: envoy) and 2 Envoys"
+        in console.export_text()
+    )

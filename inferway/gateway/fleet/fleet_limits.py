@@ -7,10 +7,9 @@ control plane that must answer every request of the fleet, whose loss fails requ
 closed), where shares cost nothing per request and keep working, at their last split, while
 no control plane answers. The price is accuracy: a split is as fresh as the Envoys' last
 reports (``stats_push_s``) and the leader's last pass (``SPLIT_S``), so when the load moves
-between Envoys the fleet admits less than the limit until the next split (an Envoy's share
-covers its load and a quarter more, never another's), and a new Envoy holds the floor (a tenth
-of the limit) until it is counted in. With steady load the fleet admits the limit within the
-unused headroom of the lighter Envoys and whole-token rounding (measured in
+between Envoys the fleet admits less than the limit, or up to the light Envoys' headroom more,
+until the next split, and a new Envoy holds the floor (a tenth of the limit) until it is
+counted in. With steady load the fleet admits the limit to whole-token rounding (measured in
 tests/e2e/test_fleet_rate_limit.py).
 
 :class:`FleetLimits` runs on every replica: it follows ``ratelimits/<route>`` (each node's
@@ -18,7 +17,7 @@ tokens per fill) into the control plane's State, so every replica pushes the sam
 ``splitter`` runs on the leader: every ``SPLIT_S`` it reads each Envoy's limiter counters from
 the fleet's evidence (``requests`` = offered, ``errors`` = refused, under
 ``ratelimit:<route>``), splits each fleet-wide limit (:func:`split_limit`) and writes it with
-its fence when it moved by at least a tenth of the limit or an Envoy came or went.
+its fence when an Envoy came or went or the fleet would admit 5% of the limit more or less.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -46,6 +46,10 @@ log = logging.getLogger("inferway.fleet")
 PREFIX = "ratelimits/"
 SPLIT_S = 2.0
 """How often the leader splits the limits again."""
+RATE_WINDOW_S = 10.0
+"""An Envoy's offered rate is measured over its reports of the last 10 s: over one push
+(0.5 s) a 4 req/s Envoy reads anywhere from 2 to 6, and every split that follows such noise
+refills the buckets (a new route configuration), which admits more than the limit."""
 
 
 def fleet_limits(policy: Policy | None) -> dict[str, int]:
@@ -107,11 +111,13 @@ class FleetLimits:
         self._clock = clock
         self._splits: dict[str, dict[str, int]] = {}
         self._seen = 0
-        self._counts: dict[tuple[str, str], tuple[float, int]] = {}
-        """(route, node) -> (report time, offered) at the last pass."""
+        self._counts: dict[tuple[str, str], deque[tuple[float, int]]] = {}
+        """(route, node) -> (report time, offered) of its reports of the last RATE_WINDOW_S."""
         self._rates: dict[tuple[str, str], float] = {}
         self._task: asyncio.Task[None] | None = None
         self.splitter = _Splitter(self)
+        self.writes = 0
+        """Splits this replica wrote (each refills the Envoys' buckets)."""
         self.fenced: Callable[[str], None] = lambda reason: None
 
     # -- every replica: the store's splits into the State ------------------------------------
@@ -164,7 +170,7 @@ class FleetLimits:
 
     def offered(self, route: str) -> dict[str, float | None]:
         """Each reporting Envoy's offered tokens per second on ``route``'s limiter (None: not
-        measured yet), from its own two last reports."""
+        measured yet), over its own reports of the last ``RATE_WINDOW_S``."""
         now = self._clock()
         out: dict[str, float | None] = {}
         for node, report in self.evidence.reports().items():
@@ -175,19 +181,25 @@ class FleetLimits:
             if totals is None:
                 out[node] = self._rates.get(key)
                 continue
-            before = self._counts.get(key)
-            if before is not None and report.at > before[0]:
-                added = totals.requests - before[1]
-                if added >= 0:  # a restarted Envoy's counters went down: measure next time
-                    self._rates[key] = added / (report.at - before[0])
-            if before is None or report.at > before[0]:
-                self._counts[key] = (report.at, totals.requests)
+            seen = self._counts.setdefault(key, deque())
+            if seen and totals.requests < seen[-1][1]:
+                seen.clear()  # a restarted Envoy's counters went down: measure afresh
+            if not seen or report.at > seen[-1][0]:
+                seen.append((report.at, totals.requests))
+            while len(seen) > 2 and seen[1][0] <= report.at - RATE_WINDOW_S:
+                seen.popleft()
+            if len(seen) >= 2:
+                (then, first), (at, last) = seen[0], seen[-1]
+                self._rates[key] = (last - first) / (at - then)
             out[node] = self._rates.get(key)
         return out
 
-    def split(self, route: str, limit: int, fill_s: float) -> dict[str, int]:
+    def split(
+        self, route: str, limit: int, fill_s: float
+    ) -> tuple[dict[str, int], dict[str, float | None]]:
+        """The route's new split, and the offered tokens per fill it was made from."""
         per_fill = {n: None if r is None else r * fill_s for n, r in self.offered(route).items()}
-        return split_limit(limit, per_fill, floor=fleet_floor(limit))
+        return split_limit(limit, per_fill, floor=fleet_floor(limit)), per_fill
 
     async def split_once(self) -> dict[str, dict[str, Any]]:
         """One pass: every fleet-wide limit split and written where it moved."""
@@ -202,8 +214,8 @@ class FleetLimits:
             if r.rate_limit is not None and r.rate_limit.scope == "fleet"
         }
         for route, limit in fleet_limits(policy).items():
-            shares = self.split(route, limit, fills[route])
-            if not shares or not _moved(self._splits.get(route), shares, limit):
+            shares, offered = self.split(route, limit, fills[route])
+            if not shares or not _moved(self._splits.get(route), shares, offered, limit):
                 continue
             body = {"limit": limit, "shares": shares, "at": self._clock(), "term": fence.term}
             try:
@@ -214,6 +226,7 @@ class FleetLimits:
                 self.fenced(str(exc))
                 raise
             self._take(record)
+            self.writes += 1
             written[route] = body
             log.info("rate limit %s: split %s", route, shares)
         return written
@@ -227,9 +240,22 @@ class FleetLimits:
             await asyncio.sleep(SPLIT_S)
 
 
-def _moved(before: Mapping[str, int] | None, after: Mapping[str, int], limit: int) -> bool:
-    """Worth a new split: an Envoy came or went, or a share moved by a tenth of the limit
-    (each new split refills the Envoys' buckets, so it is not pushed for noise)."""
+def _moved(
+    before: Mapping[str, int] | None,
+    after: Mapping[str, int],
+    offered: Mapping[str, float | None],
+    limit: int,
+) -> bool:
+    """Worth a new split (each one refills the Envoys' buckets, so noise is not pushed): an
+    Envoy came or went, the fleet would admit at least 5% of the limit more or less on the
+    offered load (and at least 2 tokens), or a share moved by a quarter of the limit (fairness
+    between Envoys)."""
     if before is None or set(before) != set(after):
         return True
-    return any(abs(before[n] - after[n]) >= max(1, limit // 10) for n in after)
+
+    def admitted(shares: Mapping[str, int]) -> float:
+        return sum(min(float(shares[n]), offered.get(n) or 0.0) for n in shares)
+
+    if abs(admitted(after) - admitted(before)) >= max(2.0, 0.05 * limit):
+        return True
+    return any(abs(before[n] - after[n]) >= max(1, limit // 4) for n in after)

@@ -1,13 +1,15 @@
 """How a fleet-wide rate limit is split between Envoys: max-min fair on each Envoy's offered
-load, in whole tokens that add up to the limit. Pure.
+load, in whole tokens. Pure.
 
-An Envoy's demand is its offered rate (every request its limiter saw, admitted or not) plus
-``headroom`` (room to grow until the next split), and at least ``floor``. When the demands fit
-in the limit, each Envoy gets its demand and the rest is shared in proportion to them (nothing
-of the limit is left unused); when they do not, water-filling: an Envoy asking less than an
-equal part of what is left gets what it asks, the rest is split equally between the others.
-The fleet then admits ``min(limit, offered)`` but for the headroom of the lighter Envoys that
-they do not use (at most ``headroom`` of their load) and the rounding to whole tokens.
+When the offered load fits in the limit, each Envoy gets its load plus ``headroom`` (room to
+grow until the next split), and the rest of the limit in proportion: the shares add up to the
+limit and the fleet admits everything. When it does not (the limit binds), water-filling on the
+offered load: an Envoy offering less than an equal part of what is left is *light*: it keeps
+its load plus headroom, and the heavy Envoys split what the light ones actually use
+(``limit - their load``). So in steady state the fleet admits the limit (the light Envoys'
+headroom is not taken from the heavy ones, which would leave it unused), and while a light
+Envoy grows into its headroom the fleet admits up to that headroom more, until the next split
+measures it. An Envoy not measured yet asks for the floor.
 """
 
 from __future__ import annotations
@@ -34,23 +36,25 @@ def split_limit(
         busiest = sorted(nodes, key=lambda n: -(offered[n] or 0.0))[:limit]
         return {n: int(n in busiest) for n in nodes}
     demand = {n: max((offered[n] or 0.0) * (1.0 + headroom), float(floor), 1.0) for n in nodes}
-    total = sum(demand.values())
-    share: dict[str, float] = {}
-    if total <= limit:
-        share = {n: limit * d / total for n, d in demand.items()}
-    else:
-        left, open_nodes = float(limit), set(nodes)
-        while open_nodes:
-            equal = left / len(open_nodes)
-            small = {n for n in open_nodes if demand[n] <= equal}
-            if not small:
-                share.update({n: equal for n in open_nodes})
-                break
-            for n in small:
-                share[n] = demand[n]
-                left -= demand[n]
-            open_nodes -= small
-    return _whole(limit, share)
+    if sum(demand.values()) <= limit:
+        total = sum(demand.values())
+        return _whole(limit, {n: limit * d / total for n, d in demand.items()})
+    load = {n: max(offered[n] or 0.0, float(floor) if offered[n] is None else 0.0) for n in nodes}
+    left, heavy, light = float(limit), set(nodes), set[str]()
+    while heavy:
+        equal = left / len(heavy)
+        small = {n for n in heavy if demand[n] <= equal}
+        if not small:
+            break
+        for n in small:
+            left -= load[n]  # what it uses, not what it may grow into
+        heavy -= small
+        light |= small
+    shares = {n: math.ceil(demand[n]) for n in light}
+    used = round(sum(load[n] for n in light))  # not ceil: a load at 4.0 +- noise would flap
+    if heavy:
+        shares.update(_whole(max(limit - used, len(heavy)), {n: 1.0 for n in heavy}))
+    return shares
 
 
 def _whole(limit: int, share: Mapping[str, float]) -> dict[str, int]:
