@@ -43,7 +43,7 @@ def split_limit(
     left, heavy, light = float(limit), set(nodes), set[str]()
     while heavy:
         equal = left / len(heavy)
-        small = {n for n in heavy if demand[n] <= equal}
+        small = {n for n in heavy if load[n] <= equal}
         if not small:
             break
         for n in small:
