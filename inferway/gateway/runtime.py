@@ -339,7 +339,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         else:  # the loops run on the elected replica only, on every Envoy's evidence
             parts.autoscale.use_fleet(
                 AutoscaleFleet(
-                    FleetLoadSource(fleet.evidence, silent_after_s=fleet.silent_after_s),
+                    FleetLoadSource(fleet.newest_reports(), silent_after_s=fleet.silent_after_s),
                     fleet.autoscale,
                     fleet.fence,
                 )
@@ -347,7 +347,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             limits = FleetLimits(
                 plane,
                 fleet.store,
-                fleet.evidence,
+                fleet.newest_reports(),
                 fleet.fence,
                 silent_after_s=fleet.silent_after_s,
             )

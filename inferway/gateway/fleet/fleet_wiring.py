@@ -118,11 +118,14 @@ class Fleet:
             beats += 1
             await asyncio.sleep(HEARTBEAT_S)
 
+    def newest_reports(self) -> NewestReports:
+        """Every Envoy's newest report, from any replica (this replica's own Envoys as they
+        report, not a publish round later): what the leader's loops read."""
+        return NewestReports(self.evidence, self.publisher.reports)
+
     def windows(self, stable: str, canary: str) -> FleetStatsSource:
-        """The rollout evidence of every Envoy that reports to any replica (this replica's
-        own Envoys as they report, not a publish round later)."""
-        reports = NewestReports(self.evidence, self.publisher.reports)
-        return FleetStatsSource(reports, stable, canary, self.silent_after_s)
+        """The rollout evidence of every Envoy that reports to any replica."""
+        return FleetStatsSource(self.newest_reports(), stable, canary, self.silent_after_s)
 
     def lead(self, loops: Sequence[tuple[str, Component]]) -> LeaderWork:
         """The leader-only work: ``loops`` run while this replica leads, and only then, each
