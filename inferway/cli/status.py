@@ -44,7 +44,7 @@ def status(
 
 def render_status(status: StatusDocument, console: Console, *, now: float | None = None) -> None:
     """The policy panel, the Envoy nodes, then what needs attention: unreadable files, the
-    last refused edit, recent NACKs."""
+    last refused edit, recent NACKs, warnings (a per-Envoy rate limit several Envoys serve)."""
     now = time.time() if now is None else now
     console.print(_policy_panel(status, now))
     console.print(_nodes_table(status, now))
@@ -57,6 +57,11 @@ def render_status(status: StatusDocument, console: Console, *, now: float | None
     nacks = status.get("nacks") or []
     if nacks:
         console.print(_nacks_table(nacks, now))
+    warnings = status.get("warnings") or []
+    if warnings:
+        console.print(
+            Panel(Text("\n".join(warnings), style="yellow"), title="warnings", expand=False)
+        )
 
 
 def _policy_panel(status: StatusDocument, now: float) -> Panel:

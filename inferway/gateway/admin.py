@@ -34,12 +34,14 @@ from inferway.gateway.admin_security import (
 )
 from inferway.gateway.control_plane import DEGRADED_REJECTED, ControlPlane, Refusal
 from inferway.gateway.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
+from inferway.gateway.fleet.fleet_limits import local_limit_warnings
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.policies import dump_policy
 from inferway.policies.redact import build_redacted_policy
 from inferway.xds import type_urls
 from inferway.xds.cache import node_in_sync
+from inferway.xds.node_groups import parse_group
 from inferway.xds.records import NackRecord as XdsNackRecord
 from inferway.xds.records import NodeStatus
 from inferway.xds.snapshot import Snapshot
@@ -189,6 +191,13 @@ async def _status(request: web.Request) -> web.Response:
     fleet = app.get(FLEET_STATUS)
     if fleet is not None:
         document["fleet"] = fleet()
+    plane = app[CONTROL_PLANE]
+    envoys = sum(
+        1 for n in plane.cache.node_status() if n.connected and parse_group(n.group).kind == "envoy"
+    )
+    warnings = local_limit_warnings(plane.policy, envoys)
+    if warnings:
+        document["warnings"] = warnings
     watchers = app.get(WATCHERS)
     if watchers is not None:
         document["watchers"] = watchers()

@@ -163,6 +163,9 @@ class StatusDocument(TypedDict):
     """Each file watcher's health: policy, endpoints file, certificates (watch_health.py)."""
     fleet: NotRequired[dict[str, Any]]
     """A fleet replica's view: the store, the leader, every replica and reporting Envoy."""
+    warnings: NotRequired[list[str]]
+    """What works but may not do what is meant: a per-Envoy rate limit several connected
+    Envoys serve (the fleet admits it once per Envoy)."""
 
 
 # ---- GET /rollouts, GET /rollouts/{name}, POST /rollouts/{name}/{command} ----------------------

@@ -4,7 +4,7 @@ from the driver at scrape time so it never shows a stale count."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -13,12 +13,24 @@ from prometheus_client.registry import Collector
 
 from inferway.gateway.autoscaling import AutoscaleDriver
 
-__all__ = ["AUTOSCALE", "add_autoscale_routes", "register_autoscale_metrics"]
+__all__ = [
+    "AUTOSCALE",
+    "AUTOSCALE_FORWARD",
+    "add_autoscale_routes",
+    "register_autoscale_metrics",
+]
 
 AUTOSCALE = web.AppKey("autoscale_driver", AutoscaleDriver)
+AUTOSCALE_FORWARD: web.AppKey[Callable[[web.Request], Awaitable[web.Response | None]]] = web.AppKey(
+    "autoscale_forward"
+)
+"""A fleet replica that does not lead answers with the leader's document (None: it leads)."""
 
 
 async def _show(request: web.Request) -> web.Response:
+    forward = request.app.get(AUTOSCALE_FORWARD)
+    if forward is not None and (forwarded := await forward(request)) is not None:
+        return forwarded
     document = request.app[AUTOSCALE].status_json()
     if not document["services"] and not document["replicas"]["services"]:
         # a gateway whose policy runs no replicas and autoscales nothing (now) has none to show

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -41,6 +42,7 @@ from inferway.gateway.actuators.scale_actuators import (
     select_actuator,
 )
 from inferway.gateway.admin_documents import AutoscaleDocument, AutoscaleService
+from inferway.gateway.autoscale_fleet import AutoscaleFleet
 from inferway.gateway.autoscale_inputs import (
     BACKEND_METRICS,
     ClusterLoad,
@@ -52,6 +54,7 @@ from inferway.gateway.autoscale_inputs import (
 )
 from inferway.gateway.backend_scrape import BackendTotals, scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
+from inferway.gateway.fleet.fleet_load import FleetLoad
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
 from inferway.policies.scale_target import ScaleTargetSpec
 
@@ -78,6 +81,10 @@ class _Scaled:
         self.p99: float | None = None
         self.next_at = 0.0
         self.error: str | None = None
+        self.seq = 0
+        """On a fleet: the number of the last decision recorded in the store."""
+        self.version = 0
+        """On a fleet: the store's version of this service's record (compare-and-set)."""
 
 
 class AutoscaleDriver(PolicyFollower):
@@ -104,6 +111,16 @@ class AutoscaleDriver(PolicyFollower):
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self.on_decision: list[Callable[[dict[str, Any]], None]] = []
+        self.fleet: AutoscaleFleet | None = None
+        """On a fleet (``use_fleet``): every Envoy's load, and the state in the store."""
+
+    def use_fleet(self, fleet: AutoscaleFleet) -> None:
+        """Decide from the fleet's load and record each decision in the store before acting
+        on it; times become wall-clock seconds (replicas compare them)."""
+        self.fleet = fleet
+        self._clock = time.time
+        for name, scaled in self._services.items():
+            fleet.restore(name, scaled)
 
     # -- policy ------------------------------------------------------------------------------
 
@@ -124,10 +141,14 @@ class AutoscaleDriver(PolicyFollower):
             if current is None or (current.config, current.target) != (config, target):
                 actuator = select_actuator(name, target, self.manager, self._kubernetes)
                 self._services[name] = _Scaled(config, target, actuator)
+                if self.fleet is not None:
+                    self.fleet.restore(name, self._services[name])
 
     # -- the loop ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.fleet is not None:  # a new leader continues the fleet's decisions
+            await self.fleet.resume(self._services)
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=5.0), trust_env=False
         )
@@ -163,9 +184,14 @@ class AutoscaleDriver(PolicyFollower):
         due = [s for s in self._services.values() if s.next_at <= now]
         if not due:
             return
+        evidence: dict[str, FleetLoad] = {}
         try:
-            stats = await self._stats()
-            loads = {s.config.service: parse_cluster_load(stats, s.config.service) for s in due}
+            if self.fleet is not None:
+                evidence = self.fleet.loads(s.config.service for s in due)
+                loads = {name: fleet_load.load for name, fleet_load in evidence.items()}
+            else:
+                stats = await self._stats()
+                loads = {s.config.service: parse_cluster_load(stats, s.config.service) for s in due}
         except StatsError as error:
             for scaled in due:
                 scaled.error = str(error)
@@ -188,9 +214,14 @@ class AutoscaleDriver(PolicyFollower):
                 queue_wait=wait,
                 last_p99=scaled.p99,
             )
+            fleet_load = evidence.get(scaled.config.service)
+            if fleet_load is not None and fleet_load.rate is not None:
+                sample = dataclasses.replace(sample, request_rate=fleet_load.rate)
             scaled.p99 = sample.p99_latency
             scaled.last = (now, load)
-            await self._decide(scaled, sample, now, load.healthy)
+            await self._decide(
+                scaled, sample, now, load.healthy, evidence.get(scaled.config.service)
+            )
 
     async def _stats(self) -> str:
         port = self._admin_port()
@@ -230,7 +261,12 @@ class AutoscaleDriver(PolicyFollower):
         return queue, utilization, wait
 
     async def _decide(
-        self, scaled: _Scaled, sample: MetricSample, now: float, healthy: int | None
+        self,
+        scaled: _Scaled,
+        sample: MetricSample,
+        now: float,
+        healthy: int | None,
+        evidence: FleetLoad | None = None,
     ) -> None:
         service = scaled.config.service
         scaled.autoscaler.observe(sample)
@@ -246,6 +282,10 @@ class AutoscaleDriver(PolicyFollower):
             **decision.to_dict(),
             "scale_target": scaled.target.kind,
         }
+        if evidence is not None:
+            event["envoys"] = evidence.to_json()  # which Envoys the inputs came from
+        if self.fleet is not None and not await self.fleet.record(scaled, event):
+            return  # not recorded: another replica leads or decided first; never acted on
         if decision.desired != counts.current:
             try:
                 await scaled.actuator.scale_to(service, decision.desired, decision.reason)
@@ -261,8 +301,12 @@ class AutoscaleDriver(PolicyFollower):
     # -- what is shown -----------------------------------------------------------------------
 
     def desired(self) -> dict[str, int]:
-        """Service -> the replica count its last decision asked for."""
+        """Service -> the replica count its last decision asked for, while this loop runs:
+        on a fleet only the leader's loop runs, so the count is published once (a follower,
+        or a deposed leader, publishes none; KEDA and the HPA read the leader's)."""
         out: dict[str, int] = {}
+        if self._task is None:
+            return out
         for name, scaled in sorted(self._services.items()):
             last = scaled.autoscaler.last_decision
             if last is not None:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import KubernetesFactory
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT, AdminServer
+from inferway.gateway.autoscale_fleet import AutoscaleFleet
 from inferway.gateway.autoscaling import AutoscaleDriver
 from inferway.gateway.cert_watcher import CertificateSource, load_tls_secrets
 from inferway.gateway.components import Calls, Components
@@ -32,6 +33,8 @@ from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher, load_initial_endpoints
 from inferway.gateway.features.server import FeatureRouterKeeper
 from inferway.gateway.fleet.envoy_reports import EnvoyReports
+from inferway.gateway.fleet.fleet_limits import FleetLimits
+from inferway.gateway.fleet.fleet_load import FleetLoadSource
 from inferway.gateway.fleet.fleet_wiring import Fleet, open_fleet
 from inferway.gateway.llm.server import LlmKeeper
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
@@ -333,8 +336,31 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         components.own(parts.replicas_stop)  # before Envoy stops: a replica drains while it can
         if fleet is None:
             await components.start("autoscaling", parts.autoscale)
-        else:  # the loops run on the elected replica only
-            work = fleet.lead([("rollouts", rollouts), ("autoscaling", parts.autoscale)])
+        else:  # the loops run on the elected replica only, on every Envoy's evidence
+            parts.autoscale.use_fleet(
+                AutoscaleFleet(
+                    FleetLoadSource(fleet.newest_reports(), silent_after_s=fleet.silent_after_s),
+                    fleet.autoscale,
+                    fleet.fence,
+                )
+            )
+            limits = FleetLimits(
+                plane,
+                fleet.store,
+                fleet.newest_reports(),
+                fleet.fence,
+                silent_after_s=fleet.silent_after_s,
+            )
+            fleet.limits = limits
+            await components.start("fleet rate limits", limits)
+            work = fleet.lead(
+                [
+                    ("rollouts", rollouts),
+                    ("autoscaling", parts.autoscale),
+                    ("rate limits", limits.splitter),
+                ]
+            )
+            limits.fenced = work.lose
             await components.start("leader work", work)
     except BaseException:
         await components.stop()

@@ -278,15 +278,18 @@ class RetryHostSelection(_Model):
 
 
 class RateLimit(_Model):
-    """A token bucket per route (shared by every connection to this Envoy). Either
-    ``requests_per_second`` or ``tokens`` added every ``fill_interval``; ``burst`` is the
-    bucket size (default: one refill). Excess requests get 429 with a JSON body naming the
-    route."""
+    """A token bucket per route. Either ``requests_per_second`` or ``tokens`` added every
+    ``fill_interval``; ``burst`` is the bucket size (default: one refill). Excess requests get
+    429 with a JSON body naming the route. ``scope: envoy`` (the default): the rate holds for
+    each Envoy on its own (N Envoys admit N times it); ``scope: fleet``: for the sum over every
+    Envoy of the control plane, each Envoy holding a share that follows its offered load
+    (docs/fleet.md)."""
 
     requests_per_second: Positive | None = None
     tokens: Positive | None = None
     fill_interval: Duration | None = Field(default=None, ge=0.05)
     burst: Positive | None = None
+    scope: Literal["envoy", "fleet"] = "envoy"
 
     @model_validator(mode="after")
     def _one_rate(self) -> RateLimit:

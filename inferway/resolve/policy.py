@@ -47,6 +47,7 @@ def resolve_policy(policy: Policy, state: State | None = None) -> IR:
                 services,
                 state.weights.get(r.name),
                 served_by_headers=policy.served_by_headers,
+                rate_shares=state.rate_shares.get(r.name),
             ),
         )
         for r in policy.routes

@@ -43,6 +43,7 @@ def resolve_route(
     weights: Mapping[str, float] | None = None,
     *,
     served_by_headers: bool = True,
+    rate_shares: Mapping[str, int] | None = None,
 ) -> RouteIR:
     """``weights``: this route's override from State (service -> weight), if any;
     ``served_by_headers``: the policy's default, which the route's own setting overrides.
@@ -69,7 +70,9 @@ def resolve_route(
         # an openai route gets no default per-try timeout: a stream is never hedged.
         retries=resolve_retries(retries, 0.0 if llm is not None else timeout),
         access=resolve_access(route.access),
-        rate_limit=None if route.rate_limit is None else _rate_limit(route.rate_limit),
+        rate_limit=(
+            None if route.rate_limit is None else _rate_limit(route.rate_limit, rate_shares)
+        ),
         hash_policies=resolve_hash_policies(route, services),
         sticky=route.hash is not None,
         mirror=resolve_mirror(route.mirror),
@@ -157,14 +160,24 @@ def _rule(rule: AccessRule) -> AccessRuleIR:
     )
 
 
-def _rate_limit(limit: RateLimit) -> RateLimitIR:
+def _rate_limit(limit: RateLimit, shares: Mapping[str, int] | None = None) -> RateLimitIR:
     """A bucket of one refill unless ``burst`` says otherwise; ``requests_per_second``
-    refills every second."""
+    refills every second. A fleet-wide limit carries each Envoy's share from State (the
+    leader's split, gateway/fleet/fleet_limits.py) and the floor a new Envoy holds."""
     return RateLimitIR(
         bucket_size=limit.bucket_size,
         tokens_per_fill=limit.tokens_per_fill,
         fill_interval=limit.refill_seconds,
+        scope=limit.scope,
+        shares=tuple(sorted((shares or {}).items())) if limit.scope == "fleet" else (),
+        floor=fleet_floor(limit.tokens_per_fill),
     )
+
+
+def fleet_floor(tokens_per_fill: int) -> int:
+    """What an Envoy not yet in a fleet-wide limit's split admits per fill: a tenth of the
+    limit, at least one token (it can admit at once; the next split gives it its share)."""
+    return max(1, tokens_per_fill // 10)
 
 
 def resolve_hash_policies(

@@ -57,3 +57,6 @@ class State:
     replicas: ServiceEndpoints = field(default_factory=_empty)  # type: ignore[arg-type]
     """Service name -> endpoints of replicas started at runtime (the autoscaler), added to
     the service's endpoints."""
+    rate_shares: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)  # type: ignore[arg-type]
+    """Route name -> {Envoy node id: tokens per fill}: each Envoy's share of the route's
+    fleet-wide rate limit (the fleet leader's split, from each Envoy's offered load)."""

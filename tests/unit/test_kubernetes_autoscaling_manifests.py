@@ -339,7 +339,8 @@ def test_keda_takes_the_published_count_as_the_replica_count() -> None:
     assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
     assert trigger["metadata"]["threshold"] == "1", "desired = ceil(value / threshold)"
     query = trigger["metadata"]["query"]
-    match = re.fullmatch(r'sum\((\w+)\{namespace="(\w+)",service="([\w-]+)"\}\)', query)
+    # max: only the leader publishes; a hand-over's overlap must not double the count
+    match = re.fullmatch(r'max\((\w+)\{namespace="(\w+)",service="([\w-]+)"\}\)', query)
     assert match, query
     metric, namespace, service = match.groups()
     assert metric == exported_desired_metric()

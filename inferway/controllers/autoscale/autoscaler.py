@@ -7,7 +7,8 @@ cooldowns and the stabilization history count from the decisions it made. The ca
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from inferway.controllers.autoscale.decision import Decision, Recommendation, whole_replicas
 from inferway.controllers.autoscale.limits import Governor
@@ -86,6 +87,32 @@ class Autoscaler:
         """Record one scrape (in time order)."""
         self._window.add(sample)
         self._recommender.observe(sample)
+
+    def export_state(self) -> dict[str, Any]:
+        """Everything the next decision depends on, as JSON: the samples of the window, the
+        clamps' memory (stabilization, cooldowns, panic), a PID's terms and the last
+        decision. Times are the caller's clock: on a fleet, wall-clock seconds."""
+        pid = self._recommender
+        return {
+            "samples": [s.to_json() for s in self._window],
+            "governor": self._governor.export_state(),
+            "pid": pid.export_state() if isinstance(pid, PIDRecommender) else None,
+            "last_decision": None if self.last_decision is None else self.last_decision.to_dict(),
+        }
+
+    def restore_state(self, data: Mapping[str, Any]) -> None:
+        """Continue from another replica's :meth:`export_state` (same config). The samples
+        are observed again, so a recommender that learns from samples (the predictive one's
+        forecast) relearns from the window it is handed, no further back."""
+        self._window = SampleWindow(self._window.span_s)
+        self._recommender = build_recommender(self.config)
+        for row in data["samples"]:
+            self.observe(MetricSample.from_json(row))
+        self._governor.restore_state(data["governor"])
+        if isinstance(self._recommender, PIDRecommender) and data.get("pid") is not None:
+            self._recommender.restore_state(data["pid"])
+        last = data.get("last_decision")
+        self.last_decision = None if last is None else Decision.from_dict(last)
 
     def decide(self, now: float, *, current: int, ready: int) -> Decision:
         if current < 0 or ready < 0:

@@ -7,6 +7,7 @@ infinities or NaNs), so nobody has to guess why a service has the replicas it ha
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -71,6 +72,13 @@ class Decision:
         data: dict[str, Any] = _json_safe(asdict(self))
         data["direction"] = self.direction
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+        """The decision ``to_dict`` wrote (a new leader shows and continues from it)."""
+        fields = {k: v for k, v in data.items() if k not in ("direction", "clamps")}
+        clamps = tuple(Clamp(**c) for c in data.get("clamps", ()))
+        return cls(**fields, clamps=clamps)
 
 
 def whole_replicas(replicas: float, tolerance: float = 0.0) -> int:

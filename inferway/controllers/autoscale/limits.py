@@ -10,7 +10,10 @@ always inside it, moves at most one step, and never moves in a direction still c
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Mapping
+from typing import Any
 
 from inferway.controllers.autoscale.decision import Clamp
 from inferway.controllers.autoscale.params import Limits, PanicConfig
@@ -28,6 +31,22 @@ class Governor:
         self._last_up = -float("inf")
         self._last_change = -float("inf")
         self._panic_until = -float("inf")
+
+    def export_state(self) -> dict[str, Any]:
+        """The clamps' memory as JSON (``None`` for "never"): a new leader continues the
+        same stabilization windows, cooldowns and panic."""
+        return {
+            "history": [[t, v] for t, v in self._history],
+            "last_up": _finite(self._last_up),
+            "last_change": _finite(self._last_change),
+            "panic_until": _finite(self._panic_until),
+        }
+
+    def restore_state(self, data: Mapping[str, Any]) -> None:
+        self._history = deque((float(t), int(v)) for t, v in data["history"])
+        self._last_up = _time(data["last_up"])
+        self._last_change = _time(data["last_change"])
+        self._panic_until = _time(data["panic_until"])
 
     def in_panic(self, now: float) -> bool:
         return now < self._panic_until
@@ -114,3 +133,11 @@ class Governor:
         elif value < current:
             self._last_change = now
         return value, tuple(clamps), panic
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _time(value: float | None) -> float:
+    return -math.inf if value is None else float(value)

@@ -11,6 +11,8 @@ overshoot) and while the output is pinned at min or max; it is also bounded by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from inferway.controllers.autoscale.decision import Recommendation
 from inferway.controllers.autoscale.params import Limits, PIDParams
 from inferway.controllers.autoscale.samples import SampleWindow, needed_replicas
@@ -32,6 +34,19 @@ class PIDRecommender:
 
     def observe(self, _sample: object) -> None:
         """The loop advances on decisions, not on samples."""
+
+    def export_state(self) -> dict[str, float | None]:
+        return {
+            "integral": self._integral,
+            "last_error": self._last_error,
+            "last_time": self._last_time,
+            "output": self._output,
+        }
+
+    def restore_state(self, data: Mapping[str, float | None]) -> None:
+        self._integral = float(data["integral"] or 0.0)
+        self._last_error, self._last_time = data["last_error"], data["last_time"]
+        self._output = data["output"]
 
     def recommend(
         self, now: float, window: SampleWindow, *, current: int, ready: int

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -45,6 +45,13 @@ class MetricSample:
     utilization: float | None = None
     queue_wait: float | None = None
 
+    def to_json(self) -> dict[str, float | None]:
+        return {name: getattr(self, name) for name in ("time", *METRICS)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, float | None]) -> MetricSample:
+        return cls(time=float(data["time"] or 0.0), **{m: data.get(m) for m in METRICS})
+
     def value(self, metric: str) -> float | None:
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
@@ -67,6 +74,10 @@ class SampleWindow:
     def __init__(self, span_s: float) -> None:
         self._span = span_s
         self._samples: deque[MetricSample] = deque()
+
+    @property
+    def span_s(self) -> float:
+        return self._span
 
     def add(self, sample: MetricSample) -> None:
         if self._samples and sample.time < self._samples[-1].time:

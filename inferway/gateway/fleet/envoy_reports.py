@@ -35,7 +35,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import (
 )
 
 from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
-from inferway.gateway.fleet.otlp_totals import totals_from_export
+from inferway.gateway.fleet.otlp_totals import limiter_totals_from_export, totals_from_export
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals, ScrapeError, window_counts
 from inferway.xds.auth import PeerRefusals, check_node_identity, peer_identities
 from inferway.xds.bootstrap import STATS_NODE_HEADER, STATS_ZONE_HEADER
@@ -43,6 +43,7 @@ from inferway.xds.bootstrap import STATS_NODE_HEADER, STATS_ZONE_HEADER
 __all__ = [
     "EVIDENCE_TTL_S",
     "FORGET_AFTER_TTLS",
+    "LIMITER_KEY",
     "NODE_HEADER",
     "ZONE_HEADER",
     "EnvoyReports",
@@ -57,6 +58,9 @@ __all__ = [
 log = logging.getLogger("inferway.fleet")
 
 NODE_HEADER = STATS_NODE_HEADER
+LIMITER_KEY = "ratelimit:"
+"""``totals[LIMITER_KEY + route]``: a route limiter's (offered, refused) as (requests, errors);
+no cluster is named so (a service name has no colon)."""
 ZONE_HEADER = STATS_ZONE_HEADER
 EVIDENCE_TTL_S = 60.0
 """A node's report counts for this long after it arrived (Envoys push every 2 s by default;
@@ -209,6 +213,9 @@ class EnvoyReports(MetricsServiceServicer):
 
     def record(self, node: str, zone: str, request: otlp.ExportMetricsServiceRequest) -> None:
         totals = totals_from_export(request)
+        for route, (offered, refused) in limiter_totals_from_export(request).items():
+            # a route limiter's counters ride with the clusters' (a fleet-wide limit's split)
+            totals[LIMITER_KEY + route] = ClusterTotals(offered, refused)
         previous = self._by_age.latest.get(node)
         if previous is not None:
             # an export lists the clusters whose stats changed or exist; keep the others

@@ -1,7 +1,8 @@
 """The fleet in the admin API: ``status`` on any replica names the leader, every replica, the
 store's health and every Envoy that reports; a rollout command sent to a replica that does not
 lead is forwarded to the leader's admin API (with the caller's token), so commands work against
-any replica and are decided once."""
+any replica and are decided once. ``GET /autoscale`` (``scale status``) is forwarded too: the
+autoscaler runs on the leader only, so every replica answers with the leader's document."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import aiohttp
 from aiohttp import web
 
 from inferway.gateway.admin import FLEET_STATUS
+from inferway.gateway.autoscale_admin import AUTOSCALE_FORWARD
+from inferway.gateway.fleet.fleet_limits import local_limit_warnings
 from inferway.gateway.fleet.fleet_wiring import Fleet
 from inferway.gateway.rollouts.admin_routes import FORWARD
 
@@ -38,6 +41,19 @@ def fleet_status(fleet: Fleet) -> dict[str, Any]:
             {"node": node, "zone": report.zone, "age_s": round(now - report.at, 1)}
             for node, report in sorted(fleet.evidence.expired().items())
         ],
+        **_limits(fleet),
+    }
+
+
+def _limits(fleet: Fleet) -> dict[str, Any]:
+    """Each fleet-wide limit's split, and a warning for each per-Envoy limit that several
+    Envoys serve (the fleet admits it once per Envoy)."""
+    if fleet.limits is None:
+        return {}
+    envoys = len(fleet.evidence.reports())
+    return {
+        "rate_limit_splits": fleet.limits.splits(),
+        "warnings": local_limit_warnings(fleet.limits.plane.policy, envoys),
     }
 
 
@@ -57,7 +73,9 @@ def _forwarder(fleet: Fleet) -> Any:
         try:
             async with (
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
-                session.post(url, data=await request.read(), headers=headers) as answer,
+                session.request(
+                    request.method, url, data=await request.read(), headers=headers
+                ) as answer,
             ):
                 body = await answer.read()
                 return web.Response(
@@ -79,3 +97,4 @@ def add_fleet_routes(app: web.Application, fleet: Fleet) -> None:
     """Before the app starts (aiohttp freezes it then)."""
     app[FLEET_STATUS] = lambda: fleet_status(fleet)
     app[FORWARD] = _forwarder(fleet)
+    app[AUTOSCALE_FORWARD] = app[FORWARD]

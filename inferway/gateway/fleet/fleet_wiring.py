@@ -9,7 +9,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,8 @@ from typing import Any
 from inferway.gateway.components import Component
 from inferway.gateway.fleet.election import LeaderTask, LeaderWork
 from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource, NewestReports
+from inferway.gateway.fleet.fleet_limits import FleetLimits
+from inferway.gateway.fleet.shared_autoscale import SharedAutoscaleStore
 from inferway.gateway.fleet.shared_evidence import EvidencePublisher, StoreEvidence
 from inferway.gateway.fleet.shared_rollouts import SharedRolloutStore
 from inferway.gateway.fleet.store import Fence, Store, StoreHealth, StoreUnavailableError
@@ -34,8 +36,9 @@ REPLICA_STALE_S = 15.0
 log = logging.getLogger("inferway.fleet")
 
 
-def _while_leading(component: Component) -> LeaderTask:
+def _while_leading(component: Component, refresh: Callable[[], Awaitable[None]]) -> LeaderTask:
     async def run(_fence: Fence) -> None:
+        await refresh()  # a failure is the task's: LeaderWork logs it and starts it again
         await component.start()
         try:
             await asyncio.Event().wait()
@@ -54,7 +57,10 @@ class Fleet:
     evidence: StoreEvidence
     publisher: EvidencePublisher
     silent_after_s: float
+    autoscale: SharedAutoscaleStore
     leader: LeaderWork | None = field(default=None)
+    limits: FleetLimits | None = field(default=None)
+    """The fleet-wide rate limits' splits (set by ``start_gateway``)."""
     admin_url: str = ""
     _replicas: list[dict[str, Any]] = field(default_factory=list)
     _health: StoreHealth | None = None
@@ -112,27 +118,37 @@ class Fleet:
             beats += 1
             await asyncio.sleep(HEARTBEAT_S)
 
+    def newest_reports(self) -> NewestReports:
+        """Every Envoy's newest report, from any replica (this replica's own Envoys as they
+        report, not a publish round later): what the leader's loops read."""
+        return NewestReports(self.evidence, self.publisher.reports)
+
     def windows(self, stable: str, canary: str) -> FleetStatsSource:
-        """The rollout evidence of every Envoy that reports to any replica (this replica's
-        own Envoys as they report, not a publish round later)."""
-        reports = NewestReports(self.evidence, self.publisher.reports)
-        return FleetStatsSource(reports, stable, canary, self.silent_after_s)
+        """The rollout evidence of every Envoy that reports to any replica."""
+        return FleetStatsSource(self.newest_reports(), stable, canary, self.silent_after_s)
 
     def lead(self, loops: Sequence[tuple[str, Component]]) -> LeaderWork:
-        """The leader-only work: ``loops`` run while this replica leads, and only then."""
+        """The leader-only work: ``loops`` run while this replica leads, and only then, each
+        from the fleet's latest state (read from the store once elected)."""
         work = LeaderWork(
             self.store,
             election=ELECTION,
             identity=self.identity,
             ttl=self.ttl_s,
-            tasks=[(name, _while_leading(loop)) for name, loop in loops],
+            tasks=[(name, _while_leading(loop, self.rollouts.refresh)) for name, loop in loops],
         )
         self.leader = work
         self.rollouts.fenced = work.lose
+        self.autoscale.fenced = work.lose
         return work
+
+    def fence(self) -> Fence | None:
+        """This replica's fence while it leads (None: it does not)."""
+        return self.leader.fence if self.leader is not None else None
 
     async def start(self) -> None:
         self.rollouts.start()
+        await self.autoscale.start()
         await self.evidence.start()
         await self.publisher.start()
         self._beat = asyncio.create_task(self._heartbeat(), name="fleet heartbeat")
@@ -144,6 +160,7 @@ class Fleet:
                 await self._beat
         await self.publisher.stop()
         await self.evidence.stop()
+        await self.autoscale.stop()
         await self.rollouts.stop()
         with contextlib.suppress(Exception):
             await self.store.close()
@@ -182,6 +199,7 @@ async def open_fleet(
         else StoreEvidence(store, expire_after_s=evidence_ttl_s),
         EvidencePublisher(reports, store, push_s),
         silent_after_s=max(5.0, 3 * push_s),
+        autoscale=SharedAutoscaleStore(store, fence),
     )
     holder.append(fleet)
     return fleet

@@ -40,6 +40,8 @@ def encode_report(report: NodeReport) -> bytes:
             "requests": t.requests,
             "errors": t.errors,
             "buckets": [[str(le), n] for le, n in sorted(t.buckets.items())],
+            "active": t.active,
+            "healthy": t.healthy,
         }
         for cluster, t in report.totals.items()
     }
@@ -53,6 +55,8 @@ def decode_report(node: str, value: bytes) -> NodeReport:
             int(t["requests"]),
             int(t["errors"]),
             {float(le): int(n) for le, n in t["buckets"]},
+            active=int(t.get("active", 0)),
+            healthy=None if t.get("healthy") is None else int(t["healthy"]),
         )
         for cluster, t in data["totals"].items()
     }

@@ -45,7 +45,7 @@ class SharedRolloutStore:
         self.store = store
         self._fence = fence
         self._mirror: dict[str, _Saved] = {}
-        self._writes: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        self._writes: asyncio.Queue[tuple[str, bytes, Fence | None]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self.on_change: Callable[[str], None] = lambda name: None
         """Called with a rollout's name when another replica's write changed its state."""
@@ -59,6 +59,34 @@ class SharedRolloutStore:
         """The store's rollouts into the mirror (before the first push)."""
         for record in await self.store.list(PREFIX):
             self._take(record)
+
+    async def refresh(self) -> None:
+        """Read every rollout from the store now and hand the changed ones to the driver: a
+        replica elected leader continues from the fleet's latest state, not from a mirror
+        whose watch lags (it was cut off, or the last write is still on its way)."""
+        for record in await self.store.list(PREFIX):
+            name = record.key.removeprefix(PREFIX)
+            if self._pending.get(name):  # queued in an earlier term: the store's state wins
+                self._pending[name] = 0
+                self._mirror.pop(name, None)
+            if self._take(record):
+                self.on_change(name)
+
+    async def _restore(self, name: str) -> None:
+        """After a refused write: the store's state replaces ours (our decision was never the
+        fleet's), and the driver serves it again."""
+        self._pending[name] = 0
+        record = await self.store.get(PREFIX + name)
+        if record is None:
+            self._mirror.pop(name, None)
+            return
+        try:
+            target, state_json = _decode(record)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("rollout %s: stored state not readable: %s", name, exc)
+            return
+        self._mirror[name] = _Saved(target, state_json, record.version)
+        self.on_change(name)
 
     def _take(self, record: Record) -> bool:
         self._seen = max(self._seen, record.version)
@@ -97,7 +125,7 @@ class SharedRolloutStore:
         self._mirror[state.name] = _Saved(target, state_json, version)
         body = json.dumps({"target": vars(target), "state": json.loads(state_json)}, sort_keys=True)
         self._pending[state.name] = self._pending.get(state.name, 0) + 1
-        self._writes.put_nowait((state.name, body.encode()))
+        self._writes.put_nowait((state.name, body.encode(), self._fence()))
 
     # -- background: the writer and the watch --------------------------------------------
 
@@ -116,14 +144,23 @@ class SharedRolloutStore:
 
     async def _write_in_order(self) -> None:
         while True:
-            name, body = await self._writes.get()
+            name, body, fence = await self._writes.get()
             try:
-                await self._write(name, body)
+                await self._write(name, body, fence)
             finally:
-                self._pending[name] -= 1
+                self._pending[name] = max(self._pending.get(name, 0) - 1, 0)
 
-    async def _write(self, name: str, body: bytes) -> None:
-        fence = self._fence()
+    async def _write(self, name: str, body: bytes, fence: Fence | None) -> None:
+        """Write one state under the fence it was decided under: a state decided in an
+        earlier term (queued while the store was unreachable) is never written in a later
+        one, and its refusal does not end a later leadership."""
+        if fence is not None and fence != self._fence():
+            log.warning(
+                "rollout %s: a state of term %d not stored: that term ended", name, fence.term
+            )
+            with contextlib.suppress(StoreUnavailableError):
+                await self._restore(name)
+            return
         if fence is None:
             log.warning("rollout %s: state not stored: this replica does not lead", name)
             return
@@ -131,7 +168,10 @@ class SharedRolloutStore:
             try:
                 record = await self.store.put(PREFIX + name, body, fence=fence)
             except FencedError as exc:
-                self.fenced(str(exc))
+                if fence == self._fence():
+                    self.fenced(str(exc))
+                with contextlib.suppress(StoreUnavailableError):
+                    await self._restore(name)
                 return
             except StoreUnavailableError as exc:
                 log.warning("rollout %s: storing its state: %s; retrying", name, exc)

@@ -42,11 +42,15 @@ class ScrapeError(Exception):
 @dataclass(frozen=True)
 class ClusterTotals:
     """One cluster's running totals at one scrape. ``buckets``: upper bound (ms, ``inf``
-    for the last) -> cumulative count."""
+    for the last) -> cumulative count. ``active`` (requests in flight) and ``healthy`` (hosts
+    Envoy holds healthy; None: not reported) are gauges the fleet's autoscaler sums and reads
+    from each Envoy's pushed stats; the rollout analysis ignores them."""
 
     requests: int = 0
     errors: int = 0
     buckets: Mapping[float, int] = field(default_factory=dict)
+    active: int = 0
+    healthy: int | None = None
 
     def went_down_from(self, before: ClusterTotals) -> bool:
         if self.requests < before.requests or self.errors < before.errors:

@@ -100,11 +100,16 @@ class HashPolicyIR:
 @dataclass(frozen=True)
 class RateLimitIR:
     """A token bucket: ``tokens_per_fill`` added every ``fill_interval`` seconds, at most
-    ``bucket_size`` held."""
+    ``bucket_size`` held. ``scope`` ``fleet``: the bucket is the fleet's, split into each
+    Envoy's ``shares`` (node id -> tokens per fill, summing to ``tokens_per_fill``); an Envoy
+    not listed (new, or before the first split) holds ``floor`` tokens per fill."""
 
     bucket_size: int
     tokens_per_fill: int
     fill_interval: float
+    scope: str = "envoy"
+    shares: tuple[tuple[str, int], ...] = ()
+    floor: int = 1
 
 
 @dataclass(frozen=True)
