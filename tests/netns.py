@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -72,8 +73,8 @@ class HostFleet:
             raise ValueError(f"hosts must be 1-200 distinct names, got {list(hosts)}")
         self.hosts = list(hosts)
         self._tag = f"iw{os.getpid() % 100000}"
-        octet = subnet_octet if subnet_octet is not None else 16 + os.getpid() % 200
-        self._net = f"10.231.{octet}"
+        self._octet = subnet_octet
+        self._net = ""
         self._switch = f"{self._tag}-sw"
         self._made: list[str] = []
         self._root_link = f"{self._tag}r"
@@ -93,6 +94,10 @@ class HostFleet:
         return f"{self._tag}s{self.hosts.index(host)}"
 
     def __enter__(self) -> HostFleet:
+        remove_leftovers()
+        if self._octet is None:
+            self._octet = _free_octet(16 + os.getpid() % 200)
+        self._net = f"10.231.{self._octet}"
         try:
             _ip("netns", "add", self._switch)
             self._made.append(self._switch)
@@ -149,3 +154,45 @@ class HostFleet:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_LEFTOVER = re.compile(r"^iw(\d+)(?:-\S*|r)$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers() -> None:
+    """Namespaces and root links of fleets whose test process died without closing them
+    (killed by a timeout, say): they would hold a subnet and names a new fleet may pick."""
+    listed = subprocess.run([IP or "ip", "netns", "list"], capture_output=True, text=True)
+    for line in listed.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        found = _LEFTOVER.match(name)
+        if found and not _pid_alive(int(found.group(1))):
+            subprocess.run([IP or "ip", "netns", "del", name], capture_output=True, check=False)
+    links = subprocess.run([IP or "ip", "-o", "link"], capture_output=True, text=True)
+    for line in links.stdout.splitlines():
+        parts = line.split(":")
+        name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
+        found = _LEFTOVER.match(name)
+        if found and not _pid_alive(int(found.group(1))):
+            subprocess.run([IP or "ip", "link", "del", name], capture_output=True, check=False)
+
+
+def _free_octet(preferred: int) -> int:
+    """``preferred``, or the next octet whose 10.231.<octet>.0/24 no interface here uses."""
+    shown = subprocess.run([IP or "ip", "-o", "-4", "addr"], capture_output=True, text=True)
+    used = {int(m) for m in re.findall(r"inet 10\.231\.(\d+)\.", shown.stdout)}
+    for step in range(200):
+        octet = 16 + (preferred - 16 + step) % 200
+        if octet not in used:
+            return octet
+    raise RuntimeError("every 10.231.x.0/24 subnet for test hosts is in use")
