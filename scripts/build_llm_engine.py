@@ -2,8 +2,8 @@
 """Installs the test LLM engine (llama-cpp-python's OpenAI-compatible server) into a venv,
 compiling its wheel from the PyPI sdist only once per machine (docs/llm.md, "The test engine").
 
-llama-cpp-python publishes no CPU wheel on PyPI, so `pip install` compiles llama.cpp: about
-half an hour on 2 cores. This script builds the wheel once, CPU only and without
+llama-cpp-python publishes no CPU wheel on PyPI, so `pip install` compiles llama.cpp: 10 to 15
+minutes on 2 cores. This script builds the wheel once, CPU only and without
 `-march=native` (CMAKE_ARGS below: it runs on any x86-64 machine), keeps it outside the clone
 in ${INFERWAY_CACHE:-~/.cache/inferway}/wheels/<version>-<machine>-<hash of CMAKE_ARGS>/, and
 installs it with its `server` extra and the rest of pyproject.toml's `llm-engine` extra, where
@@ -93,7 +93,7 @@ def build_wheel(python: str, version: str, directory: Path) -> Path:
             return wheel
         log = directory.parent / f"{directory.name}.log"
         print(
-            f"llm engine: building {PACKAGE} {version} from its sdist, once (about 30 min on 2 "
+            f"llm engine: building {PACKAGE} {version} from its sdist, once (10 to 15 min on 2 "
             f"cores); log {log}",
             flush=True,
         )
