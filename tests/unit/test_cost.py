@@ -230,3 +230,45 @@ def test_a_bad_cost_section_is_a_located_error(cost: str, expected: str) -> None
     with pytest.raises(PolicyError) as caught:
         load(cost)
     assert expected in str(caught.value), str(caught.value)
+
+
+def test_token_prices_load_and_a_model_of_cost_models_has_its_own() -> None:
+    policy = load(
+        "{per_replica_hour: 0, per_1m_input_tokens: 0.5, per_1m_output_tokens: 1.5, "
+        "models: {big: {per_1m_output_tokens: 3}}, budget_per_1k_tokens: 0.002}"
+    )
+    cost = policy.services[0].cost  # type: ignore[attr-defined]
+    assert cost.budget_per_1k_tokens == 0.002 and cost.prices_tokens
+    small = cost.token_prices("small")
+    assert (small.per_1m_input_tokens, small.per_1m_output_tokens) == (0.5, 1.5)
+    big = cost.token_prices("big")
+    assert (big.per_1m_input_tokens, big.per_1m_output_tokens) == (0.0, 3.0)
+    assert cost.token_prices(None) == small
+
+
+def test_a_replica_price_alone_prices_no_token() -> None:
+    cost = load("{per_replica_hour: 2.4, budget_per_1k_tokens: 0.01}").services[0].cost  # type: ignore[attr-defined]
+    assert not cost.prices_tokens
+    assert cost.token_prices("any").per_1m_output_tokens == 0.0
+
+
+@pytest.mark.parametrize(
+    ("cost", "expected"),
+    [
+        ("{per_replica_hour: 0, budget_per_1k_tokens: 0.1}",
+         "services[0].cost.budget_per_1k_tokens: a budget per 1,000 tokens on a service whose "
+         "replicas and tokens cost 0 can never be exceeded"),
+        ("{per_replica_hour: 1, per_1m_output_tokens: -2}",
+         "services[0].cost.per_1m_output_tokens: must be at least 0.0, got -2"),
+        ("{per_replica_hour: 1, models: {big: {}}}", "services[0].cost.models.big: give "
+         "per_1m_input_tokens, per_1m_output_tokens or both"),
+        ("{per_replica_hour: 1, models: {big: {per_1m_output: 1}}}", "policy.yaml:5:48: "
+         "services[0].cost.models.big.per_1m_output: unknown key 'per_1m_output'"),
+        ("{per_replica_hour: 1, budget_per_1k_tokens: 0}", "policy.yaml:5:55: "
+         "services[0].cost.budget_per_1k_tokens: must be more than 0.0, got 0"),
+    ],
+)  # fmt: skip
+def test_a_bad_token_price_is_a_located_error(cost: str, expected: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        load(cost)
+    assert expected in str(caught.value), str(caught.value)

@@ -41,7 +41,15 @@ listeners:
 services:
   - name: model-v1
     endpoints: ["127.0.0.1:8001"]
-    cost: {per_replica_hour: 2.4, budget_per_1k_requests: 0.01, budget_per_day: 100, model: demo}
+    cost:
+      per_replica_hour: 2.4
+      budget_per_1k_requests: 0.01
+      budget_per_day: 100
+      model: demo
+      per_1m_input_tokens: 0.5
+      per_1m_output_tokens: 1.5
+      models: {big: {per_1m_output_tokens: 3}}
+      budget_per_1k_tokens: 0.001
 routes:
   - name: inference
     backends:
@@ -79,6 +87,18 @@ def backend_exposition() -> str:
     return metrics.render().decode()
 
 
+LLM_GATEWAY_METRICS = {
+    "inferway_llm_tokens_total",
+    "inferway_llm_requests_total",
+    "gen_ai_client_token_usage_bucket",
+    "gen_ai_server_time_to_first_token_seconds_bucket",
+    "gen_ai_server_time_per_output_token_seconds_bucket",
+}
+"""The LLM accounting's series on the gateway's /metrics (issue 34: tokens per route, model,
+backend, client and type; the gen_ai.* histograms), the names the rules and the dashboard's
+LLM panels read."""
+
+
 @pytest.fixture(scope="module")
 def exported() -> set[str]:
     """What the code exports, and what alerts.yaml's recording rules make of it (the recorded
@@ -88,6 +108,7 @@ def exported() -> set[str]:
         wire_names(parse_exposition(control_plane_exposition()))
         | wire_names(parse_exposition(backend_exposition()))
         | set(ENVOY_METRICS)
+        | LLM_GATEWAY_METRICS
         | recorded
     )
 
@@ -178,6 +199,9 @@ def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
         "inferway_backend_ready",
         "inferway_backend_gpu_memory_used_bytes",
         "inferway_cost_budget_per_1k_requests",
+        "inferway_cost_budget_per_1k_tokens",
+        "inferway_cost_per_1k_tokens:rate5m",  # recorded from inferway_llm_tokens_total
+        "inferway_llm_output_tokens:rate5m",  # ... per backend and model
     ):
         assert required in used, required
     by_name = {rule["alert"]: rule["expr"] for rule in rules}
@@ -187,6 +211,8 @@ def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
     assert "> 0.9" in by_name["InferwayBackendGpuMemoryHigh"], "GPU memory over 90%"
     assert "0.7 * avg by" in by_name["InferwayBackendReplicaLowThroughput"], "30% under mean"
     assert "\n1.15 * max by" in by_name["InferwayCostPer1kRequestsOverBudget"], "15% over budget"
+    assert "\n1.15 * max by" in by_name["InferwayCostPer1kTokensOverBudget"], "15% over budget"
+    assert "0.7 * avg by" in by_name["InferwayLlmBackendLowTokenThroughput"], "30% under mean"
 
 
 def test_every_metric_in_the_alert_rules_is_exported(exported: set[str]) -> None:
@@ -205,6 +231,21 @@ def test_the_gateway_exports_each_service_s_cost_section() -> None:
     assert sample_value(control, "inferway_cost_budget_per_1k_requests", **labels) == 0.01
     assert sample_value(control, "inferway_cost_budget_per_day", **labels) == 100
     assert sample_value(control, "inferway_cost_model_info", service="model-v1", model="demo") == 1
+    assert sample_value(control, "inferway_cost_budget_per_1k_tokens", **labels) == 0.001
+    prices = {
+        (model, kind): sample_value(
+            control, "inferway_cost_per_1m_tokens", **labels, model=model, type=kind
+        )
+        for model in ("", "big")
+        for kind in ("input", "output")
+    }
+    # the service's prices under model="", a model of cost.models with its own (an unset one 0)
+    assert prices == {
+        ("", "input"): 0.5,
+        ("", "output"): 1.5,
+        ("big", "input"): 0,
+        ("big", "output"): 3,
+    }
 
 
 @pytest.mark.needs_binary("promtool", "checking the rules and the scrape config")
