@@ -46,6 +46,29 @@ def test_rows_and_busy_time_count_only_where_reported() -> None:
     assert cost.utilization == pytest.approx(3600 / (4 * 3600))
 
 
+def test_cost_per_1k_tokens_spreads_replicas_and_priced_tokens_over_the_tokens() -> None:
+    # a self-hosted engine (1.80/hour, 1,000 tokens/s) beside a hosted API's priced tokens
+    window = [
+        Interval(0, 1.0, 1.8, replicas=1, requests=100, tokens=3_600_000, token_spend=0.0),
+        Interval(1, 1.0, 0.0, replicas=0, requests=100, tokens=1_000_000, token_spend=2.0),
+        Interval(2, 1.0, 1.8, replicas=1, requests=0, tokens=None),
+    ]
+    cost = summarize("chat", "USD", window, budget_per_1k_tokens=0.0005)
+    assert cost.spend == pytest.approx(1.8 + 2.0 + 1.8) and cost.token_spend == 2.0
+    assert cost.tokens == 4_600_000
+    assert cost.cost_per_1k_tokens == pytest.approx(5.6 / 4600)
+    assert cost.over_budget_per_1k_tokens == pytest.approx(5.6 / 4600 / 0.0005 - 1)
+    report = build_report(
+        [ServiceSeries("chat", "USD", window, budget_per_1k_tokens=0.0005)], start=0, end=3
+    )
+    assert report.warnings == [
+        "chat: cost per 1,000 tokens 0.001217 USD is 143% over the budget of 0.0005 USD"
+    ]
+    assert report.to_dict()["services"][0]["cost_per_1k_tokens"] == pytest.approx(5.6 / 4600)
+    untokened = summarize("m", "USD", [Interval(0, 1.0, 2.0, replicas=1, requests=5)])
+    assert untokened.tokens is None and untokened.cost_per_1k_tokens is None
+
+
 def test_ratios_over_nothing_are_none_not_zero_or_infinite() -> None:
     cost = summarize("idle", "USD", [Interval(0, 1.0, 2.0, replicas=1, requests=0, rows=0)])
     assert cost.spend == 2.0

@@ -117,11 +117,12 @@ def exported() -> set[str]:
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _GROUPINGS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_METRIC = re.compile(r"\b(?:inferway|envoy)_[a-zA-Z0-9_:]*")
+_METRIC = re.compile(r"\b(?:inferway|envoy|gen_ai)_[a-zA-Z0-9_:]*")
 
 
 def metric_names_in(expr: str) -> set[str]:
-    """inferway_* and envoy_* metric names a PromQL expression selects (labels excluded)."""
+    """inferway_*, envoy_* and gen_ai_* metric names a PromQL expression selects (labels
+    excluded)."""
     bare = _GROUPINGS.sub(" ", _MATCHERS.sub(" ", _STRINGS.sub('""', expr)))
     return set(_METRIC.findall(bare))
 
@@ -388,6 +389,12 @@ def test_dashboard_covers_the_issue_and_queries_only_exported_metrics(
         "inferway_cost_budget_per_1k_requests",
         "inferway_cost_per_row:rate5m",
         "inferway_backend_utilization:rate5m",
+        # LLM: tokens/s, TTFT, ITL, cost per 1,000 tokens
+        "inferway_llm_tokens_total",
+        "gen_ai_server_time_to_first_token_seconds_bucket",
+        "gen_ai_server_time_per_output_token_seconds_bucket",
+        "inferway_cost_per_1k_tokens:rate5m",
+        "inferway_cost_budget_per_1k_tokens",
     ):
         assert required in used, required
     quantiles = " ".join(exprs)
