@@ -4,15 +4,16 @@ Autoscaler's Decision out, the service's scale actuator acting on it.
 Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster from
 Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99, its healthy
 hosts) and, for a rule on ``queue_length``, ``queue_wait`` or ``utilization``, every ready
-replica's ``/metrics`` (queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs`
-turns them into a MetricSample for the service's Autoscaler. The counts it decides from and
-where the decision goes are the service's ``scale_target``
-(gateway/actuators/scale_actuators.py): the gateway's replicas, the published metric only (KEDA
-or an HPA act), or a Deployment's scale. Each Decision is logged as one structured event and
-kept in a bounded history that ``GET /autoscale`` shows. A scrape, a read of the counts or a
-scale that fails is the service's ``error`` there and in the log, never a crash and never a
-guess: without counts the decision is skipped; a scale that failed is still a decision (the
-metric publishes it).
+replica's ``/metrics`` (queue depth, busy fraction), and for a rule on ``token_rate`` the
+gateway's own ``/metrics`` (the LLM tokens it counted for the service);
+:mod:`inferway.gateway.autoscale_inputs` turns them into a MetricSample for the service's
+Autoscaler. The counts it decides from and where the decision goes are the service's
+``scale_target`` (gateway/actuators/scale_actuators.py): the gateway's replicas, the published
+metric only (KEDA or an HPA act), or a Deployment's scale. Each Decision is logged as one
+structured event and kept in a bounded history that ``GET /autoscale`` shows. A scrape, a read
+of the counts or a scale that fails is the service's ``error`` there and in the log, never a
+crash and never a guess: without counts the decision is skipped; a scale that failed is still
+a decision (the metric publishes it).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ from inferway.gateway.autoscale_inputs import (
     StatsError,
     build_sample,
     parse_cluster_load,
+    parse_token_total,
     replica_load,
     replica_wait,
+    token_rate,
 )
 from inferway.gateway.backend_scrape import BackendTotals, scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
@@ -79,6 +82,8 @@ class _Scaled:
         self.replicas: dict[str, BackendTotals] | None = None
         """Each replica's /metrics at the last scrape (the queue wait is their difference)."""
         self.p99: float | None = None
+        self.tokens: tuple[float, float] | None = None
+        """(time, the gateway's running token total) at the last sample (token_rate)."""
         self.next_at = 0.0
         self.error: str | None = None
         self.seq = 0
@@ -100,8 +105,10 @@ class AutoscaleDriver(PolicyFollower):
         keep: int = 256,
         host: str = "127.0.0.1",
         kubernetes: KubernetesFactory | None = None,
+        gateway_metrics: Callable[[], bytes] | None = None,
     ) -> None:
         self.manager = manager
+        self._gateway_metrics = gateway_metrics
         self._kubernetes = kubernetes
         self._admin_port = envoy_admin_port
         self._clock = clock
@@ -205,6 +212,7 @@ class AutoscaleDriver(PolicyFollower):
             queue, utilization, wait = None, None, None
             if scaled.config.metric in BACKEND_METRICS:
                 queue, utilization, wait = await self._replica_load(scaled)
+            tokens = self._token_rate(scaled, now) if scaled.config.metric == "token_rate" else None
             sample = build_sample(
                 now,
                 load,
@@ -213,6 +221,7 @@ class AutoscaleDriver(PolicyFollower):
                 utilization=utilization,
                 queue_wait=wait,
                 last_p99=scaled.p99,
+                tokens_per_s=tokens,
             )
             fleet_load = evidence.get(scaled.config.service)
             if fleet_load is not None and fleet_load.rate is not None:
@@ -237,6 +246,23 @@ class AutoscaleDriver(PolicyFollower):
                 return await response.text()
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise StatsError(f"Envoy admin {url}: {exc or type(exc).__name__}") from None
+
+    def _token_rate(self, scaled: _Scaled, now: float) -> float | None:
+        """Tokens per second the gateway counted for the service since the last sample; None
+        (the decision holds) on the first, or when the gateway's metrics cannot be read."""
+        if self._gateway_metrics is None:
+            scaled.error = "token_rate needs the gateway's /metrics, which this driver lacks"
+            return None
+        try:
+            total = parse_token_total(
+                self._gateway_metrics().decode(errors="replace"), scaled.config.service
+            )
+        except StatsError as error:
+            scaled.error = str(error)
+            return None
+        rate = token_rate(scaled.tokens, (now, total))
+        scaled.tokens = (now, total)
+        return rate
 
     async def _replica_load(
         self, scaled: _Scaled
@@ -344,16 +370,21 @@ def start_replica_autoscaling(
     envoy_admin_urls: list[str],
     envoy_admin_port: Callable[[], int | None],
     kubernetes: KubernetesFactory | None = None,
+    gateway_metrics: Callable[[], bytes] | None = None,
 ) -> tuple[ReplicaManager, AutoscaleDriver]:
     """The replica manager and its autoscaling loop, both following the live policy: a
     service that gains ``replicas:`` (or ``autoscale:``) by a later edit is started and
     sized without a restart, one that loses it is drained and stopped. Idle (no process) while
     no service has ``replicas:``; ``kubernetes`` makes the client of a ``kubernetes`` target
-    (None: from the pod's service account or the kubeconfig). A replica leaves only once the
-    Envoys at ``envoy_admin_urls`` no longer list it; logs go to ``<workdir>/replicas``."""
+    (None: from the pod's service account or the kubeconfig); ``gateway_metrics`` renders the
+    gateway's own /metrics (token_rate reads the LLM token count there). A replica leaves only
+    once the Envoys at ``envoy_admin_urls`` no longer list it; logs go to
+    ``<workdir>/replicas``."""
     log_dir = workdir / "replicas" if workdir is not None else None
     manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
-    driver = AutoscaleDriver(manager, envoy_admin_port, kubernetes=kubernetes)
+    driver = AutoscaleDriver(
+        manager, envoy_admin_port, kubernetes=kubernetes, gateway_metrics=gateway_metrics
+    )
     if plane.policy is not None:  # compiled by plan_gateway already: the same policy
         driver.configure(compile_loops(plane.policy))
     plane.add_observer(driver)
