@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import shutil
 import statistics
 import sys
@@ -285,6 +286,8 @@ def report(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any]
          "errors", "CPU ms/req", "CPU us/token"],
         rows,
     )  # fmt: skip
+    before, after = measured["load_average"]["before"][0], measured["load_average"]["after"][0]
+    print(f"host load average (1 min) {before:.1f} before, {after:.1f} after")
     caps = {name: c["max_rate"] for name, c in measured["capacity"].items()}
     if caps:
         print(f"capacity at TTFT p99 <= {args.slo_ms:g} ms (req/s): {caps}")
@@ -322,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.duration, args.rounds = 3.0, 1
     args.targets = [t.strip() for t in args.targets.split(",")]
+    load_before = os.getloadavg()
     measured = asyncio.run(run(args))
+    measured["load_average"] = {"before": load_before, "after": os.getloadavg()}
     summary = report(args, measured)
     path = write_results(
         "llm_stream",

@@ -40,6 +40,7 @@ __all__ = [
     "interval_p99_s",
     "parse_cluster_load",
     "parse_token_total",
+    "parse_token_totals",
     "replica_load",
     "replica_wait",
     "token_rate",
@@ -95,19 +96,25 @@ def parse_cluster_load(text: str, cluster: str) -> ClusterLoad:
     return ClusterLoad(total, active, buckets, healthy)
 
 
-def parse_token_total(text: str, service: str) -> float:
-    """The tokens the gateway counted for ``service`` so far (0 before its first); raises
+def parse_token_totals(text: str) -> dict[str, float]:
+    """Service (the ``backend`` label) -> the tokens the gateway counted for it so far; raises
     StatsError on text that is not Prometheus exposition."""
-    total = 0.0
+    totals: dict[str, float] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
         raise StatsError(f"the gateway's /metrics is not Prometheus text: {exc}") from None
     for family in families:
         for sample in family.samples:
-            if sample.name == TOKENS and sample.labels.get("backend") == service:
-                total += sample.value
-    return total
+            if sample.name == TOKENS and "backend" in sample.labels:
+                backend = sample.labels["backend"]
+                totals[backend] = totals.get(backend, 0.0) + sample.value
+    return totals
+
+
+def parse_token_total(text: str, service: str) -> float:
+    """The tokens the gateway counted for ``service`` so far (0 before its first)."""
+    return parse_token_totals(text).get(service, 0.0)
 
 
 def token_rate(before: tuple[float, float] | None, now: tuple[float, float]) -> float | None:

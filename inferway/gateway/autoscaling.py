@@ -50,7 +50,7 @@ from inferway.gateway.autoscale_inputs import (
     StatsError,
     build_sample,
     parse_cluster_load,
-    parse_token_total,
+    parse_token_totals,
     replica_load,
     replica_wait,
     token_rate,
@@ -84,6 +84,8 @@ class _Scaled:
         self.p99: float | None = None
         self.tokens: tuple[float, float] | None = None
         """(time, the gateway's running token total) at the last sample (token_rate)."""
+        self.tokens_per_s: float | None = None
+        self.ready: int | None = None
         self.next_at = 0.0
         self.error: str | None = None
         self.seq = 0
@@ -205,6 +207,7 @@ class AutoscaleDriver(PolicyFollower):
                 scaled.next_at = now + scaled.config.sampling_interval_s
             log.warning("autoscale: %s", error)
             return
+        totals, token_error = self._token_totals()
         for scaled in due:
             scaled.next_at = now + scaled.config.sampling_interval_s
             scaled.error = None
@@ -212,7 +215,7 @@ class AutoscaleDriver(PolicyFollower):
             queue, utilization, wait = None, None, None
             if scaled.config.metric in BACKEND_METRICS:
                 queue, utilization, wait = await self._replica_load(scaled)
-            tokens = self._token_rate(scaled, now) if scaled.config.metric == "token_rate" else None
+            tokens = self._token_rate(scaled, now, totals, token_error)
             sample = build_sample(
                 now,
                 load,
@@ -247,22 +250,31 @@ class AutoscaleDriver(PolicyFollower):
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise StatsError(f"Envoy admin {url}: {exc or type(exc).__name__}") from None
 
-    def _token_rate(self, scaled: _Scaled, now: float) -> float | None:
-        """Tokens per second the gateway counted for the service since the last sample; None
-        (the decision holds) on the first, or when the gateway's metrics cannot be read."""
+    def _token_totals(self) -> tuple[dict[str, float] | None, str | None]:
+        """Service -> the gateway's running token count, or why it cannot be read."""
         if self._gateway_metrics is None:
-            scaled.error = "token_rate needs the gateway's /metrics, which this driver lacks"
-            return None
+            return None, "token_rate needs the gateway's /metrics, which this driver lacks"
         try:
-            total = parse_token_total(
-                self._gateway_metrics().decode(errors="replace"), scaled.config.service
-            )
+            return parse_token_totals(self._gateway_metrics().decode(errors="replace")), None
         except StatsError as error:
-            scaled.error = str(error)
+            return None, str(error)
+
+    def _token_rate(
+        self, scaled: _Scaled, now: float, totals: dict[str, float] | None, error: str | None
+    ) -> float | None:
+        """Tokens per second the gateway counted for the service since the last sample (kept
+        for ``scale status`` whatever the metric); None (a token_rate decision holds) on the
+        first sample, or when the gateway's metrics cannot be read (the service's error when
+        it scales on them)."""
+        if totals is None:
+            if scaled.config.metric == "token_rate":
+                scaled.error = error
+            scaled.tokens = scaled.tokens_per_s = None
             return None
-        rate = token_rate(scaled.tokens, (now, total))
+        total = totals.get(scaled.config.service, 0.0)
+        scaled.tokens_per_s = token_rate(scaled.tokens, (now, total))
         scaled.tokens = (now, total)
-        return rate
+        return scaled.tokens_per_s
 
     async def _replica_load(
         self, scaled: _Scaled
@@ -302,6 +314,7 @@ class AutoscaleDriver(PolicyFollower):
             scaled.error = f"cannot read the current count: {error}"
             log.warning("autoscale %s: %s", service, scaled.error)
             return
+        scaled.ready = counts.ready
         decision = scaled.autoscaler.decide(now, current=counts.current, ready=counts.ready)
         event = {
             "wall_time": time.time(),
@@ -354,6 +367,12 @@ class AutoscaleDriver(PolicyFollower):
                     "scale_target": scaled.actuator.describe(),
                     "last_decision": None if last is None else last.to_dict(),
                     "error": scaled.error,
+                    "tokens_per_s": scaled.tokens_per_s,
+                    "tokens_per_s_per_replica": (
+                        scaled.tokens_per_s / scaled.ready
+                        if scaled.tokens_per_s is not None and scaled.ready
+                        else None
+                    ),
                 }
             )
         return {

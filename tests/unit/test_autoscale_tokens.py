@@ -1,13 +1,18 @@
 """Scaling an LLM service on tokens per second (``metric: token_rate``): the policy takes it,
 the gateway's own token count (a real prometheus_client registry's exposition) becomes the
 service's rate between two samples, and the autoscaler sizes the service by it as it does by
-requests (an additive metric: tokens/s over the target per replica)."""
+requests (an additive metric: tokens/s over the target per replica); ``scale status`` shows
+each LLM service's tokens/s and per replica."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
+from rich.console import Console
 
+from inferway.cli.scale import render_autoscale
 from inferway.controllers.autoscale.autoscaler import Autoscaler
 from inferway.controllers.autoscale.samples import MetricSample, needed_replicas
 from inferway.gateway.autoscale_inputs import (
@@ -15,6 +20,7 @@ from inferway.gateway.autoscale_inputs import (
     StatsError,
     build_sample,
     parse_token_total,
+    parse_token_totals,
     token_rate,
 )
 from inferway.gateway.autoscale_policy import autoscale_config
@@ -81,3 +87,45 @@ def test_the_policy_scales_on_tokens_per_second_per_replica() -> None:
 def test_an_unknown_token_metric_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="token_rate"):
         autoscale_config("chat", {"metric": "tokens_per_second", "target": 500})
+
+
+def test_every_service_s_token_count_is_read_in_one_pass() -> None:
+    tokens, registry = _gateway_metrics()
+    tokens.labels("chat", "small", "llama", "a", "output", "false").inc(40)
+    tokens.labels("chat", "small", "mistral", "a", "input", "false").inc(2)
+    assert parse_token_totals(generate_latest(registry).decode()) == {"llama": 40, "mistral": 2}
+
+
+def test_scale_status_shows_an_llm_service_s_tokens_per_second_and_per_replica() -> None:
+    document: dict[str, Any] = {
+        "services": [
+            {
+                "service": "chat",
+                "algorithm": "proportional",
+                "metric": "token_rate",
+                "sampling_interval_s": 5.0,
+                "scale_target": {"kind": "metric"},
+                "last_decision": None,
+                "error": None,
+                "tokens_per_s": 2400.0,
+                "tokens_per_s_per_replica": 800.0,
+            },
+            {
+                "service": "vision",
+                "algorithm": "proportional",
+                "metric": "in_flight",
+                "sampling_interval_s": 5.0,
+                "scale_target": {"kind": "metric"},
+                "last_decision": None,
+                "error": None,
+                "tokens_per_s": None,
+                "tokens_per_s_per_replica": None,
+            },
+        ],
+        "decisions": [],
+    }
+    console = Console(record=True, width=160)
+    render_autoscale(document, console)  # type: ignore[arg-type]
+    text = console.export_text()
+    assert "chat  proportional on token_rate  2,400 tokens/s (800 per replica)" in text, text
+    assert "vision  proportional on in_flight  -> published metric" in text, text
