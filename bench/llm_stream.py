@@ -12,8 +12,10 @@ the proxy's CPU (psutil: Envoy's process; LiteLLM's process tree) per request an
 target the highest rate it serves with TTFT p99 under ``--slo-ms`` and no error.
 
 The engine is ``--engine synthetic`` (default: a paced OpenAI-compatible SSE server started
-here, bench/_llm_engine.py) or the URL of a running one (e.g. llama.cpp's server of
-docs/llm.md: ``--engine http://127.0.0.1:8080 --model tiny``). The inferway arm is Envoy
+here, bench/_llm_engine.py), ``--engine llama`` (the test engine of docs/llm.md:
+llama-cpp-python's server on the tiny random-weight model, started here through
+tests/llm_engine.py; it computes one request at a time, so keep ``--concurrency`` low) or the
+URL of a running one (``--engine http://127.0.0.1:8080 --model tiny``). The inferway arm is Envoy
 with a plain prefix route to the engine (stream-friendly 300 s timeout; SSE passes through
 chunk by chunk); the gateway's token accounting on OpenAI routes is not in this arm yet.
 LiteLLM is installed by this script in its own venv (bench/_litellm.py), never by inferway.
@@ -21,6 +23,7 @@ LiteLLM is installed by this script in its own venv (bench/_litellm.py), never b
     .venv/bin/python bench/llm_stream.py                      # 100 streams, 10 s, 3 rounds
     .venv/bin/python bench/llm_stream.py --quick              # 3 s, 1 round
     .venv/bin/python bench/llm_stream.py --capacity 25,50,100,200 --slo-ms 250
+    .venv/bin/python bench/llm_stream.py --engine llama --concurrency 4 --max-tokens 32
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from _llm_load import LoadSpec, load_main
 from _llm_targets import CpuMeter, settle, start_envoy
 
 __all__ = ["main"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FIELDS = ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tokens_per_s")
 
@@ -172,7 +177,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="inferway-llm-bench-"))
     engine_process: mp.process.BaseProcess | None = None
     engine_conn: Connection | None = None
-    envoy = xds = None
+    envoy = xds = llama = None
     try:
         if args.engine == "synthetic":
             engine_process, engine_conn = spawn(
@@ -182,6 +187,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 raise RuntimeError("the synthetic engine did not start")
             host, port = "127.0.0.1", int(engine_conn.recv())
             engine_pid = engine_process.pid
+        elif args.engine == "llama":
+            sys.path.insert(0, str(ROOT))  # tests/ is the engine fixture's home
+            from tests.llm_engine import start_llm_engine, write_test_model
+
+            model_path = await asyncio.to_thread(write_test_model, workdir)
+            llama = await asyncio.to_thread(
+                start_llm_engine, model_path, model=args.model, verbose=False, log_dir=workdir
+            )
+            host, port, engine_pid = "127.0.0.1", llama.port, llama.pid
         else:
             host, _, rest = args.engine.removeprefix("http://").partition(":")
             port = int(rest.split("/")[0])
@@ -238,6 +252,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "litellm_startup_s": litellm.startup_s if litellm else None,
         }
     finally:
+        if llama is not None:
+            llama.stop()
         if envoy is not None:
             await envoy.stop()
         if xds is not None:
