@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.backends.batching.records import BatchRecord
 from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
+from inferway.gateway.llm.metrics import Exchange, LlmMetrics
 from inferway.observability.gpu_memory import GpuMemory, GpuMemoryCollector
 from inferway.observability.metric_names import ENVOY_METRICS
 from inferway.policies import PolicyError, PolicyIssue, load_policy_text
@@ -87,16 +89,18 @@ def backend_exposition() -> str:
     return metrics.render().decode()
 
 
-LLM_GATEWAY_METRICS = {
-    "inferway_llm_tokens_total",
-    "inferway_llm_requests_total",
-    "gen_ai_client_token_usage_bucket",
-    "gen_ai_server_time_to_first_token_seconds_bucket",
-    "gen_ai_server_time_per_output_token_seconds_bucket",
-}
-"""The LLM accounting's series on the gateway's /metrics (issue 34: tokens per route, model,
-backend, client and type; the gen_ai.* histograms), the names the rules and the dashboard's
-LLM panels read."""
+def llm_exposition() -> str:
+    """The LLM processor's series after one streamed exchange (gateway/llm/metrics.py)."""
+    registry = CollectorRegistry()
+    LlmMetrics(registry).record(
+        Exchange(
+            route="chat", model="tiny", requested_model="tiny", response_model="tiny",
+            backend="llama", client="k", operation="chat", stream=True, code=200,
+            input_tokens=12, output_tokens=30, estimated=False, ttft_s=0.02,
+            time_per_output_token_s=0.01,
+        )
+    )  # fmt: skip
+    return generate_latest(registry).decode()
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +111,8 @@ def exported() -> set[str]:
     return (
         wire_names(parse_exposition(control_plane_exposition()))
         | wire_names(parse_exposition(backend_exposition()))
+        | wire_names(parse_exposition(llm_exposition()))
         | set(ENVOY_METRICS)
-        | LLM_GATEWAY_METRICS
         | recorded
     )
 
