@@ -45,7 +45,7 @@ from _common import environment, free_port, print_table, write_results
 from _litellm import LiteLLMProxy, ensure_litellm
 from _llm_engine import engine_main
 from _llm_load import LoadSpec, load_main
-from _llm_targets import CpuMeter, settle, start_envoy
+from _llm_targets import CpuMeter, settle, start_inferway
 
 __all__ = ["main"]
 
@@ -177,7 +177,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="inferway-llm-bench-"))
     engine_process: mp.process.BaseProcess | None = None
     engine_conn: Connection | None = None
-    envoy = xds = llama = None
+    gateway = llama = None
     try:
         if args.engine == "synthetic":
             engine_process, engine_conn = spawn(
@@ -204,12 +204,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         targets: dict[str, dict[str, Any]] = {}
         if "direct" in args.targets:
             targets["direct"] = {"url": direct, "headers": {}, "cpu": CpuMeter(None, False)}
-        if "inferway" in args.targets:
-            envoy, xds, envoy_port = await start_envoy(host, port, workdir, args.envoy_concurrency)
-            targets["inferway (Envoy)"] = {
-                "url": f"http://127.0.0.1:{envoy_port}",
+        if "inferway" in args.targets or "plain" in args.targets:
+            gateway, llm_port, plain_port = await start_inferway(
+                host, port, args.model, workdir, args.envoy_concurrency
+            )
+            assert gateway.supervisor is not None
+            envoy_pid = gateway.supervisor.pid
+        if "plain" in args.targets:
+            targets["Envoy, plain route"] = {
+                "url": f"http://127.0.0.1:{plain_port}",
                 "headers": {},
-                "cpu": CpuMeter(envoy.pid, False),
+                "cpu": CpuMeter(envoy_pid, False),
+            }
+        if "inferway" in args.targets:
+            # Envoy and this process, where the LLM processor (ext_proc) serves
+            targets["inferway LLM gateway"] = {
+                "url": f"http://127.0.0.1:{llm_port}",
+                "headers": {},
+                "cpu": CpuMeter(envoy_pid, False, also=os.getpid()),
             }
         litellm: LiteLLMProxy | None = None
         if "litellm" in args.targets:
@@ -254,10 +266,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if llama is not None:
             llama.stop()
-        if envoy is not None:
-            await envoy.stop()
-        if xds is not None:
-            await xds.stop(0)
+        if gateway is not None:
+            await gateway.stop()
         if engine_process is not None and engine_conn is not None:
             engine_conn.send("stop")
             engine_process.join(5)
@@ -307,8 +317,8 @@ def report(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any]
     caps = {name: c["max_rate"] for name, c in measured["capacity"].items()}
     if caps:
         print(f"capacity at TTFT p99 <= {args.slo_ms:g} ms (req/s): {caps}")
-        if caps.get("litellm proxy") and caps.get("inferway (Envoy)"):
-            ratio = caps["inferway (Envoy)"] / caps["litellm proxy"]
+        if caps.get("litellm proxy") and caps.get("inferway LLM gateway"):
+            ratio = caps["inferway LLM gateway"] / caps["litellm proxy"]
             print(f"inferway / LiteLLM at equal p99: {ratio:.1f}x (target >= 5x)")
     return summary
 
@@ -325,7 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="open loop: requests/s")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per run")
     parser.add_argument("--rounds", type=int, default=3, help="rotated rounds")
-    parser.add_argument("--targets", default="direct,inferway,litellm")
+    parser.add_argument(
+        "--targets",
+        default="direct,plain,inferway,litellm",
+        help="direct, plain (Envoy, a plain route), inferway (the openai route), litellm",
+    )
     parser.add_argument("--envoy-concurrency", type=int, default=1, help="Envoy workers")
     parser.add_argument("--litellm-workers", type=int, default=1, help="LiteLLM's workers")
     parser.add_argument("--litellm-spec", default="litellm[proxy]", help="what pip installs")
@@ -351,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             "environment": environment(),
             "command": " ".join([sys.executable, *sys.argv]),
             "arguments": {k: v for k, v in vars(args).items()},
-            "inferway_arm": "Envoy with a plain prefix route (no token accounting yet)",
+            "inferway_arms": "plain: Envoy with a prefix route; LLM gateway: the openai route "
+            "(model routing, the LLM processor counting tokens over ext_proc)",
             "summary": summary,
             **measured,
         },
