@@ -1,6 +1,6 @@
 """``inferway report cost``: what each service cost over a window, per hour, per 1,000
-requests and per row, its replicas' utilization, and the forecast of the next days' spend,
-from Prometheus' history of the gateway's and the backends' series."""
+requests, per row and per 1,000 tokens, its replicas' utilization, and the forecast of the
+next days' spend, from Prometheus' history of the gateway's and the backends' series."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def render_cost(report: CostReport, console: Console) -> None:
         return
     table = Table(title=f"cost {start} .. {end} UTC", title_justify="left")
     columns = ["service", "currency", "replica-h", "spend", "per hour", "requests", "per 1k req"]
-    columns += ["budget/1k", "rows", "per row", "util", "next days"]
+    columns += ["budget/1k", "rows", "per row", "tokens", "per 1k tok", "util", "next days"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("service", "currency") else "right")
     for s in report.services:
@@ -88,6 +88,8 @@ def render_cost(report: CostReport, console: Console) -> None:
             _money(c.budget_per_1k_requests, 4),
             _count(c.rows),
             "-" if c.cost_per_row is None else f"{c.cost_per_row:.3g}",
+            _count(c.tokens),
+            _money(c.cost_per_1k_tokens, 6),
             util,
             " ".join(_money(d) for d in s.forecast.daily[:WARN_DAYS_AHEAD]),
         )
@@ -112,10 +114,10 @@ def cost(
     days: Annotated[int, typer.Option(min=1, max=30, help="Days of spend to forecast.")] = 3,
     output: OutputOption = OutputFormat.text,
 ) -> None:
-    """Per service: replica-hours, spend, cost per hour, per 1,000 requests and per row,
-    utilization, and the next days' forecast spend, warning when the forecast exceeds
-    cost.budget_per_day within 3 days or the window's cost per 1,000 requests exceeds
-    cost.budget_per_1k_requests. Exit 3 when Prometheus cannot be reached or refuses."""
+    """Per service: replica-hours, spend, cost per hour, per 1,000 requests, per row and per
+    1,000 tokens, utilization, and the next days' forecast spend, warning when the forecast
+    exceeds cost.budget_per_day within 3 days or the window's cost per 1,000 requests or
+    tokens exceeds its budget. Exit 3 when Prometheus cannot be reached or refuses."""
     hours = parse_window_hours(window)
     until = parse_end(end)
     try:
@@ -125,6 +127,6 @@ def cost(
         raise typer.Exit(EXIT_UNREACHABLE) from None
     report = build_report(series, start=until - hours * 3600, end=until, days=days)
     if output is OutputFormat.text:
-        render_cost(report, Console(soft_wrap=False, width=160))
+        render_cost(report, Console(soft_wrap=False, width=190))
     else:
         write_document(report.to_dict(), output)

@@ -31,6 +31,12 @@ def render_autoscale(document: AutoscaleDocument, console: Console, *, decisions
         r = replicas.get(name)
         if r is not None:
             line.append(_counts(r))
+        tokens = service.get("tokens_per_s")
+        if tokens:
+            per_replica = service.get("tokens_per_s_per_replica")
+            line.append(f"  {tokens:,.0f} tokens/s")
+            if per_replica is not None:
+                line.append(f" ({per_replica:,.0f} per replica)")
         target = service.get("scale_target") or {}
         if target.get("kind") == "metric":
             line.append("  -> published metric (KEDA/HPA act)")

@@ -226,6 +226,9 @@ class AutoscaleService(TypedDict):
     scale_target: dict[str, Any]
     last_decision: dict[str, Any] | None
     error: str | None
+    tokens_per_s: NotRequired[float | None]
+    """LLM tokens per second the gateway counted for the service over the last interval."""
+    tokens_per_s_per_replica: NotRequired[float | None]
 
 
 class ReplicasDocument(TypedDict):

@@ -14,6 +14,9 @@ histograms (``inferway_backend_queue_wait_seconds``) between two scrapes is ``qu
 mean time the requests of the interval waited in those queues. A value the sources could not
 give (no request in the interval, a replica that did not answer) is None, and a decision on it
 holds the count: a queue summed over half the replicas would look like a reason to scale in.
+From the gateway's own ``/metrics`` (the LLM accounting of OpenAI-compatible routes): the
+difference of ``inferway_llm_tokens_total{backend=<service>}`` (input and output, every route,
+model and client) over the interval is ``token_rate``, tokens per second.
 """
 
 from __future__ import annotations
@@ -36,9 +39,15 @@ __all__ = [
     "build_sample",
     "interval_p99_s",
     "parse_cluster_load",
+    "parse_token_total",
+    "parse_token_totals",
     "replica_load",
     "replica_wait",
+    "token_rate",
 ]
+
+TOKENS = "inferway_llm_tokens_total"
+"""The gateway's count of LLM tokens per route, model, backend (the service), client and type."""
 
 BACKEND_METRICS = ("queue_length", "utilization", "queue_wait")
 """Metrics only the replicas' own /metrics give (they are scraped only for these)."""
@@ -85,6 +94,38 @@ def parse_cluster_load(text: str, cluster: str) -> ClusterLoad:
                 le = sample.labels.get("le", "")
                 buckets[math.inf if le == "+Inf" else float(le)] = int(sample.value)
     return ClusterLoad(total, active, buckets, healthy)
+
+
+def parse_token_totals(text: str) -> dict[str, float]:
+    """Service (the ``backend`` label) -> the tokens the gateway counted for it so far; raises
+    StatsError on text that is not Prometheus exposition."""
+    totals: dict[str, float] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise StatsError(f"the gateway's /metrics is not Prometheus text: {exc}") from None
+    for family in families:
+        for sample in family.samples:
+            if sample.name == TOKENS and "backend" in sample.labels:
+                backend = sample.labels["backend"]
+                totals[backend] = totals.get(backend, 0.0) + sample.value
+    return totals
+
+
+def parse_token_total(text: str, service: str) -> float:
+    """The tokens the gateway counted for ``service`` so far (0 before its first)."""
+    return parse_token_totals(text).get(service, 0.0)
+
+
+def token_rate(before: tuple[float, float] | None, now: tuple[float, float]) -> float | None:
+    """Tokens per second between two (time, running total) readings; None for the first
+    reading, no time between them, or a total that went down (the gateway restarted)."""
+    if before is None:
+        return None
+    (then, previous), (at, total) = before, now
+    if at <= then or total < previous:
+        return None
+    return (total - previous) / (at - then)
 
 
 def interval_p99_s(before: ClusterLoad | None, now: ClusterLoad) -> float | None:
@@ -145,6 +186,7 @@ def build_sample(
     utilization: float | None = None,
     queue_wait: float | None = None,
     last_p99: float | None = None,
+    tokens_per_s: float | None = None,
 ) -> MetricSample:
     """The MetricSample at ``now`` from this scrape and the previous one (time, load).
 
@@ -165,6 +207,7 @@ def build_sample(
         queue_length=queue_length,
         in_flight=float(load.active),
         request_rate=rate,
+        token_rate=tokens_per_s,
         p99_latency=p99,
         utilization=utilization,
         queue_wait=queue_wait,

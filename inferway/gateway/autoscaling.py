@@ -4,15 +4,16 @@ Autoscaler's Decision out, the service's scale actuator acting on it.
 Every ``sampling_interval`` of a service with ``autoscale:`` the driver reads that cluster from
 Envoy's admin ``/stats/prometheus`` (request rate, in flight, the interval's p99, its healthy
 hosts) and, for a rule on ``queue_length``, ``queue_wait`` or ``utilization``, every ready
-replica's ``/metrics`` (queue depth, busy fraction); :mod:`inferway.gateway.autoscale_inputs`
-turns them into a MetricSample for the service's Autoscaler. The counts it decides from and
-where the decision goes are the service's ``scale_target``
-(gateway/actuators/scale_actuators.py): the gateway's replicas, the published metric only (KEDA
-or an HPA act), or a Deployment's scale. Each Decision is logged as one structured event and
-kept in a bounded history that ``GET /autoscale`` shows. A scrape, a read of the counts or a
-scale that fails is the service's ``error`` there and in the log, never a crash and never a
-guess: without counts the decision is skipped; a scale that failed is still a decision (the
-metric publishes it).
+replica's ``/metrics`` (queue depth, busy fraction), and for a rule on ``token_rate`` the
+gateway's own ``/metrics`` (the LLM tokens it counted for the service);
+:mod:`inferway.gateway.autoscale_inputs` turns them into a MetricSample for the service's
+Autoscaler. The counts it decides from and where the decision goes are the service's
+``scale_target`` (gateway/actuators/scale_actuators.py): the gateway's replicas, the published
+metric only (KEDA or an HPA act), or a Deployment's scale. Each Decision is logged as one
+structured event and kept in a bounded history that ``GET /autoscale`` shows. A scrape, a read
+of the counts or a scale that fails is the service's ``error`` there and in the log, never a
+crash and never a guess: without counts the decision is skipped; a scale that failed is still
+a decision (the metric publishes it).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ from inferway.gateway.autoscale_inputs import (
     StatsError,
     build_sample,
     parse_cluster_load,
+    parse_token_totals,
     replica_load,
     replica_wait,
+    token_rate,
 )
 from inferway.gateway.backend_scrape import BackendTotals, scrape_backends
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
@@ -79,6 +82,10 @@ class _Scaled:
         self.replicas: dict[str, BackendTotals] | None = None
         """Each replica's /metrics at the last scrape (the queue wait is their difference)."""
         self.p99: float | None = None
+        self.tokens: tuple[float, float] | None = None
+        """(time, the gateway's running token total) at the last sample (token_rate)."""
+        self.tokens_per_s: float | None = None
+        self.ready: int | None = None
         self.next_at = 0.0
         self.error: str | None = None
         self.seq = 0
@@ -100,8 +107,10 @@ class AutoscaleDriver(PolicyFollower):
         keep: int = 256,
         host: str = "127.0.0.1",
         kubernetes: KubernetesFactory | None = None,
+        gateway_metrics: Callable[[], bytes] | None = None,
     ) -> None:
         self.manager = manager
+        self._gateway_metrics = gateway_metrics
         self._kubernetes = kubernetes
         self._admin_port = envoy_admin_port
         self._clock = clock
@@ -198,6 +207,7 @@ class AutoscaleDriver(PolicyFollower):
                 scaled.next_at = now + scaled.config.sampling_interval_s
             log.warning("autoscale: %s", error)
             return
+        totals, token_error = self._token_totals()
         for scaled in due:
             scaled.next_at = now + scaled.config.sampling_interval_s
             scaled.error = None
@@ -205,6 +215,7 @@ class AutoscaleDriver(PolicyFollower):
             queue, utilization, wait = None, None, None
             if scaled.config.metric in BACKEND_METRICS:
                 queue, utilization, wait = await self._replica_load(scaled)
+            tokens = self._token_rate(scaled, now, totals, token_error)
             sample = build_sample(
                 now,
                 load,
@@ -213,6 +224,7 @@ class AutoscaleDriver(PolicyFollower):
                 utilization=utilization,
                 queue_wait=wait,
                 last_p99=scaled.p99,
+                tokens_per_s=tokens,
             )
             fleet_load = evidence.get(scaled.config.service)
             if fleet_load is not None and fleet_load.rate is not None:
@@ -237,6 +249,32 @@ class AutoscaleDriver(PolicyFollower):
                 return await response.text()
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             raise StatsError(f"Envoy admin {url}: {exc or type(exc).__name__}") from None
+
+    def _token_totals(self) -> tuple[dict[str, float] | None, str | None]:
+        """Service -> the gateway's running token count, or why it cannot be read."""
+        if self._gateway_metrics is None:
+            return None, "token_rate needs the gateway's /metrics, which this driver lacks"
+        try:
+            return parse_token_totals(self._gateway_metrics().decode(errors="replace")), None
+        except StatsError as error:
+            return None, str(error)
+
+    def _token_rate(
+        self, scaled: _Scaled, now: float, totals: dict[str, float] | None, error: str | None
+    ) -> float | None:
+        """Tokens per second the gateway counted for the service since the last sample (kept
+        for ``scale status`` whatever the metric); None (a token_rate decision holds) on the
+        first sample, or when the gateway's metrics cannot be read (the service's error when
+        it scales on them)."""
+        if totals is None:
+            if scaled.config.metric == "token_rate":
+                scaled.error = error
+            scaled.tokens = scaled.tokens_per_s = None
+            return None
+        total = totals.get(scaled.config.service, 0.0)
+        scaled.tokens_per_s = token_rate(scaled.tokens, (now, total))
+        scaled.tokens = (now, total)
+        return scaled.tokens_per_s
 
     async def _replica_load(
         self, scaled: _Scaled
@@ -276,6 +314,7 @@ class AutoscaleDriver(PolicyFollower):
             scaled.error = f"cannot read the current count: {error}"
             log.warning("autoscale %s: %s", service, scaled.error)
             return
+        scaled.ready = counts.ready
         decision = scaled.autoscaler.decide(now, current=counts.current, ready=counts.ready)
         event = {
             "wall_time": time.time(),
@@ -328,6 +367,12 @@ class AutoscaleDriver(PolicyFollower):
                     "scale_target": scaled.actuator.describe(),
                     "last_decision": None if last is None else last.to_dict(),
                     "error": scaled.error,
+                    "tokens_per_s": scaled.tokens_per_s,
+                    "tokens_per_s_per_replica": (
+                        scaled.tokens_per_s / scaled.ready
+                        if scaled.tokens_per_s is not None and scaled.ready
+                        else None
+                    ),
                 }
             )
         return {
@@ -344,16 +389,21 @@ def start_replica_autoscaling(
     envoy_admin_urls: list[str],
     envoy_admin_port: Callable[[], int | None],
     kubernetes: KubernetesFactory | None = None,
+    gateway_metrics: Callable[[], bytes] | None = None,
 ) -> tuple[ReplicaManager, AutoscaleDriver]:
     """The replica manager and its autoscaling loop, both following the live policy: a
     service that gains ``replicas:`` (or ``autoscale:``) by a later edit is started and
     sized without a restart, one that loses it is drained and stopped. Idle (no process) while
     no service has ``replicas:``; ``kubernetes`` makes the client of a ``kubernetes`` target
-    (None: from the pod's service account or the kubeconfig). A replica leaves only once the
-    Envoys at ``envoy_admin_urls`` no longer list it; logs go to ``<workdir>/replicas``."""
+    (None: from the pod's service account or the kubeconfig); ``gateway_metrics`` renders the
+    gateway's own /metrics (token_rate reads the LLM token count there). A replica leaves only
+    once the Envoys at ``envoy_admin_urls`` no longer list it; logs go to
+    ``<workdir>/replicas``."""
     log_dir = workdir / "replicas" if workdir is not None else None
     manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
-    driver = AutoscaleDriver(manager, envoy_admin_port, kubernetes=kubernetes)
+    driver = AutoscaleDriver(
+        manager, envoy_admin_port, kubernetes=kubernetes, gateway_metrics=gateway_metrics
+    )
     if plane.policy is not None:  # compiled by plan_gateway already: the same policy
         driver.configure(compile_loops(plane.policy))
     plane.add_observer(driver)

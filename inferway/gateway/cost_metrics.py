@@ -1,7 +1,9 @@
 """The live policy's ``cost:`` sections as gauges on the gateway's ``/metrics``, read at scrape
 time so an edit shows on the next scrape. Prometheus joins them with Envoy's and the
 backends' series (deploy/prometheus/alerts.yaml, the dashboard, ``inferway report cost``):
-the price lives in one place, the policy."""
+the price lives in one place, the policy. Token prices are per 1,000,000 tokens, one series per
+service, type (``input``/``output``) and model, where ``model=""`` is the service's price for
+every request model ``cost.models`` does not name (the recording rules fall back to it)."""
 
 from __future__ import annotations
 
@@ -41,6 +43,17 @@ class CostCollector(Collector):
             "1 for the backend model whose rows and compute time the service's cost covers.",
             labels=["service", "model"],
         )
+        tokens = GaugeMetricFamily(
+            "inferway_cost_per_1m_tokens",
+            "Price of 1,000,000 tokens of the service (policy services[].cost.per_1m_*_tokens; "
+            'model="" for models cost.models does not name).',
+            labels=["service", "currency", "model", "type"],
+        )
+        per_1k_tokens = GaugeMetricFamily(
+            "inferway_cost_budget_per_1k_tokens",
+            "The service's budget per 1,000 tokens (cost.budget_per_1k_tokens).",
+            labels=labels,
+        )
         policy = self._policy()
         for service in policy.services if policy is not None else ():
             cost = service.cost
@@ -54,7 +67,13 @@ class CostCollector(Collector):
                 per_day.add_metric(key, cost.budget_per_day)
             if cost.model is not None:
                 model.add_metric([service.name, cost.model], 1.0)
-        yield from (price, per_1k, per_day, model)
+            if cost.budget_per_1k_tokens is not None:
+                per_1k_tokens.add_metric(key, cost.budget_per_1k_tokens)
+            for name in ("", *sorted(cost.models)):
+                prices = cost.token_prices(name or None)
+                tokens.add_metric([*key, name, "input"], prices.per_1m_input_tokens)
+                tokens.add_metric([*key, name, "output"], prices.per_1m_output_tokens)
+        yield from (price, per_1k, per_day, model, tokens, per_1k_tokens)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

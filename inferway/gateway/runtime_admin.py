@@ -116,6 +116,7 @@ async def start_admin_and_replicas(
         envoy_admin_urls=[f"http://127.0.0.1:{supervisor.admin_port}"] if supervisor else [],
         envoy_admin_port=envoy_admin_port,
         kubernetes=settings.kubernetes,
+        gateway_metrics=metrics.render,
     )
     replicas_stop = components.hold("replica manager", replicas.close)
     add_profile_routes(admin_app, replicas.running_pids)

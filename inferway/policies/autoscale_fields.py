@@ -46,8 +46,9 @@ __all__ = [
     "within_one",
 ]
 
-ADDITIVE_METRICS = ("queue_length", "in_flight", "request_rate")
-"""Metrics summed over the service (the autoscaler divides them by the target)."""
+ADDITIVE_METRICS = ("queue_length", "in_flight", "request_rate", "token_rate")
+"""Metrics summed over the service (the autoscaler divides them by the target); ``token_rate``
+is the LLM tokens per second the gateway counted for the service."""
 METRICS = (*ADDITIVE_METRICS, "utilization", "p99_latency", "queue_wait")
 """Every metric the autoscaler reads (controllers/autoscale/samples.py; a test keeps them
 equal)."""
@@ -56,7 +57,13 @@ BACKEND_METRICS = ("queue_length", "utilization", "queue_wait")
 ALGORITHMS = ("threshold", "proportional", "pid", "predictive")
 
 AutoscaleMetric = Literal[
-    "queue_length", "in_flight", "request_rate", "utilization", "p99_latency", "queue_wait"
+    "queue_length",
+    "in_flight",
+    "request_rate",
+    "token_rate",
+    "utilization",
+    "p99_latency",
+    "queue_wait",
 ]
 
 

@@ -22,6 +22,16 @@ def check_cost(policy: Policy) -> Iterator[tuple[Loc, str]]:
                 "a budget per 1,000 requests on replicas that cost 0 can never be exceeded; "
                 "set per_replica_hour or remove the budget",
             )
+        if (
+            cost.budget_per_1k_tokens is not None
+            and cost.per_replica_hour == 0
+            and not cost.prices_tokens
+        ):
+            yield (
+                (*loc, "budget_per_1k_tokens"),
+                "a budget per 1,000 tokens on a service whose replicas and tokens cost 0 can "
+                "never be exceeded; set per_replica_hour or a token price, or remove the budget",
+            )
         floor = service.replicas.min if service.replicas is not None else None
         if cost.budget_per_day is not None and floor:
             least = floor * cost.per_replica_hour * 24

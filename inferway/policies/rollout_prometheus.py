@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 __all__ = [
     "DEFAULT_QUERIES",
     "PLACEHOLDERS",
+    "SECONDS_QUERIES",
     "PrometheusAnalysis",
     "PrometheusQueries",
     "promql_duration",
@@ -50,8 +51,21 @@ DEFAULT_QUERIES = {
         '{envoy_cluster_name="{cluster}"}[{interval}]))'
     ),
 }
+DEFAULT_QUERIES["ttft"] = (
+    "sum by (le) (increase(gen_ai_server_time_to_first_token_seconds_bucket"
+    '{backend="{cluster}"}[{interval}]))'
+)
+DEFAULT_QUERIES["itl"] = (
+    "sum by (le) (increase(gen_ai_server_time_per_output_token_seconds_bucket"
+    '{backend="{cluster}"}[{interval}]))'
+)
 """What each query means: ``requests`` completed and ``errors`` (5xx class) in the window,
-one number each; ``latency``: cumulative histogram buckets in ms, one series per ``le``."""
+one number each; ``latency``: cumulative histogram buckets in ms, one series per ``le``;
+``ttft`` and ``itl`` (asked only for a rollout with those metrics): the gateway's time to
+first token and per output token of streamed answers, cumulative buckets in seconds."""
+
+SECONDS_QUERIES = ("ttft", "itl")
+"""Queries whose buckets are in seconds (the gen_ai conventions), not Envoy's ms."""
 
 
 def _check_template(template: str) -> str:
@@ -86,8 +100,10 @@ class PrometheusQueries(BaseModel):
     requests: Template = DEFAULT_QUERIES["requests"]
     errors: Template = DEFAULT_QUERIES["errors"]
     latency: Template = DEFAULT_QUERIES["latency"]
+    ttft: Template = DEFAULT_QUERIES["ttft"]
+    itl: Template = DEFAULT_QUERIES["itl"]
 
-    _templates = field_validator("requests", "errors", "latency")(_check_template)
+    _templates = field_validator("requests", "errors", "latency", "ttft", "itl")(_check_template)
 
 
 class PrometheusAnalysis(BaseModel):

@@ -89,6 +89,8 @@ RolloutMetricName = Literal[
     "output-agreement",
     "latency-quantile",
     "error-rate-max",
+    "ttft",
+    "itl",
 ]
 """The metrics a rollout compares or guards on; the rollout controller's own list
 (``controllers.rollout.config.MetricName``, a layer this one may not import) is kept equal to
@@ -102,6 +104,8 @@ METRIC_NEEDS: dict[str, str] = {
     "output-agreement": "min",
     "latency-quantile": "max_ms",
     "error-rate-max": "max",
+    "ttft": "max_increase",
+    "itl": "max_increase",
 }
 """Each metric's one limit field."""
 
@@ -112,7 +116,10 @@ class RolloutMetric(_Model):
     (``min``: the share of mirrored requests whose canary answer matches stable's, ``via:
     mirror``), or an absolute guard on the canary alone (``latency-quantile`` with ``max_ms``,
     ``error-rate-max`` with ``max``). ``backend-error-rate`` and ``backend-latency-p99`` are
-    the first two on the backends' own metrics (their ``/metrics``, scraped by the gateway)."""
+    the first two on the backends' own metrics (their ``/metrics``, scraped by the gateway).
+    ``ttft`` and ``itl`` (``max_increase`` relative) compare the time to first token and per
+    output token of streamed LLM answers, from the gateway's ``gen_ai_server_*`` histograms
+    as Prometheus scrapes them (``source: prometheus``)."""
 
     name: RolloutMetricName
     max_increase: Percent | None = None
@@ -170,6 +177,13 @@ class RolloutAnalysis(_Model):
             raise ValueError("source: prometheus needs 'prometheus: {url: ...}'")
         if self.source != "prometheus" and self.prometheus is not None:
             raise ValueError("'prometheus:' settings are used only with source: prometheus")
+        llm = [m.name for m in self.metrics if m.name in ("ttft", "itl")]
+        if llm and self.source != "prometheus":
+            raise ValueError(
+                f"metric {llm[0]} needs source: prometheus (the gateway's "
+                "gen_ai_server_* histograms as Prometheus scrapes them); Envoy's own stats "
+                "have no time to first token"
+            )
         return self
 
 

@@ -42,12 +42,38 @@ def _gauge(value: float, times: list[float]) -> list[tuple[float, float]]:
 
 def history(end: float) -> dict[str, list[Series]]:
     """model: 4 replicas at 2.40 USD (two gateways, 100 req/s each), rows of resnet on two
-    backends; small: 1 replica at 1.00 EUR, 10 req/s, no model."""
+    backends; small: 1 replica at 1.00 EUR, 10 req/s, no model, and LLM tokens counted by the
+    gateway: model tiny 100 input + 50 output tokens/s at 2 / 4 EUR per 1M, model big 10
+    output tokens/s at its own 10 EUR per 1M (1.80 EUR/hour of tokens)."""
     times = [end - (HOURS + 1) * 3600 + i * STEP for i in range(int((HOURS + 1) * 3600 / STEP) + 1)]
     gw = {"job": "inferway-gateway"}
     envoy = {"job": "inferway-envoy"}
     backend = {"job": "inferway-backend", "model": "resnet", "version": "1"}
+    small = {**gw, "instance": "gw-0", "service": "small", "currency": "EUR"}
+    llm = {**gw, "instance": "gw-0", "route": "chat", "backend": "small", "client": "k"}
     return {
+        "inferway_cost_per_1m_tokens": [
+            ({**small, "model": "", "type": "input"}, _gauge(2.0, times)),
+            ({**small, "model": "", "type": "output"}, _gauge(4.0, times)),
+            ({**small, "model": "big", "type": "input"}, _gauge(0.0, times)),
+            ({**small, "model": "big", "type": "output"}, _gauge(10.0, times)),
+        ],
+        "inferway_cost_budget_per_1k_tokens": [(small, _gauge(0.004, times))],
+        "inferway_llm_tokens_total": [
+            (
+                {**llm, "model": "tiny", "type": "input", "estimated": "false"},
+                _counter(100, times),
+            ),
+            (
+                {**llm, "model": "tiny", "type": "output", "estimated": "false"},
+                _counter(40, times),
+            ),
+            (
+                {**llm, "model": "tiny", "type": "output", "estimated": "true"},
+                _counter(10, times),
+            ),
+            ({**llm, "model": "big", "type": "output", "estimated": "false"}, _counter(10, times)),
+        ],
         "inferway_cost_per_replica_hour": [
             ({**gw, "instance": "gw-0", "service": "model", "currency": "USD"}, _gauge(2.4, times)),
             ({**gw, "instance": "gw-1", "service": "model", "currency": "USD"}, _gauge(2.4, times)),
@@ -145,17 +171,26 @@ async def test_report_cost_reads_three_days_back_and_warns_before_the_budget(
     assert model["warning"] == (
         "forecast spend 230.40 USD/day exceeds the budget of 200 USD/day within 24 hours"
     )
+    assert model["tokens"] is None and model["cost_per_1k_tokens"] is None
     small = by_name["small"]
-    assert (small["currency"], small["spend"]) == ("EUR", pytest.approx(HOURS, rel=1e-3))
+    # 1.00 EUR/hour of replica and (100 * 2 + 50 * 4 + 10 * 10) * 3600 / 1e6 = 1.80 of tokens
+    assert small["currency"] == "EUR"
+    assert small["token_spend"] == pytest.approx(1.8 * HOURS, rel=1e-3)
+    assert small["spend"] == pytest.approx(2.8 * HOURS, rel=1e-3)
+    assert small["tokens"] == pytest.approx(160 * 3600 * HOURS, rel=1e-3)
+    assert small["cost_per_1k_tokens"] == pytest.approx(2.8 / 576, rel=1e-3)  # 0.004861
+    assert small["over_budget_per_1k_tokens"] == pytest.approx(2.8 / 576 / 0.004 - 1, rel=1e-2)
     assert small["rows"] is None and small["utilization"] is None and small["warning"] is None
     totals = document["totals"]
-    assert totals == {"EUR": pytest.approx(72, rel=1e-3), "USD": pytest.approx(691.2, rel=1e-3)}
-    assert len(document["warnings"]) == 2, document["warnings"]
+    assert totals == {"EUR": pytest.approx(201.6, rel=1e-3), "USD": pytest.approx(691.2, rel=1e-3)}
+    assert len(document["warnings"]) == 3, document["warnings"]
+    assert "small: cost per 1,000 tokens 0.004861 EUR is 22% over" in document["warnings"][2]
 
     text = report(server.url, "--window", "1d", "--end", str(end))
     assert text.returncode == 0, text.stderr
     assert "warning: model: forecast spend" in text.stdout, text.stdout
     assert "230.40" in text.stdout and "0.0133" in text.stdout and "2.67e-06" in text.stdout
+    assert "0.004861" in text.stdout and "13,824,000" in text.stdout, text.stdout
 
 
 async def test_report_cost_refuses_a_bad_window_and_names_an_unreachable_prometheus(

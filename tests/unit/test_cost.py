@@ -46,6 +46,29 @@ def test_rows_and_busy_time_count_only_where_reported() -> None:
     assert cost.utilization == pytest.approx(3600 / (4 * 3600))
 
 
+def test_cost_per_1k_tokens_spreads_replicas_and_priced_tokens_over_the_tokens() -> None:
+    # a self-hosted engine (1.80/hour, 1,000 tokens/s) beside a hosted API's priced tokens
+    window = [
+        Interval(0, 1.0, 1.8, replicas=1, requests=100, tokens=3_600_000, token_spend=0.0),
+        Interval(1, 1.0, 0.0, replicas=0, requests=100, tokens=1_000_000, token_spend=2.0),
+        Interval(2, 1.0, 1.8, replicas=1, requests=0, tokens=None),
+    ]
+    cost = summarize("chat", "USD", window, budget_per_1k_tokens=0.0005)
+    assert cost.spend == pytest.approx(1.8 + 2.0 + 1.8) and cost.token_spend == 2.0
+    assert cost.tokens == 4_600_000
+    assert cost.cost_per_1k_tokens == pytest.approx(5.6 / 4600)
+    assert cost.over_budget_per_1k_tokens == pytest.approx(5.6 / 4600 / 0.0005 - 1)
+    report = build_report(
+        [ServiceSeries("chat", "USD", window, budget_per_1k_tokens=0.0005)], start=0, end=3
+    )
+    assert report.warnings == [
+        "chat: cost per 1,000 tokens 0.001217 USD is 143% over the budget of 0.0005 USD"
+    ]
+    assert report.to_dict()["services"][0]["cost_per_1k_tokens"] == pytest.approx(5.6 / 4600)
+    untokened = summarize("m", "USD", [Interval(0, 1.0, 2.0, replicas=1, requests=5)])
+    assert untokened.tokens is None and untokened.cost_per_1k_tokens is None
+
+
 def test_ratios_over_nothing_are_none_not_zero_or_infinite() -> None:
     cost = summarize("idle", "USD", [Interval(0, 1.0, 2.0, replicas=1, requests=0, rows=0)])
     assert cost.spend == 2.0
@@ -227,6 +250,48 @@ def test_a_cost_section_loads_with_its_defaults() -> None:
     ],
 )  # fmt: skip
 def test_a_bad_cost_section_is_a_located_error(cost: str, expected: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        load(cost)
+    assert expected in str(caught.value), str(caught.value)
+
+
+def test_token_prices_load_and_a_model_of_cost_models_has_its_own() -> None:
+    policy = load(
+        "{per_replica_hour: 0, per_1m_input_tokens: 0.5, per_1m_output_tokens: 1.5, "
+        "models: {big: {per_1m_output_tokens: 3}}, budget_per_1k_tokens: 0.002}"
+    )
+    cost = policy.services[0].cost  # type: ignore[attr-defined]
+    assert cost.budget_per_1k_tokens == 0.002 and cost.prices_tokens
+    small = cost.token_prices("small")
+    assert (small.per_1m_input_tokens, small.per_1m_output_tokens) == (0.5, 1.5)
+    big = cost.token_prices("big")
+    assert (big.per_1m_input_tokens, big.per_1m_output_tokens) == (0.0, 3.0)
+    assert cost.token_prices(None) == small
+
+
+def test_a_replica_price_alone_prices_no_token() -> None:
+    cost = load("{per_replica_hour: 2.4, budget_per_1k_tokens: 0.01}").services[0].cost  # type: ignore[attr-defined]
+    assert not cost.prices_tokens
+    assert cost.token_prices("any").per_1m_output_tokens == 0.0
+
+
+@pytest.mark.parametrize(
+    ("cost", "expected"),
+    [
+        ("{per_replica_hour: 0, budget_per_1k_tokens: 0.1}",
+         "services[0].cost.budget_per_1k_tokens: a budget per 1,000 tokens on a service whose "
+         "replicas and tokens cost 0 can never be exceeded"),
+        ("{per_replica_hour: 1, per_1m_output_tokens: -2}",
+         "services[0].cost.per_1m_output_tokens: must be at least 0.0, got -2"),
+        ("{per_replica_hour: 1, models: {big: {}}}", "services[0].cost.models.big: give "
+         "per_1m_input_tokens, per_1m_output_tokens or both"),
+        ("{per_replica_hour: 1, models: {big: {per_1m_output: 1}}}", "policy.yaml:5:48: "
+         "services[0].cost.models.big.per_1m_output: unknown key 'per_1m_output'"),
+        ("{per_replica_hour: 1, budget_per_1k_tokens: 0}", "policy.yaml:5:55: "
+         "services[0].cost.budget_per_1k_tokens: must be more than 0.0, got 0"),
+    ],
+)  # fmt: skip
+def test_a_bad_token_price_is_a_located_error(cost: str, expected: str) -> None:
     with pytest.raises(PolicyError) as caught:
         load(cost)
     assert expected in str(caught.value), str(caught.value)

@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.backends.batching.records import BatchRecord
 from inferway.backends.telemetry.metrics import BackendMetrics
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
+from inferway.gateway.llm.metrics import Exchange, LlmMetrics
 from inferway.observability.gpu_memory import GpuMemory, GpuMemoryCollector
 from inferway.observability.metric_names import ENVOY_METRICS
 from inferway.policies import PolicyError, PolicyIssue, load_policy_text
@@ -41,7 +43,15 @@ listeners:
 services:
   - name: model-v1
     endpoints: ["127.0.0.1:8001"]
-    cost: {per_replica_hour: 2.4, budget_per_1k_requests: 0.01, budget_per_day: 100, model: demo}
+    cost:
+      per_replica_hour: 2.4
+      budget_per_1k_requests: 0.01
+      budget_per_day: 100
+      model: demo
+      per_1m_input_tokens: 0.5
+      per_1m_output_tokens: 1.5
+      models: {big: {per_1m_output_tokens: 3}}
+      budget_per_1k_tokens: 0.001
 routes:
   - name: inference
     backends:
@@ -79,6 +89,20 @@ def backend_exposition() -> str:
     return metrics.render().decode()
 
 
+def llm_exposition() -> str:
+    """The LLM processor's series after one streamed exchange (gateway/llm/metrics.py)."""
+    registry = CollectorRegistry()
+    LlmMetrics(registry).record(
+        Exchange(
+            route="chat", model="tiny", requested_model="tiny", response_model="tiny",
+            backend="llama", client="k", operation="chat", stream=True, code=200,
+            input_tokens=12, output_tokens=30, estimated=False, ttft_s=0.02,
+            time_per_output_token_s=0.01,
+        )
+    )  # fmt: skip
+    return generate_latest(registry).decode()
+
+
 @pytest.fixture(scope="module")
 def exported() -> set[str]:
     """What the code exports, and what alerts.yaml's recording rules make of it (the recorded
@@ -87,6 +111,7 @@ def exported() -> set[str]:
     return (
         wire_names(parse_exposition(control_plane_exposition()))
         | wire_names(parse_exposition(backend_exposition()))
+        | wire_names(parse_exposition(llm_exposition()))
         | set(ENVOY_METRICS)
         | recorded
     )
@@ -96,11 +121,12 @@ def exported() -> set[str]:
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _GROUPINGS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_METRIC = re.compile(r"\b(?:inferway|envoy)_[a-zA-Z0-9_:]*")
+_METRIC = re.compile(r"\b(?:inferway|envoy|gen_ai)_[a-zA-Z0-9_:]*")
 
 
 def metric_names_in(expr: str) -> set[str]:
-    """inferway_* and envoy_* metric names a PromQL expression selects (labels excluded)."""
+    """inferway_*, envoy_* and gen_ai_* metric names a PromQL expression selects (labels
+    excluded)."""
     bare = _GROUPINGS.sub(" ", _MATCHERS.sub(" ", _STRINGS.sub('""', expr)))
     return set(_METRIC.findall(bare))
 
@@ -178,6 +204,9 @@ def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
         "inferway_backend_ready",
         "inferway_backend_gpu_memory_used_bytes",
         "inferway_cost_budget_per_1k_requests",
+        "inferway_cost_budget_per_1k_tokens",
+        "inferway_cost_per_1k_tokens:rate5m",  # recorded from inferway_llm_tokens_total
+        "inferway_llm_output_tokens:rate5m",  # ... per backend and model
     ):
         assert required in used, required
     by_name = {rule["alert"]: rule["expr"] for rule in rules}
@@ -187,6 +216,8 @@ def test_alert_rules_are_well_formed_and_cover_the_issue() -> None:
     assert "> 0.9" in by_name["InferwayBackendGpuMemoryHigh"], "GPU memory over 90%"
     assert "0.7 * avg by" in by_name["InferwayBackendReplicaLowThroughput"], "30% under mean"
     assert "\n1.15 * max by" in by_name["InferwayCostPer1kRequestsOverBudget"], "15% over budget"
+    assert "\n1.15 * max by" in by_name["InferwayCostPer1kTokensOverBudget"], "15% over budget"
+    assert "0.7 * avg by" in by_name["InferwayLlmBackendLowTokenThroughput"], "30% under mean"
 
 
 def test_every_metric_in_the_alert_rules_is_exported(exported: set[str]) -> None:
@@ -205,6 +236,21 @@ def test_the_gateway_exports_each_service_s_cost_section() -> None:
     assert sample_value(control, "inferway_cost_budget_per_1k_requests", **labels) == 0.01
     assert sample_value(control, "inferway_cost_budget_per_day", **labels) == 100
     assert sample_value(control, "inferway_cost_model_info", service="model-v1", model="demo") == 1
+    assert sample_value(control, "inferway_cost_budget_per_1k_tokens", **labels) == 0.001
+    prices = {
+        (model, kind): sample_value(
+            control, "inferway_cost_per_1m_tokens", **labels, model=model, type=kind
+        )
+        for model in ("", "big")
+        for kind in ("input", "output")
+    }
+    # the service's prices under model="", a model of cost.models with its own (an unset one 0)
+    assert prices == {
+        ("", "input"): 0.5,
+        ("", "output"): 1.5,
+        ("big", "input"): 0,
+        ("big", "output"): 3,
+    }
 
 
 @pytest.mark.needs_binary("promtool", "checking the rules and the scrape config")
@@ -347,6 +393,12 @@ def test_dashboard_covers_the_issue_and_queries_only_exported_metrics(
         "inferway_cost_budget_per_1k_requests",
         "inferway_cost_per_row:rate5m",
         "inferway_backend_utilization:rate5m",
+        # LLM: tokens/s, TTFT, ITL, cost per 1,000 tokens
+        "inferway_llm_tokens_total",
+        "gen_ai_server_time_to_first_token_seconds_bucket",
+        "gen_ai_server_time_per_output_token_seconds_bucket",
+        "inferway_cost_per_1k_tokens:rate5m",
+        "inferway_cost_budget_per_1k_tokens",
     ):
         assert required in used, required
     quantiles = " ".join(exprs)

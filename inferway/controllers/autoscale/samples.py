@@ -1,6 +1,7 @@
 """Metric samples of one service and the replica count a metric value asks for.
 
-Additive metrics (queue length, requests in flight, request rate) are service totals, so the
+Additive metrics (queue length, requests in flight, request rate, LLM tokens per second)
+are service totals, so the
 replicas they need are ``total / target``; mean metrics (utilization, p99 latency, queue wait)
 are already per replica, so they scale the ready count by ``value / target``, as Kubernetes'
 HPA does.
@@ -21,7 +22,7 @@ __all__ = [
     "needed_replicas",
 ]
 
-ADDITIVE_METRICS = ("queue_length", "in_flight", "request_rate")
+ADDITIVE_METRICS = ("queue_length", "in_flight", "request_rate", "token_rate")
 METRICS = (*ADDITIVE_METRICS, "utilization", "p99_latency", "queue_wait")
 
 
@@ -32,7 +33,8 @@ class MetricSample:
     ``p99_latency`` is in seconds, ``utilization`` in [0, 1]; ``queue_wait`` is the mean
     time the requests of the interval waited in the replicas' queues (seconds), which, unlike
     the queue's length, does not count the requests a delay-bound batcher holds on purpose as
-    a shortage once the threshold is above its delay.
+    a shortage once the threshold is above its delay. ``token_rate`` is the LLM tokens (input
+    and output) per second the gateway counted for the service.
     A value the source did not report is None (a decision on a missing metric holds the
     replica count).
     """
@@ -41,6 +43,7 @@ class MetricSample:
     queue_length: float | None = None
     in_flight: float | None = None
     request_rate: float | None = None
+    token_rate: float | None = None
     p99_latency: float | None = None
     utilization: float | None = None
     queue_wait: float | None = None

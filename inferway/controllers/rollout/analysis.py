@@ -11,7 +11,9 @@ stable over the same windows:
   5xx against a spotless stable is not a rollback on its own. Output agreement: SPRT of the
   disagreement rate, ``H0``: half the tolerated rate, ``H1``: the tolerated rate (and its
   multiples on the fail side).
-- latency: Mann-Whitney U of canary against stable scaled by ``1 + max_increase``.
+- latency: Mann-Whitney U of canary against stable scaled by ``1 + max_increase``; ``ttft``
+  and ``itl`` are the same test on the time to first token and per output token of streamed
+  LLM answers.
 
 The ``backend-*`` checks run the same tests on the counts the backends report themselves.
 
@@ -152,7 +154,8 @@ def _agreement(c: AgreementCheck, ev: Evidence, a: AnalysisConfig) -> Verdict:
 
 def _latency(c: LatencyCheck, ev: Evidence, a: AnalysisConfig, last_look: int) -> Verdict:
     stable_counts, canary_counts = ev.versions(backend=c.backend)
-    canary, stable = canary_counts.latency_ms, stable_counts.latency_ms
+    canary = canary_counts.distribution(c.distribution)
+    stable = stable_counts.distribution(c.distribution)
     factor = 1 + c.max_increase
     mw = mann_whitney(canary, {v * factor: n for v, n in stable.items()})
     k = look_index(mw.n_x)

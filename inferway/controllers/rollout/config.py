@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from inferway.controllers.rollout.evidence import Distribution
+
 __all__ = [
     "TOTAL_WEIGHT",
     "AbsoluteGuard",
@@ -41,6 +43,8 @@ class MetricName(StrEnum):
     OUTPUT_AGREEMENT = "output-agreement"
     LATENCY_QUANTILE = "latency-quantile"
     ERROR_RATE_MAX = "error-rate-max"
+    TTFT = "ttft"
+    ITL = "itl"
 
 
 class RolloutConfigError(ValueError):
@@ -92,14 +96,27 @@ class LatencyCheck:
     ``1 + max_increase``), which for a scale shift is the same as its p99 moving by that
     factor, and far more powerful than comparing two noisy tail estimates.
     ``backend-latency-p99`` compares the time inside the backends (their request duration
-    histogram), which the network and the proxy do not blur."""
+    histogram), which the network and the proxy do not blur. ``ttft`` and ``itl`` run the
+    same test on the time to first token and the time per output token of streamed LLM
+    answers, as the gateway measures them."""
 
     max_increase: float
-    name: Literal[MetricName.LATENCY_P99, MetricName.BACKEND_LATENCY_P99] = MetricName.LATENCY_P99
+    name: Literal[
+        MetricName.LATENCY_P99, MetricName.BACKEND_LATENCY_P99, MetricName.TTFT, MetricName.ITL
+    ] = MetricName.LATENCY_P99
 
     @property
     def backend(self) -> bool:
         return self.name == MetricName.BACKEND_LATENCY_P99
+
+    @property
+    def distribution(self) -> Distribution:
+        """Which of a version's distributions the check compares."""
+        if self.name == MetricName.TTFT:
+            return "ttft_ms"
+        if self.name == MetricName.ITL:
+            return "itl_ms"
+        return "latency_ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +220,11 @@ class RolloutConfig:
     def needs_backend_metrics(self) -> bool:
         """A check reads the backends' own metrics (the source must scrape them)."""
         return any(getattr(c, "backend", False) for c in self.analysis.checks)
+
+    @property
+    def needs_llm_metrics(self) -> bool:
+        """A check reads the gateway's time-to-first-token or per-token histograms."""
+        return any(c.name in (MetricName.TTFT, MetricName.ITL) for c in self.analysis.checks)
 
     @property
     def step_parts(self) -> tuple[int, ...]:

@@ -4,6 +4,9 @@ Canary and stable are always counted over the same windows, so a comparison neve
 a quiet night for one version with a busy day for the other. Latency is value -> count, which
 holds raw samples (count 1) and histogram buckets (upper bound -> bucket count) alike.
 
+LLM versions also carry time to first token and time per output token (ITL), both ms as
+value -> count, from the gateway's ``gen_ai_server_*`` histograms of streamed answers.
+
 Each version is counted twice when a rollout has ``backend-*`` checks: as the proxy saw it
 (Envoy's cluster stats, or Prometheus) and as the backends themselves report it (their own
 ``/metrics``: time inside the server, its own error answers), each over the same windows.
@@ -13,54 +16,98 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["Evidence", "MirrorCounts", "VersionCounts", "WindowSample"]
+__all__ = [
+    "DISTRIBUTIONS",
+    "Distribution",
+    "Evidence",
+    "MirrorCounts",
+    "VersionCounts",
+    "WindowSample",
+]
 
 _EMPTY: Mapping[str, Any] = {"requests": 0, "errors": 0, "latency_ms": []}
 
 
+Distribution = Literal["latency_ms", "ttft_ms", "itl_ms"]
+"""A VersionCounts field holding value (ms) -> count."""
+DISTRIBUTIONS: tuple[Distribution, ...] = ("latency_ms", "ttft_ms", "itl_ms")
+
+
+def _merge(into: dict[float, int], other: Mapping[float, int]) -> None:
+    for value, count in other.items():
+        into[value] = into.get(value, 0) + count
+
+
 @dataclass(slots=True)
 class VersionCounts:
-    """Requests, 5xx-class errors and latencies (ms) of one version."""
+    """Requests, 5xx-class errors and latencies (ms) of one version; for LLM routes also the
+    time to first token and per output token of its streamed answers (ms)."""
 
     requests: int = 0
     errors: int = 0
     latency_ms: dict[float, int] = field(default_factory=dict)
+    ttft_ms: dict[float, int] = field(default_factory=dict)
+    itl_ms: dict[float, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.requests < 0 or not 0 <= self.errors <= self.requests:
             raise ValueError(
                 f"counts need 0 <= errors <= requests, got {self.errors} of {self.requests}"
             )
-        if any(c < 0 for c in self.latency_ms.values()):
-            raise ValueError("latency counts must not be negative")
+        for name in DISTRIBUTIONS:
+            if any(c < 0 for c in self.distribution(name).values()):
+                raise ValueError(f"{name} counts must not be negative")
+
+    def distribution(self, name: Distribution) -> dict[float, int]:
+        """The value (ms) -> count of ``name``."""
+        if name == "ttft_ms":
+            return self.ttft_ms
+        if name == "itl_ms":
+            return self.itl_ms
+        return self.latency_ms
 
     def plus(self, other: VersionCounts) -> VersionCounts:
         """A new count of both (neither is changed)."""
-        total = VersionCounts(self.requests, self.errors, dict(self.latency_ms))
+        total = VersionCounts(
+            self.requests,
+            self.errors,
+            dict(self.latency_ms),
+            dict(self.ttft_ms),
+            dict(self.itl_ms),
+        )
         total.add(other)
         return total
 
     def add(self, other: VersionCounts) -> None:
         self.requests += other.requests
         self.errors += other.errors
-        for value, count in other.latency_ms.items():
-            self.latency_ms[value] = self.latency_ms.get(value, 0) + count
+        for name in DISTRIBUTIONS:
+            _merge(self.distribution(name), other.distribution(name))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
             "errors": self.errors,
-            "latency_ms": [[v, c] for v, c in sorted(self.latency_ms.items())],
+            **{
+                name: [[v, c] for v, c in sorted(self.distribution(name).items())]
+                for name in DISTRIBUTIONS
+            },
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VersionCounts:
+        def read(name: str) -> dict[float, int]:
+            # saved before LLM metrics existed: none measured
+            return {float(v): int(c) for v, c in data.get(name, [])}
+
         return cls(
             requests=int(data["requests"]),
             errors=int(data["errors"]),
             latency_ms={float(v): int(c) for v, c in data["latency_ms"]},
+            ttft_ms=read("ttft_ms"),
+            itl_ms=read("itl_ms"),
         )
 
 

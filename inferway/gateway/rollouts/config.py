@@ -32,7 +32,12 @@ def build_rollout_config(rollout: Rollout) -> RolloutConfig:
         if name in (MetricName.ERROR_RATE, MetricName.BACKEND_ERROR_RATE):
             assert metric.max_increase is not None  # RolloutMetric guarantees it
             checks.append(ErrorRateCheck(metric.max_increase / 100, name))
-        elif name in (MetricName.LATENCY_P99, MetricName.BACKEND_LATENCY_P99):
+        elif name in (
+            MetricName.LATENCY_P99,
+            MetricName.BACKEND_LATENCY_P99,
+            MetricName.TTFT,
+            MetricName.ITL,
+        ):
             assert metric.max_increase is not None
             checks.append(LatencyCheck(metric.max_increase / 100, name))
         elif name == MetricName.OUTPUT_AGREEMENT:

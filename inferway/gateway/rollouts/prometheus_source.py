@@ -1,9 +1,10 @@
 """A rollout's windows from a real Prometheus (``analysis.source: prometheus``).
 
-Each interval runs the policy's PromQL (``requests``, ``errors``, ``latency``) once per
-version through Prometheus' HTTP API (``/api/v1/query``) and builds the same WindowSample
-the Envoy source builds. The counts are ``increase()`` over the window, i.e. Prometheus'
-extrapolated estimates: they are rounded to whole requests, and a reset counter (Envoy
+Each interval runs the policy's PromQL (``requests``, ``errors``, ``latency``, and for a
+rollout with ``ttft``/``itl`` metrics those two over the gateway's ``gen_ai_server_*``
+histograms) once per version through Prometheus' HTTP API (``/api/v1/query``) and builds the
+same WindowSample the Envoy source builds. The counts are ``increase()`` over the window, i.e.
+Prometheus' extrapolated estimates: they are rounded to whole requests, and a reset counter (Envoy
 restarted) is handled by Prometheus itself. Every call is a full window, so unlike the Envoy
 source there is no baseline scrape.
 
@@ -28,11 +29,16 @@ import aiohttp
 
 from inferway.controllers.rollout.evidence import VersionCounts, WindowSample
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
-from inferway.policies.rollout_prometheus import PrometheusAnalysis, render_query
+from inferway.policies.rollout_prometheus import (
+    SECONDS_QUERIES,
+    PrometheusAnalysis,
+    render_query,
+)
 
-__all__ = ["QUERY_NAMES", "PrometheusSource", "version_counts"]
+__all__ = ["LLM_QUERY_NAMES", "QUERY_NAMES", "PrometheusSource", "version_counts"]
 
 QUERY_NAMES = ("requests", "errors", "latency")
+LLM_QUERY_NAMES = ("ttft", "itl")
 
 Result = Sequence[Mapping[str, Any]]
 """Prometheus' ``data.result`` of an instant vector: ``[{"metric": {...}, "value": [t, "v"]}]``."""
@@ -56,16 +62,17 @@ def _scalar(result: Result, what: str) -> float | None:
     return _value(result[0], what)
 
 
-def _latency(result: Result, what: str) -> dict[float, int]:
+def _latency(result: Result, what: str, *, scale: float = 1.0) -> dict[float, int]:
     """Cumulative buckets (``le`` -> count) -> bucket upper bound -> count in that bucket,
-    with the ``+Inf`` bucket at twice the highest finite bound (as the Envoy source does)."""
+    with the ``+Inf`` bucket at twice the highest finite bound (as the Envoy source does);
+    bounds multiplied by ``scale`` (1000 for buckets in seconds)."""
     cumulative: dict[float, float] = {}
     for item in result:
         le = item.get("metric", {}).get("le")
         if le is None:
             raise ScrapeError(f"{what}: a series without 'le'; use sum by (le) (...)")
         try:
-            bound = math.inf if le == "+Inf" else float(le)
+            bound = math.inf if le == "+Inf" else float(le) * scale
         except ValueError:
             raise ScrapeError(f"{what}: le={le!r} is not a bucket bound") from None
         cumulative[bound] = cumulative.get(bound, 0.0) + _value(item, what)
@@ -82,8 +89,9 @@ def _latency(result: Result, what: str) -> dict[float, int]:
 
 
 def version_counts(results: Mapping[str, Result], *, version: str) -> VersionCounts:
-    """One version's window from its three query results. Raises ScrapeError for an empty
-    ``requests`` result or an answer that is not counts."""
+    """One version's window from its query results (``ttft``/``itl`` where asked, in
+    seconds, kept in ms). Raises ScrapeError for an empty ``requests`` result or an answer
+    that is not counts."""
     requests = _scalar(results["requests"], f"{version} requests")
     if requests is None:
         raise ScrapeError(
@@ -96,6 +104,15 @@ def version_counts(results: Mapping[str, Result], *, version: str) -> VersionCou
         requests=n,
         errors=min(round(errors), n),
         latency_ms=_latency(results["latency"], f"{version} latency"),
+        **{
+            f"{name}_ms": _latency(
+                results[name],
+                f"{version} {name}",
+                scale=1000.0 if name in SECONDS_QUERIES else 1.0,
+            )
+            for name in LLM_QUERY_NAMES
+            if name in results
+        },
     )
 
 
@@ -103,9 +120,16 @@ class PrometheusSource:
     """Queries one Prometheus for a rollout's two clusters each interval."""
 
     def __init__(
-        self, settings: PrometheusAnalysis, *, stable: str, canary: str, interval_s: float
+        self,
+        settings: PrometheusAnalysis,
+        *,
+        stable: str,
+        canary: str,
+        interval_s: float,
+        llm: bool = False,
     ) -> None:
         self.settings = settings
+        self.names = QUERY_NAMES + (LLM_QUERY_NAMES if llm else ())
         self.stable, self.canary = stable, canary
         self.interval_s = interval_s
         self._url = settings.url.rstrip("/") + "/api/v1/query"
@@ -118,7 +142,7 @@ class PrometheusSource:
             name: render_query(
                 getattr(templates, name), cluster=cluster, interval_s=self.interval_s
             )
-            for name in QUERY_NAMES
+            for name in self.names
         }
 
     async def _query(self, session: aiohttp.ClientSession, promql: str) -> Result:

@@ -102,6 +102,7 @@ def _window_source(
                 stable=config.stable,
                 canary=config.canary,
                 interval_s=config.analysis.interval_s,
+                llm=config.needs_llm_metrics,
             )
     if fleet is not None:
         return fleet(config.stable, config.canary)

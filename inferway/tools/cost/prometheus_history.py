@@ -11,6 +11,7 @@ import httpx
 
 from inferway.tools.cost.queries import (
     BUDGET_PER_1K_REQUESTS,
+    BUDGET_PER_1K_TOKENS,
     BUDGET_PER_DAY,
     PRICE,
     CostQueries,
@@ -89,7 +90,10 @@ def load_history(url: str, *, end: float, hours: int, timeout: float = 30.0) -> 
         requests = _by_service(client.series(queries.requests, first, end))
         rows = _by_service(client.series(queries.rows, first, end))
         busy = _by_service(client.series(queries.busy_seconds, first, end))
+        tokens = _by_service(client.series(queries.tokens, first, end))
+        token_spend = _by_service(client.series(queries.token_spend, first, end))
         per_1k = client.instant(BUDGET_PER_1K_REQUESTS, end)
+        per_1k_tokens = client.instant(BUDGET_PER_1K_TOKENS, end)
         per_day = client.instant(BUDGET_PER_DAY, end)
     finally:
         client.close()
@@ -109,6 +113,8 @@ def load_history(url: str, *, end: float, hours: int, timeout: float = 30.0) -> 
                 requests=requests.get(service, {}).get(t, 0.0),
                 rows=rows[service].get(t, 0.0) if service in rows else None,
                 busy_s=busy[service].get(t, 0.0) if service in busy else None,
+                tokens=tokens[service].get(t, 0.0) if service in tokens else None,
+                token_spend=token_spend.get(service, {}).get(t, 0.0),
             )
             for t, p in sorted(points.items())
         ]
@@ -119,6 +125,7 @@ def load_history(url: str, *, end: float, hours: int, timeout: float = 30.0) -> 
                 intervals,
                 budget_per_1k_requests=per_1k.get(service),
                 budget_per_day=per_day.get(service),
+                budget_per_1k_tokens=per_1k_tokens.get(service),
             )
         )
     return out

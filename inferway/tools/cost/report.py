@@ -29,6 +29,7 @@ class ServiceSeries:
     intervals: Sequence[Interval]
     budget_per_1k_requests: float | None = None
     budget_per_day: float | None = None
+    budget_per_1k_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,11 @@ class ServiceReport:
     @property
     def budget_per_1k_exceeded(self) -> bool:
         over = self.cost.over_budget_per_1k
+        return over is not None and over > 0
+
+    @property
+    def budget_per_1k_tokens_exceeded(self) -> bool:
+        over = self.cost.over_budget_per_1k_tokens
         return over is not None and over > 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +85,13 @@ class CostReport:
                     f"{s.cost.currency} is {over:.0%} over the budget of "
                     f"{s.cost.budget_per_1k_requests:g} {s.cost.currency}"
                 )
+            if s.budget_per_1k_tokens_exceeded:
+                over = s.cost.over_budget_per_1k_tokens or 0.0
+                found.append(
+                    f"{s.cost.service}: cost per 1,000 tokens {s.cost.cost_per_1k_tokens:.6f} "
+                    f"{s.cost.currency} is {over:.0%} over the budget of "
+                    f"{s.cost.budget_per_1k_tokens:g} {s.cost.currency}"
+                )
         return found
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +120,7 @@ def build_report(
             s.intervals,
             budget_per_1k_requests=s.budget_per_1k_requests,
             budget_per_day=s.budget_per_day,
+            budget_per_1k_tokens=s.budget_per_1k_tokens,
         )
         hourly = [i.spend / i.hours for i in s.intervals if i.hours > 0]
         forecast = forecast_spend(hourly, days=max(days, WARN_DAYS_AHEAD))

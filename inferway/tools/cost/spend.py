@@ -1,4 +1,5 @@
-"""Cost arithmetic, pure: replica-hours times the price, spread over requests and rows.
+"""Cost arithmetic, pure: replica-hours times the price plus the priced tokens, spread over
+requests, rows and tokens.
 
 A window is a list of Intervals (one per query step) per service; every figure of the report
 is a sum or a ratio of sums over them, so two halves of a window add up to the whole and a
@@ -33,6 +34,8 @@ class Interval:
     """One query step of one service. ``replicas`` is the mean replica count over the step,
     ``requests`` the requests answered in it; ``rows`` and ``busy_s`` (seconds the backends
     spent computing batches) are None where the backend's model is not known or reports none.
+    ``tokens`` are the LLM tokens the gateway counted for the service (None: it counted none),
+    ``token_spend`` what those tokens cost at the policy's per-token prices.
     """
 
     end: float
@@ -42,10 +45,12 @@ class Interval:
     requests: float
     rows: float | None = None
     busy_s: float | None = None
+    tokens: float | None = None
+    token_spend: float = 0.0
 
     @property
     def spend(self) -> float:
-        return spend(self.per_replica_hour, self.replicas, self.hours)
+        return spend(self.per_replica_hour, self.replicas, self.hours) + self.token_spend
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class ServiceCost:
     busy_s: float | None
     budget_per_1k_requests: float | None = None
     budget_per_day: float | None = None
+    tokens: float | None = None
+    token_spend: float = 0.0
+    budget_per_1k_tokens: float | None = None
 
     @property
     def cost_per_hour(self) -> float | None:
@@ -74,6 +82,17 @@ class ServiceCost:
     @property
     def cost_per_row(self) -> float | None:
         return None if self.rows is None else ratio(self.spend, self.rows)
+
+    @property
+    def cost_per_1k_tokens(self) -> float | None:
+        """Everything the service cost (replicas and priced tokens) per 1,000 tokens."""
+        return None if self.tokens is None else per_thousand(self.spend, self.tokens)
+
+    @property
+    def over_budget_per_1k_tokens(self) -> float | None:
+        """Cost per 1,000 tokens over its budget, as a fraction (0.15 = 15% over)."""
+        per_1k, budget = self.cost_per_1k_tokens, self.budget_per_1k_tokens
+        return None if per_1k is None or budget is None else per_1k / budget - 1.0
 
     @property
     def utilization(self) -> float | None:
@@ -103,6 +122,11 @@ class ServiceCost:
             "budget_per_1k_requests": self.budget_per_1k_requests,
             "over_budget_per_1k": self.over_budget_per_1k,
             "budget_per_day": self.budget_per_day,
+            "tokens": self.tokens,
+            "token_spend": self.token_spend,
+            "cost_per_1k_tokens": self.cost_per_1k_tokens,
+            "budget_per_1k_tokens": self.budget_per_1k_tokens,
+            "over_budget_per_1k_tokens": self.over_budget_per_1k_tokens,
         }
 
 
@@ -118,8 +142,9 @@ def summarize(
     *,
     budget_per_1k_requests: float | None = None,
     budget_per_day: float | None = None,
+    budget_per_1k_tokens: float | None = None,
 ) -> ServiceCost:
-    """The window's sums; rows and busy time over the intervals that report them."""
+    """The window's sums; rows, busy time and tokens over the intervals that report them."""
     return ServiceCost(
         service=service,
         currency=currency,
@@ -131,4 +156,7 @@ def summarize(
         busy_s=_sum_known([i.busy_s for i in intervals]),
         budget_per_1k_requests=budget_per_1k_requests,
         budget_per_day=budget_per_day,
+        tokens=_sum_known([i.tokens for i in intervals]),
+        token_spend=sum(i.token_spend for i in intervals),
+        budget_per_1k_tokens=budget_per_1k_tokens,
     )
