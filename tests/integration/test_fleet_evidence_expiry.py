@@ -26,7 +26,7 @@ TTL_S = 2.0
 
 
 async def test_an_envoy_gone_for_good_expires_from_the_fleets_evidence(tmp_path: Path) -> None:
-    reports = EnvoyReports()
+    reports = EnvoyReports(expire_after_s=TTL_S)  # the same TTL as the store's reader
     server = grpc.aio.server()
     add_MetricsServiceServicer_to_server(reports, server)
     sink = free_port()
