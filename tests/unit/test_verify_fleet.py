@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from inferway.tools.verify.fleet import (
     EnvoyTarget,
@@ -17,6 +18,7 @@ from inferway.tools.verify.fleet import (
     gateway_url,
     select_targets,
 )
+from inferway.tools.verify.fleet_report import render_fleet
 
 ROUTES = {"edge": {"models": {"v1": 10.0, "v2": 90.0}}}
 
@@ -147,3 +149,23 @@ def test_an_unreachable_envoy_or_a_silent_replica_fails_the_fleet() -> None:
     )
     silent = fleet_document("p.yaml", "http://cp", [_row("a", ok=True)], [], ["replica r2 gone"])
     assert silent["ok"] is False and "replica r2 gone" in silent["verdict"]
+
+
+def test_the_text_report_has_a_row_per_envoy_and_the_verdict() -> None:
+    reached = {"zone": "zone-a", "gateway": "http://10.0.0.2:10000", "in_sync": True}
+    rows = [
+        _row("a", ok=True) | reached,
+        _row("b", ok=False, reachable=False, problems=["Envoy b: cannot reach its listener"])
+        | {"zone": "", "gateway": None, "address": "10.0.0.3", "address_source": "advertised",
+           "in_sync": False, "run": None},
+    ]  # fmt: skip
+    rows[0]["run"]["bars"].append({"name": "routed correctly", "ok": True, "measured": "100.00%"})
+    rows[0]["run"]["bars"][0]["measured"] = "p = 0.52"
+    document = fleet_document("p.yaml", "http://cp", rows, [_target("c", connected=False)])
+    console = Console(record=True, width=200)
+    render_fleet(document, console, per_envoy=False)
+    text = console.export_text()
+    assert "http://10.0.0.2:10000" in text and "p = 0.52" in text and "100.00%" in text
+    assert "10.0.0.3 (advertised)" in text and "NOT CHECKED" in text
+    assert "skipped" in text and "disconnected from the control plane" in text
+    assert "1/2 Envoys checked; b not checked: Envoy b: cannot reach its listener" in text
