@@ -119,9 +119,11 @@ async def _wait(admin: str, check: Any, what: str, timeout: float = 30.0) -> dic
 
 
 async def _verify(policy: Path, admin: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    """``--alpha 1e-6``: a pod on its split fails the chi-square once in a million runs, while
+    400 requests split 50/50 against an expected 10/90 give p far below it."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "inferway.cli.entry", "verify", "-f", str(policy),
-        "--admin", admin, "--requests", "400", "-o", "json", *extra,
+        "--admin", admin, "--requests", "400", "--alpha", "1e-6", "-o", "json", *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), 120)

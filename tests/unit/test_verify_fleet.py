@@ -4,11 +4,14 @@ which split each must show, and a verdict that names the Envoy that failed."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from inferway.cli.main import app
 from inferway.tools.verify.fleet import (
     EnvoyTarget,
     FleetSelectionError,
@@ -169,3 +172,21 @@ def test_the_text_report_has_a_row_per_envoy_and_the_verdict() -> None:
     assert "10.0.0.3 (advertised)" in text and "NOT CHECKED" in text
     assert "skipped" in text and "disconnected from the control plane" in text
     assert "1/2 Envoys checked; b not checked: Envoy b: cannot reach its listener" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--envoy", "a"], "--envoy and --all-envoys ask the control plane: give --admin"),
+        (["--all-envoys"], "--envoy and --all-envoys ask the control plane: give --admin"),
+        ([], "give --gateway URL, or --admin URL to verify the Envoys it reports"),
+    ],
+)
+def test_fleet_options_without_a_control_plane_are_usage_errors(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\n")
+    result = CliRunner().invoke(app, ["verify", "-f", str(policy), *args])
+    assert result.exit_code == 2
+    assert says in " ".join(result.output.split())
