@@ -1,14 +1,16 @@
-"""``inferway verify --admin`` against a fleet: one control plane (``inferway run --no-envoy``,
-in this process) and two gateway pods (``inferway envoy``, each in its own network namespace
-on port 10000). pod-a is reached at the address its xDS stream comes from; pod-b advertises
-its address (``--advertise-address``) because its xDS connection goes through a relay this
-test can hold, as a link that stops delivering does.
+"""``inferway verify --admin`` against a fleet: two control-plane replicas (``inferway run
+--no-envoy --store file:...``, in this process) and two gateway pods (``inferway envoy``, each
+in its own network namespace on port 10000), pod-a on replica r1 and pod-b on r2. pod-a is
+reached at the address its xDS stream comes from; pod-b advertises its address
+(``--advertise-address``) because its xDS connection goes through a relay this test can hold,
+as a link that stops delivering does.
 
-verify checks both pods, each at its own listener: both pass. Then the policy's split moves
-from 50/50 to 10/90 while pod-b's xDS is held: pod-a takes the new split, pod-b keeps routing
-50/50, and verify fails naming pod-b only (its config is not in sync and its activation
-frequencies miss the split it is served), while pod-a passes; ``--envoy pod-a`` alone passes.
-With pod-b's link cut, verify refuses it by name as unreachable (exit 3)."""
+verify, asked at r1 only, checks both pods (pod-b through r2, which r1's fleet lists), each at
+its own listener: both pass. Then the policy's split moves from 50/50 to 10/90 while pod-b's
+xDS is held: pod-a takes the new split, pod-b keeps routing 50/50, and verify fails naming
+pod-b only (its config is not in sync and its activation frequencies miss the split it is
+served), while pod-a passes; ``--envoy pod-a`` alone passes. With pod-b's link cut, verify
+refuses it by name as unreachable (exit 3)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,7 @@ from typing import Any
 
 import httpx
 
-from inferway.gateway.runtime import GatewayOptions, start_gateway
-from tests.e2e.fleet_helpers import version_backends
+from tests.e2e.fleet_helpers import start_replica, version_backends
 from tests.netns import HostFleet, require_netns
 
 PODS = ("pod-a", "pod-b")
@@ -108,10 +109,11 @@ async def _status(admin: str) -> dict[str, Any]:
         return answer
 
 
-async def _wait(admin: str, check: Any, what: str, timeout: float = 30.0) -> dict[str, Any]:
+async def _wait(admins: list[str], check: Any, what: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The nodes every replica in ``admins`` holds a stream of, once ``check`` holds."""
     deadline = time.monotonic() + timeout
     while True:
-        nodes = {n["node_id"]: n for n in (await _status(admin))["nodes"]}
+        nodes = {n["node_id"]: n for a in admins for n in (await _status(a))["nodes"]}
         if check(nodes):
             return nodes
         assert time.monotonic() < deadline, f"{what}: {json.dumps(nodes, indent=1)}"
@@ -146,19 +148,18 @@ async def test_verify_checks_every_envoy_and_names_the_one_that_differs(tmp_path
             stack.push_async_callback(gen.aclose)
             policy = tmp_path / "policy.yaml"
             policy.write_text(_policy(host, ports, 50, 50))
-            plane = await start_gateway(
-                GatewayOptions(
-                    policy_path=policy, host=host, xds_port=0, admin_port=0,
-                    with_envoy=False, workdir=tmp_path / "cp",
-                )
-            )  # fmt: skip
-            stack.push_async_callback(plane.stop)
-            admin = plane.admin.url
-            relay = HeldRelay(host, (host, plane.xds.port))
+            store = f"file:{tmp_path / 'store'}"
+            r1 = await start_replica(policy, tmp_path / "r1", store, host, "r1")
+            stack.push_async_callback(r1.stop)
+            r2 = await start_replica(policy, tmp_path / "r2", store, host, "r2")
+            stack.push_async_callback(r2.stop)
+            admin = r1.admin.url
+            admins = [r1.admin.url, r2.admin.url]
+            relay = HeldRelay(host, (host, r2.xds.port))
             await relay.start()
             stack.push_async_callback(relay.stop)
             pods = {
-                "pod-a": _start_pod(fleet, "pod-a", f"{host}:{plane.xds.port}", tmp_path / "a"),
+                "pod-a": _start_pod(fleet, "pod-a", f"{host}:{r1.xds.port}", tmp_path / "a"),
                 "pod-b": _start_pod(
                     fleet, "pod-b", f"{host}:{relay.port}", tmp_path / "b",
                     "--advertise-address", fleet.address("pod-b"),
@@ -169,7 +170,7 @@ async def test_verify_checks_every_envoy_and_names_the_one_that_differs(tmp_path
                 stack.callback(process.terminate)
 
             nodes = await _wait(
-                admin, lambda n: all(p in n and n[p]["in_sync"] for p in PODS), "pods in sync"
+                admins, lambda n: all(p in n and n[p]["in_sync"] for p in PODS), "pods in sync"
             )
             assert (nodes["pod-a"]["address"], nodes["pod-a"]["address_source"]) == (
                 fleet.address("pod-a"), "ads-peer",
@@ -183,6 +184,8 @@ async def test_verify_checks_every_envoy_and_names_the_one_that_differs(tmp_path
             assert code == 0, document["verdict"]
             rows = {row["node"]: row for row in document["envoys"]}
             assert set(rows) == set(PODS)
+            # pod-b holds its stream on r2: verify asked at r1 found it through r1's fleet
+            assert (rows["pod-a"]["replica"], rows["pod-b"]["replica"]) == tuple(admins)
             for pod in PODS:
                 assert rows[pod]["gateway"] == f"http://{fleet.address(pod)}:10000"
                 assert rows[pod]["weights"] == {"models": {"v1": 50.0, "v2": 50.0}}
@@ -193,7 +196,7 @@ async def test_verify_checks_every_envoy_and_names_the_one_that_differs(tmp_path
             relay.released.clear()
             policy.write_text(_policy(host, ports, 10, 90))
             nodes = await _wait(
-                admin,
+                admins,
                 lambda n: n["pod-a"]["in_sync"] and not n["pod-b"]["in_sync"],
                 "pod-a on the new split, pod-b held",
             )
@@ -227,6 +230,6 @@ async def test_verify_checks_every_envoy_and_names_the_one_that_differs(tmp_path
             )
             fleet.restore("pod-b")
             relay.released.set()
-            await _wait(admin, lambda n: n["pod-b"]["in_sync"], "pod-b catches up")
+            await _wait(admins, lambda n: n["pod-b"]["in_sync"], "pod-b catches up")
             code, document = await _verify(policy, admin, "--all-envoys")
             assert code == 0, document["verdict"]
