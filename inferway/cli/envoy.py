@@ -38,6 +38,13 @@ def envoy(
     envoy_admin_port: Annotated[
         int, typer.Option(help="Envoy's own admin port (loopback).", min=1, max=65535)
     ] = 15001,
+    advertise_address: Annotated[
+        str,
+        typer.Option(
+            help="The host this Envoy's listeners are reached at, for `inferway verify` "
+            "(default: the address its xDS connection comes from)."
+        ),
+    ] = "",
     workdir: Annotated[
         Path | None, typer.Option(help="Where the bootstrap is written (default: temp).")
     ] = None,
@@ -90,6 +97,7 @@ def envoy(
         zone=zone,
         region=region,
         envoy_admin_port=envoy_admin_port,
+        advertise_address=advertise_address,
         envoy_log_level=envoy_log_level,
         xds_tls=tls,
     )

@@ -112,14 +112,16 @@ def _control_plane_line(status: StatusDocument, now: float) -> Text:
 
 def _nodes_table(status: StatusDocument, now: float) -> Table:
     table = Table(title="Envoy nodes", title_justify="left")
-    for column in ("node", "connected", "in sync", "acked", "last NACK"):
+    for column in ("node", "address", "connected", "in sync", "acked", "last NACK"):
         table.add_column(column)
     nodes = status.get("nodes") or []
     for node in nodes:
         acked = "\n".join(f"{k} {v[:8]}" for k, v in node.get("acked", {}).items())
         nack = node.get("last_nack")
+        address = node.get("address") or ""
         table.add_row(
             node["node_id"],
+            f"{address} ({node.get('address_source')})" if address else "-",
             Text("yes", "green")
             if node.get("connected")
             else Text(f"no (last seen {format_age(node.get('last_seen'), now)})", "red"),
@@ -128,7 +130,7 @@ def _nodes_table(status: StatusDocument, now: float) -> Table:
             "-" if not nack else f"{nack['type']} {format_age(nack['at'], now)}: {nack['message']}",
         )
     if not nodes:
-        table.add_row("(none connected yet)", "", "", "", "")
+        table.add_row("(none connected yet)", "", "", "", "", "")
     return table
 
 

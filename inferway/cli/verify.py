@@ -12,7 +12,7 @@ import asyncio
 import importlib.util
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -22,6 +22,7 @@ from rich.text import Text
 
 from inferway.cli.admin_client import AdminClient, AdminError
 from inferway.cli.output import OutputFormat, OutputOption, write_document
+from inferway.cli.verify_fleet import fleet_statuses, verify_fleet
 from inferway.console import make_console, print_issues
 from inferway.exit_codes import (
     EXIT_BAR_MISSED,
@@ -32,6 +33,8 @@ from inferway.exit_codes import (
 from inferway.policies.errors import PolicyError
 from inferway.policies.types import parse_duration
 from inferway.resolve.errors import ResolveError
+from inferway.tools.verify.fleet import envoy_targets
+from inferway.tools.verify.fleet_report import render_fleet
 from inferway.tools.verify.live import rollout_weights
 from inferway.tools.verify.load import is_loopback
 from inferway.tools.verify.report import render_run
@@ -104,8 +107,12 @@ def verify(
         typer.Option("--file", "-f", help="The policy the gateway should run.", dir_okay=False),
     ],
     gateway: Annotated[
-        str, typer.Option(help="The gateway's listener URL, e.g. http://127.0.0.1:10000.")
-    ],
+        str | None,
+        typer.Option(
+            help="The gateway's listener URL, e.g. http://127.0.0.1:10000 (with --admin and a "
+            "fleet: only its port is used, each Envoy is reached at its own address)."
+        ),
+    ] = None,
     requests: Annotated[
         int, typer.Option(min=1, help="Functional requests (at least one per generated case).")
     ] = 1000,
@@ -162,6 +169,18 @@ def verify(
         typer.Option("--json", help="Also write the JSON document here.", dir_okay=False),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the generated cases.")] = 0,
+    envoy: Annotated[
+        str | None,
+        typer.Option(help="Check this Envoy (node id) of the fleet --admin reports, only."),
+    ] = None,
+    all_envoys: Annotated[
+        bool,
+        typer.Option(
+            "--all-envoys",
+            help="Check every connected Envoy --admin reports, each at its own listener "
+            "(the default when it reports more than one).",
+        ),
+    ] = False,
     output: OutputOption = OutputFormat.text,
 ) -> None:
     """Verify a live gateway against a policy: requests generated from the policy cover every
@@ -169,7 +188,11 @@ def verify(
     activation frequencies must fit their weights (chi-square), optionally a locust load
     run (--users) must meet the p99 SLA, and cost/utilisation are read when available.
     Exit 0 every bar met, 1 invalid policy, 2 usage (a missing extra, non-loopback load),
-    3 gateway unreachable, 4 a bar missed."""
+    3 gateway unreachable, 4 a bar missed.
+
+    With --admin and more than one Envoy (or --envoy, --all-envoys), each Envoy is checked at
+    its own listener against the split its group is served, and the verdict names the Envoys
+    that failed (exit 3 when one cannot be reached)."""
     missing = [m for m in _NEEDS if importlib.util.find_spec(m) is None]
     if missing:
         message = (
@@ -198,6 +221,22 @@ def verify(
     )
     if png is not None and users is None:
         raise _fail("--png draws the load run: give --users too", EXIT_CANNOT_START)
+    if (envoy is not None or all_envoys) and admin is None:
+        raise _fail("--envoy and --all-envoys ask the control plane: give --admin", 2)
+    if envoy is not None and all_envoys:
+        raise _fail("--envoy checks one Envoy, --all-envoys every one: give one of them", 2)
+    if admin is not None:
+        statuses, problems = fleet_statuses(admin)
+        targets = envoy_targets(statuses)
+        connected = sum(t.connected for t in targets)
+        if envoy is not None or all_envoys or gateway is None or connected > 1:
+            document = verify_fleet(
+                file, admin, gateway, targets, problems, envoy, settings, allow_remote
+            )
+            _finish_fleet(document, json_file, output)
+            return
+    if gateway is None:
+        raise _fail("give --gateway URL, or --admin URL to verify the Envoys it reports", 2)
     if users is not None and not allow_remote and not is_loopback(gateway):
         message = f"{gateway} is not a loopback address: load only with --allow-remote"
         raise _fail(message, EXIT_CANNOT_START)
@@ -220,5 +259,19 @@ def verify(
         render_run(document, Console(soft_wrap=False))
     else:
         write_document(document, output)
+    if not document["ok"]:
+        raise typer.Exit(EXIT_BAR_MISSED)
+
+
+def _finish_fleet(document: dict[str, Any], json_file: Path | None, output: OutputFormat) -> None:
+    if json_file is not None:
+        with json_file.open("w", encoding="utf-8") as stream:
+            write_document(document, OutputFormat.json, stream)
+    if output is OutputFormat.text:
+        render_fleet(document, Console(soft_wrap=False))
+    else:
+        write_document(document, output)
+    if document["unreachable"] or document["problems"]:
+        raise typer.Exit(EXIT_UNREACHABLE)
     if not document["ok"]:
         raise typer.Exit(EXIT_BAR_MISSED)

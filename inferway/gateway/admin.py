@@ -44,6 +44,7 @@ from inferway.xds.cache import node_in_sync
 from inferway.xds.node_groups import parse_group
 from inferway.xds.records import NackRecord as XdsNackRecord
 from inferway.xds.records import NodeStatus
+from inferway.xds.served_weights import served_route_weights
 from inferway.xds.snapshot import Snapshot
 
 __all__ = [
@@ -158,7 +159,21 @@ def _node(node: NodeStatus, snapshot: Snapshot | None) -> NodeRecord:
         "in_sync": snapshot is not None and node_in_sync(node, snapshot),
         "snapshot_version": None if snapshot is None else snapshot.version,
         "last_nack": None if node.last_nack is None else _nack(node.last_nack),
+        "address": node.address,
+        "address_source": node.address_source,
     }
+
+
+def _served_weights(plane: ControlPlane) -> dict[str, dict[str, Any]]:
+    """The split each group of a known node is served, for ``inferway verify``."""
+    out: dict[str, dict[str, Any]] = {}
+    for group in sorted({node.group for node in plane.cache.node_status()}):
+        snapshot = plane.cache.get_snapshot(group)
+        out[group] = {
+            "version": None if snapshot is None else snapshot.version,
+            "routes": served_route_weights(snapshot),
+        }
+    return out
 
 
 def _nack(record: XdsNackRecord) -> NackRecord:
@@ -185,6 +200,7 @@ def _envoy(supervisor: EnvoySupervisor | KeeperView) -> EnvoyRecord:
 async def _status(request: web.Request) -> web.Response:
     app = request.app
     document = build_status(app[CONTROL_PLANE], app.get(SUPERVISOR))
+    document["served_weights"] = _served_weights(app[CONTROL_PLANE])
     refusals = app.get(XDS_REFUSALS)
     if refusals is not None:
         document["xds_refused"] = [vars(r) | {"identities": list(r.identities)} for r in refusals()]

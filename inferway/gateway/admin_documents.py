@@ -129,6 +129,10 @@ class NodeRecord(TypedDict):
     in_sync: bool
     snapshot_version: str | None
     last_nack: NackRecord | None
+    address: NotRequired[str]
+    """The host its listeners are reached at ("" unknown; ``xds/node_address.py``)."""
+    address_source: NotRequired[str]
+    """``advertised`` (its bootstrap's node metadata) or ``ads-peer`` (its stream's source)."""
 
 
 class EnvoyRecord(TypedDict):
@@ -166,6 +170,9 @@ class StatusDocument(TypedDict):
     warnings: NotRequired[list[str]]
     """What works but may not do what is meant: a per-Envoy rate limit several connected
     Envoys serve (the fleet admits it once per Envoy)."""
+    served_weights: NotRequired[dict[str, dict[str, Any]]]
+    """Per group of connected nodes: ``version`` and ``routes`` (route configuration -> route
+    -> cluster -> percent), the split that group's snapshot serves (xds/served_weights.py)."""
 
 
 # ---- GET /rollouts, GET /rollouts/{name}, POST /rollouts/{name}/{command} ----------------------

@@ -38,6 +38,8 @@ class EdgeOptions:
     zone: str = ""
     region: str = ""
     envoy_admin_port: int = 15001
+    advertise_address: str = ""
+    """Where its listeners are reached ("": the control plane uses the ADS peer's address)."""
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     stats_push_s: float | None = 2.0
@@ -57,6 +59,7 @@ def build_edge_bootstrap(options: EdgeOptions) -> dict[str, object]:
         xds_tls_sds_dir=options.workdir if options.xds_tls is not None else None,
         locality={"zone": options.zone, "region": options.region},
         stats_push_s=options.stats_push_s,
+        advertise_address=options.advertise_address,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from inferway.xds.auth import XdsClientTlsFiles
+from inferway.xds.node_address import ADVERTISE_METADATA_KEY
 
 __all__ = [
     "XDS_CLUSTER_NAME",
@@ -49,6 +50,7 @@ def build_bootstrap(
     xds_tls_sds_dir: str | Path | None = None,
     locality: Mapping[str, str] | None = None,
     stats_push_s: float | None = None,
+    advertise_address: str = "",
 ) -> dict[str, Any]:
     """A JSON/YAML-able bootstrap. ``node.cluster`` is set too: SDS over ADS needs both.
     ``admin_port`` 0 lets Envoy pick one (read it back with ``--admin-address-path``).
@@ -63,7 +65,9 @@ def build_bootstrap(
     ``locality`` (``zone``, ``region``) is the node's: zone-aware routing reads it, and the
     control plane shows it. ``stats_push_s`` makes Envoy push its stats to the control plane
     every so often (OpenTelemetry's OTLP over the xDS cluster, with its node id and zone as
-    gRPC metadata), so the control plane's loops see every Envoy without reaching its admin."""
+    gRPC metadata), so the control plane's loops see every Envoy without reaching its admin.
+    ``advertise_address`` (node metadata ``INFERWAY_ADVERTISE_ADDRESS``) is the host its
+    listeners are reached at, which ``inferway verify`` uses (else the ADS peer's address)."""
     if not node_id:
         raise ValueError("build_bootstrap: node_id must be a non-empty string")
     if not 0 < xds_port < 65536:
@@ -123,6 +127,8 @@ def build_bootstrap(
             ]
         },
     }
+    if advertise_address:
+        bootstrap["node"]["metadata"] = {ADVERTISE_METADATA_KEY: advertise_address}
     if locality:
         bootstrap["node"]["locality"] = {k: v for k, v in locality.items() if v}
     if stats_push_s is not None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.xds.config_watcher import CancelWatch, Notify, StreamHandle
 from inferway.xds.hooks import HookBus, XdsHook
+from inferway.xds.node_address import node_address
 from inferway.xds.node_records import DISCONNECTED_NODE_TTL_S, NodeRecords, node_in_sync
 from inferway.xds.records import NackRecord, NodeStatus, Rejection, SentResponse
 from inferway.xds.rollback import RollbackPolicy
@@ -118,7 +119,7 @@ class SnapshotCache:
             if first is not None:
                 self.set_snapshot(first, group)
         handle = StreamHandle(next(self._stream_ids), node.id, node.cluster, group)
-        self._hooks.on_connect(self._nodes.opened(handle))
+        self._hooks.on_connect(self._nodes.opened(handle, *node_address(node)))
         self._signal()
         return handle
 

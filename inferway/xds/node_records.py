@@ -50,6 +50,8 @@ class _Node:
     acked: dict[str, str] = field(default_factory=dict)
     last_nack: NackRecord | None = None
     last_seen: float | None = None
+    address: str = ""
+    address_source: str = ""
 
     def view(self) -> NodeStatus:
         return NodeStatus(
@@ -61,6 +63,8 @@ class _Node:
             acked=MappingProxyType(dict(self.acked)),
             last_nack=self.last_nack,
             last_seen=self.last_seen,
+            address=self.address,
+            address_source=self.address_source,
         )
 
 
@@ -80,9 +84,12 @@ class NodeRecords:
         self._nacks: deque[NackRecord] = deque(maxlen=max_nacks)
         self._disconnected_node_ttl = disconnected_node_ttl
 
-    def opened(self, handle: StreamHandle) -> NodeStatus:
-        """A stream of ``handle.node_id`` opened. A node reconnecting to the same group keeps
-        what it ACKed (Envoy keeps its config across a reconnect)."""
+    def opened(
+        self, handle: StreamHandle, address: str = "", address_source: str = ""
+    ) -> NodeStatus:
+        """A stream of ``handle.node_id`` opened (its listeners at ``address``). A node
+        reconnecting to the same group keeps what it ACKed (Envoy keeps its config across a
+        reconnect)."""
         state = self._nodes.get(handle.node_id)
         if state is None or not state.streams:
             acked = state.acked if state is not None and state.group == handle.group else {}
@@ -92,6 +99,7 @@ class NodeRecords:
             )
             self._nodes[handle.node_id] = state
         state.cluster, state.group = handle.cluster, handle.group
+        state.address, state.address_source = address, address_source
         state.streams.add(handle.stream_id)
         return state.view()
 

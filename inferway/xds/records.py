@@ -40,6 +40,10 @@ class NodeStatus:
     last_nack: NackRecord | None
     last_seen: float | None = None
     """When the node last connected, NACKed or disconnected."""
+    address: str = ""
+    """The host its listeners are reached at ("" unknown; ``xds/node_address.py``)."""
+    address_source: str = ""
+    """``advertised`` (its bootstrap said so) or ``ads-peer`` (where its stream comes from)."""
 
 
 @dataclass(frozen=True)

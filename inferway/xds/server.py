@@ -21,6 +21,7 @@ from inferway.xds.auth import (
     verified_requests,
 )
 from inferway.xds.config_watcher import ConfigWatcher
+from inferway.xds.node_address import with_peer
 from inferway.xds.stream import XdsProtocolError, serve_delta_stream, serve_sotw_stream
 
 __all__ = ["XdsServer", "start_xds_server"]
@@ -43,10 +44,11 @@ class _AggregatedDiscoveryService(ads_pb2_grpc.AggregatedDiscoveryServiceService
         self._refusals = refusals or PeerRefusals()
 
     def _verified(self, requests: object, context: grpc.aio.ServicerContext) -> object:
-        """With mutual TLS, the stream's node must be the client certificate's identity."""
-        if self._tls is None:
-            return requests
-        return verified_requests(requests, context, self._refusals)  # type: ignore[arg-type]
+        """With mutual TLS, the stream's node must be the client certificate's identity; the
+        stream's peer address is recorded on its node (``xds/node_address.py``)."""
+        if self._tls is not None:
+            requests = verified_requests(requests, context, self._refusals)  # type: ignore[arg-type]
+        return with_peer(requests, context.peer())  # type: ignore[arg-type]
 
     async def StreamAggregatedResources(
         self, request_iterator: object, context: grpc.aio.ServicerContext
