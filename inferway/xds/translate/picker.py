@@ -177,7 +177,7 @@ def _typed(name: str, cluster: cluster_pb2.Cluster) -> extension_pb2.TypedExtens
         config = maglev_pb2.Maglev()
     else:
         config = round_robin_pb2.RoundRobin(locality_lb_config=locality)
-    return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))  # type: ignore[arg-type]
+    return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
 
 
 def apply_picker_lb(cluster: cluster_pb2.Cluster) -> None:
