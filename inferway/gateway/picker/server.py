@@ -37,7 +37,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 )
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.gateway.picker.core.picker import Pick, Picker
-from inferway.gateway.picker.core.prefix import prompt_blocks, prompt_text
+from inferway.gateway.picker.core.prefix import prompt_text
 from inferway.gateway.picker.health import add_health_service
 from inferway.xds.translate.picker import DESTINATION_HEADER, LB_NAMESPACE, SERVICE_METADATA_KEY
 
@@ -46,6 +46,8 @@ __all__ = ["SUBSET_KEY", "SUBSET_NAMESPACE", "PickerServer", "PoolPicker"]
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("inferway.picker")
 
+EXPLAINED_CANDIDATES = 8
+"""A span carries the scores of the 8 best candidates (and how many there were), not all."""
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 
@@ -117,15 +119,14 @@ def _answer(pick: Pick, phase: str) -> ep_pb2.ProcessingResponse:
     )
 
 
-def _parse(body: bytes) -> tuple[list[int], str | None]:
-    """The prompt's blocks and the requested model (a LoRA adapter is asked for by name)."""
+def _parse(body: bytes) -> tuple[str | None, str | None]:
+    """The prompt's text and the requested model (a LoRA adapter is asked for by name)."""
     try:
         data = json.loads(body)
     except ValueError:
-        return [], None
-    text = prompt_text(data)
+        return None, None
     model = data.get("model") if isinstance(data, dict) else None
-    return (prompt_blocks(text) if text else []), (model if isinstance(model, str) else None)
+    return prompt_text(data), (model if isinstance(model, str) else None)
 
 
 class _Processor(ep_grpc.ExternalProcessorServicer):
@@ -142,14 +143,15 @@ class _Processor(ep_grpc.ExternalProcessorServicer):
         return pools.get(name) if isinstance(name, str) else None
 
     def _pick(
-        self, pool: PoolPicker | None, blocks: list[int], model: str | None, session: str | None,
+        self, pool: PoolPicker | None, text: str | None, model: str | None, session: str | None,
         subset: list[str] | None,
     ) -> Pick:  # fmt: skip
         if pool is None:
-            return Pick(503, (), "no picker for this service here", {})
+            return Pick(503, (), "no picker for this service here")
         with tracer.start_as_current_span("picker.pick") as span:
+            blocks = pool.picker.blocks(text)
             pick = pool.picker.pick(blocks, lora=model, session=session, subset=subset)
-            explained = pick.explain()
+            explained = pick.explain(top=EXPLAINED_CANDIDATES)
             explained["picker.scores"] = json.dumps(explained["picker.scores"])
             span.set_attributes(explained)
         pool.recent.append(explained)
@@ -172,13 +174,13 @@ class _Processor(ep_grpc.ExternalProcessorServicer):
                     if pool is not None:
                         session = _header(headers, pool.session_header)
                     if headers.end_of_stream:
-                        pick = self._pick(pool, [], None, session, subset)
+                        pick = self._pick(pool, None, None, session, subset)
                         yield _answer(pick, "headers")
                     else:
                         yield ep_pb2.ProcessingResponse(request_headers=ep_pb2.HeadersResponse())
                 elif kind == "request_body":
-                    blocks, model = _parse(request.request_body.body)
-                    pick = self._pick(pool, blocks, model, session, subset)
+                    text, model = _parse(request.request_body.body)
+                    pick = self._pick(pool, text, model, session, subset)
                     yield _answer(pick, "body")
                 else:  # not asked for by inferway's processing mode: pass it through
                     yield _passthrough(kind)

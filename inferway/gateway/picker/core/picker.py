@@ -4,7 +4,9 @@ are saturated and the policy sheds. Each pick says why (scores per endpoint, win
 
 Load between scrapes comes from the picker's own count: a request is in flight from its pick
 to ``finish(ticket)``; those picked since an endpoint's last scrape are added to the scraped
-queue (the scrape could not see them), so a burst between two scrapes still spreads.
+queue (the scrape could not see them) and those finished since are taken off it (it still
+counts them), so a burst between two scrapes spreads instead of herding onto the server
+whose last scrape looked emptiest.
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferway.gateway.picker.core.metrics import ServerMetrics
-from inferway.gateway.picker.core.prefix import PrefixIndex
-from inferway.gateway.picker.core.scorers import EndpointView, Request, Weights, score_all
+from inferway.gateway.picker.core.prefix import PrefixIndex, prompt_blocks
+from inferway.gateway.picker.core.scorers import (
+    SCORERS,
+    Weights,
+    kv_cache_score,
+    lora_score,
+    prefix_score,
+    queue_score,
+    session_score,
+)
 
 __all__ = ["Pick", "Picker", "PickerConfig"]
 
@@ -32,12 +42,12 @@ class PickerConfig:
     fallbacks: int = 2
     shed: bool = False
     """All candidates saturated: 429 (shed) when True, else the least loaded still gets it."""
-    block_chars: int = 64
-    max_blocks: int = 256
+    block_chars: int = 256
+    max_blocks: int = 128
     blocks_per_endpoint: int = 8192
     max_endpoints: int = 256
     """The prefix index's bound: about 150 bytes a block, so at most ~300 MB (64 endpoints
-    full: ~75 MB); 8192 blocks of 64 characters is ~128k tokens of prompts per endpoint."""
+    full: ~75 MB); 8192 blocks of 256 bytes is ~512k tokens of prompts per endpoint."""
     max_sessions: int = 65536
 
 
@@ -47,19 +57,32 @@ class Pick:
     """200: ``endpoints`` holds the winner then the fallbacks; 503: none; 429: shed."""
     endpoints: tuple[str, ...]
     reason: str
-    scores: dict[str, dict[str, float]]
-    """Endpoint -> scorer -> score, plus ``total`` (weighted mean) and ``depth``."""
+    rows: tuple[tuple[float, str, tuple[float, ...], float], ...] = ()
+    """Every candidate, best first: (total, endpoint, the scores in ``SCORERS`` order, depth)."""
     ticket: int | None = None
 
-    def explain(self) -> dict[str, Any]:
-        """Span/log attributes: ``picker.winner``, ``picker.reason``, ``picker.scores``."""
+    @property
+    def scores(self) -> dict[str, dict[str, float]]:
+        """Endpoint -> scorer -> score, plus ``total`` (weighted mean) and ``depth``."""
+        return {
+            endpoint: dict(zip(SCORERS, scores, strict=True)) | {"total": total, "depth": depth}
+            for total, endpoint, scores, depth in self.rows
+        }
+
+    def explain(self, top: int | None = None) -> dict[str, Any]:
+        """Span/log attributes: ``picker.winner``, ``picker.reason``, ``picker.scores`` (the
+        ``top`` best candidates' scores; all when None) and ``picker.candidates``."""
+        rows = self.rows if top is None else self.rows[:top]
         return {
             "picker.status": self.status,
             "picker.winner": self.endpoints[0] if self.endpoints else "",
             "picker.fallbacks": ",".join(self.endpoints[1:]),
             "picker.reason": self.reason,
+            "picker.candidates": len(self.rows),
             "picker.scores": {
-                e: {k: round(v, 4) for k, v in s.items()} for e, s in self.scores.items()
+                endpoint: {k: round(v, 4) for k, v in zip(SCORERS, scores, strict=True)}
+                | {"total": round(total, 4), "depth": depth}
+                for total, endpoint, scores, depth in rows
             },
         }
 
@@ -69,6 +92,9 @@ class _Endpoint:
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     in_flight: int = 0
     since_scrape: int = 0
+    """Picked since the last scrape and still open (the scrape could not count them)."""
+    done_since_scrape: int = 0
+    """Picked before the last scrape, finished after it (the scrape still counts them)."""
     epoch: int = 0
     picks: int = 0
     blocks_asked: int = 0
@@ -78,7 +104,8 @@ class _Endpoint:
         scraped = self.metrics.waiting, self.metrics.running
         if scraped == (None, None):
             return float(self.in_flight)
-        return max(float(self.in_flight), sum(x or 0.0 for x in scraped) + self.since_scrape)
+        counted = max(0.0, sum(x or 0.0 for x in scraped) - self.done_since_scrape)
+        return max(float(self.in_flight), counted + self.since_scrape)
 
 
 class Picker:
@@ -107,11 +134,18 @@ class Picker:
     def endpoints(self) -> list[str]:
         return list(self._endpoints)
 
+    def blocks(self, text: str | None) -> list[int]:
+        """The prompt's blocks as this picker cuts them (``block_chars``, ``max_blocks``)."""
+        if not text:
+            return []
+        return prompt_blocks(text, self.config.block_chars, self.config.max_blocks)
+
     def observe(self, endpoint: str, metrics: ServerMetrics) -> None:
         """A fresh scrape: it sees what was picked before it, so the count since restarts."""
         state = self._endpoints.get(endpoint)
         if state is not None:
             state.metrics, state.since_scrape, state.epoch = metrics, 0, state.epoch + 1
+            state.done_since_scrape = 0
 
     def finish(self, ticket: int | None) -> None:
         """The request picked with ``ticket`` is done (answered, failed or cancelled)."""
@@ -121,8 +155,10 @@ class Picker:
         state = self._endpoints.get(endpoint)
         if state is not None:
             state.in_flight = max(0, state.in_flight - 1)
-            if state.epoch == epoch and state.since_scrape > 0:
-                state.since_scrape -= 1
+            if state.epoch == epoch:
+                state.since_scrape = max(0, state.since_scrape - 1)
+            else:
+                state.done_since_scrape += 1
 
     def _saturated(self, state: _Endpoint, depth: float) -> bool:
         used = state.metrics.kv_cache
@@ -142,32 +178,42 @@ class Picker:
         pool = self._endpoints if subset is None else [e for e in subset if e in self._endpoints]
         if not pool:
             why = "no endpoint in the pool" if subset is None else "no pool endpoint in the subset"
-            return Pick(503, (), why, {})
-        depths = {e: self._endpoints[e].depth() for e in pool}
-        open_ = [e for e in pool if not self._saturated(self._endpoints[e], depths[e])]
+            return Pick(503, (), why)
+        states = self._endpoints
+        depths = {e: states[e].depth() for e in pool}
+        open_ = [e for e in pool if not self._saturated(states[e], depths[e])]
         if not open_ and self.config.shed:
-            return Pick(429, (), f"all {len(pool)} endpoints saturated: shed", {})
+            return Pick(429, (), f"all {len(pool)} endpoints saturated: shed", ())
         candidates = open_ or list(pool)
         prefix = self.index.matches(blocks, candidates) if blocks else {}
         sticky = self._sessions.get(session) if session else None
-        views = {
-            e: EndpointView(depths[e], self._endpoints[e].metrics, prefix.get(e, 0))
-            for e in candidates
-        }
-        scores = score_all(views, Request(blocks, lora, sticky))
-        weights = [(n, w) for n, w in self.config.weights.items() if w > 0]
-        weight_sum = sum(w for _, w in weights) or 1.0
-        table: dict[str, dict[str, float]] = {}
-        for endpoint in candidates:
-            row = {name: scores[name][endpoint] for name, _ in weights}
-            row["total"] = sum(scores[n][endpoint] * w for n, w in weights) / weight_sum
-            row["depth"] = depths[endpoint]
-            table[endpoint] = row
-        ranked = sorted(candidates, key=lambda e: (-table[e]["total"], self._rng.random()))
-        chosen = tuple(ranked[: 1 + self.config.fallbacks])
+        w = self.config.weights
+        weight_sum = (w.queue + w.kv_cache + w.prefix + w.lora + w.session) or 1.0
+        limit = self.config.queue_limit
+        n_blocks = len(blocks)
+        rows = []
+        jitter = self._rng.random
+        for endpoint in candidates:  # one pass: a pick over 64 endpoints stays cheap
+            metrics = states[endpoint].metrics
+            depth = depths[endpoint]
+            scores = (
+                queue_score(depth, limit),
+                kv_cache_score(metrics.kv_cache),
+                prefix_score(prefix.get(endpoint, 0), n_blocks),
+                lora_score(metrics, lora),
+                session_score(endpoint, sticky),
+            )
+            total = (
+                w.queue * scores[0] + w.kv_cache * scores[1] + w.prefix * scores[2]
+                + w.lora * scores[3] + w.session * scores[4]
+            ) / weight_sum  # fmt: skip
+            rows.append((total, jitter(), endpoint, scores, depth))
+        rows.sort(reverse=True)  # best first; equal totals in random order
+        ranked = tuple((t, e, s, d) for t, _, e, s, d in rows)
+        chosen = tuple(row[1] for row in ranked[: 1 + self.config.fallbacks])
         winner = chosen[0]
-        reason = self._reason(winner, table, weights, len(pool) - len(open_), bool(open_))
-        return Pick(200, chosen, reason, table, self._start(winner, blocks, prefix, session))
+        reason = self._reason(ranked, len(pool) - len(open_), bool(open_))
+        return Pick(200, chosen, reason, ranked, self._start(winner, blocks, prefix, session))
 
     def _start(
         self, winner: str, blocks: Sequence[int], prefix: dict[str, int], session: str | None
@@ -189,20 +235,18 @@ class Picker:
         self._tickets[self._next_ticket] = (winner, state.epoch)
         return self._next_ticket
 
-    @staticmethod
     def _reason(
-        winner: str,
-        table: dict[str, dict[str, float]],
-        weights: list[tuple[str, float]],
-        saturated: int,
-        any_open: bool,
-    ) -> str:
-        row = table[winner]
-        parts = ", ".join(f"{n} {row[n]:.2f}x{w:g}" for n, w in weights)
-        text = f"{winner} total {row['total']:.3f} ({parts}; depth {row['depth']:g})"
-        others = sorted((r["total"], e) for e, r in table.items() if e != winner)
-        if others:
-            text += f"; runner-up {others[-1][1]} {others[-1][0]:.3f}"
+        self, ranked: tuple[tuple[float, str, tuple[float, ...], float], ...],
+        saturated: int, any_open: bool,
+    ) -> str:  # fmt: skip
+        total, winner, scores, depth = ranked[0]
+        weights = self.config.weights.items()
+        parts = ", ".join(
+            f"{n} {s:.2f}x{w:g}" for (n, w), s in zip(weights, scores, strict=True) if w > 0
+        )
+        text = f"{winner} total {total:.3f} ({parts}; depth {depth:g})"
+        if len(ranked) > 1:
+            text += f"; runner-up {ranked[1][1]} {ranked[1][0]:.3f}"
         if saturated:
             text += f"; {saturated} saturated " + ("excluded" if any_open else "(all: least bad)")
         return text

@@ -1,21 +1,34 @@
-"""The scorers: each rates every candidate endpoint in [0, 1] (1 best) for one request, from
-the endpoint's load view and the request; the pick weighs them (``Weights``).
+"""The scorers: each rates one candidate endpoint in [0, 1] (1 best) for one request; the
+pick weighs them (``Weights``). One function per scorer, called once per candidate in the
+pick's single pass (a pick over 64 endpoints must stay well under a millisecond).
 
-queue     fewer requests waiting or running (scraped plus the picker's own in-flight count)
+queue     fewer requests waiting or running (scraped plus the picker's own in-flight count),
+          against the saturation limit: 1 / (1 + depth / limit), so 1 idle, 0.5 at the limit,
+          and still lower for every request beyond it. Not min-max over the
+          candidates (GAIE's queue scorer): in a large pool one idle server always exists, and
+          min-max would then pull every request off the server holding its prefix as soon as
+          that server had one more request than the idlest (bench/picker_sim.py measured it)
 kv_cache  less KV cache in use (unknown: neutral 0.5)
-prefix    the longest run of the prompt's leading blocks already sent there
+prefix    the share of the prompt's leading blocks already sent there
 lora      the requested adapter loaded (1), loading (0.8), a free adapter slot (0.5), none (0)
 session   the endpoint this session was last sent to
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from inferway.gateway.picker.core.metrics import ServerMetrics
 
-__all__ = ["SCORERS", "EndpointView", "Request", "Weights", "score_all"]
+__all__ = [
+    "SCORERS",
+    "Weights",
+    "kv_cache_score",
+    "lora_score",
+    "prefix_score",
+    "queue_score",
+    "session_score",
+]
 
 SCORERS = ("queue", "kv_cache", "prefix", "lora", "session")
 
@@ -23,7 +36,7 @@ SCORERS = ("queue", "kv_cache", "prefix", "lora", "session")
 @dataclass(frozen=True, slots=True)
 class Weights:
     """How much each scorer counts (0 = off). GAIE's default profile weighs queue and KV cache
-    1 each and prefix 3 (its ``default-profile``); these defaults are the policy's."""
+    1 each and prefix 3; these defaults are the policy's."""
 
     queue: float = 2.0
     kv_cache: float = 2.0
@@ -35,74 +48,28 @@ class Weights:
         return [(name, float(getattr(self, name))) for name in SCORERS]
 
 
-@dataclass(frozen=True, slots=True)
-class EndpointView:
-    """What the picker knows of one endpoint at pick time."""
-
-    depth: float
-    """Requests waiting or running: the scrape's, plus those picked since it still open."""
-    metrics: ServerMetrics = field(default_factory=ServerMetrics)
-    prefix_blocks: int = 0
-    """Leading prompt blocks this endpoint holds (from the prefix index)."""
+def queue_score(depth: float, limit: float) -> float:
+    return 1.0 / (1.0 + depth / limit)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    blocks: Sequence[int] = ()
-    lora: str | None = None
-    session_endpoint: str | None = None
+def kv_cache_score(used: float | None) -> float:
+    return 0.5 if used is None else min(1.0, max(0.0, 1.0 - used))
 
 
-def _queue(views: Mapping[str, EndpointView]) -> dict[str, float]:
-    low = min(v.depth for v in views.values())
-    high = max(v.depth for v in views.values())
-    if high == low:
-        return dict.fromkeys(views, 1.0)
-    return {e: (high - v.depth) / (high - low) for e, v in views.items()}
+def prefix_score(matched: int, total: int) -> float:
+    return matched / total if total else 0.0
 
 
-def _kv_cache(views: Mapping[str, EndpointView]) -> dict[str, float]:
-    out = {}
-    for endpoint, view in views.items():
-        used = view.metrics.kv_cache
-        out[endpoint] = 0.5 if used is None else min(1.0, max(0.0, 1.0 - used))
-    return out
+def lora_score(metrics: ServerMetrics, lora: str | None) -> float:
+    if lora is None:
+        return 1.0
+    if lora in metrics.loras_running:
+        return 1.0
+    if lora in metrics.loras_waiting:
+        return 0.8
+    loaded = len(metrics.loras_running | metrics.loras_waiting)
+    return 0.5 if metrics.max_lora is None or loaded < metrics.max_lora else 0.0
 
 
-def _prefix(views: Mapping[str, EndpointView], request: Request) -> dict[str, float]:
-    total = len(request.blocks)
-    return {e: (v.prefix_blocks / total if total else 0.0) for e, v in views.items()}
-
-
-def _lora(views: Mapping[str, EndpointView], request: Request) -> dict[str, float]:
-    if request.lora is None:
-        return dict.fromkeys(views, 1.0)
-    out = {}
-    for endpoint, view in views.items():
-        m = view.metrics
-        if request.lora in m.loras_running:
-            out[endpoint] = 1.0
-        elif request.lora in m.loras_waiting:
-            out[endpoint] = 0.8
-        elif m.max_lora is None or len(m.loras_running | m.loras_waiting) < m.max_lora:
-            out[endpoint] = 0.5
-        else:
-            out[endpoint] = 0.0
-    return out
-
-
-def _session(views: Mapping[str, EndpointView], request: Request) -> dict[str, float]:
-    return {e: float(e == request.session_endpoint) for e in views}
-
-
-def score_all(views: Mapping[str, EndpointView], request: Request) -> dict[str, dict[str, float]]:
-    """Scorer -> endpoint -> score, every scorer over ``views`` (none may be empty)."""
-    if not views:
-        raise ValueError("score_all: no candidate endpoints")
-    return {
-        "queue": _queue(views),
-        "kv_cache": _kv_cache(views),
-        "prefix": _prefix(views, request),
-        "lora": _lora(views, request),
-        "session": _session(views, request),
-    }
+def session_score(endpoint: str, sticky: str | None) -> float:
+    return 1.0 if endpoint == sticky else 0.0
