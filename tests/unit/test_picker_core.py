@@ -212,3 +212,26 @@ def test_removed_endpoints_are_forgotten() -> None:
     holder = picker.pick(blocks).endpoints[0]
     picker.set_endpoints([e for e in ("a:1", "b:1", "c:1") if e != holder])
     assert holder not in picker.index.endpoints() and holder not in picker.endpoints()
+
+
+def test_kv_cache_use_moves_with_requests_between_scrapes() -> None:
+    picker = _picker()
+    picker.observe("a:1", ServerMetrics(waiting=0, running=2, kv_cache=0.4))
+    assert picker.stats()["a:1"]["kv_cache"] == pytest.approx(0.4)
+    tickets = [picker.pick(subset=["a:1"]).ticket for _ in range(2)]
+    assert picker.stats()["a:1"]["kv_cache"] == pytest.approx(0.8)  # 0.2 a request
+    for ticket in tickets:
+        picker.finish(ticket)
+    picker.finish(picker.pick(subset=["a:1"]).ticket)
+    picker.observe("a:1", ServerMetrics(waiting=0, running=2, kv_cache=0.4))
+    assert picker.stats()["a:1"]["kv_cache"] == pytest.approx(0.4)
+
+
+def test_requests_finished_since_the_scrape_leave_its_count() -> None:
+    picker = _picker()
+    tickets = [picker.pick(subset=["a:1"]).ticket for _ in range(3)]
+    picker.observe("a:1", ServerMetrics(waiting=1, running=2))  # the scrape sees all three
+    assert picker.stats()["a:1"]["depth"] == 3
+    for ticket in tickets[:2]:
+        picker.finish(ticket)
+    assert picker.stats()["a:1"]["depth"] == 1  # not 3 until the next scrape

@@ -100,6 +100,15 @@ class _Endpoint:
     blocks_asked: int = 0
     blocks_hit: int = 0
 
+    def kv_cache(self, depth: float) -> float | None:
+        """KV-cache use now: the scrape's, moved by the requests opened or finished since at
+        the scrape's use per request (a stale gauge herds like a stale queue does)."""
+        used = self.metrics.kv_cache
+        scraped = (self.metrics.waiting or 0.0) + (self.metrics.running or 0.0)
+        if used is None or scraped <= 0:
+            return used
+        return min(1.0, max(0.0, used + (depth - scraped) * used / scraped))
+
     def depth(self) -> float:
         scraped = self.metrics.waiting, self.metrics.running
         if scraped == (None, None):
@@ -161,7 +170,7 @@ class Picker:
                 state.done_since_scrape += 1
 
     def _saturated(self, state: _Endpoint, depth: float) -> bool:
-        used = state.metrics.kv_cache
+        used = state.kv_cache(depth)
         return depth >= self.config.queue_limit or (
             used is not None and used >= self.config.kv_cache_limit
         )
@@ -194,11 +203,12 @@ class Picker:
         rows = []
         jitter = self._rng.random
         for endpoint in candidates:  # one pass: a pick over 64 endpoints stays cheap
-            metrics = states[endpoint].metrics
+            state = states[endpoint]
+            metrics = state.metrics
             depth = depths[endpoint]
             scores = (
                 queue_score(depth, limit),
-                kv_cache_score(metrics.kv_cache),
+                kv_cache_score(state.kv_cache(depth)),
                 prefix_score(prefix.get(endpoint, 0), n_blocks),
                 lora_score(metrics, lora),
                 session_score(endpoint, sticky),
@@ -257,7 +267,7 @@ class Picker:
             e: {
                 "depth": s.depth(),
                 "in_flight": float(s.in_flight),
-                "kv_cache": s.metrics.kv_cache,
+                "kv_cache": s.kv_cache(s.depth()),
                 "picks": float(s.picks),
                 "prefix_hit_rate": s.blocks_hit / s.blocks_asked if s.blocks_asked else None,
             }
