@@ -268,3 +268,39 @@ async def test_an_external_gaie_picker_named_in_the_policy_steers(
             assert external.streams >= 6
     finally:
         await server.stop(0)
+
+
+class _HangingPicker(ep_grpc.ExternalProcessorServicer):
+    """Accepts the stream and never answers: Envoy's ``timeout`` must end the wait."""
+
+    async def Process(
+        self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
+    ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
+        async for _ in request_iterator:
+            await asyncio.sleep(3600)
+        yield ep_pb2.ProcessingResponse()  # never reached: makes this an async generator
+
+
+@pytest.mark.parametrize(("fail", "expected"), [("open", 200), ("closed", 504)])
+async def test_a_hanging_picker_costs_its_timeout_and_no_more(
+    engines: list[LLMEngine], fail: str, expected: int
+) -> None:
+    server = grpc.aio.server()
+    ep_grpc.add_ExternalProcessorServicer_to_server(_HangingPicker(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        picker = f"      external: 127.0.0.1:{port}\n      timeout: 500ms\n      fail: {fail}\n"
+        async with TrafficGateway(_policy(engines, picker=picker), []) as gw:
+            for _ in range(40):  # until Envoy's health checks pass (open) / config is in (closed)
+                status, _, _ = await _chat(gw, "warm", "up", timeout=10)
+                if status == expected:
+                    break
+                await asyncio.sleep(0.25)
+            started = time.monotonic()
+            status, _, _ = await _chat(gw, "hang", "still there?", timeout=10)
+            took = time.monotonic() - started
+            assert status == expected
+            assert 0.45 < took < 3.0, took  # the picker's timeout, then on (or Envoy's 504)
+    finally:
+        await server.stop(0)
