@@ -8,7 +8,7 @@ request by a picker that scores them (docs/picker.md).
         endpoints: [10.0.0.5:8000, 10.0.0.6:8000]
         picker:
           scorers: {queue: 2, kv_cache: 2, prefix: 3}   # weights; lora, session too (0 = off)
-          fail: open            # picker down or slow: open = Envoy's own balancing; closed = 503/504
+          fail: open            # picker down or slow: open = Envoy's balancing; closed = 503/504
           # external: epp.internal:9002   # a Gateway API Inference Extension picker instead
 
 inferway's own picker listens on ``listen`` (in the gateway's process), scrapes each

@@ -11,7 +11,7 @@ no EDS, health checks or outlier detection. With ``override_host`` the cluster s
 service's own: a host the picker names but Envoy does not know, or knows as unhealthy, is
 ignored, and the service's own policy (round robin, least request…) is the fallback — which
 is also what ``fail: open`` gives when the picker is down or slower than its timeout. With
-``fail: closed`` Envoy answers 503 instead (504 when the picker is slower than its timeout).
+``fail: closed`` Envoy answers 503 instead (504 when the picker misses its timeout).
 
 The filter is last before the router (it sees the route every other filter agreed on) and is
 disabled on every route that does not send to its service.
