@@ -304,3 +304,14 @@ async def test_a_hanging_picker_costs_its_timeout_and_no_more(
             assert 0.45 < took < 3.0, took  # the picker's timeout, then on (or Envoy's 504)
     finally:
         await server.stop(0)
+
+
+async def test_the_picker_steers_behind_an_openai_route(engines: list[LLMEngine]) -> None:
+    """The LLM processor (model routing, token counts) runs first, the picker after it."""
+    head, _, _ = _policy(engines).partition("routes:\n")
+    policy = head + "routes:\n  - name: chat\n    openai:\n      model: tiny\n"
+    policy += "    backends:\n      - service: llm\n"
+    async with TrafficGateway(policy, []) as gw:
+        await _wait_healthy(gw)
+        served = {(await _chat(gw, "openai-tenant", f"q{i}"))[:2] for i in range(5)}
+        assert len(served) == 1 and next(iter(served))[0] == 200, served
