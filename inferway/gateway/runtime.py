@@ -39,6 +39,7 @@ from inferway.gateway.fleet.fleet_wiring import Fleet, open_fleet
 from inferway.gateway.llm.server import LlmKeeper
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
 from inferway.gateway.mask_sink import MaskSinkKeeper
+from inferway.gateway.picker.keeper import PickerKeeper
 from inferway.gateway.rollouts.driver import RolloutDriver
 from inferway.gateway.runtime_admin import AdminSettings, start_admin_and_replicas
 from inferway.gateway.runtime_wiring import envoy_supervisor, start_endpoints, wire_control_plane
@@ -213,6 +214,8 @@ class Gateway:
     """The LLM processor (running while the policy has ``openai`` routes)."""
     mask_sink: MaskSinkKeeper | None = None
     """Masks Envoy's access log lines and spans (running while the policy has ``mask``)."""
+    pickers: PickerKeeper | None = None
+    """Endpoint pickers (running while services have ``picker:`` without ``external``)."""
 
     @property
     def endpoints_watcher(self) -> EndpointsWatcher | None:
@@ -290,6 +293,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         llm = await components.start(
             "LLM processor", LlmKeeper(plane, plan.policy, wiring.metrics.registry)
         )
+        pickers = await components.start("endpoint picker", PickerKeeper(plane, plan.policy))
         mask_sink = await components.start(  # before Envoy logs a line
             "mask sink", MaskSinkKeeper(plane, plan.policy)
         )
@@ -382,6 +386,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         envoy_reports=reports,
         fleet=fleet,
         features=features,
+        pickers=pickers,
         mask_sink=mask_sink,
         llm=llm,
     )

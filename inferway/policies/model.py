@@ -28,6 +28,7 @@ from inferway.policies.listener_limits import ListenerLimits
 from inferway.policies.llm import LlmGateway, OpenAIRoute
 from inferway.policies.masking import Mask
 from inferway.policies.observability import Observability
+from inferway.policies.picker import Picker
 from inferway.policies.replicas import Replicas
 from inferway.policies.rollouts import Rollout
 from inferway.policies.route_traffic import CookieMatch, Fault, Mirror
@@ -157,6 +158,7 @@ class Service(_Model):
     """autoscale.py: how the autoscaler sizes the service; its scale_target
     (scale_target.py) says what a decision acts on."""
     cost: Cost | None = None  # cost.py: prices and budgets, exported as metrics
+    picker: Picker | None = None  # picker.py: an endpoint picker chooses the replica per request
 
 
 class PathMatch(_Model):

@@ -20,6 +20,7 @@ from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.ir.service import ServiceIR
 from inferway.resolve.llm import llm_health_paths, resolve_llm_gateway
 from inferway.resolve.observability import resolve_observability
+from inferway.resolve.picker import resolve_picker
 from inferway.resolve.routes import resolve_route
 from inferway.resolve.secrets import resolve_downstream_tls, resolve_secrets, resolve_upstream_tls
 from inferway.resolve.traffic import (
@@ -125,4 +126,5 @@ def resolve_service(service: Service, state: State, *, health_path: str | None =
         circuit_breakers=resolve_circuit_breakers(service.circuit_breakers),
         tls=resolve_upstream_tls(service),
         tcp_keepalive=resolve_tcp_keepalive(service.tcp_keepalive),
+        picker=resolve_picker(service.name, service.picker),
     )

@@ -244,6 +244,11 @@ INSIDE_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
         "the two decision cores stand apart",
     ),
     (
+        ("inferway.gateway.picker.core",),
+        ("inferway.gateway", "inferway.xds", "inferway.policies", "inferway.resolve"),
+        "the picker's core is pure: the server, the benchmark and the tests drive it",
+    ),
+    (
         ("inferway.gateway.control_plane",),
         ("inferway.gateway",),
         "the control plane is the gateway's core: sources, watchers and drivers plug into it",
@@ -365,6 +370,10 @@ def test_no_module_breaks_a_rule_inside_its_layer(module: str) -> None:
 def test_the_inside_rules_catch_an_upward_import() -> None:
     assert _inside_violations("inferway.xds.translate.routes", ["inferway.xds.cache"])
     assert _inside_violations("inferway.gateway.watcher", ["inferway.gateway.runtime"])
+    assert _inside_violations("inferway.gateway.picker.core.picker", ["inferway.gateway.picker"])
+    assert not _inside_violations(
+        "inferway.gateway.picker.core.picker", ["inferway.gateway.picker.core.prefix"]
+    )
     assert not _inside_violations("inferway.gateway.keeper", ["inferway.gateway.foreground"])
     assert not _inside_violations("inferway.xds.cache", ["inferway.xds.snapshot"])
     assert _inside_violations("inferway.xds.stream", ["inferway.xds.cache"])

@@ -4,8 +4,11 @@ into localities with their weights, and its traffic settings with defaults appli
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
+from pydantic import Field
+
+from inferway.resolve.ir.picker import PickerIR
 from inferway.resolve.ir.traffic import (
     CircuitBreakersIR,
     HealthCheckIR,
@@ -59,6 +62,9 @@ class ServiceIR:
     tls: UpstreamTlsIR | None
     tcp_keepalive: TcpKeepaliveIR | None = None
     """None: off (the kernel's defaults, hours)."""
+    picker: Annotated[PickerIR | None, Field(exclude_if=lambda value: value is None)] = None
+    """An endpoint picker chooses the replica per request (override_host); left out of the
+    IR's YAML when there is none."""
 
     @property
     def endpoints(self) -> tuple[EndpointIR, ...]:

@@ -22,6 +22,11 @@ from inferway.xds.translate.features import FEATURE_ROUTER_CLUSTER, build_featur
 from inferway.xds.translate.listener import build_listener
 from inferway.xds.translate.llm import LLM_CLUSTER, build_llm_cluster
 from inferway.xds.translate.observability import build_observability_clusters
+from inferway.xds.translate.picker import (
+    apply_picker_lb,
+    apply_picker_routes,
+    build_picker_clusters,
+)
 from inferway.xds.translate.route import build_route_configuration
 from inferway.xds.translate.tls import build_secrets
 
@@ -34,6 +39,14 @@ def translate(ir: IR) -> Resources:
     inlined instead: EDS carries IP addresses only), one SDS Secret per secret in the IR.
     Cross-references (a route naming an unknown service) are the policy loader's checks;
     this function translates what it is given."""
+    pickers = {s.name: s.picker for s in ir.services if s.picker is not None}
+    route_configs = [(ln, build_route_configuration(ln)) for ln in ir.listeners]
+    for ln, config in route_configs:
+        apply_picker_routes(config, ln.routes, pickers)
+    clusters = [build_cluster(s) for s in ir.services]
+    for cluster in clusters:
+        if cluster.name in pickers:
+            apply_picker_lb(cluster)
     items: dict[str, Iterable[tuple[str, Message]]] = {
         type_urls.LISTENER: [
             (
@@ -43,12 +56,14 @@ def translate(ir: IR) -> Resources:
                     observability=ir.observability,
                     feature_router=ir.feature_router,
                     llm=ir.llm,
+                    pickers=pickers,
                 ),
             )
             for ln in ir.listeners
         ],
-        type_urls.ROUTE: [(ln.name, build_route_configuration(ln)) for ln in ir.listeners],
-        type_urls.CLUSTER: [(s.name, build_cluster(s)) for s in ir.services]
+        type_urls.ROUTE: [(ln.name, config) for ln, config in route_configs],
+        type_urls.CLUSTER: [(c.name, c) for c in clusters]
+        + [(c.name, c) for c in build_picker_clusters(list(pickers.values()))]
         + [(c.name, c) for c in build_observability_clusters(ir.observability)]
         + (
             [(FEATURE_ROUTER_CLUSTER, build_feature_router_cluster(ir.feature_router))]

@@ -3,6 +3,8 @@ routes by RDS over the ADS stream, so a route change never drains a listener."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from inferway._xds_protos.envoy.config.core.v3 import address_pb2
 from inferway._xds_protos.envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_pb2
@@ -14,6 +16,7 @@ from inferway.resolve.ir.features import FeatureRouterIR
 from inferway.resolve.ir.listener import ListenerIR
 from inferway.resolve.ir.llm import LlmGatewayIR
 from inferway.resolve.ir.observability import ObservabilityIR
+from inferway.resolve.ir.picker import PickerIR
 from inferway.xds.translate import names
 from inferway.xds.translate._protos import ads_config_source, bool_value, pack, uint32_value
 from inferway.xds.translate.fault import apply_fault
@@ -22,6 +25,7 @@ from inferway.xds.translate.listener_limits import apply_listener_timeouts
 from inferway.xds.translate.llm import build_llm_filter
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
+from inferway.xds.translate.picker import apply_picker_filters
 from inferway.xds.translate.rate_limit import apply_rate_limit
 from inferway.xds.translate.rbac import apply_access_control
 from inferway.xds.translate.tls import apply_identity_check, build_listener_transport_socket
@@ -41,6 +45,7 @@ def build_http_connection_manager(
     route_config: route_pb2.RouteConfiguration | None = None,
     feature_router: FeatureRouterIR | None = None,
     llm: LlmGatewayIR | None = None,
+    pickers: Mapping[str, PickerIR] | None = None,
 ) -> hcm_pb2.HttpConnectionManager:
     """HCM for ``listener``: RDS over ADS, or ``route_config`` inlined when given (the
     static bootstrap used for ``envoy --mode validate``). ``observability`` is the IR's
@@ -70,6 +75,8 @@ def build_http_connection_manager(
     if feature_router is not None and any(r.match.features for r in listener.routes):
         # first: the filters after it see the route the features chose
         manager.http_filters.insert(0, build_feature_router_filter(feature_router))
+    if pickers:
+        apply_picker_filters(manager, listener.routes, pickers)
     if route_config is None:
         manager.rds.CopyFrom(
             hcm_pb2.Rds(
@@ -89,6 +96,7 @@ def build_listener(
     route_config: route_pb2.RouteConfiguration | None = None,
     feature_router: FeatureRouterIR | None = None,
     llm: LlmGatewayIR | None = None,
+    pickers: Mapping[str, PickerIR] | None = None,
 ) -> listener_pb2.Listener:
     proto = listener_pb2.Listener(
         name=listener.name,
@@ -112,6 +120,7 @@ def build_listener(
                                 observability=observability,
                                 feature_router=feature_router,
                                 llm=llm,
+                                pickers=pickers,
                             )
                         ),
                     )

@@ -1,0 +1,232 @@
+"""inferway's endpoint picker as an Envoy external processor, answering as the Gateway API
+Inference Extension's Endpoint Picker protocol says (docs/picker.md), plus the gRPC health
+service (``liveness``, ``readiness``, the ext_proc service name and ``""``).
+
+Per request Envoy opens one stream, sends the headers, then the whole body (``BUFFERED``).
+The answer to the body (or to the headers of a request without one) names the replica:
+
+* ``x-gateway-destination-endpoint: ip:port,ip:port…`` (winner, then ordered fallbacks) set on
+  the request, and the same value under ``envoy.lb`` in the dynamic metadata;
+* or an immediate 503 (no endpoint; none in Envoy's ``envoy.lb.subset_hint`` subset) or 429
+  (every replica saturated and the policy sheds).
+
+The request is in flight (for the queue scorer) from the pick until Envoy closes the stream,
+which it does when the HTTP request ends: answered, reset or timed out. Each pick is traced as
+a ``picker.pick`` span whose attributes say the scores per endpoint, the winner and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+from opentelemetry import trace
+
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.service.ext_proc.v3 import (
+    external_processor_pb2 as ep_pb2,
+)
+from inferway._xds_protos.envoy.service.ext_proc.v3 import (
+    external_processor_pb2_grpc as ep_grpc,
+)
+from inferway._xds_protos.envoy.type.v3 import http_status_pb2
+from inferway.gateway.picker.core.picker import Pick, Picker
+from inferway.gateway.picker.core.prefix import prompt_text
+from inferway.gateway.picker.health import add_health_service
+from inferway.xds.translate.picker import DESTINATION_HEADER, LB_NAMESPACE, SERVICE_METADATA_KEY
+
+__all__ = ["SUBSET_KEY", "SUBSET_NAMESPACE", "PickerServer", "PoolPicker"]
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("inferway.picker")
+
+EXPLAINED_CANDIDATES = 8
+"""A span carries the scores of the 8 best candidates (and how many there were), not all."""
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+
+
+@dataclass
+class PoolPicker:
+    """One service's picker and what a request needs from it."""
+
+    picker: Picker
+    session_header: str = "x-session-id"
+    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
+    """The last picks' explanations (``status`` shows them)."""
+
+
+def _header(headers: ep_pb2.HttpHeaders, name: str) -> str | None:
+    for header in headers.headers.headers:
+        if header.key == name:
+            raw: bytes = header.raw_value
+            return raw.decode("latin-1") if raw else str(header.value)
+    return None
+
+
+def _subset(request: ep_pb2.ProcessingRequest) -> list[str] | None:
+    hint = request.metadata_context.filter_metadata.get(SUBSET_NAMESPACE)
+    if hint is None or SUBSET_KEY not in hint.fields:
+        return None
+    value = json_format.MessageToDict(hint)[SUBSET_KEY]
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _answer(pick: Pick, phase: str) -> ep_pb2.ProcessingResponse:
+    if pick.status != 200:
+        body = json.dumps({"error": pick.reason, "status": pick.status}).encode()
+        return ep_pb2.ProcessingResponse(
+            immediate_response=ep_pb2.ImmediateResponse(
+                status=http_status_pb2.HttpStatus(code=pick.status),  # type: ignore[arg-type]
+                headers=ep_pb2.HeaderMutation(
+                    set_headers=[
+                        base_pb2.HeaderValueOption(
+                            header=base_pb2.HeaderValue(
+                                key="content-type", raw_value=b"application/json"
+                            )
+                        )
+                    ]
+                ),
+                body=body,
+                details=f"endpoint_picker_{pick.status}",
+            )
+        )
+    value = ",".join(pick.endpoints)
+    common = ep_pb2.CommonResponse(
+        header_mutation=ep_pb2.HeaderMutation(
+            set_headers=[
+                base_pb2.HeaderValueOption(
+                    header=base_pb2.HeaderValue(key=DESTINATION_HEADER, raw_value=value.encode()),
+                    append_action=base_pb2.HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD,
+                )
+            ]
+        )
+    )
+    metadata = struct_pb2.Struct()
+    metadata.update({LB_NAMESPACE: {DESTINATION_HEADER: value}})
+    if phase == "headers":
+        return ep_pb2.ProcessingResponse(
+            request_headers=ep_pb2.HeadersResponse(response=common), dynamic_metadata=metadata
+        )
+    return ep_pb2.ProcessingResponse(
+        request_body=ep_pb2.BodyResponse(response=common), dynamic_metadata=metadata
+    )
+
+
+def _parse(body: bytes) -> tuple[str | None, str | None]:
+    """The prompt's text and the requested model (a LoRA adapter is asked for by name)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, None
+    model = data.get("model") if isinstance(data, dict) else None
+    return prompt_text(data), (model if isinstance(model, str) else None)
+
+
+class _Processor(ep_grpc.ExternalProcessorServicer):
+    def __init__(self, pools: Callable[[], dict[str, PoolPicker]]) -> None:
+        self._pools = pools
+        self.requests = 0
+        self.errors = 0
+
+    def _pool(self, context: Any) -> PoolPicker | None:
+        pools = self._pools()
+        name = dict(context.invocation_metadata() or ()).get(SERVICE_METADATA_KEY)
+        if name is None and len(pools) == 1:  # a GAIE-style gateway: it names no service
+            return next(iter(pools.values()))
+        return pools.get(name) if isinstance(name, str) else None
+
+    def _pick(
+        self, pool: PoolPicker | None, text: str | None, model: str | None, session: str | None,
+        subset: list[str] | None,
+    ) -> Pick:  # fmt: skip
+        if pool is None:
+            return Pick(503, (), "no picker for this service here")
+        with tracer.start_as_current_span("picker.pick") as span:
+            blocks = pool.picker.blocks(text)
+            pick = pool.picker.pick(blocks, lora=model, session=session, subset=subset)
+            explained = pick.explain(top=EXPLAINED_CANDIDATES)
+            explained["picker.scores"] = json.dumps(explained["picker.scores"])
+            span.set_attributes(explained)
+        pool.recent.append(explained)
+        return pick
+
+    async def Process(
+        self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
+    ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
+        pool = self._pool(context)
+        pick: Pick | None = None
+        session: str | None = None
+        subset: list[str] | None = None
+        try:
+            async for request in request_iterator:
+                kind = request.WhichOneof("request")
+                if kind == "request_headers":
+                    self.requests += 1
+                    headers = request.request_headers
+                    subset = _subset(request)
+                    if pool is not None:
+                        session = _header(headers, pool.session_header)
+                    if headers.end_of_stream:
+                        pick = self._pick(pool, None, None, session, subset)
+                        yield _answer(pick, "headers")
+                    else:
+                        yield ep_pb2.ProcessingResponse(request_headers=ep_pb2.HeadersResponse())
+                elif kind == "request_body":
+                    text, model = _parse(request.request_body.body)
+                    pick = self._pick(pool, text, model, session, subset)
+                    yield _answer(pick, "body")
+                else:  # not asked for by inferway's processing mode: pass it through
+                    yield _passthrough(kind)
+        except Exception:
+            self.errors += 1
+            log.exception("picker: a stream failed; Envoy applies the service's fail mode")
+        finally:  # the request is over (Envoy closes the stream with it): no longer in flight
+            if pick is not None and pool is not None:
+                pool.picker.finish(pick.ticket)
+
+
+def _passthrough(kind: str | None) -> ep_pb2.ProcessingResponse:
+    if kind == "request_trailers":
+        return ep_pb2.ProcessingResponse(request_trailers=ep_pb2.TrailersResponse())
+    if kind == "response_headers":
+        return ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
+    if kind == "response_body":
+        return ep_pb2.ProcessingResponse(response_body=ep_pb2.BodyResponse())
+    return ep_pb2.ProcessingResponse(response_trailers=ep_pb2.TrailersResponse())
+
+
+class PickerServer:
+    """One gRPC server on ``host:port`` (port 0: the OS picks; ``port`` tells) serving the
+    pools in ``pools`` (service name -> its picker; edits replace entries in place)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.pools: dict[str, PoolPicker] = {}
+        self.processor = _Processor(lambda: self.pools)
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> PickerServer:
+        server = grpc.aio.server()
+        ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
+        add_health_service(server, ready=lambda: bool(self.pools))
+        address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        bound = server.add_insecure_port(address)
+        if not bound:
+            raise OSError(f"endpoint picker: cannot listen on {address}")
+        await server.start()
+        self.port, self._server = bound, server
+        log.info("endpoint picker on %s:%d", self.host, self.port)
+        return self
+
+    async def stop(self, grace: float = 0.2) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(grace)

@@ -1,0 +1,107 @@
+"""A service's endpoint picker: which of its replicas each LLM request goes to, chosen per
+request by a picker that scores them (docs/picker.md).
+
+.. code-block:: yaml
+
+    services:
+      - name: llm
+        endpoints: [10.0.0.5:8000, 10.0.0.6:8000]
+        picker:
+          scorers: {queue: 2, kv_cache: 2, prefix: 3}   # weights; lora, session too (0 = off)
+          fail: open            # picker down or slow: open = Envoy's balancing; closed = 503/504
+          # external: epp.internal:9002   # a Gateway API Inference Extension picker instead
+
+inferway's own picker listens on ``listen`` (in the gateway's process), scrapes each
+replica's ``metrics_path`` every ``scrape_interval`` and counts requests in flight itself.
+Envoy asks it (an external processor) before sending a request upstream and sends the request
+to the endpoint it names (Envoy's ``override_host`` load-balancing policy, on the same cluster:
+EDS, health checks and outlier detection stay as they are). The default is ``fail: open``: a
+picker that fails loses the cache affinity, never the request.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from inferway.policies.types import Duration, split_host_port
+
+__all__ = ["DEFAULT_PICKER_LISTEN", "Picker", "PickerScorers"]
+
+DEFAULT_PICKER_LISTEN = "127.0.0.1:18092"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False
+    )
+
+
+class PickerScorers(_Model):
+    """Weights of the scorers (0 turns one off); at least one must count."""
+
+    queue: float = Field(default=2.0, ge=0, le=100)
+    kv_cache: float = Field(default=2.0, ge=0, le=100)
+    prefix: float = Field(default=3.0, ge=0, le=100)
+    lora: float = Field(default=1.0, ge=0, le=100)
+    session: float = Field(default=0.0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _one_counts(self) -> PickerScorers:
+        if not any((self.queue, self.kv_cache, self.prefix, self.lora, self.session)):
+            raise ValueError("every scorer weight is 0: give at least one a weight above 0")
+        return self
+
+
+_OWN_ONLY = (
+    "scorers", "listen", "queue_limit", "kv_cache_limit", "shed", "fallbacks",
+    "metrics_path", "scrape_interval", "session_header",
+)  # fmt: skip
+
+
+class Picker(_Model):
+    scorers: PickerScorers = Field(default_factory=PickerScorers)
+    external: str | None = None
+    """``HOST:PORT`` of a GAIE Endpoint Picker to ask instead of inferway's own."""
+    fail: Literal["open", "closed"] = "open"
+    timeout: Duration = Field(default=0.5, gt=0, le=30)
+    """How long Envoy waits for the picker's answer before ``fail`` applies."""
+    listen: str = DEFAULT_PICKER_LISTEN
+    """Where inferway's own picker serves (gRPC, plaintext: keep it on loopback)."""
+    queue_limit: float = Field(default=8, gt=0)
+    """A replica with this many requests waiting or running is saturated: skipped."""
+    kv_cache_limit: float = Field(default=0.95, gt=0, le=1)
+    shed: bool = False
+    """Every replica saturated: 429 (shed) instead of the least loaded one."""
+    fallbacks: int = Field(default=2, ge=0, le=8)
+    metrics_path: str | None = "/metrics"
+    """Prometheus metrics of each replica (vLLM, SGLang, llama.cpp names); null: in-flight
+    counts only (servers without metrics)."""
+    scrape_interval: Duration = Field(default=1.0, gt=0, le=60)
+    session_header: str = Field(default="x-session-id", min_length=1)
+
+    @field_validator("external", "listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_host_port(value)  # raises naming what is wrong
+        return value
+
+    @model_validator(mode="after")
+    def _external_alone(self) -> Picker:
+        if self.external is not None:
+            fields = type(self).model_fields
+            own = [
+                n
+                for n in _OWN_ONLY
+                if getattr(self, n) != fields[n].get_default(call_default_factory=True)
+            ]
+            if own:
+                raise ValueError(
+                    f"picker: {', '.join(own)} configure inferway's own picker; with "
+                    f"external: {self.external} give only external, fail and timeout"
+                )
+        if self.metrics_path is not None and not self.metrics_path.startswith("/"):
+            raise ValueError(f"metrics_path must start with '/', got {self.metrics_path!r}")
+        return self

@@ -1,0 +1,25 @@
+"""A service's ``picker:`` as IR (policies/picker.py): the address Envoy asks, and how it
+fails."""
+
+from __future__ import annotations
+
+from inferway.policies.picker import Picker
+from inferway.policies.types import split_host_port
+from inferway.resolve.ir.picker import PickerIR
+
+__all__ = ["resolve_picker"]
+
+
+def resolve_picker(service: str, picker: Picker | None) -> PickerIR | None:
+    if picker is None:
+        return None
+    host, port = split_host_port(picker.external or picker.listen)
+    return PickerIR(
+        service=service,
+        host=host,
+        port=port,
+        external=picker.external is not None,
+        fail_open=picker.fail == "open",
+        timeout=picker.timeout,
+        session_header=picker.session_header,
+    )

@@ -1,0 +1,220 @@
+"""Endpoint pickers in Envoy: per picker service, an external processing filter that asks the
+picker (inferway's own, or an external Gateway API Inference Extension picker) which replica a
+request goes to, and that service's cluster balanced by ``override_host``.
+
+The picker answers as GAIE's Endpoint Picker protocol says: the ``x-gateway-destination-endpoint``
+header and the same ``ip:port[,ip:port…]`` list in the ``envoy.lb`` dynamic metadata. Envoy's
+``override_host`` policy reads both (header first) and sends the request to the first listed
+host that is in the cluster and healthy. Why not GAIE's reference ORIGINAL_DST cluster: that
+sends to any address the picker names (so a wrong or hostile answer reaches anything), and has
+no EDS, health checks or outlier detection. With ``override_host`` the cluster stays the
+service's own: a host the picker names but Envoy does not know, or knows as unhealthy, is
+ignored, and the service's own policy (round robin, least request…) is the fallback — which
+is also what ``fail: open`` gives when the picker is down or slower than its timeout. With
+``fail: closed`` Envoy answers 503 instead (504 when the picker misses its timeout).
+
+The filter is last before the router (it sees the route every other filter agreed on) and is
+disabled on every route that does not send to its service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2, extension_pb2, grpc_service_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
+    ext_proc_pb2,
+    processing_mode_pb2,
+)
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.common.v3 import common_pb2
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.least_request.v3 import (
+    least_request_pb2,
+)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.maglev.v3 import maglev_pb2
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.override_host.v3 import (
+    override_host_pb2,
+)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.random.v3 import random_pb2
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.ring_hash.v3 import (
+    ring_hash_pb2,
+)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.round_robin.v3 import (
+    round_robin_pb2,
+)
+from inferway._xds_protos.envoy.type.metadata.v3 import metadata_pb2
+from inferway._xds_protos.envoy.type.v3 import http_status_pb2
+from inferway.resolve.ir.picker import PickerIR
+from inferway.resolve.ir.route import RouteIR
+from inferway.xds.translate._protos import duration, pack
+from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
+
+__all__ = [
+    "DESTINATION_HEADER",
+    "LB_NAMESPACE",
+    "SERVICE_METADATA_KEY",
+    "apply_picker_filters",
+    "apply_picker_lb",
+    "apply_picker_routes",
+    "build_picker_clusters",
+    "picker_cluster",
+    "picker_filter",
+]
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+"""GAIE's header (and ``envoy.lb`` metadata key): ``ip:port`` of the chosen replica, then the
+fallbacks, comma-separated."""
+LB_NAMESPACE = "envoy.lb"
+SERVICE_METADATA_KEY = "x-inferway-picker-service"
+"""gRPC metadata on every stream to inferway's picker: the service whose replicas to pick."""
+OVERRIDE_HOST_POLICY = "envoy.load_balancing_policies.override_host"
+
+_LEGACY_TYPED = {
+    cluster_pb2.Cluster.LbPolicy.ROUND_ROBIN: "envoy.load_balancing_policies.round_robin",
+    cluster_pb2.Cluster.LbPolicy.LEAST_REQUEST: "envoy.load_balancing_policies.least_request",
+    cluster_pb2.Cluster.LbPolicy.RANDOM: "envoy.load_balancing_policies.random",
+    cluster_pb2.Cluster.LbPolicy.RING_HASH: "envoy.load_balancing_policies.ring_hash",
+    cluster_pb2.Cluster.LbPolicy.MAGLEV: "envoy.load_balancing_policies.maglev",
+}
+
+
+def picker_cluster(service: str) -> str:
+    return f"inferway_picker_{service}"
+
+
+def picker_filter(service: str) -> str:
+    return f"inferway.picker.{service}"
+
+
+def build_picker_clusters(pickers: Sequence[PickerIR]) -> list[cluster_pb2.Cluster]:
+    return [
+        build_inline_http2_cluster(picker_cluster(p.service), p.host, p.port, 1.0) for p in pickers
+    ]
+
+
+def _filter(picker: PickerIR) -> hcm_pb2.HttpFilter:
+    mode = processing_mode_pb2.ProcessingMode
+    config = ext_proc_pb2.ExternalProcessor(
+        grpc_service=grpc_service_pb2.GrpcService(
+            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(
+                cluster_name=picker_cluster(picker.service)
+            ),
+            initial_metadata=[base_pb2.HeaderValue(key=SERVICE_METADATA_KEY, value=picker.service)],
+        ),
+        failure_mode_allow=picker.fail_open,
+        message_timeout=duration(picker.timeout),
+        processing_mode=mode(
+            request_header_mode=mode.SEND,
+            request_body_mode=mode.BUFFERED,  # the prompt: prefix affinity needs it
+            request_trailer_mode=mode.SKIP,
+            response_header_mode=mode.SKIP,
+            response_body_mode=mode.NONE,
+            response_trailer_mode=mode.SKIP,
+        ),
+        metadata_options=ext_proc_pb2.MetadataOptions(
+            receiving_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
+                untyped=[LB_NAMESPACE]
+            )
+        ),
+    )
+    if not picker.fail_open:
+        config.status_on_error.code = http_status_pb2.StatusCode.ServiceUnavailable
+    return hcm_pb2.HttpFilter(name=picker_filter(picker.service), typed_config=pack(config))
+
+
+def _picked_service(route: RouteIR, pickers: Mapping[str, PickerIR]) -> str | None:
+    """The picker a route asks: its first backend's with one (one picker per request)."""
+    return next((b.service for b in route.backends if b.service in pickers), None)
+
+
+def apply_picker_filters(
+    manager: hcm_pb2.HttpConnectionManager,
+    routes: Sequence[RouteIR],
+    pickers: Mapping[str, PickerIR],
+) -> None:
+    """One filter per picker service this listener's routes send to, just before the router."""
+    used = sorted({s for r in routes if (s := _picked_service(r, pickers)) is not None})
+    for service in used:
+        manager.http_filters.insert(len(manager.http_filters) - 1, _filter(pickers[service]))
+
+
+def apply_picker_routes(
+    config: route_pb2.RouteConfiguration,
+    routes: Sequence[RouteIR],
+    pickers: Mapping[str, PickerIR],
+) -> None:
+    """Disable each picker filter on the routes that do not send to its service (the 413
+    and reject twins included: they answer without an upstream)."""
+    by_name = {r.name: r for r in routes}
+    used = {s for r in routes if (s := _picked_service(r, pickers)) is not None}
+    disabled = pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
+    for host in config.virtual_hosts:
+        for proto in host.routes:
+            route = by_name.get(proto.name)
+            mine = _picked_service(route, pickers) if route is not None else None
+            for service in sorted(used - {mine} if mine else used):
+                proto.typed_per_filter_config[picker_filter(service)].CopyFrom(disabled)
+
+
+def _typed(name: str, cluster: cluster_pb2.Cluster) -> extension_pb2.TypedExtensionConfig:
+    locality = common_pb2.LocalityLbConfig()
+    if cluster.common_lb_config.HasField("locality_weighted_lb_config"):
+        locality.locality_weighted_lb_config.SetInParent()
+    config: object
+    if name.endswith("least_request"):
+        config = least_request_pb2.LeastRequest(locality_lb_config=locality)
+        if cluster.least_request_lb_config.HasField("choice_count"):
+            config.choice_count.CopyFrom(cluster.least_request_lb_config.choice_count)
+    elif name.endswith("random"):
+        config = random_pb2.Random(locality_lb_config=locality)
+    elif name.endswith("ring_hash"):
+        config = ring_hash_pb2.RingHash()
+    elif name.endswith("maglev"):
+        config = maglev_pb2.Maglev()
+    else:
+        config = round_robin_pb2.RoundRobin(locality_lb_config=locality)
+    return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
+
+
+def apply_picker_lb(cluster: cluster_pb2.Cluster) -> None:
+    """``override_host`` (header, then ``envoy.lb`` metadata) over the cluster's own policy,
+    which stays the fallback (a legacy ``lb_policy`` becomes its typed twin)."""
+    if cluster.HasField("load_balancing_policy"):
+        fallback = cluster_pb2.LoadBalancingPolicy()
+        fallback.CopyFrom(cluster.load_balancing_policy)
+    else:
+        typed = _typed(_LEGACY_TYPED[cluster.lb_policy], cluster)
+        fallback = cluster_pb2.LoadBalancingPolicy(
+            policies=[cluster_pb2.LoadBalancingPolicy.Policy(typed_extension_config=typed)]
+        )
+        cluster.ClearField("lb_policy")
+        cluster.ClearField("least_request_lb_config")
+        cluster.common_lb_config.ClearField("locality_weighted_lb_config")
+    source = override_host_pb2.OverrideHost.OverrideHostSource
+    override = override_host_pb2.OverrideHost(
+        override_host_sources=[
+            source(header=DESTINATION_HEADER),
+            source(
+                metadata=metadata_pb2.MetadataKey(
+                    key=LB_NAMESPACE,
+                    path=[metadata_pb2.MetadataKey.PathSegment(key=DESTINATION_HEADER)],
+                )
+            ),
+        ],
+        fallback_policy=fallback,
+    )
+    cluster.load_balancing_policy.CopyFrom(
+        cluster_pb2.LoadBalancingPolicy(
+            policies=[
+                cluster_pb2.LoadBalancingPolicy.Policy(
+                    typed_extension_config=extension_pb2.TypedExtensionConfig(
+                        name=OVERRIDE_HOST_POLICY, typed_config=pack(override)
+                    )
+                )
+            ]
+        )
+    )

@@ -1,0 +1,317 @@
+"""The endpoint picker for real (issue 35): real Envoy, the gateway's own picker (an external
+processor answering with GAIE's Endpoint Picker protocol) and three real llama.cpp engines
+with their prompt cache on (tests/llm_engine.py). Requests sharing a long prefix go to the
+engine that holds it until it is saturated; concurrent requests spread by queue depth; a dead
+picker fails open (the service's own balancing) or closed (503) without hanging a request;
+and a minimal GAIE picker written here, named as ``external``, steers every request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.service.ext_proc.v3 import (
+    external_processor_pb2 as ep_pb2,
+)
+from inferway._xds_protos.envoy.service.ext_proc.v3 import (
+    external_processor_pb2_grpc as ep_grpc,
+)
+from tests.envoy_process import free_port
+from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
+from tests.traffic_harness import TrafficGateway
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
+
+POLICY = """
+version: 1
+listeners:
+  - name: ingress
+    port: {listener_port}
+services:
+  - name: llm
+    endpoints: [ENDPOINTS]
+    health_check:
+      path: /v1/models
+      interval: 1s
+    picker:
+      listen: 127.0.0.1:PICKER_PORT
+      scorers:
+        queue: 2
+        kv_cache: 2
+        prefix: 3
+      queue_limit: 2
+      metrics_path: null
+      timeout: 2s
+      fail: FAIL
+routes:
+  - name: chat
+    match:
+      path:
+        prefix: /v1/
+    backends:
+      - service: llm
+"""
+SYSTEM = "You are a careful assistant for tenant {}. " * 60  # ~2.6k characters: 40+ blocks
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LLMEngine]]:
+    require_llm_engine()
+    model = write_test_model(tmp_path_factory.mktemp("picker"))
+    started: list[LLMEngine] = []
+    try:
+        for _ in range(3):
+            started.append(start_llm_engine(model, n_ctx=4096, cache=True))
+        yield started
+    finally:
+        for engine in started:
+            engine.stop()
+
+
+def _policy(engines: list[LLMEngine], *, fail: str = "open", picker: str | None = None) -> str:
+    text = (
+        POLICY.replace("ENDPOINTS", ", ".join(f'"127.0.0.1:{e.port}"' for e in engines))
+        .replace("PICKER_PORT", str(free_port()))
+        .replace("FAIL", fail)
+    )
+    if picker is not None:  # an external picker: the own picker's settings go
+        head, _, _ = text.partition("    picker:\n")
+        _, _, routes = text.partition("routes:\n")
+        text = f"{head}    picker:\n{picker}routes:\n{routes}"
+    return text
+
+
+@pytest.fixture
+async def gateway(engines: list[LLMEngine]) -> AsyncIterator[TrafficGateway]:
+    async with TrafficGateway(_policy(engines), []) as gw:
+        await _wait_healthy(gw)
+        yield gw
+
+
+async def _wait_healthy(gw: TrafficGateway) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status, _, _ = await _chat(gw, "warm-up", "hello")
+        if status == 200:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("no 200 through the gateway within 20 s")
+
+
+async def _chat(
+    gw: TrafficGateway, tenant: str, question: str, max_tokens: int = 4, timeout: float = 30
+) -> tuple[int, str, Any]:
+    """(status, the replica that served it, the body) of one chat completion."""
+    assert gw.session is not None
+    body = {
+        "model": "tiny",
+        "messages": [
+            {"role": "system", "content": SYSTEM.replace("{}", tenant)},
+            {"role": "user", "content": question},
+        ],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    async with asyncio.timeout(timeout):
+        async with gw.session.post(f"{gw.url}/v1/chat/completions", json=body) as response:
+            text = await response.text()
+            served = response.headers.get("x-inferway-replica", "")
+            payload = json.loads(text) if text.startswith("{") else text
+            return response.status, served, payload
+
+
+def _prompt_evals(engine: LLMEngine) -> list[int]:
+    """Tokens each request's prompt evaluation took, from llama.cpp's timing lines."""
+    return [
+        int(n) for n in re.findall(r"prompt eval time =.*?/\s*(\d+) tokens", engine.log_tail(10**8))
+    ]
+
+
+async def test_a_shared_prefix_goes_to_the_engine_holding_it(
+    gateway: TrafficGateway, engines: list[LLMEngine]
+) -> None:
+    gw = gateway
+    status, holder, _ = await _chat(gw, "acme", "first question")
+    assert status == 200 and holder
+    engine = next(e for e in engines if holder.endswith(f":{e.port}"))
+    evaluated_before = len(_prompt_evals(engine))
+    for i in range(6):  # one at a time: never saturated
+        status, served, _ = await _chat(gw, "acme", f"question number {i}")
+        assert (status, served) == (200, holder)
+    # the engine reused the prefix: it evaluated only each question, not the system prompt
+    evaluated = _prompt_evals(engine)[evaluated_before:]
+    assert len(evaluated) == 6 and max(evaluated) < 40, evaluated
+    assert gw.gateway is not None and gw.gateway.pickers is not None
+    pool = gw.gateway.pickers.pool("llm")
+    assert pool is not None
+    stats = pool.picker.stats()[holder]
+    assert stats["prefix_hit_rate"] is not None and stats["prefix_hit_rate"] > 0.5
+    explained = pool.recent[-1]
+    assert explained["picker.winner"] == holder and "prefix 1.00" in explained["picker.reason"]
+
+
+async def test_a_saturated_holder_sheds_to_others_and_queues_spread(
+    gateway: TrafficGateway,
+) -> None:
+    gw = gateway
+    status, holder, _ = await _chat(gw, "busy", "prime the cache")
+    assert status == 200
+    # six at once with the same prefix; queue_limit 2: the holder takes 2, the rest spill
+    results = await asyncio.gather(
+        *(_chat(gw, "busy", f"concurrent {i}", max_tokens=96) for i in range(6))
+    )
+    assert {r[0] for r in results} == {200}
+    served = Counter(r[1] for r in results)
+    assert served[holder] >= 2, served
+    assert len(served) >= 2, served  # not all to the holder: it was saturated
+    # unique prompts at once: each goes to the shallowest queue, so they spread evenly
+    spread = await asyncio.gather(
+        *(_chat(gw, f"tenant-{i}", "hi", max_tokens=96) for i in range(6))
+    )
+    counts = Counter(r[1] for r in spread)
+    assert len(counts) == 3 and max(counts.values()) - min(counts.values()) <= 1, counts
+
+
+async def test_a_dead_picker_fails_open_then_closed_without_hanging(
+    gateway: TrafficGateway, engines: list[LLMEngine]
+) -> None:
+    gw = gateway
+    assert gw.gateway is not None and gw.gateway.pickers is not None
+    (server,) = gw.gateway.pickers.servers.values()
+    await server.stop()  # the picker dies; the keeper still believes it runs
+    started = time.monotonic()
+    results = [await _chat(gw, "acme", f"after death {i}", timeout=10) for i in range(6)]
+    assert {r[0] for r in results} == {200}, results  # open: the service's own balancing
+    assert len({r[1] for r in results}) >= 2  # round robin, not the prefix holder
+    assert time.monotonic() - started < 10
+    # the same picker address: the keeper keeps its (stopped) server; Envoy now fails closed
+    await gw.apply(gw.template.replace("fail: open", "fail: closed"))
+    assert gw.session is not None  # kept-alive connections stay on the old listener: new ones
+    await gw.session.close()
+    gw.session = aiohttp.ClientSession()
+    started = time.monotonic()
+    status, _, _ = await _chat(gw, "acme", "closed", timeout=10)
+    assert status == 503
+    assert time.monotonic() - started < 5
+
+
+class _MinimalGaiePicker(ep_grpc.ExternalProcessorServicer):
+    """GAIE's protocol, nothing more: on the request headers (or body), name one endpoint in
+    the ``x-gateway-destination-endpoint`` header and the ``envoy.lb`` metadata."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.streams = 0
+
+    def _common(self) -> ep_pb2.CommonResponse:
+        header = base_pb2.HeaderValue(
+            key="x-gateway-destination-endpoint", raw_value=self.endpoint.encode()
+        )
+        return ep_pb2.CommonResponse(
+            header_mutation=ep_pb2.HeaderMutation(
+                set_headers=[base_pb2.HeaderValueOption(header=header)]
+            )
+        )
+
+    def _metadata(self) -> struct_pb2.Struct:
+        metadata = struct_pb2.Struct()
+        metadata.update({"envoy.lb": {"x-gateway-destination-endpoint": self.endpoint}})
+        return metadata
+
+    async def Process(
+        self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
+    ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
+        self.streams += 1
+        async for request in request_iterator:
+            kind = request.WhichOneof("request")
+            if kind == "request_headers":
+                yield ep_pb2.ProcessingResponse(
+                    request_headers=ep_pb2.HeadersResponse(
+                        response=self._common() if request.request_headers.end_of_stream else None
+                    )
+                )
+            elif kind == "request_body":
+                yield ep_pb2.ProcessingResponse(
+                    request_body=ep_pb2.BodyResponse(response=self._common()),
+                    dynamic_metadata=self._metadata(),
+                )
+
+
+async def test_an_external_gaie_picker_named_in_the_policy_steers(
+    engines: list[LLMEngine],
+) -> None:
+    target = f"127.0.0.1:{engines[2].port}"
+    external = _MinimalGaiePicker(target)
+    server = grpc.aio.server()
+    ep_grpc.add_ExternalProcessorServicer_to_server(external, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        policy = _policy(engines, picker=f"      external: 127.0.0.1:{port}\n")
+        async with TrafficGateway(policy, []) as gw:
+            await _wait_healthy(gw)
+            assert gw.gateway is not None and gw.gateway.pickers is not None
+            assert not gw.gateway.pickers.servers  # inferway's own picker does not run
+            results = [await _chat(gw, f"t{i}", "where do I go") for i in range(6)]
+            assert [(s, r) for s, r, _ in results] == [(200, target)] * 6
+            assert external.streams >= 6
+    finally:
+        await server.stop(0)
+
+
+class _HangingPicker(ep_grpc.ExternalProcessorServicer):
+    """Accepts the stream and never answers: Envoy's ``timeout`` must end the wait."""
+
+    async def Process(
+        self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
+    ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
+        async for _ in request_iterator:
+            await asyncio.sleep(3600)
+        yield ep_pb2.ProcessingResponse()  # never reached: makes this an async generator
+
+
+@pytest.mark.parametrize(("fail", "expected"), [("open", 200), ("closed", 504)])
+async def test_a_hanging_picker_costs_its_timeout_and_no_more(
+    engines: list[LLMEngine], fail: str, expected: int
+) -> None:
+    server = grpc.aio.server()
+    ep_grpc.add_ExternalProcessorServicer_to_server(_HangingPicker(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        picker = f"      external: 127.0.0.1:{port}\n      timeout: 500ms\n      fail: {fail}\n"
+        async with TrafficGateway(_policy(engines, picker=picker), []) as gw:
+            for _ in range(40):  # until Envoy's health checks pass (open) / config is in (closed)
+                status, _, _ = await _chat(gw, "warm", "up", timeout=10)
+                if status == expected:
+                    break
+                await asyncio.sleep(0.25)
+            started = time.monotonic()
+            status, _, _ = await _chat(gw, "hang", "still there?", timeout=10)
+            took = time.monotonic() - started
+            assert status == expected
+            assert 0.45 < took < 3.0, took  # the picker's timeout, then on (or Envoy's 504)
+    finally:
+        await server.stop(0)
+
+
+async def test_the_picker_steers_behind_an_openai_route(engines: list[LLMEngine]) -> None:
+    """The LLM processor (model routing, token counts) runs first, the picker after it."""
+    head, _, _ = _policy(engines).partition("routes:\n")
+    policy = head + "routes:\n  - name: chat\n    openai:\n      model: tiny\n"
+    policy += "    backends:\n      - service: llm\n"
+    async with TrafficGateway(policy, []) as gw:
+        await _wait_healthy(gw)
+        served = {(await _chat(gw, "openai-tenant", f"q{i}"))[:2] for i in range(5)}
+        assert len(served) == 1 and next(iter(served))[0] == 200, served

@@ -1,0 +1,126 @@
+"""A service's ``picker:`` from policy to Envoy config: the schema's located errors, the
+external processor per picker service (only on routes to it), ``override_host`` over the
+service's own policy (kept as the fallback), fail open/closed, and dump round trips."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.least_request.v3 import (
+    least_request_pb2,
+)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.override_host.v3 import (
+    override_host_pb2,
+)
+from inferway.policies import PolicyError, load_policy_text
+from inferway.policies.dump import dump_policy
+from inferway.resolve import resolve_policy
+from inferway.xds import type_urls
+from inferway.xds.translate import translate
+
+POLICY = """\
+listeners: [{name: edge, port: 18080}]
+services:
+  - name: llm
+    endpoints: ["127.0.0.1:9000", "127.0.0.1:9001"]
+    load_balancing: {policy: least_request, choice_count: 3}
+    picker: PICKER
+  - name: other
+    endpoints: ["127.0.0.1:9002"]
+routes:
+  - {name: chat, match: {path: {prefix: /v1}}, backends: [{service: llm}]}
+  - {name: rest, match: {path: {prefix: /}}, backends: [{service: other}]}
+"""
+
+
+def _resources(picker: str) -> tuple[
+    hcm_pb2.HttpConnectionManager, route_pb2.RouteConfiguration, dict[str, cluster_pb2.Cluster]
+]:  # fmt: skip
+    policy = load_policy_text(POLICY.replace("PICKER", picker), "policy.yaml")
+    assert load_policy_text(dump_policy(policy), "again.yaml") == policy
+    resources = translate(resolve_policy(policy))
+    listener = resources.typed(type_urls.LISTENER, listener_pb2.Listener)["edge"]
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    routes = resources.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)["edge"]
+    return manager, routes, resources.typed(type_urls.CLUSTER, cluster_pb2.Cluster)
+
+
+def test_own_picker_fail_closed() -> None:
+    manager, routes, clusters = _resources(
+        "{scorers: {queue: 2, kv_cache: 2, prefix: 3}, fail: closed, timeout: 0.2}"
+    )
+    names = [f.name for f in manager.http_filters]
+    assert names[-2:] == ["inferway.picker.llm", "envoy.filters.http.router"]
+    config = ext_proc_pb2.ExternalProcessor()
+    manager.http_filters[-2].typed_config.Unpack(config)
+    assert not config.failure_mode_allow and config.status_on_error.code == 503
+    assert config.message_timeout.ToMilliseconds() == 200
+    assert config.grpc_service.envoy_grpc.cluster_name == "inferway_picker_llm"
+    assert [(m.key, m.value) for m in config.grpc_service.initial_metadata] == [
+        ("x-inferway-picker-service", "llm")
+    ]
+    assert list(config.metadata_options.receiving_namespaces.untyped) == ["envoy.lb"]
+    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
+    assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
+    disabled = ext_proc_pb2.ExtProcPerRoute()
+    by_name["rest"].typed_per_filter_config["inferway.picker.llm"].Unpack(disabled)
+    assert disabled.disabled
+    picker_cluster = clusters["inferway_picker_llm"]
+    address = picker_cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
+    assert (address.socket_address.address, address.socket_address.port_value) == (
+        "127.0.0.1", 18092,
+    )  # fmt: skip
+
+
+def test_override_host_keeps_the_services_policy_as_fallback_and_eds() -> None:
+    _, _, clusters = _resources("{}")
+    llm = clusters["llm"]
+    assert llm.type == cluster_pb2.Cluster.DiscoveryType.EDS and llm.health_checks
+    assert not llm.HasField("least_request_lb_config")
+    (policy,) = llm.load_balancing_policy.policies
+    assert policy.typed_extension_config.name == "envoy.load_balancing_policies.override_host"
+    override = override_host_pb2.OverrideHost()
+    policy.typed_extension_config.typed_config.Unpack(override)
+    assert override.override_host_sources[0].header == "x-gateway-destination-endpoint"
+    metadata = override.override_host_sources[1].metadata
+    assert (metadata.key, [p.key for p in metadata.path]) == (
+        "envoy.lb", ["x-gateway-destination-endpoint"],
+    )  # fmt: skip
+    (fallback,) = override.fallback_policy.policies
+    least = least_request_pb2.LeastRequest()
+    fallback.typed_extension_config.typed_config.Unpack(least)
+    assert least.choice_count.value == 3
+    assert clusters["other"].lb_policy == cluster_pb2.Cluster.LbPolicy.ROUND_ROBIN
+
+
+def test_external_picker_is_asked_and_fails_open_by_default() -> None:
+    manager, _, clusters = _resources("{external: 'epp.internal:9002'}")
+    config = ext_proc_pb2.ExternalProcessor()
+    manager.http_filters[-2].typed_config.Unpack(config)
+    assert config.failure_mode_allow
+    cluster = clusters["inferway_picker_llm"]
+    assert cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
+
+
+@pytest.mark.parametrize(
+    ("picker", "expected"),
+    [
+        ("{external: 'x:1', scorers: {queue: 1}}", "give only external, fail and timeout"),
+        ("{external: 'nohost'}", "expected 'host:port'"),
+        ("{scorers: {queue: 0, kv_cache: 0, prefix: 0, lora: 0}}", "every scorer weight is 0"),
+        ("{fail: maybe}", "'open' or 'closed'"),
+        ("{scorers: {cache: 1}}", "unknown key 'cache'"),
+        ("{metrics_path: metrics}", "must start with '/'"),
+    ],
+)
+def test_bad_pickers_are_located(picker: str, expected: str) -> None:
+    with pytest.raises(PolicyError, match=rf"policy.yaml:6:.*{expected}"):
+        load_policy_text(POLICY.replace("PICKER", picker), "policy.yaml")
