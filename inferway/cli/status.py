@@ -18,6 +18,7 @@ from inferway.console import format_age, make_console, short_version
 from inferway.gateway.admin_documents import (
     FileProblemRecord,
     NackRecord,
+    PickerStatusRecord,
     RefusalRecord,
     StatusDocument,
 )
@@ -62,6 +63,31 @@ def render_status(status: StatusDocument, console: Console, *, now: float | None
         console.print(
             Panel(Text("\n".join(warnings), style="yellow"), title="warnings", expand=False)
         )
+    for service, picked in sorted((status.get("pickers") or {}).items()):
+        console.print(_picker_table(service, picked))
+
+
+def _picker_table(service: str, picked: PickerStatusRecord) -> Table:
+    """One picked service: each endpoint's queue, KV-cache use and prefix-hit rate."""
+    last = picked.get("last_pick")
+    caption = f"last pick: {last.get('picker.reason', '')}" if last else "no pick yet"
+    table = Table(title=f"endpoint picker: {service}", title_justify="left", caption=caption)
+    for column in ("endpoint", "queue", "in flight", "KV cache", "picks", "prefix hits"):
+        table.add_column(column, justify="left" if column == "endpoint" else "right")
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.0f}%"
+
+    for endpoint, stats in sorted(picked.get("endpoints", {}).items()):
+        table.add_row(
+            endpoint,
+            f"{stats.get('depth') or 0:g}",
+            f"{stats.get('in_flight') or 0:g}",
+            share(stats.get("kv_cache")),
+            f"{stats.get('picks') or 0:g}",
+            share(stats.get("prefix_hit_rate")),
+        )
+    return table
 
 
 def _policy_panel(status: StatusDocument, now: float) -> Panel:

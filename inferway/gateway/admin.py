@@ -68,6 +68,8 @@ METRICS = web.AppKey("metrics", ControlPlaneMetrics)
 ENVOY_ADMIN_PORT: web.AppKey[Callable[[], int | None]] = web.AppKey("envoy_admin_port")
 FLEET_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("fleet_status")
 """A fleet replica's part of ``GET /status`` (gateway/fleet/fleet_admin.py)."""
+PICKERS_STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("pickers_status")
+"""The endpoint pickers' part of ``GET /status`` (gateway/picker/keeper.py)."""
 WATCHERS: web.AppKey[Callable[[], list[dict[str, Any]]]] = web.AppKey("watchers")
 """Each file watcher's health (watch_health.WatchHealth.document), for ``watchers``."""
 # Query parameters of Envoy's /stats/prometheus that are passed through (all read-only).
@@ -207,6 +209,9 @@ async def _status(request: web.Request) -> web.Response:
     fleet = app.get(FLEET_STATUS)
     if fleet is not None:
         document["fleet"] = fleet()
+    pickers = app.get(PICKERS_STATUS)
+    if pickers is not None and (picked := pickers()):
+        document["pickers"] = picked
     plane = app[CONTROL_PLANE]
     envoys = sum(
         1 for n in plane.cache.node_status() if n.connected and parse_group(n.group).kind == "envoy"

@@ -25,6 +25,7 @@ __all__ = [
     "KeeperRecord",
     "NackRecord",
     "NodeRecord",
+    "PickerStatusRecord",
     "PolicyRecord",
     "RefusalRecord",
     "RejectionRecord",
@@ -150,6 +151,15 @@ class KeeperRecord(TypedDict):
     control_plane: dict[str, Any] | None
 
 
+class PickerStatusRecord(TypedDict):
+    """One picked service: per endpoint ``depth``, ``in_flight``, ``kv_cache`` (0-1 or None),
+    ``picks`` and ``prefix_hit_rate`` (0-1 or None); ``last_pick``: its explanation
+    (``picker.winner``, ``picker.reason``, ``picker.scores``, ...) or None."""
+
+    endpoints: dict[str, dict[str, float | None]]
+    last_pick: dict[str, Any] | None
+
+
 class StatusDocument(TypedDict):
     """``GET /status`` (``inferway status -o json``)."""
 
@@ -173,6 +183,8 @@ class StatusDocument(TypedDict):
     served_weights: NotRequired[dict[str, dict[str, Any]]]
     """Per group of connected nodes: ``version`` and ``routes`` (route configuration -> route
     -> cluster -> percent), the split that group's snapshot serves (xds/served_weights.py)."""
+    pickers: NotRequired[dict[str, PickerStatusRecord]]
+    """Per service with an endpoint picker served here (gateway/picker/keeper.py)."""
 
 
 # ---- GET /rollouts, GET /rollouts/{name}, POST /rollouts/{name}/{command} ----------------------

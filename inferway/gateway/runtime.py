@@ -332,6 +332,7 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
             envoy_admin_port=wiring.envoy_admin_port,
             fleet=fleet,
             watchers=lambda: _watcher_health(watcher, endpoints, certificates),
+            pickers_status=pickers.status,
         )
         if supervisor is not None:  # stops before everything started earlier
             await components.start("Envoy", supervisor)

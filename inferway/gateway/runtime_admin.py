@@ -19,7 +19,7 @@ from typing import Any
 
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import KubernetesFactory
-from inferway.gateway.admin import AdminServer, build_admin_app, start_admin_server
+from inferway.gateway.admin import PICKERS_STATUS, AdminServer, build_admin_app, start_admin_server
 from inferway.gateway.admin_security import (
     READS_NEED_TOKEN,
     build_reload,
@@ -81,6 +81,7 @@ async def start_admin_and_replicas(
     envoy_admin_port: Callable[[], int | None],
     fleet: Fleet | None = None,
     watchers: Callable[[], list[dict[str, Any]]] | None = None,
+    pickers_status: Callable[[], dict[str, Any]] | None = None,
 ) -> AdminParts:
     """Build the admin app with every route, start the replica manager and autoscaling loop
     (not yet running), then serve the app. The admin server's stop goes on ``components``."""
@@ -110,6 +111,8 @@ async def start_admin_and_replicas(
     add_rollout_routes(admin_app, rollouts)
     if fleet is not None:
         add_fleet_routes(admin_app, fleet)
+    if pickers_status is not None:
+        admin_app[PICKERS_STATUS] = pickers_status
     replicas, autoscale = start_replica_autoscaling(
         plane,
         workdir=settings.workdir,

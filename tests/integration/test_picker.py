@@ -17,8 +17,10 @@ from typing import Any
 
 import aiohttp
 import grpc
+import httpx
 import pytest
 from google.protobuf import struct_pb2
+from rich.console import Console
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
@@ -27,6 +29,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
+from inferway.cli.status import render_status
 from tests.envoy_process import free_port
 from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
 from tests.traffic_harness import TrafficGateway
@@ -159,6 +162,17 @@ async def test_a_shared_prefix_goes_to_the_engine_holding_it(
     assert stats["prefix_hit_rate"] is not None and stats["prefix_hit_rate"] > 0.5
     explained = pool.recent[-1]
     assert explained["picker.winner"] == holder and "prefix 1.00" in explained["picker.reason"]
+    # status: per endpoint queue, KV-cache use and prefix hits, and the last pick's reason
+    async with httpx.AsyncClient(base_url=gw.gateway.admin.url, timeout=5) as admin:
+        document = (await admin.get("/status")).json()
+    shown = document["pickers"]["llm"]
+    assert shown["endpoints"][holder]["picks"] >= 7 and len(shown["endpoints"]) == len(engines)
+    assert shown["endpoints"][holder]["prefix_hit_rate"] > 0.5
+    assert shown["last_pick"]["picker.winner"] == holder
+    console = Console(record=True, width=240)
+    render_status(document, console)
+    text = console.export_text()
+    assert "endpoint picker: llm" in text and holder in text and "last pick:" in text
 
 
 async def test_a_saturated_holder_sheds_to_others_and_queues_spread(

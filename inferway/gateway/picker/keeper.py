@@ -12,6 +12,7 @@ import asyncio
 import ipaddress
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -72,6 +73,17 @@ class PickerKeeper(PolicyFollower):
     def pool(self, service: str) -> PoolPicker | None:
         entry = self._pools.get(service)
         return None if entry is None else entry.pool
+
+    def status(self) -> dict[str, Any]:
+        """Per picked service: each endpoint's queue depth, in flight, KV-cache use, picks and
+        prefix-hit rate, and the last pick's explanation (``GET /status``'s ``pickers``)."""
+        return {
+            service: {
+                "endpoints": entry.pool.picker.stats(),
+                "last_pick": entry.pool.recent[-1] if entry.pool.recent else None,
+            }
+            for service, entry in sorted(self._pools.items())
+        }
 
     async def follow(self, policy: Policy) -> None:
         state = self._plane.state if self._plane is not None else self._state
