@@ -146,6 +146,9 @@ class ControlPlane:
         self._rejected_since_applied = False
         self._file_problems: dict[str, FileProblem] = {}
         self._observers: list[PolicyObserver] = []
+        self.policy_gate: Callable[[Policy, str], list[PolicyIssue]] | None = None
+        """Problems this deployment has with a policy that is valid on its own (a fleet's:
+        gateway/fleet/fleet_policy.py); any refuses the policy like a bad edit."""
         cache.add_hook(_RejectionHook(self))
         self._ir: IR | None = None
         cache.set_group_builder(self._build_group)
@@ -247,6 +250,10 @@ class ControlPlane:
             return version
 
     def _apply_untraced(self, policy: Policy, state: State, source: str) -> str:
+        gated = self.policy_gate(policy, source) if self.policy_gate is not None else []
+        if gated:
+            refusal = self.refuse(PolicyError(gated), source)
+            raise PolicyRefusedError(refusal)
         try:
             with _tracer.start_as_current_span("translate"):
                 ir, snapshot = resolve_and_snapshot(

@@ -35,6 +35,7 @@ from inferway.gateway.features.server import FeatureRouterKeeper
 from inferway.gateway.fleet.envoy_reports import EnvoyReports
 from inferway.gateway.fleet.fleet_limits import FleetLimits
 from inferway.gateway.fleet.fleet_load import FleetLoadSource
+from inferway.gateway.fleet.fleet_policy import fleet_policy_issues
 from inferway.gateway.fleet.fleet_wiring import Fleet, open_fleet
 from inferway.gateway.llm.server import LlmKeeper
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
@@ -262,6 +263,10 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         unbindable = listener_bind_issues(plan.policy, plan.policy_text, plan.source)
         if unbindable:
             raise PolicyError(unbindable)
+    if options.store:  # a fleet shares decisions, not local processes
+        unshareable = fleet_policy_issues(plan.policy, plan.source)
+        if unshareable:
+            raise PolicyError(unshareable)
     fleet = await _open_fleet(options, reports)
     wiring = wire_control_plane(
         options,
@@ -270,6 +275,8 @@ async def start_gateway(options: GatewayOptions) -> Gateway:
         fleet_windows=fleet.windows if fleet is not None else None,
     )
     plane, rollouts = wiring.plane, wiring.rollouts
+    if fleet is not None:
+        plane.policy_gate = fleet_policy_issues
 
     components = Components()
     if options.workdir is None:
