@@ -66,7 +66,9 @@ def client() -> Iterator[httpx.Client]:
         yield http
 
 
-def _chat(max_tokens: int, messages: list[dict[str, str]] = MESSAGES, **extra: Any) -> dict:
+def _chat(
+    max_tokens: int, messages: list[dict[str, str]] = MESSAGES, **extra: Any
+) -> dict[str, Any]:
     return {
         "model": "tiny",
         "messages": messages,
