@@ -54,6 +54,8 @@ CI_EXTRA = {
     "sh": "any POSIX system",
     "llama-cpp-python": "python scripts/build_llm_engine.py (make test runs it: the llm-engine "
     "extra, its wheel compiled once and cached)",
+    "llama-server": "python scripts/build_llm_engine.py (make test runs it: llama.cpp's C++ "
+    "server from the same sdist, compiled once and cached)",
 }
 """Components CI must have that the Debian list does not install, and where each comes from."""
 

@@ -1,6 +1,7 @@
-"""A real LLM engine for tests: llama-cpp-python's OpenAI-compatible server (llama.cpp inside)
-on the tiny random-weight model that inferway/devtools/tiny_gguf.py writes, on a free
-loopback port, polled until ``/v1/models`` answers, stopped by its own pid (docs/llm.md).
+"""Real LLM engines for tests: llama-cpp-python's OpenAI-compatible server (llama.cpp inside)
+and llama.cpp's own C++ ``llama-server`` built from the same sdist, on the tiny random-weight
+model that inferway/devtools/tiny_gguf.py writes, on a free loopback port, polled until they
+answer, stopped by their own pid (docs/llm.md).
 
     require_llm_engine()                       # skip, or fail under CI=true, when not installed
     model = write_test_model(tmp_path)         # ~0.5 MB, the same bytes every time
@@ -8,14 +9,18 @@ loopback port, polled until ``/v1/models`` answers, stopped by its own pid (docs
         engine.url                             # http://127.0.0.1:<port>; OpenAI routes under /v1
         engine.model                           # the `model` requests name ("tiny" by default)
 
-Several at once are fine (each its own port and process; keep ``n_threads=1`` on 2 cores).
-``start_llm_engine`` blocks for about a second: from an async test, call it through
-``asyncio.to_thread``. What the server does and does not support (no ``include_usage``, no
-metrics endpoint, one request at a time) is listed in docs/llm.md.
+    require_llama_server()                     # the same, for the C++ server
+    with start_llama_server(model, parallel=2) as engine:   # include_usage, /metrics, /slots
+
+Several at once are fine (each its own port and process; keep one thread each on 2 cores).
+Both block for about a second: from an async test, call them through ``asyncio.to_thread``.
+What each server does and does not support (the Python one: no ``include_usage``, no metrics
+endpoint, one request at a time) is listed in docs/llm.md.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -23,10 +28,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 
 import httpx
 
@@ -37,8 +42,12 @@ from tests.envoy_process import free_port
 __all__ = [
     "ENGINE",
     "INSTALL_COMMAND",
+    "LLAMA_SERVER",
     "LLMEngine",
+    "llama_server_binary",
+    "require_llama_server",
     "require_llm_engine",
+    "start_llama_server",
     "start_llm_engine",
     "write_test_model",
 ]
@@ -46,7 +55,42 @@ __all__ = [
 ENGINE = "llama-cpp-python"
 """The component's name in tests/components.py (CI must have it)."""
 
+LLAMA_SERVER = "llama-server"
+"""llama.cpp's C++ server, built by scripts/build_llm_engine.py (tests/components.py)."""
+
 INSTALL_COMMAND = "python scripts/build_llm_engine.py (make test runs it)"
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build_llm_engine.py"
+
+
+@functools.cache
+def _build_script() -> ModuleType:
+    """scripts/build_llm_engine.py, which knows the pinned version and the cache layout."""
+    spec = importlib.util.spec_from_file_location("build_llm_engine", BUILD_SCRIPT)
+    assert spec is not None and spec.loader is not None, BUILD_SCRIPT
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def llama_server_binary() -> Path:
+    """Where scripts/build_llm_engine.py keeps llama-server for the pinned version (it may not
+    exist yet)."""
+    script = _build_script()
+    path: Path = script.server_binary(script.pinned_version(script.extra_requirements()))
+    return path
+
+
+def require_llama_server() -> Path:
+    """The llama-server binary; skips the test (fails it under CI=true) when it was not built,
+    with the command that builds it in the reason."""
+    binary = llama_server_binary()
+    if not os.access(binary, os.X_OK):
+        unavailable(
+            LLAMA_SERVER,
+            f"{binary} is not built: {INSTALL_COMMAND}; needed for llama.cpp's C++ server "
+            "(include_usage, /metrics, slots)",
+        )
+    return binary
 
 
 def require_llm_engine() -> None:
@@ -81,11 +125,18 @@ class LLMEngine:
     n_ctx: int
     log: Path
     started_in: float
-    """Seconds from spawning the process to the first answer of ``/v1/models``."""
+    """Seconds from spawning the process to its first ready answer."""
     _process: subprocess.Popen[bytes] = field(repr=False)
+    kind: str = ENGINE
+    """ENGINE (llama-cpp-python's server) or LLAMA_SERVER (llama.cpp's C++ server)."""
 
     @property
     def version(self) -> str:
+        """The llama-cpp-python version (llama-server is built from that version's sdist)."""
+        if self.kind == LLAMA_SERVER:
+            script = _build_script()
+            version: str = script.pinned_version(script.extra_requirements())
+            return version
         return importlib.metadata.version(ENGINE)
 
     def running(self) -> bool:
@@ -150,10 +201,9 @@ def start_llm_engine(
     ``log_dir/llm-engine-<port>.log`` (default: the model's directory).
     """
     require_llm_engine()
-    for attempt in range(3):
-        chosen = port or free_port()
-        log = (log_dir or model_path.parent) / f"llm-engine-{chosen}.log"
-        command = [
+
+    def command(chosen: int) -> list[str]:
+        return [
             sys.executable, "-m", "llama_cpp.server",
             "--model", str(model_path), "--model_alias", model,
             "--host", "127.0.0.1", "--port", str(chosen),
@@ -167,10 +217,78 @@ def start_llm_engine(
             "--verbose", _flag(verbose),
             *extra_args,
         ]  # fmt: skip
+
+    return _spawn(command, ENGINE, "/v1/models", model, model_path, n_ctx, port, log_dir, timeout)
+
+
+def start_llama_server(
+    model_path: Path,
+    *,
+    port: int | None = None,
+    model: str = "tiny",
+    n_ctx: int = 4096,
+    parallel: int = 1,
+    threads: int = 1,
+    metrics: bool = True,
+    cache_reuse: int = 0,
+    extra_args: Sequence[str] = (),
+    log_dir: Path | None = None,
+    timeout: float = 60.0,
+) -> LLMEngine:
+    """Start llama.cpp's ``llama-server`` on 127.0.0.1 and wait until ``/health`` answers 200.
+
+    ``n_ctx``: the whole context, split evenly between the ``parallel`` slots (each request
+    runs in one slot; ``parallel`` requests decode at once, more wait: the
+    ``llamacpp:requests_deferred`` gauge); ``metrics``: serve Prometheus text at ``/metrics``
+    (``llamacpp:*``); ``/slots`` is always served; prompt caching is on (a request reusing a
+    slot's prefix reports ``usage.prompt_tokens_details.cached_tokens``); ``cache_reuse``:
+    the minimum chunk reused by KV shifting (0: off); ``extra_args``: more options
+    (``llama-server --help``). Chat templates go through its Jinja engine (``--jinja``). The
+    log goes to ``log_dir/llama-server-<port>.log`` (default: the model's directory).
+    """
+    binary = require_llama_server()
+
+    def command(chosen: int) -> list[str]:
+        return [
+            str(binary), "--model", str(model_path), "--alias", model,
+            "--host", "127.0.0.1", "--port", str(chosen),
+            "--ctx-size", str(n_ctx), "--parallel", str(parallel),
+            "--threads", str(threads), "--threads-batch", str(threads),
+            "--threads-http", str(max(2, parallel + 1)),
+            "--cache-reuse", str(cache_reuse), "--jinja", "--no-webui", "--slots",
+            *(["--metrics"] if metrics else []),
+            *extra_args,
+        ]  # fmt: skip
+
+    return _spawn(
+        command, LLAMA_SERVER, "/health", model, model_path, n_ctx, port, log_dir, timeout
+    )
+
+
+def _spawn(
+    command: Callable[[int], list[str]],
+    kind: str,
+    ready_path: str,
+    model: str,
+    model_path: Path,
+    n_ctx: int,
+    port: int | None,
+    log_dir: Path | None,
+    timeout: float,
+) -> LLMEngine:
+    """Run ``command(port)`` until it answers ``ready_path``, picking another free port when
+    it loses the race for one (three tries; a port the caller chose is not retried)."""
+    for attempt in range(3):
+        chosen = port or free_port()
+        name = "llm-engine" if kind == ENGINE else kind
+        log = (log_dir or model_path.parent) / f"{name}-{chosen}.log"
         started = time.monotonic()
         with log.open("wb") as out:
             process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env=os.environ | {"NO_PROXY": "*"}
+                command(chosen),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=os.environ | {"NO_PROXY": "*"},
             )
         engine = LLMEngine(
             url=f"http://127.0.0.1:{chosen}",
@@ -182,16 +300,15 @@ def start_llm_engine(
             log=log,
             started_in=0.0,
             _process=process,
+            kind=kind,
         )
         try:
-            engine.started_in = _wait_ready(engine, started, timeout)
+            engine.started_in = _wait_ready(engine, ready_path, started, timeout)
             return engine
         except _PortTaken:
             engine.stop()
             if port is not None or attempt == 2:
-                raise RuntimeError(
-                    f"llm engine: port {chosen} taken: {engine.log_tail()}"
-                ) from None
+                raise RuntimeError(f"{kind}: port {chosen} taken: {engine.log_tail()}") from None
         except BaseException:
             engine.stop()
             raise
@@ -202,25 +319,26 @@ class _PortTaken(Exception):
     pass
 
 
-def _wait_ready(engine: LLMEngine, started: float, timeout: float) -> float:
+def _wait_ready(engine: LLMEngine, path: str, started: float, timeout: float) -> float:
     deadline = started + timeout
     with httpx.Client(trust_env=False, timeout=2.0) as client:
         while time.monotonic() < deadline:
             if not engine.running():
                 tail = engine.log_tail()
-                if "address already in use" in tail.lower():
+                if "address already in use" in tail.lower() or "couldn't bind" in tail:
                     raise _PortTaken
                 raise RuntimeError(
-                    f"llm engine on {engine.model_path} exited with {engine._process.returncode} "
-                    f"before answering; its log ({engine.log}):\n{tail}"
+                    f"{engine.kind} on {engine.model_path} exited with "
+                    f"{engine._process.returncode} before answering; its log ({engine.log}):\n"
+                    + tail
                 )
             try:
-                if client.get(f"{engine.url}/v1/models").status_code == 200:
+                if client.get(f"{engine.url}{path}").status_code == 200:
                     return time.monotonic() - started
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
     raise RuntimeError(
-        f"llm engine on port {engine.port} not ready after {timeout} s; its log:\n"
+        f"{engine.kind} on port {engine.port} not ready after {timeout} s; its log:\n"
         f"{engine.log_tail()}"
     )

@@ -5,7 +5,9 @@ equals the engine's own ``usage`` (this engine never sends usage in a stream, ev
 asked: the gateway then counts one token per chunk, which is exact here, and marks the count
 estimated; the client still sees no usage chunk); a 1 MiB prompt reaches the engine whole
 (its exact token count comes back); a token-per-minute limit answers 429 with Retry-After;
-a replica answering 429 is fallen back from to the real engine."""
+a replica answering 429 is fallen back from to the real engine. Against llama.cpp's C++
+``llama-server``, which honours ``include_usage``, a stream whose client did not ask for usage
+is counted exactly from the usage chunk the gateway asked for, and the client still sees none."""
 
 from __future__ import annotations
 
@@ -18,7 +20,14 @@ import pytest
 
 from inferway.devtools.tiny_gguf import count_tokens
 from tests.envoy_process import free_port
-from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
+from tests.llm_engine import (
+    LLMEngine,
+    require_llama_server,
+    require_llm_engine,
+    start_llama_server,
+    start_llm_engine,
+    write_test_model,
+)
 from tests.openai_fake import FakeOpenAI
 from tests.traffic_harness import TrafficGateway
 
@@ -196,3 +205,64 @@ async def test_a_replica_answering_429_falls_back_to_the_engine(
         assert headers["x-inferway-replica"] == f"127.0.0.1:{tiny.port}"
     assert refuser.bodies, "the refusing replica was asked, and fallen back from"
     assert counted(gw, "inferway_llm_requests_total", route="tiny", code="429") == 0
+
+
+LLAMA_SERVER_POLICY = """
+version: 1
+listeners:
+  - name: ingress
+    port: {listener_port}
+llm:
+  port: LLM_PORT
+  timeout: 30s
+services:
+  - name: llama-pool
+    endpoints: ["127.0.0.1:LLAMA_PORT"]
+routes:
+  - name: llama
+    openai:
+      model: tiny
+    backends:
+      - service: llama-pool
+"""
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    require_llama_server()
+    model = write_test_model(tmp_path_factory.mktemp("llama-server"))
+    with start_llama_server(model, parallel=2) as engine:
+        yield engine
+
+
+async def test_llama_server_usage_the_gateway_asked_for_is_exact_and_hidden(
+    llama_server: LLMEngine,
+) -> None:
+    """llama-server sends the usage chunk the gateway adds ``include_usage`` for: the count
+    is the engine's own (not estimated), and the client that did not ask sees no usage."""
+    policy = LLAMA_SERVER_POLICY.replace("LLM_PORT", str(free_port())).replace(
+        "LLAMA_PORT", str(llama_server.port)
+    )
+    body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 7, "temperature": 0}
+    async with TrafficGateway(policy, []) as gw:
+        status, headers, raw = await post(gw, "/v1/chat/completions", {**body, "stream": True})
+        assert status == 200, raw
+        assert headers["x-inferway-replica"] == f"127.0.0.1:{llama_server.port}"
+        payloads = [b[6:] for b in raw.decode().split("\n\n") if b.startswith("data: ")]
+        assert payloads[-1] == "[DONE]"
+        chunks = [json.loads(p) for p in payloads[:-1]]
+        assert not any("usage" in chunk for chunk in chunks), "no usage chunk shown"
+        assert all(chunk["choices"] for chunk in chunks)
+        assert sum(bool(c["choices"][0]["delta"].get("content")) for c in chunks) == 7
+        usage = await direct_usage(llama_server, body)
+        exact = {"route": "llama", "estimated": "false"}
+        assert (
+            counted(gw, "inferway_llm_tokens_total", type="input", **exact)
+            == (usage["prompt_tokens"])
+        )
+        assert (
+            counted(gw, "inferway_llm_tokens_total", type="output", **exact)
+            == (usage["completion_tokens"])
+        )
+        assert counted(gw, "inferway_llm_tokens_total", route="llama", estimated="true") == 0
+        assert counted(gw, "gen_ai_server_time_to_first_token_seconds_count", route="llama") == 1

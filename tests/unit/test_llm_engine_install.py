@@ -4,6 +4,7 @@ no other install compiles llama.cpp (the llm-engine extra stays out of every oth
 from __future__ import annotations
 
 import importlib.util
+import platform
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -59,3 +60,18 @@ def test_the_cache_key_names_version_machine_and_build_flags(
     assert first.name.startswith("llama-cpp-python-0.3.36-")
     monkeypatch.setattr(script, "CMAKE_ARGS", script.CMAKE_ARGS + " -DGGML_AVX2=ON")
     assert script.cache_dir("0.3.36") != first
+
+
+def test_llama_servers_path_names_version_machine_and_its_own_flags(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    script = _script()
+    monkeypatch.setenv("INFERWAY_CACHE", str(tmp_path))
+    first = script.server_binary("0.3.36")
+    assert first.parent == tmp_path / "bin"
+    assert first.name.startswith(f"llama-server-0.3.36-{platform.machine()}-")
+    assert script.server_binary("0.3.37") != first
+    monkeypatch.setattr(script, "CMAKE_ARGS", script.CMAKE_ARGS + " -DGGML_AVX2=ON")
+    assert script.server_binary("0.3.36") == first  # the wheel's flags are not the server's
+    monkeypatch.setattr(script, "SERVER_CMAKE_FLAGS", (*script.SERVER_CMAKE_FLAGS, "-DX=ON"))
+    assert script.server_binary("0.3.36") != first
