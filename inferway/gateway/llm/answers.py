@@ -11,6 +11,7 @@ import orjson
 from google.protobuf import struct_pb2
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import external_processor_pb2 as ep_pb2
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.xds.translate.llm import LLM_NAMESPACE
@@ -45,23 +46,42 @@ def request_headers_continue() -> ep_pb2.ProcessingResponse:
     )
 
 
-def routed_body(model: str, body: bytes | None) -> ep_pb2.ProcessingResponse:
+def routed_body(
+    model: str, body: bytes | None, stream_id: str = "", drop_usage: bool = False
+) -> ep_pb2.ProcessingResponse:
     """Route on ``model`` (metadata + a cleared route cache; the cache is only cleared by an
     answer that mutates headers, hence the served-by removal), with ``body`` replacing the
-    client's when given."""
+    client's when given. ``stream_id`` and ``drop_usage`` are for Envoy's Lua filter
+    (xds/translate/llm_stream.py): which stream its report is about, and whether it removes
+    the usage chunk the gateway asked for."""
     mutation = ep_pb2.HeaderMutation(remove_headers=list(SERVED_BY_HEADERS))
     common = ep_pb2.CommonResponse(clear_route_cache=True, header_mutation=mutation)
     if body is not None:
         common.body_mutation.body = body
     metadata = struct_pb2.Struct()
-    metadata.update({LLM_NAMESPACE: {"model": model}})
+    tags: dict[str, object] = {"model": model}
+    if stream_id:
+        tags.update(id=stream_id, drop_usage=drop_usage)
+    metadata.update({LLM_NAMESPACE: tags})
     return ep_pb2.ProcessingResponse(
         request_body=ep_pb2.BodyResponse(response=common), dynamic_metadata=metadata
     )
 
 
-def pass_response_headers() -> ep_pb2.ProcessingResponse:
-    return ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
+def pass_response_headers(body_in_envoy: bool = False) -> ep_pb2.ProcessingResponse:
+    """``body_in_envoy``: a stream Envoy's Lua filter reads; its chunks are not sent here
+    (the filter allows ``mode_override``)."""
+    answer = ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
+    if body_in_envoy:
+        mode = processing_mode_pb2.ProcessingMode
+        answer.mode_override.CopyFrom(
+            mode(
+                response_header_mode=mode.SKIP,
+                response_body_mode=mode.NONE,
+                response_trailer_mode=mode.SKIP,
+            )
+        )
+    return answer
 
 
 def pass_response_body(replacement: bytes | None = None) -> ep_pb2.ProcessingResponse:

@@ -61,6 +61,12 @@ class LlmStream:
         self._plain = bytearray()
         self._plain_overflow = False
         self.finished = False
+        self.id = ""
+        """Names the stream in the Lua filter's reports (set when the body is read)."""
+        self.wall_started = 0.0
+        """``time.time()`` when ``started`` was taken: the filter's times are wall-clock."""
+        self.in_envoy = False
+        """Its answer is read by Envoy's Lua filter, which reports here."""
 
     def on_request(self, request: LlmRequest, prompt_bytes: int, route: str) -> None:
         self.request, self.prompt_bytes, self.route = request, prompt_bytes, route
@@ -93,6 +99,25 @@ class LlmStream:
         if not self.drop_usage:
             return None
         return b"".join(kept)  # an unfinished event waits for the next chunk
+
+    def on_envoy_tally(self, report: Mapping[str, object]) -> None:
+        """What the Lua filter counted so far (llm_stream.py): chunks with text, the first
+        and last of their times (wall-clock microseconds), usage, the answer's model."""
+        tally = self.tally
+        chunks, first, last = report.get("chunks"), report.get("first"), report.get("last")
+        if isinstance(chunks, int):
+            tally.chunks = chunks
+        if isinstance(first, int):
+            tally.first_token_at = self.started + first / 1e6 - self.wall_started
+        if isinstance(last, int):
+            tally.last_token_at = self.started + last / 1e6 - self.wall_started
+        prompt, completion = report.get("prompt"), report.get("completion")
+        if isinstance(prompt, int) and isinstance(completion, int):
+            tally.usage = (prompt, completion)
+        model = report.get("model")
+        if isinstance(model, str) and model:
+            tally.response_model = model
+        tally.done = report.get("done") is True
 
     def usage(self) -> Usage:
         if self.sse:

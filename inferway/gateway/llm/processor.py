@@ -15,11 +15,14 @@ logged and counted; Envoy answers that client with an error.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import orjson
 from opentelemetry import trace
 
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
@@ -81,6 +84,11 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self.requests = 0
         self.errors = 0
         self.refused = 0
+        self.reports = 0
+        """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
+        self._open: dict[str, tuple[LlmStream, LlmSettings]] = {}
+        self._ids = itertools.count(1)
+        self._id_prefix = f"{os.getpid():x}-"
 
     async def Process(
         self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
@@ -109,7 +117,9 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                     )
                     if request.response_headers.end_of_stream:
                         await self._finish(stream, settings)
-                    yield pass_response_headers()
+                    # a stream Envoy's Lua filter reads: its chunks are not sent here
+                    stream.in_envoy = stream.sse and bool(stream.id) and not stream.finished
+                    yield pass_response_headers(body_in_envoy=stream.in_envoy)
                 elif kind == "response_body" and stream is not None:
                     body = request.response_body
                     replacement = stream.on_response_chunk(
@@ -134,6 +144,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         headers = _headers(message)
         client = client_key(headers, settings.client_header, hashed=settings.hash_client)
         stream = LlmStream(client, operation_of(headers.get(":path", "")), self._clock())
+        stream.wall_started = time.time()
         if settings.budget is not None:
             refusal = await settings.budget.check(client)
             if refusal is not None:
@@ -162,10 +173,34 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         except BadRequest as bad:
             return error_answer(bad.status, bad.code, bad.message)
         stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))
-        return routed_body(prepared.model, prepared.body)
+        if prepared.stream:  # Envoy's Lua filter reads the answer and reports on this id
+            stream.id = f"{self._id_prefix}{next(self._ids)}"
+            self._open[stream.id] = stream, settings
+        return routed_body(prepared.model, prepared.body, stream.id, stream.drop_usage)
+
+    async def report(self, raw: bytes, context: Any) -> bytes:
+        """A report of Envoy's Lua filter on a stream (llm_stream.py, gRPC-framed JSON):
+        progress, or the end of the answer (recorded before Envoy passes its last chunk on).
+        Unknown ids (the stream already recorded, a processor restarted) are ignored."""
+        self.reports += 1
+        try:
+            report = orjson.loads(raw)
+            entry = self._open.get(str(report.get("id")))
+            if entry is not None:
+                stream, settings = entry
+                stream.on_envoy_tally(report)
+                if report.get("final") is True:
+                    await self._finish(stream, settings)
+        except Exception:
+            self.errors += 1
+            log.exception("LLM processor: a report from Envoy's stream filter failed")
+        return b""
 
     async def _finish(self, stream: LlmStream, settings: LlmSettings) -> None:
         """Record the request once; a failure here is logged, never the client's problem."""
+        self._open.pop(stream.id, None)
+        if stream.finished:
+            return
         try:
             exchange, usage = stream.outcome()
             self.metrics.record(exchange)

@@ -74,6 +74,7 @@ def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=LLM_CLUSTER)
         ),
         failure_mode_allow=False,
+        allow_mode_override=True,  # streamed answers are read by Envoy's Lua (llm_stream.py)
         message_timeout=duration(gateway.timeout),
         processing_mode=mode(
             request_header_mode=mode.SEND,
