@@ -164,6 +164,4 @@ def build_stream_filter(cluster: str) -> hcm_pb2.HttpFilter:
 
 
 def disable_stream_filter(proto: rc_pb2.Route) -> None:
-    proto.typed_per_filter_config[STREAM_FILTER].CopyFrom(
-        pack(lua_pb2.LuaPerRoute(disabled=True))
-    )
+    proto.typed_per_filter_config[STREAM_FILTER].CopyFrom(pack(lua_pb2.LuaPerRoute(disabled=True)))
