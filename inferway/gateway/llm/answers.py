@@ -11,7 +11,6 @@ import orjson
 from google.protobuf import struct_pb2
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
-from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import external_processor_pb2 as ep_pb2
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.xds.translate.llm import LLM_NAMESPACE
@@ -68,20 +67,8 @@ def routed_body(
     )
 
 
-def pass_response_headers(body_in_envoy: bool = False) -> ep_pb2.ProcessingResponse:
-    """``body_in_envoy``: a stream Envoy's Lua filter reads; its chunks are not sent here
-    (the filter allows ``mode_override``)."""
-    answer = ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
-    if body_in_envoy:
-        mode = processing_mode_pb2.ProcessingMode
-        answer.mode_override.CopyFrom(
-            mode(
-                response_header_mode=mode.SKIP,
-                response_body_mode=mode.NONE,
-                response_trailer_mode=mode.SKIP,
-            )
-        )
-    return answer
+def pass_response_headers() -> ep_pb2.ProcessingResponse:
+    return ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
 
 
 def pass_response_body(replacement: bytes | None = None) -> ep_pb2.ProcessingResponse:

@@ -65,8 +65,6 @@ class LlmStream:
         """Names the stream in the Lua filter's reports (set when the body is read)."""
         self.wall_started = 0.0
         """``time.time()`` when ``started`` was taken: the filter's times are wall-clock."""
-        self.in_envoy = False
-        """Its answer is read by Envoy's Lua filter, which reports here."""
 
     def on_request(self, request: LlmRequest, prompt_bytes: int, route: str) -> None:
         self.request, self.prompt_bytes, self.route = request, prompt_bytes, route
@@ -100,9 +98,29 @@ class LlmStream:
             return None
         return b"".join(kept)  # an unfinished event waits for the next chunk
 
-    def on_envoy_tally(self, report: Mapping[str, object]) -> None:
-        """What the Lua filter counted so far (llm_stream.py): chunks with text, the first
-        and last of their times (wall-clock microseconds), usage, the answer's model."""
+    def on_envoy_report(self, report: Mapping[str, object], plain: bytes) -> None:
+        """What Envoy's Lua filter saw of the answer (llm_stream.py): its status, route and
+        backend; for a stream the chunks with text, the first and last of their times
+        (wall-clock microseconds), usage and model; for a plain answer its bytes (``plain``,
+        on the final report; none when it was too large: estimated)."""
+        if not self.status:
+            status, route, backend = (
+                report.get("status"),
+                report.get("route"),
+                report.get("backend"),
+            )
+            self.on_response_headers(
+                status if isinstance(status, int) else 0,
+                "text/event-stream" if report.get("sse") is True else "",
+                route if isinstance(route, str) and route else None,
+                backend if isinstance(backend, str) and backend else None,
+            )
+        if not self.sse:
+            if report.get("final") is True:
+                self._plain_overflow = report.get("overflow") is True
+                if not self._plain_overflow:
+                    self._plain = bytearray(plain)
+            return
         tally = self.tally
         chunks, first, last = report.get("chunks"), report.get("first"), report.get("last")
         if isinstance(chunks, int):

@@ -117,9 +117,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                     )
                     if request.response_headers.end_of_stream:
                         await self._finish(stream, settings)
-                    # a stream Envoy's Lua filter reads: its chunks are not sent here
-                    stream.in_envoy = stream.sse and bool(stream.id) and not stream.finished
-                    yield pass_response_headers(body_in_envoy=stream.in_envoy)
+                    yield pass_response_headers()
                 elif kind == "response_body" and stream is not None:
                     body = request.response_body
                     replacement = stream.on_response_chunk(
@@ -173,22 +171,24 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         except BadRequest as bad:
             return error_answer(bad.status, bad.code, bad.message)
         stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))
-        if prepared.stream:  # Envoy's Lua filter reads the answer and reports on this id
-            stream.id = f"{self._id_prefix}{next(self._ids)}"
-            self._open[stream.id] = stream, settings
+        # Envoy's Lua filter reads the answer and reports on this id
+        stream.id = f"{self._id_prefix}{next(self._ids)}"
+        self._open[stream.id] = stream, settings
         return routed_body(prepared.model, prepared.body, stream.id, stream.drop_usage)
 
     async def report(self, raw: bytes, context: Any) -> bytes:
-        """A report of Envoy's Lua filter on a stream (llm_stream.py, gRPC-framed JSON):
-        progress, or the end of the answer (recorded before Envoy passes its last chunk on).
+        """A report of Envoy's Lua filter on an answer (llm_stream.py, gRPC-framed: a JSON
+        line, then a plain answer's bytes): progress of a stream, or the end of the answer
+        (recorded before Envoy passes its last chunk on).
         Unknown ids (the stream already recorded, a processor restarted) are ignored."""
         self.reports += 1
         try:
-            report = orjson.loads(raw)
+            head, _, plain = raw.partition(b"\n")
+            report = orjson.loads(head)
             entry = self._open.get(str(report.get("id")))
             if entry is not None:
                 stream, settings = entry
-                stream.on_envoy_tally(report)
+                stream.on_envoy_report(report, plain)
                 if report.get("final") is True:
                     await self._finish(stream, settings)
         except Exception:

@@ -75,7 +75,7 @@ def build_http_connection_manager(
         manager.http_filters.insert(0, build_llm_filter(llm))
         # before it, so answers reach it after the processor has seen their headers (they
         # are on their way to the client when it rewrites a chunk)
-        manager.http_filters.insert(0, build_stream_filter(LLM_CLUSTER))
+        manager.http_filters.insert(0, build_stream_filter(LLM_CLUSTER, llm.max_body_bytes))
     if feature_router is not None and any(r.match.features for r in listener.routes):
         # first: the filters after it see the route the features chose
         manager.http_filters.insert(0, build_feature_router_filter(feature_router))

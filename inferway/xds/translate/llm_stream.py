@@ -32,6 +32,8 @@ from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manag
 from inferway.xds.translate._protos import pack
 
 __all__ = [
+    "BACKEND_HEADER",
+    "MAX_PLAIN_ANSWER",
     "REPORT_PATH",
     "STREAM_FILTER",
     "build_stream_filter",
@@ -43,6 +45,12 @@ STREAM_FILTER = "inferway.llm_stream"
 REPORT_PATH = "/inferway.llm.Tally/Report"
 """The processor's gRPC method for the script's reports (JSON in, empty answer)."""
 PROGRESS_EVERY = 16
+BACKEND_HEADER = "x-inferway-llm-backend"
+"""Added by an openai route to its answers (``%UPSTREAM_CLUSTER%``); the script reads it for
+the ``backend`` label and removes it before the client sees it."""
+MAX_PLAIN_ANSWER = 16 * 1024 * 1024
+"""A plain (non-streamed) answer is sent to the processor for its ``usage`` up to this size
+(embeddings can be large); past it the answer still passes whole, its tokens estimated."""
 """Tokens between two progress reports (the first token is always reported)."""
 
 _SCRIPT = r"""
@@ -50,6 +58,8 @@ local NS = "inferway.llm"
 local CLUSTER = "@CLUSTER@"
 local PATH = "@PATH@"
 local EVERY = @EVERY@
+local BACKEND = "@BACKEND@"
+local MAX_PLAIN = @MAX_PLAIN@
 local SEPARATORS = {"\r\n\r\n", "\n\n", "\r\r"}
 
 local function boundary(s, init)
@@ -94,24 +104,67 @@ local function frame(body)
     math.floor(n / 256) % 256, n % 256) .. body
 end
 
-local function report(handle, id, t, final)
+local function report(handle, id, t, final, plain)
   local body = string.format(
-    '{"id":"%s","final":%s,"chunks":%d,"first":%s,"last":%s,"prompt":%s,"completion":%s,'
-    .. '"model":"%s","done":%s}',
-    id, tostring(final), t.chunks, t.first or "null", t.last or "null", t.prompt or "null",
-    t.completion or "null", t.model or "", tostring(t.done == true))
+    '{"id":"%s","final":%s,"status":%d,"route":"%s","backend":"%s","sse":%s,"chunks":%d,'
+    .. '"first":%s,"last":%s,"prompt":%s,"completion":%s,"model":"%s","done":%s,'
+    .. '"overflow":%s}\n',
+    id, tostring(final), t.status, t.route, t.backend, tostring(t.sse), t.chunks,
+    t.first or "null", t.last or "null", t.prompt or "null", t.completion or "null",
+    t.model or "", tostring(t.done == true), tostring(t.overflow == true))
+  if plain ~= nil then body = body .. plain end
   local headers = {[":method"] = "POST", [":path"] = PATH, [":authority"] = CLUSTER,
     ["content-type"] = "application/grpc", ["te"] = "trailers"}
   handle:httpCall(CLUSTER, headers, frame(body), 5000, not final)
 end
 
+local function safe(value)
+  if value == nil or string.find(value, '["\\%c]') then return "" end
+  return value
+end
+
+local function plain_answer(handle, id, t)
+  local parts, size = {}, 0
+  for chunk in handle:bodyChunks() do
+    local n = chunk:length()
+    if n > 0 and not t.overflow then
+      if size + n <= MAX_PLAIN then
+        parts[#parts + 1] = chunk:getBytes(0, n)
+        size = size + n
+      else
+        t.overflow = true
+      end
+    end
+  end
+  if t.overflow then parts = {} end
+  report(handle, id, t, true, table.concat(parts))
+end
+
 function envoy_on_response(handle)
   local meta = handle:streamInfo():dynamicMetadata():get(NS)
+  local headers = handle:headers()
+  local backend = headers:get(BACKEND)
+  headers:remove(BACKEND)
   if meta == nil or meta["id"] == nil then return end
-  local kind = string.lower(handle:headers():get("content-type") or "")
-  if not string.find(kind, "^%s*text/event%-stream") then return end
   local id, drop = meta["id"], meta["drop_usage"] == true
-  local t = {chunks = 0}
+  local kind = string.lower(headers:get("content-type") or "")
+  local t = {chunks = 0, status = tonumber(headers:get(":status")) or 0,
+    route = safe(handle:streamInfo():routeName()), backend = safe(backend),
+    sse = string.find(kind, "^%s*text/event%-stream") ~= nil}
+  if not t.sse then
+    local length = tonumber(headers:get("content-length") or "")
+    if length ~= nil and length <= MAX_PLAIN then
+      -- held whole (the client cannot use part of a JSON answer) until it is recorded
+      local body = handle:body()
+      local size = body and body:length() or 0
+      report(handle, id, t, true, size > 0 and body:getBytes(0, size) or "")
+      return
+    end
+    -- without a length, the client knows the answer ended when its last frame came, which
+    -- waits for the report: the next request sees this one's debit
+    headers:remove("content-length")
+    return plain_answer(handle, id, t)
+  end
   local tail, reported = "", 0
   local last, last_out
   for chunk in handle:bodyChunks() do
@@ -149,17 +202,21 @@ end
 """
 
 
-def stream_script(cluster: str) -> str:
-    """The Lua source, reporting to the processor's ``cluster``."""
+def stream_script(cluster: str, max_plain: int = MAX_PLAIN_ANSWER) -> str:
+    """The Lua source, reporting to the processor's ``cluster``; plain answers of up to
+    ``max_plain`` bytes are held whole in Envoy (its buffer limit bounds it) and read."""
     return (
         _SCRIPT.replace("@CLUSTER@", cluster)
         .replace("@PATH@", REPORT_PATH)
         .replace("@EVERY@", str(PROGRESS_EVERY))
+        .replace("@BACKEND@", BACKEND_HEADER)
+        .replace("@MAX_PLAIN@", str(min(max_plain, MAX_PLAIN_ANSWER)))
     )
 
 
-def build_stream_filter(cluster: str) -> hcm_pb2.HttpFilter:
-    config = lua_pb2.Lua(default_source_code={"inline_string": stream_script(cluster)})
+def build_stream_filter(cluster: str, max_plain: int) -> hcm_pb2.HttpFilter:
+    """``max_plain``: the listener's buffer limit (``llm.max_body_bytes``)."""
+    config = lua_pb2.Lua(default_source_code={"inline_string": stream_script(cluster, max_plain)})
     return hcm_pb2.HttpFilter(name=STREAM_FILTER, typed_config=pack(config))
 
 
