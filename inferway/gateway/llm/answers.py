@@ -58,7 +58,7 @@ def routed_body(
     if body is not None:
         common.body_mutation.body = body
     metadata = struct_pb2.Struct()
-    tags: dict[str, object] = {"model": model}
+    tags: dict[str, str | bool] = {"model": model}
     if stream_id:
         tags.update(id=stream_id, drop_usage=drop_usage)
     metadata.update({LLM_NAMESPACE: tags})

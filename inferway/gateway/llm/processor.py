@@ -1,12 +1,14 @@
 """The LLM processor's gRPC service: Envoy's external processor for ``openai`` routes.
 
 Per request Envoy opens one stream: the request's headers (the client's token limits are
-checked here, before a body is read or a backend asked), its whole body (the model picks the
-route; aliases and ``include_usage`` are rewritten in), the answer's headers (status, and
-the route and service that served it as Envoy attributes), then each chunk of the answer as
-it arrives (``STREAMED``: passed on at once, counted on the way). When the answer ends
-(before its last chunk is passed on, so the client's next request sees the debit), or the
-client goes away, the request is recorded once: metrics, the budget's debit, a span.
+checked here, before a body is read or a backend asked) and its whole body (the model picks
+the route; aliases and ``include_usage`` are rewritten in). Answers are not sent here:
+Envoy's Lua filter (xds/translate/llm_stream.py) reads them and reports on the stream's id
+(``report``): progress of a stream, then the end of the answer, before its end is passed
+on, so the client's next request sees the debit. The request is recorded once then, or
+when Envoy closes the stream without a final report (the client went away): metrics, the
+budget's debit, a span. Answer messages Envoy might still send (``response_headers``,
+``response_body``, ``STREAMED``) are handled as before.
 
 Envoy is configured to fail closed for this processor (a request it cannot ask about fails):
 the limits it enforces must not be skipped by crashing it. A stream that errors here is
@@ -85,6 +87,8 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self.errors = 0
         self.refused = 0
         self.reports = 0
+        self.answer_messages = 0
+        """ext_proc messages about answers (Envoy sends none: the Lua filter reads them)."""
         """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
         self._open: dict[str, tuple[LlmStream, LlmSettings]] = {}
         self._ids = itertools.count(1)
@@ -108,6 +112,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                     if stream.request is None:
                         return
                 elif kind == "response_headers" and stream is not None:
+                    self.answer_messages += 1
                     headers = _headers(request.response_headers)
                     stream.on_response_headers(
                         int(headers.get(":status", "0") or 0),
@@ -119,6 +124,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                         await self._finish(stream, settings)
                     yield pass_response_headers()
                 elif kind == "response_body" and stream is not None:
+                    self.answer_messages += 1
                     body = request.response_body
                     replacement = stream.on_response_chunk(
                         body.body, body.end_of_stream, self._clock()

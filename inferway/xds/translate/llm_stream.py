@@ -24,6 +24,7 @@ still go to it whole. Reports are gRPC-framed JSON on ``/inferway.llm.Tally/Repo
 
 from __future__ import annotations
 
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.lua.v3 import lua_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -216,7 +217,8 @@ def stream_script(cluster: str, max_plain: int = MAX_PLAIN_ANSWER) -> str:
 
 def build_stream_filter(cluster: str, max_plain: int) -> hcm_pb2.HttpFilter:
     """``max_plain``: the listener's buffer limit (``llm.max_body_bytes``)."""
-    config = lua_pb2.Lua(default_source_code={"inline_string": stream_script(cluster, max_plain)})
+    source = base_pb2.DataSource(inline_string=stream_script(cluster, max_plain))
+    config = lua_pb2.Lua(default_source_code=source)
     return hcm_pb2.HttpFilter(name=STREAM_FILTER, typed_config=pack(config))
 
 
