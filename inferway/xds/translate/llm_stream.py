@@ -166,6 +166,7 @@ function envoy_on_response(handle)
     headers:remove("content-length")
     return plain_answer(handle, id, t)
   end
+  if drop then headers:remove("content-length") end  -- the answer may get shorter
   local tail, reported = "", 0
   local last, last_out
   for chunk in handle:bodyChunks() do
