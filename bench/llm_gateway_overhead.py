@@ -1,8 +1,9 @@
 """The LLM gateway's overhead on streamed chat completions: time to first token (TTFT) and
 tokens/s straight to an OpenAI-style engine, through Envoy on a plain route (no external
 processor), and through Envoy on an ``openai`` route (the LLM processor reads the body,
-rewrites it for ``include_usage``, sees every chunk and drops the usage chunk), side by
-side in one run at each concurrency; plus the processor's CPU per request and per token.
+rewrites it for ``include_usage``; Envoy's Lua filter counts the answer's chunks, drops the
+usage chunk and reports once per stream), side by side in one run at each concurrency; plus
+the processor's CPU per request and per token.
 
 The engine is a small aiohttp SSE server in its own process (``--first-token-ms`` before the
 first chunk, ``--token-ms`` between chunks, ``--tokens`` chunks); the client is a Python

@@ -29,8 +29,11 @@ def _prompt_words(document: dict[str, Any]) -> int:
 
 
 class FakeOpenAI:
-    def __init__(self, name: str, token_delay: float = 0.0) -> None:
+    def __init__(self, name: str, token_delay: float = 0.0, split_events: bool = False) -> None:
+        """``split_events``: write each streamed event in two pieces, a moment apart (the
+        gateway then gets events cut in the middle)."""
         self.name = name
+        self.split_events = split_events
         self.port = 0
         self.status = 200
         self.token_delay = token_delay
@@ -96,11 +99,20 @@ class FakeOpenAI:
             piece = {"content": f"t{i} "} if chat else None
             choice = {"index": 0, "delta": piece} if chat else {"index": 0, "text": f"t{i} "}
             chunk = {"model": document["model"], "created": int(time.time()), "choices": [choice]}
-            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+            await self._event(response, b"data: " + orjson.dumps(chunk) + b"\n\n")
         options = document.get("stream_options") or {}
         if options.get("include_usage"):
             last = {"model": document["model"], "choices": [], "usage": usage}
-            await response.write(b"data: " + orjson.dumps(last) + b"\n\n")
-        await response.write(b"data: [DONE]\n\n")
+            await self._event(response, b"data: " + orjson.dumps(last) + b"\n\n")
+        await self._event(response, b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _event(self, response: web.StreamResponse, event: bytes) -> None:
+        if not self.split_events:
+            await response.write(event)
+            return
+        half = len(event) // 2
+        await response.write(event[:half])
+        await asyncio.sleep(0.02)  # its own chunk at the gateway
+        await response.write(event[half:])

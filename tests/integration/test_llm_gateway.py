@@ -324,3 +324,40 @@ async def test_with_the_processor_down_openai_routes_fail_closed(gateway: Traffi
     status, _, _ = await post(gw, chat("qwen"), {"x-api-key": "sk-a"})
     assert status == 500, "no request slips past the token limits"
     assert not gw.backends["qwen"].bodies
+
+
+async def test_answers_pass_without_waiting_on_the_processor_per_chunk(
+    gateway: TrafficGateway,
+) -> None:
+    """Envoy's Lua filter reads the answers; the processor hears once per answer (plus a
+    progress report per stream), never per chunk, and the client that asked for usage gets
+    its chunk."""
+    gw = gateway
+    assert gw.gateway is not None and gw.gateway.llm is not None
+    processor = gw.gateway.llm.processor
+    status, _, raw = await post(gw, chat("qwen", stream=True, usage=True, max_tokens=20))
+    assert status == 200
+    got = events(raw)
+    assert len(got) == 21 and got[-1]["usage"]["completion_tokens"] == 20
+    status, _, _ = await post(gw, chat("qwen"))
+    assert status == 200
+    assert processor.answer_messages == 0, "no ext_proc message about an answer"
+    # the stream: its first token, maybe its 17th, its end; the plain answer: its end
+    assert 2 <= processor.reports <= 4, processor.reports
+    assert sample(gw, "inferway_llm_tokens_total", route="qwen", type="output") == 26
+    assert sample(gw, "gen_ai_server_time_to_first_token_seconds_count", route="qwen") == 1
+
+
+async def test_events_cut_across_chunks_are_counted_and_the_usage_chunk_still_dropped() -> None:
+    split = FakeOpenAI("qwen", split_events=True)
+    policy = POLICY.replace("LLM_PORT", str(free_port()))
+    async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), split]) as gw:
+        status, _, raw = await post(gw, chat("qwen", stream=True, max_tokens=3))
+        assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
+        got = events(raw)
+        assert [e["choices"][0]["delta"]["content"] for e in got] == ["t0 ", "t1 ", "t2 "]
+        assert not any(e.get("usage") for e in got), "the gateway's usage chunk is dropped"
+        status, _, raw = await post(gw, chat("qwen", stream=True, usage=True, max_tokens=2))
+        assert events(raw)[-1]["usage"]["completion_tokens"] == 2
+        assert sample(gw, "inferway_llm_tokens_total", estimated="false", type="output") == 5
+        assert sample(gw, "inferway_llm_tokens_total", estimated="false", type="input") == 10

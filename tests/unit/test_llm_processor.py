@@ -156,3 +156,55 @@ def test_requests_it_cannot_serve_are_answered_with_a_reason() -> None:
         assert answer.immediate_response.status.code == status
         assert json.loads(answer.immediate_response.body)["error"]["code"] == code
     assert processor.errors == 0
+
+
+def test_a_stream_read_by_envoy_is_recorded_from_the_filter_report() -> None:
+    """Envoy's Lua filter reports a stream's end while the ext_proc stream is still open:
+    the request is recorded from it (usage, TTFT from the filter's wall-clock microseconds,
+    route and backend), once; Envoy closing the stream afterwards records nothing more."""
+    registry = CollectorRegistry()
+    processor = LlmProcessor(LlmMetrics(registry), LlmSettings(models={"m": "m"}))
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    messages = _conversation(body, [])[:2]
+
+    async def scenario() -> list[ep_pb2.ProcessingResponse]:
+        reported = asyncio.Event()
+
+        async def requests() -> AsyncIterator[ep_pb2.ProcessingRequest]:
+            for message in messages:
+                yield message
+            await reported.wait()  # Envoy keeps the stream open until the request ends
+
+        async def run() -> list[ep_pb2.ProcessingResponse]:
+            return [a async for a in processor.Process(requests(), None)]
+
+        task = asyncio.create_task(run())
+        while not processor._open:
+            await asyncio.sleep(0)
+        ((stream_id, (stream, _)),) = processor._open.items()
+        first_us = int((stream.wall_started + 0.25) * 1e6)
+        report = {
+            "id": stream_id, "final": True, "status": 200, "route": "r", "backend": "svc",
+            "sse": True, "chunks": 2, "first": first_us, "last": first_us + 50_000,
+            "prompt": 4, "completion": 2, "model": "m", "done": True, "overflow": False,
+        }  # fmt: skip
+        assert await processor.report(json.dumps(report).encode() + b"\n", None) == b""
+        reported.set()
+        return await task
+
+    answers = asyncio.run(scenario())
+    metadata = answers[1].dynamic_metadata.fields["inferway.llm"].struct_value.fields
+    assert metadata["drop_usage"].bool_value and metadata["id"].string_value
+    labels = {"route": "r", "model": "m", "backend": "svc", "client": _client(registry)}
+    tokens = "inferway_llm_tokens_total"
+    assert (
+        registry.get_sample_value(tokens, {**labels, "type": "output", "estimated": "false"}) == 2
+    )
+    requests_total = "inferway_llm_requests_total"
+    assert (
+        registry.get_sample_value(requests_total, {**labels, "stream": "true", "code": "200"}) == 1
+    )
+    ttft = "gen_ai_server_time_to_first_token_seconds_sum"
+    got = registry.get_sample_value(ttft, {"route": "r", "model": "m", "backend": "svc"})
+    assert got is not None and abs(got - 0.25) < 0.01
+    assert processor.answer_messages == 0 and not processor._open

@@ -45,16 +45,23 @@ def request_headers_continue() -> ep_pb2.ProcessingResponse:
     )
 
 
-def routed_body(model: str, body: bytes | None) -> ep_pb2.ProcessingResponse:
+def routed_body(
+    model: str, body: bytes | None, stream_id: str = "", drop_usage: bool = False
+) -> ep_pb2.ProcessingResponse:
     """Route on ``model`` (metadata + a cleared route cache; the cache is only cleared by an
     answer that mutates headers, hence the served-by removal), with ``body`` replacing the
-    client's when given."""
+    client's when given. ``stream_id`` and ``drop_usage`` are for Envoy's Lua filter
+    (xds/translate/llm_stream.py): which stream its report is about, and whether it removes
+    the usage chunk the gateway asked for."""
     mutation = ep_pb2.HeaderMutation(remove_headers=list(SERVED_BY_HEADERS))
     common = ep_pb2.CommonResponse(clear_route_cache=True, header_mutation=mutation)
     if body is not None:
         common.body_mutation.body = body
     metadata = struct_pb2.Struct()
-    metadata.update({LLM_NAMESPACE: {"model": model}})
+    tags: dict[str, str | bool] = {"model": model}
+    if stream_id:
+        tags.update(id=stream_id, drop_usage=drop_usage)
+    metadata.update({LLM_NAMESPACE: tags})
     return ep_pb2.ProcessingResponse(
         request_body=ep_pb2.BodyResponse(response=common), dynamic_metadata=metadata
     )

@@ -61,6 +61,10 @@ class LlmStream:
         self._plain = bytearray()
         self._plain_overflow = False
         self.finished = False
+        self.id = ""
+        """Names the stream in the Lua filter's reports (set when the body is read)."""
+        self.wall_started = 0.0
+        """``time.time()`` when ``started`` was taken: the filter's times are wall-clock."""
 
     def on_request(self, request: LlmRequest, prompt_bytes: int, route: str) -> None:
         self.request, self.prompt_bytes, self.route = request, prompt_bytes, route
@@ -93,6 +97,45 @@ class LlmStream:
         if not self.drop_usage:
             return None
         return b"".join(kept)  # an unfinished event waits for the next chunk
+
+    def on_envoy_report(self, report: Mapping[str, object], plain: bytes) -> None:
+        """What Envoy's Lua filter saw of the answer (llm_stream.py): its status, route and
+        backend; for a stream the chunks with text, the first and last of their times
+        (wall-clock microseconds), usage and model; for a plain answer its bytes (``plain``,
+        on the final report; none when it was too large: estimated)."""
+        if not self.status:
+            status, route, backend = (
+                report.get("status"),
+                report.get("route"),
+                report.get("backend"),
+            )
+            self.on_response_headers(
+                status if isinstance(status, int) else 0,
+                "text/event-stream" if report.get("sse") is True else "",
+                route if isinstance(route, str) and route else None,
+                backend if isinstance(backend, str) and backend else None,
+            )
+        if not self.sse:
+            if report.get("final") is True:
+                self._plain_overflow = report.get("overflow") is True
+                if not self._plain_overflow:
+                    self._plain = bytearray(plain)
+            return
+        tally = self.tally
+        chunks, first, last = report.get("chunks"), report.get("first"), report.get("last")
+        if isinstance(chunks, int):
+            tally.chunks = chunks
+        if isinstance(first, int):
+            tally.first_token_at = self.started + first / 1e6 - self.wall_started
+        if isinstance(last, int):
+            tally.last_token_at = self.started + last / 1e6 - self.wall_started
+        prompt, completion = report.get("prompt"), report.get("completion")
+        if isinstance(prompt, int) and isinstance(completion, int):
+            tally.usage = (prompt, completion)
+        model = report.get("model")
+        if isinstance(model, str) and model:
+            tally.response_model = model
+        tally.done = report.get("done") is True
 
     def usage(self) -> Usage:
         if self.sse:

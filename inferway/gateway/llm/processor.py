@@ -1,12 +1,14 @@
 """The LLM processor's gRPC service: Envoy's external processor for ``openai`` routes.
 
 Per request Envoy opens one stream: the request's headers (the client's token limits are
-checked here, before a body is read or a backend asked), its whole body (the model picks the
-route; aliases and ``include_usage`` are rewritten in), the answer's headers (status, and
-the route and service that served it as Envoy attributes), then each chunk of the answer as
-it arrives (``STREAMED``: passed on at once, counted on the way). When the answer ends
-(before its last chunk is passed on, so the client's next request sees the debit), or the
-client goes away, the request is recorded once: metrics, the budget's debit, a span.
+checked here, before a body is read or a backend asked) and its whole body (the model picks
+the route; aliases and ``include_usage`` are rewritten in). Answers are not sent here:
+Envoy's Lua filter (xds/translate/llm_stream.py) reads them and reports on the stream's id
+(``report``): progress of a stream, then the end of the answer, before its end is passed
+on, so the client's next request sees the debit. The request is recorded once then, or
+when Envoy closes the stream without a final report (the client went away): metrics, the
+budget's debit, a span. Answer messages Envoy might still send (``response_headers``,
+``response_body``, ``STREAMED``) are handled as before.
 
 Envoy is configured to fail closed for this processor (a request it cannot ask about fails):
 the limits it enforces must not be skipped by crashing it. A stream that errors here is
@@ -15,11 +17,14 @@ logged and counted; Envoy answers that client with an error.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import orjson
 from opentelemetry import trace
 
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
@@ -81,6 +86,13 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self.requests = 0
         self.errors = 0
         self.refused = 0
+        self.reports = 0
+        self.answer_messages = 0
+        """ext_proc messages about answers (Envoy sends none: the Lua filter reads them)."""
+        """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
+        self._open: dict[str, tuple[LlmStream, LlmSettings]] = {}
+        self._ids = itertools.count(1)
+        self._id_prefix = f"{os.getpid():x}-"
 
     async def Process(
         self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
@@ -100,6 +112,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                     if stream.request is None:
                         return
                 elif kind == "response_headers" and stream is not None:
+                    self.answer_messages += 1
                     headers = _headers(request.response_headers)
                     stream.on_response_headers(
                         int(headers.get(":status", "0") or 0),
@@ -111,6 +124,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                         await self._finish(stream, settings)
                     yield pass_response_headers()
                 elif kind == "response_body" and stream is not None:
+                    self.answer_messages += 1
                     body = request.response_body
                     replacement = stream.on_response_chunk(
                         body.body, body.end_of_stream, self._clock()
@@ -134,6 +148,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         headers = _headers(message)
         client = client_key(headers, settings.client_header, hashed=settings.hash_client)
         stream = LlmStream(client, operation_of(headers.get(":path", "")), self._clock())
+        stream.wall_started = time.time()
         if settings.budget is not None:
             refusal = await settings.budget.check(client)
             if refusal is not None:
@@ -162,10 +177,36 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         except BadRequest as bad:
             return error_answer(bad.status, bad.code, bad.message)
         stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))
-        return routed_body(prepared.model, prepared.body)
+        # Envoy's Lua filter reads the answer and reports on this id
+        stream.id = f"{self._id_prefix}{next(self._ids)}"
+        self._open[stream.id] = stream, settings
+        return routed_body(prepared.model, prepared.body, stream.id, stream.drop_usage)
+
+    async def report(self, raw: bytes, context: Any) -> bytes:
+        """A report of Envoy's Lua filter on an answer (llm_stream.py, gRPC-framed: a JSON
+        line, then a plain answer's bytes): progress of a stream, or the end of the answer
+        (recorded before Envoy passes its last chunk on).
+        Unknown ids (the stream already recorded, a processor restarted) are ignored."""
+        self.reports += 1
+        try:
+            head, _, plain = raw.partition(b"\n")
+            report = orjson.loads(head)
+            entry = self._open.get(str(report.get("id")))
+            if entry is not None:
+                stream, settings = entry
+                stream.on_envoy_report(report, plain)
+                if report.get("final") is True:
+                    await self._finish(stream, settings)
+        except Exception:
+            self.errors += 1
+            log.exception("LLM processor: a report from Envoy's stream filter failed")
+        return b""
 
     async def _finish(self, stream: LlmStream, settings: LlmSettings) -> None:
         """Record the request once; a failure here is logged, never the client's problem."""
+        self._open.pop(stream.id, None)
+        if stream.finished:
+            return
         try:
             exchange, usage = stream.outcome()
             self.metrics.record(exchange)

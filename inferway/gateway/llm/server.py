@@ -23,6 +23,7 @@ from inferway.gateway.llm.limits import BudgetStore, LimitSpec, MemoryBudgetStor
 from inferway.gateway.llm.metrics import LlmMetrics
 from inferway.gateway.llm.processor import LlmProcessor
 from inferway.policies.model import Policy
+from inferway.xds.translate.llm_stream import REPORT_PATH
 
 __all__ = ["LlmKeeper", "LlmServer", "build_llm_settings", "wanted_address"]
 
@@ -70,6 +71,13 @@ def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
 _UNCAPPED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
+def _report_handler(processor: LlmProcessor) -> grpc.GenericRpcHandler:
+    """``/inferway.llm.Tally/Report``: raw bytes in and out (the Lua filter sends JSON)."""
+    service, method = REPORT_PATH.strip("/").split("/")
+    handler = grpc.unary_unary_rpc_method_handler(processor.report)
+    return grpc.method_handlers_generic_handler(service, {method: handler})
+
+
 class LlmServer:
     """One gRPC server on ``host:port`` (port 0: the OS picks; ``port`` tells)."""
 
@@ -84,6 +92,7 @@ class LlmServer:
         # buffer, llm.max_body_bytes, is what bounds them)
         server = grpc.aio.server(options=_UNCAPPED)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
+        server.add_generic_rpc_handlers((_report_handler(self.processor),))
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         bound = server.add_insecure_port(address)
         if not bound:

@@ -5,9 +5,9 @@ two routes Envoy answers itself per API prefix.
 The request is held (headers and the whole body, ``BUFFERED``) while the processor reads the
 body's ``model``, checks the client's token limits and rewrites the body when needed; its
 answer carries ``inferway.llm`` dynamic metadata (``model``) and clears the route cache, so
-Envoy matches again and the route serving that model wins. Answers flow back ``STREAMED``:
-each chunk is passed on as soon as the processor has seen it (it counts tokens and times
-them), never buffered whole.
+Envoy matches again and the route serving that model wins. Answers never go to the
+processor chunk by chunk: Envoy's Lua filter (llm_stream.py) reads them as they pass and
+reports to the processor once per answer (twice or more for a long stream).
 
 Per prefix, ``<prefix>/models`` is answered by Envoy with the models the listener serves,
 and a last route catches a model no route on this listener serves (404). The filter runs on
@@ -42,12 +42,12 @@ from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.llm import llm_path
 from inferway.xds.translate._protos import duration, pack
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
+from inferway.xds.translate.llm_stream import BACKEND_HEADER
 
 __all__ = [
     "LLM_CLUSTER",
     "LLM_FILTER",
     "LLM_NAMESPACE",
-    "RESPONSE_ATTRIBUTES",
     "UNKNOWN_MODEL_ROUTE",
     "add_llm_route",
     "build_llm_cluster",
@@ -63,8 +63,6 @@ LLM_CLUSTER = "inferway_llm_processor"
 LLM_NAMESPACE = "inferway.llm"
 UNKNOWN_MODEL_ROUTE = "llm_unknown_model_"
 """Name prefix of the catch routes (``_`` is never in a policy name)."""
-RESPONSE_ATTRIBUTES = ("xds.route_name", "xds.cluster_name")
-"""Sent with the answer's headers: the route and service that served it (metric labels)."""
 
 
 def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
@@ -79,11 +77,11 @@ def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
             request_header_mode=mode.SEND,
             request_body_mode=mode.BUFFERED,
             request_trailer_mode=mode.SKIP,
-            response_header_mode=mode.SEND,
-            response_body_mode=mode.STREAMED,
+            # answers are read by Envoy's Lua filter (llm_stream.py), which reports here
+            response_header_mode=mode.SKIP,
+            response_body_mode=mode.NONE,
             response_trailer_mode=mode.SKIP,
         ),
-        response_attributes=list(RESPONSE_ATTRIBUTES),
         metadata_options=ext_proc_pb2.MetadataOptions(
             receiving_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
                 untyped=[LLM_NAMESPACE]
@@ -110,6 +108,12 @@ def add_llm_route(proto: rc_pb2.Route, route: RouteIR) -> None:
         )
     )
     proto.route.idle_timeout.CopyFrom(duration(route.llm.idle_timeout))
+    proto.response_headers_to_add.append(  # the backend label; the Lua filter removes it
+        base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key=BACKEND_HEADER, value="%UPSTREAM_CLUSTER%"),
+            append_action=base_pb2.HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD,
+        )
+    )
 
 
 def disable_llm_filter(proto: rc_pb2.Route) -> None:

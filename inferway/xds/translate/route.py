@@ -34,6 +34,7 @@ from inferway.xds.translate.llm import (
     build_unknown_model_route,
     disable_llm_filter,
 )
+from inferway.xds.translate.llm_stream import disable_stream_filter
 from inferway.xds.translate.load_balancing import ORCA_HEADER, build_hash_policy
 from inferway.xds.translate.mirror import add_route_mirror
 from inferway.xds.translate.rate_limit import add_route_rate_limit
@@ -94,6 +95,7 @@ def _listener_routes(listener: ListenerIR) -> list[rc_pb2.Route]:
         for proto in routes:
             if proto.name not in served:
                 disable_llm_filter(proto)
+                disable_stream_filter(proto)
     return routes
 
 

@@ -1,0 +1,227 @@
+"""The Lua filter that reads streamed OpenAI answers inside Envoy, so the LLM processor is
+asked once per stream instead of once per chunk.
+
+Every chunk of a streamed answer (``text/event-stream``) used to be one synchronous gRPC
+round trip to the Python processor: 100-200 us of its CPU per token, and under load a
+queue every stream's first token waited in. Here Envoy's Lua filter (LuaJIT, in Envoy's
+worker) splits the stream into events, counts the chunks with generated text, times the
+first and last of them, reads the ``usage`` chunk and, for a client that did not ask for
+usage (the processor's ``drop_usage`` metadata), removes that chunk from the bytes it passes
+on. The processor hears from it twice per stream at most, over its own gRPC port:
+
+- once a stream has its first token (and every 16 tokens after it), without waiting
+  (``asynchronous``): what has been counted so far, so a stream the client abandons is
+  still counted by the chunks seen;
+- at the end of the answer, synchronously, before the last chunk is passed on: the usage,
+  the chunk count and the token times; the processor records the request (metrics, the
+  budget's debit, a span) before the client has its answer.
+
+The script acts only on answers the processor tagged (``inferway.llm`` metadata ``id``,
+set when it read the request's body); any other answer is left alone. The processor tells
+Envoy not to send it the bodies of those streams (``mode_override``); plain JSON answers
+still go to it whole. Reports are gRPC-framed JSON on ``/inferway.llm.Tally/Report``.
+"""
+
+from __future__ import annotations
+
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.lua.v3 import lua_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from inferway.xds.translate._protos import pack
+
+__all__ = [
+    "BACKEND_HEADER",
+    "MAX_PLAIN_ANSWER",
+    "REPORT_PATH",
+    "STREAM_FILTER",
+    "build_stream_filter",
+    "disable_stream_filter",
+    "stream_script",
+]
+
+STREAM_FILTER = "inferway.llm_stream"
+REPORT_PATH = "/inferway.llm.Tally/Report"
+"""The processor's gRPC method for the script's reports (JSON in, empty answer)."""
+PROGRESS_EVERY = 16
+BACKEND_HEADER = "x-inferway-llm-backend"
+"""Added by an openai route to its answers (``%UPSTREAM_CLUSTER%``); the script reads it for
+the ``backend`` label and removes it before the client sees it."""
+MAX_PLAIN_ANSWER = 16 * 1024 * 1024
+"""A plain (non-streamed) answer is sent to the processor for its ``usage`` up to this size
+(embeddings can be large); past it the answer still passes whole, its tokens estimated."""
+"""Tokens between two progress reports (the first token is always reported)."""
+
+_SCRIPT = r"""
+local NS = "inferway.llm"
+local CLUSTER = "@CLUSTER@"
+local PATH = "@PATH@"
+local EVERY = @EVERY@
+local BACKEND = "@BACKEND@"
+local MAX_PLAIN = @MAX_PLAIN@
+local SEPARATORS = {"\r\n\r\n", "\n\n", "\r\r"}
+
+local function boundary(s, init)
+  local first, last
+  for _, sep in ipairs(SEPARATORS) do
+    local a, b = string.find(s, sep, init, true)
+    if a and (first == nil or a < first) then first, last = a, b end
+  end
+  return first, last
+end
+
+local function account(t, event, now)
+  if string.find(event, "^%s*data:%s*%[DONE%]") or string.find(event, "\ndata:%s*%[DONE%]") then
+    t.done = true
+    return false
+  end
+  if not string.find(event, "data") then return false end
+  local model = string.match(event, '"model"%s*:%s*"([^"\\]*)"')
+  if model and model ~= "" then t.model = model end
+  local usage_only = false
+  local at = string.find(event, '"usage"%s*:%s*{')
+  if at then
+    local prompt = string.match(event, '"prompt_tokens"%s*:%s*(%d+)', at)
+    if prompt then
+      t.prompt = prompt
+      t.completion = string.match(event, '"completion_tokens"%s*:%s*(%d+)', at) or "0"
+      usage_only = not string.find(event, '"choices"%s*:%s*%[%s*[^%]%s]')
+    end
+  end
+  if string.find(event, '"content"%s*:%s*"[^"]') or string.find(event, '"text"%s*:%s*"[^"]')
+      or string.find(event, '"tool_calls"%s*:%s*%[%s*[^%]%s]') then
+    t.chunks = t.chunks + 1
+    if t.first == nil then t.first = now end
+    t.last = now
+  end
+  return usage_only
+end
+
+local function frame(body)
+  local n = #body
+  return string.char(0, math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+    math.floor(n / 256) % 256, n % 256) .. body
+end
+
+local function report(handle, id, t, final, plain)
+  local body = string.format(
+    '{"id":"%s","final":%s,"status":%d,"route":"%s","backend":"%s","sse":%s,"chunks":%d,'
+    .. '"first":%s,"last":%s,"prompt":%s,"completion":%s,"model":"%s","done":%s,'
+    .. '"overflow":%s}\n',
+    id, tostring(final), t.status, t.route, t.backend, tostring(t.sse), t.chunks,
+    t.first or "null", t.last or "null", t.prompt or "null", t.completion or "null",
+    t.model or "", tostring(t.done == true), tostring(t.overflow == true))
+  if plain ~= nil then body = body .. plain end
+  local headers = {[":method"] = "POST", [":path"] = PATH, [":authority"] = CLUSTER,
+    ["content-type"] = "application/grpc", ["te"] = "trailers"}
+  handle:httpCall(CLUSTER, headers, frame(body), 5000, not final)
+end
+
+local function safe(value)
+  if value == nil or string.find(value, '["\\%c]') then return "" end
+  return value
+end
+
+local function plain_answer(handle, id, t)
+  local parts, size = {}, 0
+  for chunk in handle:bodyChunks() do
+    local n = chunk:length()
+    if n > 0 and not t.overflow then
+      if size + n <= MAX_PLAIN then
+        parts[#parts + 1] = chunk:getBytes(0, n)
+        size = size + n
+      else
+        t.overflow = true
+      end
+    end
+  end
+  if t.overflow then parts = {} end
+  report(handle, id, t, true, table.concat(parts))
+end
+
+function envoy_on_response(handle)
+  local meta = handle:streamInfo():dynamicMetadata():get(NS)
+  local headers = handle:headers()
+  local backend = headers:get(BACKEND)
+  headers:remove(BACKEND)
+  if meta == nil or meta["id"] == nil then return end
+  local id, drop = meta["id"], meta["drop_usage"] == true
+  local kind = string.lower(headers:get("content-type") or "")
+  local t = {chunks = 0, status = tonumber(headers:get(":status")) or 0,
+    route = safe(handle:streamInfo():routeName()), backend = safe(backend),
+    sse = string.find(kind, "^%s*text/event%-stream") ~= nil}
+  if not t.sse then
+    local length = tonumber(headers:get("content-length") or "")
+    if length ~= nil and length <= MAX_PLAIN then
+      -- held whole (the client cannot use part of a JSON answer) until it is recorded
+      local body = handle:body()
+      local size = body and body:length() or 0
+      report(handle, id, t, true, size > 0 and body:getBytes(0, size) or "")
+      return
+    end
+    -- without a length, the client knows the answer ended when its last frame came, which
+    -- waits for the report: the next request sees this one's debit
+    headers:remove("content-length")
+    return plain_answer(handle, id, t)
+  end
+  if drop then headers:remove("content-length") end  -- the answer may get shorter
+  local tail, reported = "", 0
+  local last, last_out
+  for chunk in handle:bodyChunks() do
+    local size = chunk:length()
+    local data = tail
+    if size > 0 then data = tail .. chunk:getBytes(0, size) end
+    local now = handle:timestampString(EnvoyTimestampResolution.MICROSECOND)
+    local kept = {}
+    local pos = 1
+    while true do
+      local a, b = boundary(data, pos)
+      if a == nil then break end
+      local event = string.sub(data, pos, b)
+      if not (account(t, event, now) and drop) then kept[#kept + 1] = event end
+      pos = b + 1
+    end
+    tail = string.sub(data, pos)
+    if drop then
+      last_out = table.concat(kept)
+      chunk:setBytes(last_out)
+    end
+    last = chunk
+    if t.chunks > reported and (reported == 0 or t.chunks - reported >= EVERY) then
+      reported = t.chunks
+      report(handle, id, t, false)
+    end
+  end
+  if tail ~= "" then
+    local now = handle:timestampString(EnvoyTimestampResolution.MICROSECOND)
+    local dropped = string.find(tail, "%S") and account(t, tail, now) and drop
+    if drop and last ~= nil and not dropped then last:setBytes(last_out .. tail) end
+  end
+  report(handle, id, t, true)
+end
+"""
+
+
+def stream_script(cluster: str, max_plain: int = MAX_PLAIN_ANSWER) -> str:
+    """The Lua source, reporting to the processor's ``cluster``; plain answers of up to
+    ``max_plain`` bytes are held whole in Envoy (its buffer limit bounds it) and read."""
+    return (
+        _SCRIPT.replace("@CLUSTER@", cluster)
+        .replace("@PATH@", REPORT_PATH)
+        .replace("@EVERY@", str(PROGRESS_EVERY))
+        .replace("@BACKEND@", BACKEND_HEADER)
+        .replace("@MAX_PLAIN@", str(min(max_plain, MAX_PLAIN_ANSWER)))
+    )
+
+
+def build_stream_filter(cluster: str, max_plain: int) -> hcm_pb2.HttpFilter:
+    """``max_plain``: the listener's buffer limit (``llm.max_body_bytes``)."""
+    source = base_pb2.DataSource(inline_string=stream_script(cluster, max_plain))
+    config = lua_pb2.Lua(default_source_code=source)
+    return hcm_pb2.HttpFilter(name=STREAM_FILTER, typed_config=pack(config))
+
+
+def disable_stream_filter(proto: rc_pb2.Route) -> None:
+    proto.typed_per_filter_config[STREAM_FILTER].CopyFrom(pack(lua_pb2.LuaPerRoute(disabled=True)))
