@@ -18,7 +18,7 @@ from tests.envoy_process import free_port
 from tests.integration.test_verify import run_verify_cli
 from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
 from tests.openai_fake import FakeOpenAI
-from tests.traffic_harness import TrafficGateway
+from tests.traffic_harness import NODE_ID, TrafficGateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -191,3 +191,24 @@ async def test_verify_fails_engines_that_break_their_streams_saying_which(
     garbled = failed["model garbled (route garbled) POST /v1/chat/completions stream"]
     assert garbled["check"] == "stream integrity"
     assert garbled["detail"].startswith("event ") and "is not JSON" in garbled["detail"]
+
+
+async def test_verify_of_one_envoy_named_by_the_control_plane_checks_its_openai_routes(
+    tmp_path: Path,
+) -> None:
+    engines = [FakeOpenAI("cut"), FakeOpenAI("garbled", stream_fault="bad_json")]
+    async with TrafficGateway(BROKEN.replace("LLM_PORT", str(free_port())), engines) as gw:
+        assert gw.gateway is not None
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(gw.render(), encoding="utf-8")
+        code, out, err = await run_verify_cli(
+            "-f", str(policy), "--admin", gw.gateway.admin.url, "--envoy", NODE_ID,
+            "--requests", "5", "-o", "json",
+        )  # fmt: skip
+    assert code == 4, out + err
+    document = json.loads(out)
+    (row,) = document["envoys"]
+    assert row["node"] == NODE_ID and row["reachable"] is True, row
+    failed = [c["where"] for c in row["run"]["openai"]["checks"] if not c["ok"]]
+    assert failed == ["model garbled (route garbled) POST /v1/chat/completions stream"], row
+    assert "bar 'openai routes (routing, streams, usage, 404)' missed" in document["verdict"]
