@@ -14,6 +14,7 @@ timing does not see. Load is aimed at loopback only unless ``--allow-remote`` (l
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ def _quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q * len(ordered))))
     return ordered[rank - 1]
 
 
