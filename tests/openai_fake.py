@@ -3,14 +3,16 @@
 token per chunk, ``include_usage`` honoured as OpenAI does) or not, with its own ``usage``
 (prompt tokens: the prompt's whitespace-separated words; completion tokens: ``max_tokens``,
 default 8). Tests set ``status`` to make it refuse (429, 503) and read ``bodies`` to see what
-reached it. The real engine (llama.cpp) is tests/llm_engine.py's.
+reached it; ``first_token_delay`` makes its streams slow to start (a canary with a worse
+TTFT); ``stream_fault`` breaks its streams (``"no_done"``: ends without ``data: [DONE]``;
+``"bad_json"``: one chunk is not JSON). The real engine (llama.cpp) is tests/llm_engine.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from aiohttp import web
@@ -29,7 +31,15 @@ def _prompt_words(document: dict[str, Any]) -> int:
 
 
 class FakeOpenAI:
-    def __init__(self, name: str, token_delay: float = 0.0, split_events: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        token_delay: float = 0.0,
+        split_events: bool = False,
+        *,
+        first_token_delay: float = 0.0,
+        stream_fault: Literal["no_done", "bad_json"] | None = None,
+    ) -> None:
         """``split_events``: write each streamed event in two pieces, a moment apart (the
         gateway then gets events cut in the middle)."""
         self.name = name
@@ -37,6 +47,8 @@ class FakeOpenAI:
         self.port = 0
         self.status = 200
         self.token_delay = token_delay
+        self.first_token_delay = first_token_delay
+        self.stream_fault = stream_fault
         self.bodies: list[bytes] = []
         self.usages: list[tuple[int, int]] = []
         """The usage it reported, per answered request."""
@@ -93,9 +105,14 @@ class FakeOpenAI:
             headers={"content-type": "text/event-stream", "x-engine": self.name}
         )
         await response.prepare(request)
+        if self.first_token_delay:
+            await asyncio.sleep(self.first_token_delay)
         for i in range(count):
             if self.token_delay:
                 await asyncio.sleep(self.token_delay)
+            if self.stream_fault == "bad_json" and i == count // 2:
+                await self._event(response, b"data: {not json\n\n")
+                continue
             piece = {"content": f"t{i} "} if chat else None
             choice = {"index": 0, "delta": piece} if chat else {"index": 0, "text": f"t{i} "}
             chunk = {"model": document["model"], "created": int(time.time()), "choices": [choice]}
@@ -104,7 +121,8 @@ class FakeOpenAI:
         if options.get("include_usage"):
             last = {"model": document["model"], "choices": [], "usage": usage}
             await self._event(response, b"data: " + orjson.dumps(last) + b"\n\n")
-        await self._event(response, b"data: [DONE]\n\n")
+        if self.stream_fault != "no_done":
+            await self._event(response, b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 

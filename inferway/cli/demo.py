@@ -4,6 +4,7 @@ the demo runner (``devtools``, which nothing else in the product imports)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -35,11 +36,21 @@ def demo(
             help="Then a rollout scene: v2 promoted step by step, a bad v3 rolled back.",
         ),
     ] = False,
+    llm: Annotated[
+        bool,
+        typer.Option(
+            "--llm",
+            help="Instead: one streamed request through Envoy to a real LLM engine, with its "
+            "TTFT, tokens and cost (says how to install the engine when it is not).",
+        ),
+    ] = False,
 ) -> None:
     """Canary demo: two backends, Envoy at 10% canary, then a live edit to 50%."""
     from inferway.backends.install_check import missing_backend_message, missing_backend_modules
     from inferway.xds.envoy_binary import find_envoy
 
+    if llm:
+        _llm_scene(find_envoy)
     missing = missing_backend_modules()
     if missing:  # a gateway-only or core-only install (docs/install.md)
         typer.echo(missing_backend_message("demo", missing), err=True)
@@ -57,3 +68,17 @@ def demo(
             run_demo(once=once, requests=requests, trace=trace, mtls=mtls, rollout=rollout)
         )
     )
+
+
+def _llm_scene(find_envoy: Callable[[], object]) -> None:
+    """``--llm``: the LLM scene alone (devtools.demo_llm); needs Envoy, not the ONNX backend."""
+    try:
+        find_envoy()
+    except FileNotFoundError as exc:
+        typer.echo(f"inferway demo --llm: {exc}", err=True)
+        raise typer.Exit(EXIT_CANNOT_START) from None
+    from inferway.console import make_console
+    from inferway.devtools.demo_llm import run_llm_scene
+
+    configure_logging("warning")
+    raise typer.Exit(run_event_loop(run_llm_scene(make_console(soft_wrap=False))))

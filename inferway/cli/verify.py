@@ -37,6 +37,7 @@ from inferway.tools.verify.fleet import envoy_targets
 from inferway.tools.verify.fleet_report import render_fleet
 from inferway.tools.verify.live import rollout_weights
 from inferway.tools.verify.load import is_loopback
+from inferway.tools.verify.openai_checks import openai_targets
 from inferway.tools.verify.report import render_run
 from inferway.tools.verify.routes import load_verify_routes
 from inferway.tools.verify.run import VerifySettings, run_verify
@@ -187,6 +188,9 @@ def verify(
     route and feature rule and must reach the pools it names (--min-correct), the pools'
     activation frequencies must fit their weights (chi-square), optionally a locust load
     run (--users) must meet the p99 SLA, and cost/utilisation are read when available.
+    OpenAI routes: each model and alias reaches its backends, streams are well-formed SSE
+    ending with [DONE] and no unasked usage chunk, plain answers carry usage, an unknown
+    model gets a 404; with --users their streaming load run reports TTFT, ITL and tokens/s.
     Exit 0 every bar met, 1 invalid policy, 2 usage (a missing extra, non-loopback load),
     3 gateway unreachable, 4 a bar missed.
 
@@ -242,7 +246,8 @@ def verify(
         raise _fail(message, EXIT_CANNOT_START)
     weights = _live_weights(admin) if admin else {}
     try:
-        _, routes = load_verify_routes(file, urlsplit(gateway).port, weights)
+        policy, routes = load_verify_routes(file, urlsplit(gateway).port, weights)
+        openai = openai_targets(policy, urlsplit(gateway).port, weights)
     except (PolicyError, ResolveError) as error:
         issues = error.issues if isinstance(error, PolicyError) else []
         if issues:
@@ -251,7 +256,7 @@ def verify(
             make_console(stderr=True).print(Text(f"{file}: {error}", style="red"))
         raise typer.Exit(EXIT_INVALID) from None
     _reachable(gateway)
-    document = asyncio.run(run_verify(str(file), gateway, routes, settings))
+    document = asyncio.run(run_verify(str(file), gateway, routes, settings, openai))
     if json_file is not None:
         with json_file.open("w", encoding="utf-8") as stream:
             write_document(document, OutputFormat.json, stream)

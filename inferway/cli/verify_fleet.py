@@ -29,6 +29,7 @@ from inferway.tools.verify.fleet import (
 )
 from inferway.tools.verify.fleet_run import run_fleet
 from inferway.tools.verify.load import is_loopback
+from inferway.tools.verify.openai_checks import OpenAITarget, openai_targets
 from inferway.tools.verify.routes import VerifyRoute, load_verify_routes
 from inferway.tools.verify.run import VerifySettings
 
@@ -140,6 +141,9 @@ def verify_fleet(
         _, routes = load_verify_routes(file, port, overrides)
         return routes
 
+    def openai_for(overrides: Mapping[str, Mapping[str, float]]) -> list[OpenAITarget]:
+        return openai_targets(policy, port, overrides)
+
     return asyncio.run(
         run_fleet(
             str(file),
@@ -152,5 +156,6 @@ def verify_fleet(
             routes_for=routes_for,
             settings=settings,
             problems=problems,
+            openai_for=openai_for,
         )
     )

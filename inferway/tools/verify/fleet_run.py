@@ -15,13 +15,16 @@ from inferway.tools.verify.fleet import (
     fleet_document,
     gateway_url,
 )
+from inferway.tools.verify.openai_checks import OpenAITarget
 from inferway.tools.verify.routes import VerifyRoute
 from inferway.tools.verify.run import VerifySettings, run_verify
 
-__all__ = ["RoutesFor", "run_fleet"]
+__all__ = ["OpenAIFor", "RoutesFor", "run_fleet"]
 
 RoutesFor = Callable[[Mapping[str, Mapping[str, float]]], list[VerifyRoute]]
 """The policy's routes on the checked listener with these weight overrides."""
+OpenAIFor = Callable[[Mapping[str, Mapping[str, float]]], list[OpenAITarget]]
+"""Its openai routes there, likewise (openai_checks.py)."""
 
 
 def _row(target: EnvoyTarget, gateway: str | None) -> dict[str, Any]:
@@ -66,6 +69,7 @@ async def run_fleet(
     routes_for: RoutesFor,
     settings: VerifySettings,
     problems: Sequence[str] = (),
+    openai_for: OpenAIFor | None = None,
 ) -> dict[str, Any]:
     """The fleet document: every target checked at ``port`` on its own address, against the
     split its group is served on ``listeners`` (``backends``: policy route -> services)."""
@@ -94,7 +98,8 @@ async def run_fleet(
                 f"config not in sync: it has not ACKed the snapshot its group is served "
                 f"({target.served_version}); routes ACKed: {target.acked_routes}"
             )
-        run = await run_verify(policy, url, routes_for(overrides), settings)
+        openai = openai_for(overrides) if openai_for is not None else None
+        run = await run_verify(policy, url, routes_for(overrides), settings, openai)
         row["run"] = run
         row["ok"] = bool(run["ok"]) and not row["problems"]
         rows.append(row)

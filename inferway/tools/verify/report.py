@@ -4,7 +4,7 @@ that was measured is met; a part that was not run or could not measure is no fai
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -14,6 +14,8 @@ from rich.text import Text
 from inferway.tools.verify.cost import CostReport
 from inferway.tools.verify.functional import FunctionalReport
 from inferway.tools.verify.load import LoadReport
+from inferway.tools.verify.openai_checks import OpenAICheck
+from inferway.tools.verify.openai_load import LLMLoadReport
 from inferway.tools.verify.stats import ChiSquare
 
 __all__ = ["VerifyRun", "render_run", "run_document"]
@@ -27,6 +29,8 @@ class VerifyRun:
     load: LoadReport | None
     cost: CostReport
     png: str | None = None
+    openai: list[OpenAICheck] = field(default_factory=list)
+    llm_load: LLMLoadReport | None = None
 
 
 def _chi(test: ChiSquare) -> dict[str, Any]:
@@ -50,8 +54,10 @@ def _bars(run: VerifyRun) -> list[dict[str, Any]]:
         {
             "name": "routed correctly",
             "target": f">= {f.bar:g}%",
-            "measured": f"{f.correctness:.2f}% ({f.correct}/{f.requests})",
-            "ok": f.correctness >= f.bar,
+            "measured": f"{f.correctness:.2f}% ({f.correct}/{f.requests})"
+            if f.requests or not run.openai
+            else "no requests: the policy has openai routes only",
+            "ok": f.correctness >= f.bar if f.requests or not run.openai else None,
         },
         {
             "name": "activation frequency (all pools)",
@@ -85,6 +91,25 @@ def _bars(run: VerifyRun) -> list[dict[str, Any]]:
                 "target": f"<= {s.max_error_percent:g}%",
                 "measured": f"{run.load.error_percent:.2f}%",
                 "ok": run.load.error_percent <= s.max_error_percent,
+            }
+        )
+    if run.openai:
+        passed = sum(c.ok for c in run.openai)
+        bars.append(
+            {
+                "name": "openai routes (routing, streams, usage, 404)",
+                "target": "every check passes",
+                "measured": f"{passed}/{len(run.openai)} passed",
+                "ok": passed == len(run.openai),
+            }
+        )
+    if run.llm_load is not None:
+        bars.append(
+            {
+                "name": "openai load errors",
+                "target": f"<= {run.llm_load.max_error_percent:g}%",
+                "measured": f"{run.llm_load.error_percent:.2f}% of {run.llm_load.requests}",
+                "ok": run.llm_load.ok,
             }
         )
     mean = run.cost.mean_utilization
@@ -157,6 +182,11 @@ def run_document(run: VerifyRun) -> dict[str, Any]:
             "unreached_routes": f.unreached,
         },
         "load": load,
+        "openai": {
+            "ok": all(c.ok for c in run.openai),
+            "checks": [c.document() for c in run.openai],
+            "load": run.llm_load.document() if run.llm_load is not None else None,
+        },
         "cost": {
             "available": bool(run.cost.cost or run.cost.utilization),
             "source": run.cost.source,
@@ -228,6 +258,7 @@ def render_run(document: dict[str, Any], console: Console, *, mismatches: int = 
         generator = load.get("load_generator")
         if generator:
             console.print(Text(_generator_line(generator, load["sla_p99_ms"])))
+    _render_openai(document.get("openai") or {}, console)
     cost = document["cost"]
     if not cost["available"]:
         console.print(f"cost and utilisation: {cost['note'] or 'not available'}")
@@ -235,3 +266,25 @@ def render_run(document: dict[str, Any], console: Console, *, mismatches: int = 
         labels = ",".join(f"{k}={v}" for k, v in sorted(sample["labels"].items()))
         console.print(f"{sample['name']}{{{labels}}} {sample['value']:g}")
     console.print(_verdict(document["ok"]))
+
+
+def _render_openai(openai: dict[str, Any], console: Console) -> None:
+    """The OpenAI routes' checks (failed ones first) and their load run's TTFT/ITL/tokens."""
+    checks = sorted(openai.get("checks") or [], key=lambda c: bool(c["ok"]))
+    if checks:
+        table = Table(title="openai routes", title_justify="left")
+        for column in ("check", "request", "detail", "verdict"):
+            table.add_column(column)
+        for c in checks:
+            table.add_row(c["check"], c["where"], c["detail"], _verdict(c["ok"]))
+        console.print(table)
+    load = openai.get("load")
+    if load is not None:
+        t, i = load["ttft_ms"], load["itl_ms"]
+        console.print(
+            f"openai load: {load['users']} streams for {load['duration_s']:.1f}s: "
+            f"{load['requests']} requests, {load['tokens']} tokens, "
+            f"{load['tokens_per_s']:.1f} tokens/s; TTFT p50 {t['p50'] or 0:.1f} / p99 "
+            f"{t['p99'] or 0:.1f} ms; ITL p50 {i['p50'] or 0:.1f} / p99 {i['p99'] or 0:.1f} ms; "
+            f"{load['errors']} errors"
+        )

@@ -82,13 +82,16 @@ def routes_of(
     weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[VerifyRoute]:
     """The policy's routes served on the listener at ``listener_port`` (every route when no
-    listener has that port), in match order; ``features``: route name -> its feature rule;
+    listener has that port), in match order, but its openai routes (openai_checks.py);
+    ``features``: route name -> its feature rule;
     ``weights``: route name -> service -> weight, the live overrides (a rollout's step)."""
     weights = weights or {}
     names = {lst.name for lst in policy.listeners if lst.port == listener_port}
     rollouts = {r.route: r for r in policy.rollouts}
     out: list[VerifyRoute] = []
     for route in policy.routes:
+        if getattr(route, "openai", None) is not None:
+            continue  # routed on the body's model, not its match: openai_checks.py
         if names and route.listeners is not None and not names & set(route.listeners):
             continue
         rollout = rollouts.get(route.name)

@@ -15,6 +15,8 @@ from inferway.tools.verify.cost import read_cost
 from inferway.tools.verify.expect import Outcome, expect
 from inferway.tools.verify.functional import run_functional, summarize
 from inferway.tools.verify.load import LoadReport, LoadSettings, run_load
+from inferway.tools.verify.openai_checks import OpenAITarget, run_openai_checks
+from inferway.tools.verify.openai_load import LLMLoadReport, run_llm_load
 from inferway.tools.verify.report import VerifyRun, run_document
 from inferway.tools.verify.routes import VerifyRoute
 
@@ -44,30 +46,54 @@ class VerifySettings:
     min_utilization: float | None = None
     png: Path | None = None
     seed: int = 0
+    llm_max_tokens: int = 16
+    """Tokens each streamed request of the OpenAI load run asks for."""
 
 
 async def run_verify(
-    policy: str, gateway: str, routes: list[VerifyRoute], settings: VerifySettings
+    policy: str,
+    gateway: str,
+    routes: list[VerifyRoute],
+    settings: VerifySettings,
+    openai: list[OpenAITarget] | None = None,
 ) -> dict[str, Any]:
-    """The verdict document (docs/verify.md) of ``gateway`` against ``routes``."""
+    """The verdict document (docs/verify.md) of ``gateway`` against ``routes`` and the
+    ``openai`` routes (openai_checks.py; their load run beside locust's with ``users``)."""
+    openai = openai or []
     probes, coverage = generate_probes(routes, seed=settings.seed)
     silent = {r.name for r in routes if not r.served_by}
     for name in sorted(silent):
         coverage.uncovered.append(f"route {name}: served_by_headers off, its pool is not visible")
     probes = [p for p in probes if expect(routes, p).route not in silent]
-    observations = await run_functional(
-        gateway,
-        routes,
-        probes,
-        requests=settings.requests,
-        concurrency=settings.concurrency,
+    # a policy of openai routes only has nothing for the generic check: its bar is n/a
+    observations = (
+        await run_functional(
+            gateway,
+            routes,
+            probes,
+            requests=settings.requests,
+            concurrency=settings.concurrency,
+        )
+        if probes
+        else []
     )
     functional = summarize(
         observations, routes, coverage, bar=settings.min_correct, alpha=settings.alpha
     )
+    checks = await run_openai_checks(gateway, openai) if openai else []
+    llm_load: LLMLoadReport | None = None
+    if openai and settings.users is not None:
+        llm_load = await run_llm_load(
+            gateway,
+            openai,
+            users=settings.users,
+            duration_s=settings.duration_s,
+            max_tokens=settings.llm_max_tokens,
+            max_error_percent=settings.max_error_percent,
+        )
     load: LoadReport | None = None
     png: str | None = None
-    if settings.users is not None:
+    if settings.users is not None and (routes or not openai):
         served = [p for p in probes if expect(routes, p).outcome is Outcome.pool]
         load_settings = LoadSettings(
             users=settings.users,
@@ -87,4 +113,5 @@ async def run_verify(
     cost = await asyncio.to_thread(
         read_cost, settings.prometheus, settings.admin, min_utilization=settings.min_utilization
     )
-    return run_document(VerifyRun(policy, gateway, functional, load, cost, png))
+    run = VerifyRun(policy, gateway, functional, load, cost, png, checks, llm_load)
+    return run_document(run)
