@@ -126,6 +126,24 @@ async def test_the_body_model_or_an_alias_picks_the_backend(gateway: TrafficGate
     assert listed == {"tiny-llama", "gpt-4o-mini", "qwen"}
 
 
+async def test_a_request_outside_the_openai_prefix_is_not_the_processors(
+    gateway: TrafficGateway,
+) -> None:
+    """Envoy's own 404 for a path no route serves, not the processor's 400 (missing body or
+    model): the processor lets such a request go at its headers."""
+    gw = gateway
+    assert gw.session is not None and gw.gateway is not None and gw.gateway.llm is not None
+    processor = gw.gateway.llm.processor
+    before = processor.foreign
+    async with gw.session.get(gw.url + "/nope") as response:
+        assert response.status == 404, await response.text()
+    async with gw.session.post(gw.url + "/v1beta/chat", json={}) as response:
+        assert response.status == 404, await response.text()
+    assert processor.foreign == before + 2
+    async with gw.session.get(gw.url + "/v1/models") as response:  # still the OpenAI prefix
+        assert response.status == 200
+
+
 async def test_a_stream_is_counted_from_usage_the_client_did_not_ask_for(
     gateway: TrafficGateway,
 ) -> None:

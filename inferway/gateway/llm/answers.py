@@ -11,6 +11,7 @@ import orjson
 from google.protobuf import struct_pb2
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import external_processor_pb2 as ep_pb2
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.xds.translate.llm import LLM_NAMESPACE
@@ -18,6 +19,7 @@ from inferway.xds.translate.served_by import SERVED_BY_HEADERS
 
 __all__ = [
     "error_answer",
+    "let_go",
     "pass_response_body",
     "pass_response_headers",
     "request_headers_continue",
@@ -29,6 +31,22 @@ def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
     return base_pb2.HeaderValueOption(
         header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
         append_action=base_pb2.HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+def let_go() -> ep_pb2.ProcessingResponse:
+    """Not this processor's request: continue untouched and send it nothing more (its body
+    is not buffered; the filter's ``allow_mode_override`` lets this answer say so)."""
+    mode = processing_mode_pb2.ProcessingMode
+    return ep_pb2.ProcessingResponse(
+        request_headers=ep_pb2.HeadersResponse(),
+        mode_override=mode(
+            request_body_mode=mode.NONE,
+            request_trailer_mode=mode.SKIP,
+            response_header_mode=mode.SKIP,
+            response_body_mode=mode.NONE,
+            response_trailer_mode=mode.SKIP,
+        ),
     )
 
 

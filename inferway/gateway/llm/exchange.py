@@ -37,6 +37,9 @@ class LlmSettings:
     ask_for_usage: frozenset[str] | None = None
     """Served models whose streams get ``include_usage`` added (``openai.ask_for_usage``;
     None: every model)."""
+    prefixes: tuple[str, ...] = ("/v1",)
+    """The openai routes' path prefixes: a request outside all of them is not the
+    processor's (a route of another kind, or none: Envoy's own 404)."""
     client_header: str = "x-api-key"
     hash_client: bool = True
     budget: TokenBudget | None = None

@@ -17,6 +17,7 @@ logged and counted; Envoy answers that client with an error.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -35,6 +36,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 )
 from inferway.gateway.llm.answers import (
     error_answer,
+    let_go,
     pass_response_body,
     pass_response_headers,
     request_headers_continue,
@@ -49,6 +51,8 @@ __all__ = ["LlmProcessor"]
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("inferway.gateway.llm")
+REPORT_GRACE_S = 1.0
+"""How long an answer whose client went away waits for Envoy's in-flight progress reports."""
 
 
 def _headers(message: ep_pb2.HttpHeaders) -> dict[str, str]:
@@ -86,11 +90,14 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self.requests = 0
         self.errors = 0
         self.refused = 0
+        self.foreign = 0
+        """Requests outside every openai prefix, let go at their headers."""
         self.reports = 0
         self.answer_messages = 0
         """ext_proc messages about answers (Envoy sends none: the Lua filter reads them)."""
         """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
         self._open: dict[str, tuple[LlmStream, LlmSettings]] = {}
+        self._late: set[asyncio.Future[None]] = set()
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-"
 
@@ -139,13 +146,31 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
             log.exception("LLM processor: a stream failed; Envoy answers its client with an error")
         finally:
             if stream is not None and stream.request is not None and not stream.finished:
-                await self._finish(stream, settings)  # the client or Envoy went away
+                # the client or Envoy went away: Envoy's Lua filter may still have a progress
+                # report on its way (it sends them without waiting), so record a moment later
+                late = asyncio.ensure_future(self._finish_after(stream, settings))
+                self._late.add(late)
+                late.add_done_callback(self._late.discard)
+
+    async def settle(self) -> None:
+        """Record the answers still waiting for late reports (on stop)."""
+        if self._late:
+            await asyncio.gather(*self._late, return_exceptions=True)
+
+    async def _finish_after(self, stream: LlmStream, settings: LlmSettings) -> None:
+        try:
+            await asyncio.sleep(REPORT_GRACE_S)
+        finally:  # recorded even when the processor stops meanwhile
+            await self._finish(stream, settings)
 
     async def _on_headers(
         self, message: ep_pb2.HttpHeaders, settings: LlmSettings
     ) -> tuple[LlmStream | None, ep_pb2.ProcessingResponse]:
-        self.requests += 1
         headers = _headers(message)
+        if not _under(headers.get(":path", ""), settings.prefixes):
+            self.foreign += 1
+            return None, let_go()
+        self.requests += 1
         client = client_key(headers, settings.client_header, hashed=settings.hash_client)
         stream = LlmStream(client, operation_of(headers.get(":path", "")), self._clock())
         stream.wall_started = time.time()
@@ -217,6 +242,12 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         except Exception:
             self.errors += 1
             log.exception("LLM processor: recording a finished request failed")
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    """``path`` (query and all) lies under one of ``prefixes`` (``/v1`` holds ``/v1/models``
+    and ``/v1?x``, not ``/v1beta``)."""
+    return any(p == "/" or path == p or path.startswith((p + "/", p + "?")) for p in prefixes)
 
 
 def _span(tracer: trace.Tracer, x: Exchange, started: float, now: float) -> None:

@@ -58,9 +58,11 @@ def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
         )
         if tokens is not None
     ]
+    prefixes = {r.openai.prefix.rstrip("/") or "/" for r in policy.routes if r.openai is not None}
     return LlmSettings(
         models=models,
         routes=routes,
+        prefixes=tuple(sorted(prefixes)) or ("/v1",),
         ask_for_usage=frozenset(asking),
         client_header=policy.llm.client_key.header,
         hash_client=policy.llm.client_key.hash,
@@ -106,6 +108,7 @@ class LlmServer:
         if self._server is not None:
             server, self._server = self._server, None
             await server.stop(grace)
+        await self.processor.settle()
 
 
 class LlmKeeper(PolicyFollower):

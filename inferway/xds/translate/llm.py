@@ -72,6 +72,9 @@ def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=LLM_CLUSTER)
         ),
         failure_mode_allow=False,
+        # a request outside every openai prefix (no route of this processor) is let go at
+        # its headers: the processor answers with a mode override that skips its body
+        allow_mode_override=True,
         message_timeout=duration(gateway.timeout),
         processing_mode=mode(
             request_header_mode=mode.SEND,
