@@ -98,6 +98,8 @@ class Peer:
     versions: dict[str, str] = field(default_factory=dict)
     grpc_port: int = 0
     model: str = "mlp"
+    pid: int = 0
+    """The server's process (its children are the server's too), for CPU accounting."""
 
 
 def state_threads(root: Path, intra: int) -> None:
@@ -124,19 +126,27 @@ def _start(name: str, root: Path, onnx: Path, venvs: Path, logs: Path, intra: in
     model = served_name("tiny", "adaptive")
     if name == "aiohttp":
         plain = ServerProcess(plain_server_threads_main, (str(onnx), "mlp", intra), metrics=False)
-        return Peer(name, plain.http_port, "/v2/models/mlp/infer", plain.stop)
+        peer = Peer(name, plain.http_port, "/v2/models/mlp/infer", plain.stop)
+        peer.pid = plain.process.pid
+        return peer
     if name == "inferway":
         server = ServerProcess(backend_server_main, (str(root),), metrics=True)
-        return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer = Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer.pid = server.process.pid
+        return peer
     if name in ("inferway-fast", "inferway-fast-nofill"):
         if name.endswith("nofill"):
             model = served_name("tiny", NOFILL)
         server = ServerProcess(fast_backend_server_main, (str(root),), metrics=True)
-        return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer = Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer.pid = server.process.pid
+        return peer
     if name in ("inferway-w2", "inferway-fast-w2"):
         frontend = "fast" if "fast" in name else "aiohttp"
         workers = WorkersServer(root, 2, frontend=frontend)
-        return Peer(name, workers.http_port, f"/v2/models/{model}/infer", workers.stop)
+        peer = Peer(name, workers.http_port, f"/v2/models/{model}/infer", workers.stop)
+        peer.pid = workers.process.pid
+        return peer
     python = ensure_venv(venvs / name, PEER_PACKAGES[name])
     env = dict(os.environ, PEER_MODEL=str(onnx), PEER_MAX_BATCH=str(MAX_BATCH))
     env["PEER_MAX_WAIT_MS"] = str(MAX_WAIT_MS)
@@ -148,14 +158,16 @@ def _start(name: str, root: Path, onnx: Path, venvs: Path, logs: Path, intra: in
         process = PeerProcess(command, env, logs / f"mosec-{intra}.log")
         wait_http(f"http://127.0.0.1:{port}/", process.proc, 120, "mosec")
         found = versions(python, ["mosec", "onnxruntime"])
-        return Peer(name, port, "/inference", process.stop, found)
+        return Peer(name, port, "/inference", process.stop, found, pid=process.proc.pid)
     if name == "pytriton":
         grpc_port = free_port()
         command, env = pytriton_command(python, env, port, grpc_port)
         process = PeerProcess(command, env, logs / f"pytriton-{intra}.log")
         wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/ready", process.proc, 240, "pytriton")
         found = versions(python, ["nvidia-pytriton", "onnxruntime"])
-        return Peer(name, port, "/v2/models/mlp/infer", process.stop, found, grpc_port)
+        return Peer(
+            name, port, "/v2/models/mlp/infer", process.stop, found, grpc_port, pid=process.proc.pid
+        )
     raise ValueError(f"unknown server {name!r}; choose from {', '.join(SERVERS)}")
 
 
@@ -281,6 +293,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_VENVS,
         help="where Mosec's and PyTriton's own venvs are made on first use (default %(default)s)",
     )
+    parser.add_argument("--out", type=Path, default=None, help="the JSON (default bench/results)")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -370,7 +383,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "summary": summary,
         "points": points,
     }
-    print(f"wrote {write_results('peers', data)}")
+    print(f"wrote {write_results('peers', data, args.out)}")
     return data
 
 
