@@ -1,6 +1,7 @@
 """The summary of ``peers.py``: medians over rounds of every (server, client, connections, c),
 each round's throughput divided by the aiohttp yardstick's and by Mosec's *of the same round
-and client*, so the machine's drift between rounds cancels."""
+and client* (an ``@defaults`` row by ``mosec@defaults``'s, where it ran), so the machine's
+drift between rounds cancels."""
 
 from __future__ import annotations
 
@@ -44,7 +45,11 @@ def summarize(points: list[dict[str, Any]], servers: Sequence[str]) -> list[dict
             mine = [p for p in points if p["server"] == server and _key(p) == key]
             if not mine:
                 continue
-            mosec = [p for p in points if p["server"] == "mosec" and _key(p) == key]
+            # a server with its own thread defaults is compared with Mosec with its own
+            peer = "mosec@defaults" if server.endswith("@defaults") else "mosec"
+            if not any(p["server"] == peer for p in points):
+                peer = "mosec"
+            mosec = [p for p in points if p["server"] == peer and _key(p) == key]
             out.append(
                 {
                     "server": server,
@@ -53,7 +58,7 @@ def summarize(points: list[dict[str, Any]], servers: Sequence[str]) -> list[dict
                     "concurrency": key[2],
                     "throughput": statistics.median(p["throughput"] for p in mine),
                     "ratio_to_aiohttp": _ratio(points, mine, "aiohttp"),
-                    "ratio_to_mosec": _ratio(points, mine, "mosec"),
+                    "ratio_to_mosec": _ratio(points, mine, peer),
                     "p50_ms": _median([p["p50_ms"] for p in mine]),
                     "p99_ms": _median([p["p99_ms"] for p in mine]),
                     "mosec_p99_ms": _median([p["p99_ms"] for p in mosec]),
