@@ -9,10 +9,12 @@ gives every round's headline figures and the medians per checkout.
     .venv/bin/python bench/ab_compare.py --a /tmp/base --b . --bench propagation --rounds 4
     .venv/bin/python bench/ab_compare.py --a /tmp/base --b . --bench tiny --rounds 4
 
-Benches: ``propagation`` (bench/propagation.py --quick: file saved -> Envoy ACK, p50/p99 at
-the default 10 ms debounce) and ``tiny`` (bench/batching.py on the tiny model, adaptive mode,
-HTTP JSON, HTTP binary, gRPC unary and stream: p50 at one request in flight and the closed-loop
-rate of 16 clients; no open-loop grid, no rate search).
+Benches: ``peers64`` (bench/peers.py --quick at c=64, inferway-fast beside Mosec, every client
+kind: throughput as a multiple of Mosec's in the same run, and p99; Mosec's venv from
+``PEERS_VENVS``), ``propagation`` (bench/propagation.py --quick: file saved -> Envoy ACK,
+p50/p99 at the default 10 ms debounce) and ``tiny`` (bench/batching.py on the tiny model,
+adaptive mode, HTTP JSON, HTTP binary, gRPC unary and stream: p50 at one request in flight and
+the closed-loop rate of 16 clients; no open-loop grid, no rate search).
 """
 
 from __future__ import annotations
@@ -75,7 +77,35 @@ def _tiny(out: Path) -> tuple[list[str], Callable[[dict[str, Any]], Figures]]:
     return command, figures
 
 
-BENCHES = {"propagation": _propagation, "tiny": _tiny}
+def _peers64(out: Path) -> tuple[list[str], Callable[[dict[str, Any]], Figures]]:
+    def figures(data: dict[str, Any]) -> Figures:
+        found: Figures = {}
+        for row in data["summary"]:
+            kind = f"{row['client']} {row['connections']}"
+            if row["server"] == "inferway-fast" and row["ratio_to_mosec"] is not None:
+                found[f"{kind} x mosec"] = row["ratio_to_mosec"]
+                found[f"{kind} p99 ms"] = row["p99_ms"]
+            if row["server"] == "mosec":
+                found[f"{kind} mosec p99 ms"] = row["p99_ms"]
+        return found
+
+    venvs = os.environ.get("PEERS_VENVS", str(Path.home() / ".cache" / "inferway-bench" / "peers"))
+    command = [
+        "bench/peers.py",
+        "--servers",
+        "inferway-fast,mosec",
+        "--concurrency",
+        "64",
+        "--quick",
+        "--venvs",
+        venvs,
+        "--out",
+        str(out),
+    ]
+    return command, figures
+
+
+BENCHES = {"peers64": _peers64, "propagation": _propagation, "tiny": _tiny}
 
 
 def _run(tree: Path, bench: str, scratch: Path, label: str) -> Figures:

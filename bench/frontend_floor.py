@@ -46,16 +46,9 @@ from _common import environment, free_port, percentile, print_table, write_resul
 from loadgen import LoadSpec, LoadWorker
 from loadgen_http import http_request_bytes
 from loadgen_spec import request_row
-from peers import (
-    DEFAULT_VENVS,
-    MAX_BATCH,
-    MAX_WAIT_MS,
-    PEER_PACKAGES,
-    PeerProcess,
-    _versions,
-    ensure_venv,
-    pytriton_command,
-)
+from peer_procs import PeerProcess, ensure_venv, pytriton_command
+from peer_procs import versions as _versions
+from peers import DEFAULT_VENVS, MAX_BATCH, MAX_WAIT_MS, PEER_PACKAGES
 
 from inferway.devtools.demo_models import build_mlp
 
@@ -182,6 +175,7 @@ def start(
         python = ensure_venv(venvs / name, PEER_PACKAGES[name])
         env = dict(os.environ, PEER_MODEL=str(root / "floor-256" / "1" / "model.onnx"))
         env |= {"PEER_MAX_BATCH": str(MAX_BATCH), "PEER_MAX_WAIT_MS": str(MAX_WAIT_MS)}
+        env |= {"PEER_ORT_INTRA": "1", "PEER_ORT_INTER": "1"}  # as its harness always had
         script = str(HERE / "peer_servers" / "mosec_mlp.py")
         command = [str(python), script, "--port", str(port), "--address", "127.0.0.1"]
         server = Server(name, command, port, "/inference", log, env)
@@ -191,6 +185,7 @@ def start(
         onnx = root / f"floor-{BODIES[body][1]}" / "1" / "model.onnx"
         env = dict(os.environ, PEER_MODEL=str(onnx), PEER_MAX_BATCH=str(MAX_BATCH))
         env["PEER_MAX_WAIT_MS"] = str(MAX_WAIT_MS)
+        env |= {"PEER_ORT_INTRA": "1", "PEER_ORT_INTER": "1"}  # as its harness always had
         command, env = pytriton_command(python, env, port, free_port())
         server = Server(name, command, port, "/v2/models/mlp/infer", log, env)
         return server, _versions(python, ["nvidia-pytriton", "onnxruntime"])

@@ -1,9 +1,21 @@
 """inferway beside Mosec and Triton (PyTriton) on the same model and the same clients.
 
 Every server runs the tiny MLP (256 -> 1024 -> 1024 -> 10, ONNX Runtime on the CPU) and gets
-the same KServe v2 JSON request bytes from the same closed-loop clients (``loadgen.py`` in its
-own process), with a new connection per request and with keep-alive, at c = 1, 16, 64.
-Servers:
+the same KServe v2 JSON request bytes from the same closed-loop clients, with a new connection
+per request and with keep-alive, at c = 1, 16, 64. Two kinds of client (``--clients``), each in
+a process of its own:
+
+- ``loadgen``: the benchmark's own (``loadgen.py``), one asyncio process with a hand-rolled
+  HTTP client that takes as little CPU from the machine as it can; a point is ``--duration``
+  seconds after ``--warmup`` seconds;
+- ``threads``: a thread per connection, as most users' Python code calls a server
+  (``thread_clients.py``): ``http.client`` kept alive, or ``urllib`` with a new connection per
+  request; a point is ``--requests`` requests after ``--warmup-requests`` (issue 37's harness).
+
+ONNX Runtime's threads are stated and the same in every server (``--ort-threads``: intra-op
+threads, inter-op 1); ``--server-defaults`` adds each server again as ``NAME@defaults`` with its
+own defaults (inferway: the cores split between instances; Mosec and PyTriton's harnesses and
+the aiohttp yardstick: ONNX Runtime's). Servers:
 
 - ``aiohttp``: the yardstick, ONNX Runtime inline in a bare aiohttp handler, no batching;
 - ``inferway``: ``start_backend`` with adaptive batching (one process), aiohttp front end;
@@ -27,30 +39,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
-import venv
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from _common import environment, free_port, percentile, print_table, write_results
 from batching_models import NOFILL, TINY_SIZES, build_bench_repository, served_name
 from loadgen import LoadSpec, LoadWorker
+from loadgen_http import http_request_bytes
+from loadgen_spec import request_row
+from peer_procs import PeerProcess, ensure_venv, pytriton_command, versions, wait_http
+from peers_report import report_rows, summarize
 from servers import (
     ServerProcess,
     WorkersServer,
     backend_server_main,
     fast_backend_server_main,
-    plain_server_main,
+    plain_server_threads_main,
 )
+from thread_clients import ThreadCell, ThreadClientWorker
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_VENVS = Path.home() / ".cache" / "inferway-bench" / "peers"
@@ -69,62 +82,9 @@ SERVERS = (
     "pytriton",
 )
 MAX_BATCH, MAX_WAIT_MS = 64, 5
-
-
-def ensure_venv(root: Path, packages: Sequence[str]) -> Path:
-    """A venv at ``root`` with ``packages`` (created and installed once); its python."""
-    python = root / "bin" / "python"
-    marker = root / ".installed"
-    if not marker.exists():
-        print(f"installing {' '.join(packages)} into {root} (once)...", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=True).create(root)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
-        marker.write_text(" ".join(packages) + "\n")
-    return python
-
-
-def _versions(python: Path, names: Sequence[str]) -> dict[str, str]:
-    code = (
-        "import importlib.metadata as m, json, sys; "
-        "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
-    )
-    done = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True)
-    return json.loads(done.stdout) if done.returncode == 0 else {}
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} was not ready at {url} after {timeout_s:.0f} s")
-        time.sleep(0.2)
-
-
-def pytriton_command(
-    python: Path, env: dict[str, str], http_port: int, grpc_port: int
-) -> tuple[list[str], dict[str, str]]:
-    """The command and environment that run ``peer_servers/pytriton_mlp.py`` in PyTriton's
-    venv (``env`` holds PEER_MODEL and the batching limits)."""
-    env = dict(env, PEER_HTTP_PORT=str(http_port), PEER_GRPC_PORT=str(grpc_port))
-    # Triton's Python-backend stub links libpython3.X.so: make it the venv interpreter's
-    # own (a distribution's older libpython beside a newer stdlib breaks multiprocessing)
-    libdir = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH")) if p)
-    env["PEER_METRICS_PORT"] = str(free_port())
-    return [str(python), str(HERE / "peer_servers" / "pytriton_mlp.py")], env
+CLIENTS = ("loadgen", "threads")
+DEFAULTS = "@defaults"
+"""A server name's suffix: that server with its own ONNX Runtime thread defaults."""
 
 
 @dataclass
@@ -138,75 +98,76 @@ class Peer:
     versions: dict[str, str] = field(default_factory=dict)
     grpc_port: int = 0
     model: str = "mlp"
+    pid: int = 0
+    """The server's process (its children are the server's too), for CPU accounting."""
 
 
-class PeerProcess:
-    """A server command in a session of its own (so ``stop`` reaches its children), its output
-    in ``log``; ``cpus``: the CPUs it (and what it starts) may run on."""
-
-    def __init__(
-        self,
-        command: list[str],
-        env: dict[str, str] | None,
-        log: Path,
-        cpus: set[int] | None = None,
-    ) -> None:
-        self.log = log.open("wb")
-        self.proc = subprocess.Popen(
-            command,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)),
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self.log.close()
+def state_threads(root: Path, intra: int) -> None:
+    """Every model of the repository at ``root`` runs ONNX Runtime with ``intra`` intra-op
+    threads (inferway's inter-op threads are always 1)."""
+    for config in root.glob("*/config.yaml"):
+        settings = yaml.safe_load(config.read_text())
+        settings["intra_op_threads"] = intra
+        config.write_text(yaml.safe_dump(settings, sort_keys=False))
 
 
-def start_peer(name: str, root: Path, onnx: Path, venvs: Path, logs: Path) -> Peer:
+def start_peer(
+    label: str, roots: dict[bool, Path], onnx: Path, venvs: Path, logs: Path, intra: int
+) -> Peer:
+    """Start server ``label`` (a name of SERVERS, ``@defaults`` for its own ORT threads);
+    ``roots[True]``: the repository with its threads stated, ``roots[False]``: without."""
+    name, own = label.removesuffix(DEFAULTS), label.endswith(DEFAULTS)
+    peer = _start(name, roots[not own], onnx, venvs, logs, 0 if own else intra)
+    peer.name = label
+    return peer
+
+
+def _start(name: str, root: Path, onnx: Path, venvs: Path, logs: Path, intra: int) -> Peer:
     model = served_name("tiny", "adaptive")
     if name == "aiohttp":
-        plain = ServerProcess(plain_server_main, (str(onnx), "mlp"), metrics=False)
-        return Peer(name, plain.http_port, "/v2/models/mlp/infer", plain.stop)
+        plain = ServerProcess(plain_server_threads_main, (str(onnx), "mlp", intra), metrics=False)
+        peer = Peer(name, plain.http_port, "/v2/models/mlp/infer", plain.stop)
+        peer.pid = plain.process.pid
+        return peer
     if name == "inferway":
         server = ServerProcess(backend_server_main, (str(root),), metrics=True)
-        return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer = Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer.pid = server.process.pid
+        return peer
     if name in ("inferway-fast", "inferway-fast-nofill"):
         if name.endswith("nofill"):
             model = served_name("tiny", NOFILL)
         server = ServerProcess(fast_backend_server_main, (str(root),), metrics=True)
-        return Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer = Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
+        peer.pid = server.process.pid
+        return peer
     if name in ("inferway-w2", "inferway-fast-w2"):
         frontend = "fast" if "fast" in name else "aiohttp"
         workers = WorkersServer(root, 2, frontend=frontend)
-        return Peer(name, workers.http_port, f"/v2/models/{model}/infer", workers.stop)
+        peer = Peer(name, workers.http_port, f"/v2/models/{model}/infer", workers.stop)
+        peer.pid = workers.process.pid
+        return peer
     python = ensure_venv(venvs / name, PEER_PACKAGES[name])
     env = dict(os.environ, PEER_MODEL=str(onnx), PEER_MAX_BATCH=str(MAX_BATCH))
     env["PEER_MAX_WAIT_MS"] = str(MAX_WAIT_MS)
+    env["PEER_ORT_INTRA"], env["PEER_ORT_INTER"] = str(intra), str(1 if intra else 0)
     port = free_port()
     if name == "mosec":
         script = str(HERE / "peer_servers" / "mosec_mlp.py")
         command = [str(python), script, "--port", str(port), "--address", "127.0.0.1"]
-        process = PeerProcess(command, env, logs / "mosec.log")
-        _wait_http(f"http://127.0.0.1:{port}/", process.proc, 120, "mosec")
-        versions = _versions(python, ["mosec", "onnxruntime"])
-        return Peer(name, port, "/inference", process.stop, versions)
+        process = PeerProcess(command, env, logs / f"mosec-{intra}.log")
+        wait_http(f"http://127.0.0.1:{port}/", process.proc, 120, "mosec")
+        found = versions(python, ["mosec", "onnxruntime"])
+        return Peer(name, port, "/inference", process.stop, found, pid=process.proc.pid)
     if name == "pytriton":
         grpc_port = free_port()
         command, env = pytriton_command(python, env, port, grpc_port)
-        process = PeerProcess(command, env, logs / "pytriton.log")
-        _wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/ready", process.proc, 240, "pytriton")
-        versions = _versions(python, ["nvidia-pytriton", "onnxruntime"])
-        return Peer(name, port, "/v2/models/mlp/infer", process.stop, versions, grpc_port)
+        process = PeerProcess(command, env, logs / f"pytriton-{intra}.log")
+        wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/ready", process.proc, 240, "pytriton")
+        found = versions(python, ["nvidia-pytriton", "onnxruntime"])
+        return Peer(
+            name, port, "/v2/models/mlp/infer", process.stop, found, grpc_port, pid=process.proc.pid
+        )
     raise ValueError(f"unknown server {name!r}; choose from {', '.join(SERVERS)}")
 
 
@@ -231,10 +192,49 @@ def check_answer(peer: Peer, onnx: Path) -> None:
         raise RuntimeError(f"{peer.name} answered {got.ravel()[:4]}, expected {expected[:4]}")
 
 
+@dataclass
+class Clients:
+    """The client processes: the benchmark's own and the thread-per-connection one."""
+
+    loadgen: LoadWorker
+    threads: ThreadClientWorker
+
+    def close(self) -> None:
+        self.loadgen.close()
+        self.threads.close()
+
+
 def measure(
-    worker: LoadWorker, peer: Peer, concurrency: int, keepalive: bool, args: Any
+    clients: Clients, client: str, peer: Peer, concurrency: int, keepalive: bool, args: Any
 ) -> dict[str, Any]:
-    spec = LoadSpec(
+    """One point: ``concurrency`` closed-loop clients of kind ``client`` against ``peer``."""
+    if client == "threads":
+        spec0 = LoadSpec("http-json", "127.0.0.1", peer.port, 0, "mlp", TINY_SIZES[0], "closed", 0)
+        raw = http_request_bytes(spec0, request_row(TINY_SIZES[0], 0))
+        cell = ThreadCell(
+            "127.0.0.1",
+            peer.port,
+            peer.path,
+            raw[raw.index(b"\r\n\r\n") + 4 :],  # the same JSON body as loadgen's
+            concurrency,
+            keepalive,
+            args.warmup_requests,
+            args.requests,
+        )
+        result: dict[str, Any] = clients.threads.run(cell)
+    else:
+        result = clients.loadgen.run(_load_spec(peer, concurrency, keepalive, args))
+    ms = [s * 1000 for s in result["latencies_s"]]
+    return {
+        "throughput": len(ms) / result["elapsed_s"],
+        "p50_ms": percentile(ms, 50) if ms else None,
+        "p99_ms": percentile(ms, 99) if ms else None,
+        "errors": len(result["errors"]),
+    }
+
+
+def _load_spec(peer: Peer, concurrency: int, keepalive: bool, args: Any) -> LoadSpec:
+    return LoadSpec(
         protocol="http-json",
         host="127.0.0.1",
         http_port=peer.port,
@@ -248,14 +248,6 @@ def measure(
         path=peer.path,
         keepalive=keepalive,
     )
-    result = worker.run(spec)
-    ms = [s * 1000 for s in result["latencies_s"]]
-    return {
-        "throughput": len(ms) / result["elapsed_s"],
-        "p50_ms": percentile(ms, 50) if ms else None,
-        "p99_ms": percentile(ms, 99) if ms else None,
-        "errors": len(result["errors"]),
-    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -269,61 +261,54 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--connections", default="new,keepalive", help="new (one per request), keepalive or both"
     )
+    parser.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help="loadgen (the benchmark's own), threads (a thread per connection: http.client "
+        "keep-alive, urllib new connections) or both",
+    )
+    parser.add_argument(
+        "--ort-threads",
+        type=int,
+        default=1,
+        help="ONNX Runtime intra-op threads in every server (inter-op: 1); default %(default)s",
+    )
+    parser.add_argument(
+        "--server-defaults",
+        action="store_true",
+        help="also run each server as NAME@defaults, with its own ONNX Runtime thread defaults",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each in a rotated order")
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per point")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each point")
+    parser.add_argument("--duration", type=float, default=8.0, help="loadgen: seconds per point")
+    parser.add_argument(
+        "--warmup", type=float, default=2.0, help="loadgen: seconds before each point"
+    )
+    parser.add_argument("--requests", type=int, default=2000, help="threads: requests per point")
+    parser.add_argument(
+        "--warmup-requests", type=int, default=200, help="threads: requests before each point"
+    )
     parser.add_argument(
         "--venvs",
         type=Path,
         default=DEFAULT_VENVS,
         help="where Mosec's and PyTriton's own venvs are made on first use (default %(default)s)",
     )
-    parser.add_argument("--quick", action="store_true", help="1 round of 2 s points")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON (default bench/results)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 round; loadgen 2 s points; threads 500 requests after 100",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.warmup = 1, 2.0, 0.5
+        args.requests, args.warmup_requests = 500, 100
+    if args.ort_threads < 1:
+        parser.error("--ort-threads: at least 1 (--server-defaults runs each server's own)")
+    unknown = set(args.clients.split(",")) - set(CLIENTS)
+    if unknown:
+        parser.error(f"--clients: unknown {', '.join(sorted(unknown))}; choose from {CLIENTS}")
     return args
-
-
-def summarize(points: list[dict[str, Any]], servers: Sequence[str]) -> list[dict[str, Any]]:
-    """Per (server, connections, c): medians over rounds, ratio to aiohttp of the same round."""
-    out = []
-    keys = sorted({(p["connections"], p["concurrency"]) for p in points})
-    for server in servers:
-        for connections, c in keys:
-            mine = [
-                p
-                for p in points
-                if (p["server"], p["connections"], p["concurrency"]) == (server, connections, c)
-            ]
-            ratios = []
-            for p in mine:
-                base = [
-                    q
-                    for q in points
-                    if q["round"] == p["round"]
-                    and q["server"] == "aiohttp"
-                    and (q["connections"], q["concurrency"]) == (connections, c)
-                ]
-                if base and base[0]["throughput"] > 0:
-                    ratios.append(p["throughput"] / base[0]["throughput"])
-            out.append(
-                {
-                    "server": server,
-                    "connections": connections,
-                    "concurrency": c,
-                    "throughput": statistics.median(p["throughput"] for p in mine),
-                    "ratio_to_aiohttp": statistics.median(ratios) if ratios else None,
-                    "p50_ms": statistics.median(
-                        p["p50_ms"] for p in mine if p["p50_ms"] is not None
-                    ),
-                    "p99_ms": statistics.median(
-                        p["p99_ms"] for p in mine if p["p99_ms"] is not None
-                    ),
-                    "errors": sum(p["errors"] for p in mine),
-                }
-            )
-    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -331,66 +316,74 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     servers = [s for s in args.servers.split(",") if s]
     if "aiohttp" not in servers:
         servers.insert(0, "aiohttp")  # every ratio needs it
+    if args.server_defaults:
+        servers += [s + DEFAULTS for s in servers if not s.endswith(DEFAULTS)]
     levels = [int(c) for c in args.concurrency.split(",")]
     connections = [c for c in args.connections.split(",") if c]
+    kinds = [(client, mode) for client in args.clients.split(",") if client for mode in connections]
     points: list[dict[str, Any]] = []
     peers: list[Peer] = []
     with tempfile.TemporaryDirectory(prefix="inferway-peers-") as scratch:
-        root, logs = Path(scratch) / "models", Path(scratch)
-        onnx = build_bench_repository(root, {"tiny": TINY_SIZES})["tiny"]
-        worker = LoadWorker()
+        roots = {True: Path(scratch) / "models", False: Path(scratch) / "models-defaults"}
+        logs = Path(scratch)
+        onnx = build_bench_repository(roots[True], {"tiny": TINY_SIZES})["tiny"]
+        state_threads(roots[True], args.ort_threads)
+        build_bench_repository(roots[False], {"tiny": TINY_SIZES})
+        clients = Clients(LoadWorker(), ThreadClientWorker())
         try:
             for name in servers:
                 print(f"starting {name}...", flush=True)
-                peer = start_peer(name, root, onnx, args.venvs, logs)
+                peer = start_peer(name, roots, onnx, args.venvs, logs, args.ort_threads)
                 peers.append(peer)
                 check_answer(peer, onnx)
             for round_ in range(args.rounds):
                 order = peers[round_ % len(peers) :] + peers[: round_ % len(peers)]
                 for peer in order:
-                    for mode in connections:
+                    for client, mode in kinds:
                         for c in levels:
-                            point = measure(worker, peer, c, mode == "keepalive", args)
-                            point |= {"server": peer.name, "round": round_}
+                            point = measure(clients, client, peer, c, mode == "keepalive", args)
+                            point |= {"server": peer.name, "round": round_, "client": client}
                             point |= {"connections": mode, "concurrency": c}
                             points.append(point)
                             print(
-                                f"round {round_ + 1}/{args.rounds} {peer.name:12} {mode:9} "
-                                f"c={c:<3} {point['throughput']:8.0f} req/s "
+                                f"round {round_ + 1}/{args.rounds} {peer.name:16} {client:7} "
+                                f"{mode:9} c={c:<3} {point['throughput']:8.0f} req/s "
                                 f"p99 {point['p99_ms'] or 0:7.2f} ms",
                                 flush=True,
                             )
         finally:
-            worker.close()
+            clients.close()
             for peer in reversed(peers):
                 peer.stop()
     summary = summarize(points, servers)
-    rows = [
-        (
-            s["server"],
-            s["connections"],
-            s["concurrency"],
-            f"{s['throughput']:.0f}",
-            f"{s['ratio_to_aiohttp']:.2f}" if s["ratio_to_aiohttp"] is not None else "-",
-            f"{s['p50_ms']:.2f}",
-            f"{s['p99_ms']:.2f}",
-            s["errors"],
-        )
-        for s in summary
-    ]
     print_table(
-        f"tiny MLP, KServe v2 JSON, closed loop, medians of {args.rounds} rotated rounds",
-        ("server", "connections", "c", "req/s", "x aiohttp", "p50 ms", "p99 ms", "errors"),
-        rows,
+        f"tiny MLP, KServe v2 JSON, closed loop, ONNX Runtime intra-op threads "
+        f"{args.ort_threads} (@defaults: the server's own), medians of {args.rounds} rotated "
+        f"rounds; load average {os.getloadavg()[0]:.1f}",
+        (
+            "server",
+            "client",
+            "connections",
+            "c",
+            "req/s",
+            "x aiohttp",
+            "x mosec",
+            "p50 ms",
+            "p99 ms",
+            "mosec p99",
+            "errors",
+        ),
+        report_rows(summary),
     )
     data = {
         "environment": environment(),
         "args": {k: str(v) for k, v in vars(args).items()},
+        "load_average_at_end": os.getloadavg(),
         "versions": {p.name: p.versions for p in peers},
         "summary": summary,
         "points": points,
     }
-    print(f"wrote {write_results('peers', data)}")
+    print(f"wrote {write_results('peers', data, args.out)}")
     return data
 
 

@@ -167,7 +167,14 @@ def main() -> None:
                 from peers import DEFAULT_VENVS, start_peer
 
                 onnx = next(models.glob(f"{args.model}/*/model.onnx"))
-                peer = start_peer("pytriton", models, onnx, args.venvs or DEFAULT_VENVS, Path(tmp))
+                peer = start_peer(
+                    "pytriton",
+                    {True: models, False: models},
+                    onnx,
+                    args.venvs or DEFAULT_VENVS,
+                    Path(tmp),
+                    1,  # ONNX Runtime's intra-op threads, as its harness always had
+                )
                 ports["triton"] = (peer.port, peer.grpc_port, "mlp")
                 stops.append(peer.stop)
                 results["triton_versions"] = peer.versions

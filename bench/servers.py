@@ -29,6 +29,7 @@ __all__ = [
     "backend_server_main",
     "fast_backend_server_main",
     "plain_server_main",
+    "plain_server_threads_main",
     "scrape_batches",
 ]
 
@@ -195,6 +196,11 @@ def scrape_batches(port: int, model: str) -> tuple[float, float, float]:
 
 def plain_server_main(onnx_path: str, model: str, conn: Connection) -> None:
     """Serve ``onnx_path`` as ``model`` on a free loopback port; send the port, stop on recv."""
+    plain_server_threads_main(onnx_path, model, 0, conn)
+
+
+def plain_server_threads_main(onnx_path: str, model: str, intra: int, conn: Connection) -> None:
+    """``plain_server_main`` with ONNX Runtime's intra-op threads stated (0: its default)."""
     import asyncio
 
     import onnxruntime as ort
@@ -202,6 +208,9 @@ def plain_server_main(onnx_path: str, model: str, conn: Connection) -> None:
     from aiohttp import web
 
     options = ort.SessionOptions()
+    if intra:
+        options.intra_op_num_threads = intra
+        options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
     output = session.get_outputs()[0].name

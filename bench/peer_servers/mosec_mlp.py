@@ -3,7 +3,8 @@
 KServe v2 JSON in and out (the same request bytes every server of the benchmark gets), ONNX
 Runtime on the CPU, Mosec's dynamic batching (``max_batch_size``, ``max_wait_time``) with one
 worker process: Mosec's documented set-up for a single CPU model. Mosec serves ``POST
-/inference``. Env: PEER_MODEL, PEER_MAX_BATCH, PEER_MAX_WAIT_MS; Mosec's own flags
+/inference``. Env: PEER_MODEL, PEER_MAX_BATCH, PEER_MAX_WAIT_MS, PEER_ORT_INTRA and
+PEER_ORT_INTER (ONNX Runtime's threads; unset or 0: ONNX Runtime's default); Mosec's own flags
 (--port, --address) on the command line.
 """
 
@@ -20,13 +21,18 @@ from mosec import Server, Worker
 MODEL = os.environ["PEER_MODEL"]
 MAX_BATCH = int(os.environ.get("PEER_MAX_BATCH", "64"))
 MAX_WAIT_MS = int(os.environ.get("PEER_MAX_WAIT_MS", "5"))
+ORT_INTRA = int(os.environ.get("PEER_ORT_INTRA") or "0")
+ORT_INTER = int(os.environ.get("PEER_ORT_INTER") or "0")
 
 
 class Mlp(Worker):
     def __init__(self) -> None:
         super().__init__()
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
+        if ORT_INTRA:
+            options.intra_op_num_threads = ORT_INTRA
+        if ORT_INTER:
+            options.inter_op_num_threads = ORT_INTER
         self.session = ort.InferenceSession(MODEL, options, providers=["CPUExecutionProvider"])
 
     def deserialize(self, data: bytes) -> np.ndarray:

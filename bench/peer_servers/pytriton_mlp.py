@@ -3,7 +3,8 @@ PyTriton's own venv: Triton's HTTP/gRPC front end and dynamic batcher, the model
 callable running ONNX Runtime on the CPU, KServe v2 at ``/v2/models/mlp/infer``.
 
 Env: PEER_MODEL, PEER_HTTP_PORT, PEER_GRPC_PORT, PEER_METRICS_PORT, PEER_MAX_BATCH,
-PEER_MAX_WAIT_MS.
+PEER_MAX_WAIT_MS, PEER_ORT_INTRA and PEER_ORT_INTER (ONNX Runtime's threads; unset or 0: its
+default).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
 options = ort.SessionOptions()
-options.intra_op_num_threads = 1
+if int(os.environ.get("PEER_ORT_INTRA") or "0"):
+    options.intra_op_num_threads = int(os.environ["PEER_ORT_INTRA"])
+if int(os.environ.get("PEER_ORT_INTER") or "0"):
+    options.inter_op_num_threads = int(os.environ["PEER_ORT_INTER"])
 session = ort.InferenceSession(
     os.environ["PEER_MODEL"], options, providers=["CPUExecutionProvider"]
 )

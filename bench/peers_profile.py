@@ -1,0 +1,237 @@
+"""Where the CPU goes per request at one load point, per server and client kind (issue 37).
+
+``peers.py`` gives wall-clock ratios, which on a shared 2-core host move with the other load.
+This script runs the same servers and clients and records what moves much less: CPU seconds
+per request of the server (each of its processes, the main thread apart from the others: the
+event loop against ONNX Runtime / batch threads) and of the client process, and how batches
+formed (the server's own batch-size histogram from /metrics: inferway's and Mosec's). With
+``--py-spy DIR`` it also samples the server's Python stacks during each cell (py-spy, raw
+collapsed stacks, one file per cell).
+
+    .venv/bin/python bench/peers_profile.py --servers inferway-fast,mosec --concurrency 64
+
+Writes ``bench/results/peers_profile.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+from _common import environment, print_table, write_results
+from batching_models import TINY_SIZES, build_bench_repository
+from loadgen import LoadWorker
+from peers import DEFAULT_VENVS, Clients, check_answer, measure, start_peer, state_threads
+from prometheus_client.parser import text_string_to_metric_families
+from thread_clients import ThreadClientWorker
+
+__all__ = ["main"]
+
+Cpu = dict[str, float]
+
+
+def thread_cpu(pid: int) -> Cpu:
+    """CPU seconds so far of every process in ``pid``'s tree: ``name:main`` (the thread that
+    runs the event loop, or Mosec's Python worker's main thread) and ``name:other``."""
+    found: Cpu = {}
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return found
+    for i, proc in enumerate(tree):
+        try:
+            label = f"{i}:{proc.name()}"
+            for thread in proc.threads():
+                part = "main" if thread.id == proc.pid else "other"
+                key = f"{label}:{part}"
+                found[key] = found.get(key, 0.0) + thread.user_time + thread.system_time
+        except psutil.Error:
+            continue
+    return found
+
+
+def batch_histogram(port: int) -> dict[float, float]:
+    """Cumulative batch-size bucket counts (upper bound -> count) from the server's /metrics."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("batch_size_bucket"):
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+            elif sample.name.endswith(("_loop_busy", "_batch_fill_waits")):
+                # inferway's batcher: the loop's busy share it saw, its waits to fill
+                key = -1.0 if sample.name.endswith("_loop_busy") else -2.0
+                buckets[key] = max(buckets.get(key, 0.0), sample.value)
+    return buckets
+
+
+def batch_shape(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
+    """Batches in the cell and how many rows the batches held, from two histogram scrapes."""
+    extra = {"loop_busy": after.get(-1.0), "fill_waits": after.get(-2.0, 0) - before.get(-2.0, 0)}
+    delta = {b: after[b] - before.get(b, 0.0) for b in sorted(after) if b >= 0}
+    total = delta.get(float("inf"), 0.0)
+    if not total:
+        return {"batches": 0, **extra}
+    shares, below = {}, 0.0
+    for bound, cumulative in delta.items():
+        shares[str(bound)] = round((cumulative - below) / total, 3)
+        below = cumulative
+    return {"batches": total, "share_per_bucket": shares, **extra}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--servers", default="inferway-fast,mosec")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--kinds", default="loadgen:keepalive,loadgen:new,threads:keepalive,threads:new"
+    )
+    parser.add_argument("--ort-threads", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--warmup-requests", type=int, default=200)
+    parser.add_argument("--duration", type=float, default=4.0, help="loadgen seconds per cell")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--venvs", type=Path, default=DEFAULT_VENVS)
+    parser.add_argument("--py-spy", type=Path, default=None, help="folder for py-spy stacks")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    rows, cells = [], []
+    with tempfile.TemporaryDirectory(prefix="inferway-peers-profile-") as scratch:
+        roots = {True: Path(scratch) / "models", False: Path(scratch) / "models-defaults"}
+        onnx = build_bench_repository(roots[True], {"tiny": TINY_SIZES})["tiny"]
+        state_threads(roots[True], args.ort_threads)
+        roots[False] = roots[True]
+        clients = Clients(LoadWorker(), ThreadClientWorker())
+        try:
+            for name in args.servers.split(","):
+                peer = start_peer(name, roots, onnx, args.venvs, Path(scratch), args.ort_threads)
+                try:
+                    check_answer(peer, onnx)
+                    for kind in args.kinds.split(","):
+                        client, mode = kind.split(":")
+                        client_pid = (
+                            clients.threads.pid if client == "threads" else clients.loadgen.pid
+                        )
+                        spy = None
+                        if args.py_spy is not None:
+                            args.py_spy.mkdir(parents=True, exist_ok=True)
+                            out = args.py_spy / f"{name}-{client}-{mode}.txt"
+                            spy = subprocess.Popen(
+                                [
+                                    py_spy,
+                                    "record",
+                                    "--pid",
+                                    str(peer.pid),
+                                    "--format",
+                                    "raw",
+                                    "--rate",
+                                    "200",
+                                    "--subprocesses",
+                                    "--threads",
+                                    "-o",
+                                    str(out),
+                                ],
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL,
+                            )
+                            time.sleep(1.0)
+                        hist0, cpu0 = batch_histogram(peer.port), thread_cpu(peer.pid)
+                        client0 = sum(psutil.Process(client_pid).cpu_times()[:2])
+                        point = measure(
+                            clients, client, peer, args.concurrency, mode == "keepalive", args
+                        )
+                        cpu1, hist1 = thread_cpu(peer.pid), batch_histogram(peer.port)
+                        client1 = sum(psutil.Process(client_pid).cpu_times()[:2])
+                        if spy is not None:
+                            spy.send_signal(2)
+                            spy.wait(30)
+                        n = point["throughput"] and point["throughput"]
+                        # the cell's requests include the warm-up: CPU is per measured+warm-up
+                        served = _served(args, client, point)
+                        per = {k: (cpu1[k] - cpu0.get(k, 0.0)) / served * 1e6 for k in cpu1}
+                        server_us = sum(per.values())
+                        client_us = (client1 - client0) / served * 1e6
+                        cell = {
+                            "server": name,
+                            "client": client,
+                            "connections": mode,
+                            **point,
+                            "server_cpu_us_per_request": server_us,
+                            "client_cpu_us_per_request": client_us,
+                            "server_cpu_by_thread_us": per,
+                            "batches": batch_shape(hist0, hist1),
+                            "requests_counted": served,
+                        }
+                        cells.append(cell)
+                        top = ", ".join(
+                            f"{k} {v:.0f}"
+                            for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:3]
+                        )
+                        batches = cell["batches"].get("batches", 0)
+                        rows.append(
+                            (
+                                name,
+                                client,
+                                mode,
+                                f"{n:.0f}",
+                                f"{point['p99_ms']:.1f}",
+                                f"{server_us:.0f}",
+                                f"{client_us:.0f}",
+                                f"{served / batches:.1f}" if batches else "-",
+                                top,
+                            )
+                        )
+                        print(rows[-1], cell["batches"], flush=True)
+                finally:
+                    peer.stop()
+        finally:
+            clients.close()
+    print_table(
+        f"c={args.concurrency}, CPU per request (us), load average {os.getloadavg()[0]:.1f}",
+        (
+            "server",
+            "client",
+            "conn",
+            "req/s",
+            "p99 ms",
+            "server us/req",
+            "client us/req",
+            "rows/batch",
+            "top threads us/req",
+        ),
+        rows,
+    )
+    data = {"environment": environment(), "cells": cells}
+    data["args"] = {k: str(v) for k, v in vars(args).items()}
+    print(f"wrote {write_results('peers_profile', data)}")
+    return 0
+
+
+def _served(args: argparse.Namespace, client: str, point: dict[str, Any]) -> float:
+    """Requests the server answered during the cell (warm-up included: CPU counts it too)."""
+    if client == "threads":
+        return float(args.requests + args.warmup_requests)
+    return point["throughput"] * (args.duration + args.warmup)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
