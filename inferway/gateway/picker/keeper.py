@@ -1,6 +1,8 @@
 """Runs inferway's endpoint pickers while the live policy has services with ``picker:`` (not
 ``external``): one gRPC server per ``listen`` address, one pool per service, each pool's
-replicas kept to the resolved endpoints and scraped for load every ``scrape_interval``.
+replicas kept to the resolved endpoints and scraped for load every ``scrape_interval``. With
+``process: sidecar`` that address is served by a supervised picker process instead
+(sidecar.py), fed the same resolved pools.
 
 A pool survives an edit that changes neither its settings nor its service (its in-flight
 counts and prefix index stay); new settings start a fresh picker.
@@ -21,16 +23,19 @@ from inferway.gateway.picker.core.metrics import ServerMetrics, parse_metrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
 from inferway.gateway.picker.core.scorers import Weights
 from inferway.gateway.picker.server import PickerServer, PoolPicker
+from inferway.gateway.picker.sidecar import PickerSidecar
 from inferway.policies.model import Policy
 from inferway.policies.picker import Picker as PickerPolicy
 from inferway.policies.types import split_host_port
 from inferway.resolve import resolve_policy
-from inferway.resolve.ir.service import ServiceIR
 from inferway.state.model import State
 
-__all__ = ["PickerKeeper", "endpoint_address", "picker_config"]
+__all__ = ["PickerKeeper", "Wanted", "endpoint_address", "picker_config"]
 
 log = logging.getLogger(__name__)
+
+Wanted = dict[tuple[str, int], dict[str, tuple[PickerPolicy, list[str]]]]
+"""Listen address -> service -> (its picker settings, its replicas as ``ip:port``)."""
 
 
 def endpoint_address(host: str, port: int) -> str:
@@ -59,12 +64,16 @@ class _Pool:
 
 
 class PickerKeeper(PolicyFollower):
-    def __init__(self, plane: ControlPlane | None, policy: Policy, state: State | None = None):
-        """Follows ``plane`` (None: only ``follow`` calls) from ``policy`` on, once started."""
+    def __init__(
+        self, plane: ControlPlane | None, policy: Policy | None, state: State | None = None
+    ) -> None:
+        """Follows ``plane`` (None: only ``follow``/``serve`` calls) from ``policy`` on (None:
+        nothing until told), once started."""
         self._plane = plane
         self._initial = policy
         self._state = state
         self.servers: dict[tuple[str, int], PickerServer] = {}
+        self.sidecars: dict[tuple[str, int], PickerSidecar] = {}
         self._pools: dict[str, _Pool] = {}
         self._scraper: asyncio.Task[None] | None = None
         self._pending: asyncio.Task[None] | None = None
@@ -93,24 +102,48 @@ class PickerKeeper(PolicyFollower):
             if s.picker is not None and not s.picker.external
         }
         settings = {s.name: s.picker for s in policy.services if s.name in services}
-        wanted: dict[tuple[str, int], dict[str, PoolPicker]] = {}
+        here: Wanted = {}
+        away: Wanted = {}
         for name, service in services.items():
-            entry = self._entry(name, settings[name], service)  # type: ignore[arg-type]
-            address = split_host_port(settings[name].listen)  # type: ignore[union-attr]
-            wanted.setdefault(address, {})[name] = entry.pool
-        self._pools = {n: p for n, p in self._pools.items() if n in services}
-        for address in list(self.servers):
-            if address not in wanted:
-                await self.servers.pop(address).stop()
+            own = settings[name]
+            assert own is not None  # resolved with a picker: the policy has one
+            endpoints = [
+                endpoint_address(e.host, e.port) for e in service.endpoints if _is_ip(e.host)
+            ]
+            wanted = away if own.process == "sidecar" else here
+            wanted.setdefault(split_host_port(own.listen), {})[name] = (own, endpoints)
+        for address in list(self.sidecars):
+            if address not in away:
+                await self.sidecars.pop(address).stop()
+        for address, pools in away.items():
+            if address in here:  # one address, two processes: the sidecar cannot bind it
+                log.error("picker %s:%d: services disagree on process; sidecar wins", *address)
+                del here[address]
+            if address not in self.sidecars:
+                self.sidecars[address] = await PickerSidecar(*address).start()
+            self.sidecars[address].update(pools)
+        await self.serve(here)
+
+    async def serve(self, wanted: Wanted) -> None:
+        """Serve exactly ``wanted`` in this process: listen address -> service -> (settings,
+        its replicas as ``ip:port``). A sidecar process runs this too."""
+        addresses: dict[tuple[str, int], dict[str, PoolPicker]] = {}
         for address, pools in wanted.items():
+            for name, (settings, endpoints) in pools.items():
+                addresses.setdefault(address, {})[name] = self._entry(name, settings, endpoints)
+        names = {name for pools in wanted.values() for name in pools}
+        self._pools = {n: p for n, p in self._pools.items() if n in names}
+        for address in list(self.servers):
+            if address not in addresses:
+                await self.servers.pop(address).stop()
+        for address, served in addresses.items():
             if address not in self.servers:
                 self.servers[address] = await PickerServer(*address).start()
-            self.servers[address].pools = pools
-        if wanted and self._scraper is None:
+            self.servers[address].pools = served
+        if addresses and self._scraper is None:
             self._scraper = asyncio.get_running_loop().create_task(self._scrape_forever())
 
-    def _entry(self, name: str, settings: PickerPolicy, service: ServiceIR) -> _Pool:
-        endpoints = [endpoint_address(e.host, e.port) for e in service.endpoints if _is_ip(e.host)]
+    def _entry(self, name: str, settings: PickerPolicy, endpoints: list[str]) -> PoolPicker:
         entry = self._pools.get(name)
         if entry is None or entry.settings != settings:
             picker = Picker(picker_config(settings))
@@ -118,7 +151,7 @@ class PickerKeeper(PolicyFollower):
             self._pools[name] = entry
         entry.endpoints = endpoints
         entry.pool.picker.set_endpoints(endpoints)
-        return entry
+        return entry.pool
 
     async def _scrape_forever(self) -> None:
         while self._pools:
@@ -147,7 +180,8 @@ class PickerKeeper(PolicyFollower):
 
     async def start(self) -> None:
         """Serve what the live policy asks for, then follow the control plane's applies."""
-        await self.follow(self._initial)
+        if self._initial is not None:
+            await self.follow(self._initial)
         if self._plane is not None:
             self._plane.add_observer(self)
 
@@ -170,6 +204,9 @@ class PickerKeeper(PolicyFollower):
         for server in self.servers.values():
             await server.stop()
         self.servers.clear()
+        for sidecar in self.sidecars.values():
+            await sidecar.stop()
+        self.sidecars.clear()
         await self._client.aclose()
 
 
