@@ -12,8 +12,7 @@ import json
 import logging
 import sys
 
-from inferway.gateway.foreground import run_event_loop
-from inferway.gateway.picker.keeper import PickerKeeper, Wanted
+from inferway.gateway.picker.pools import PickerPools, Wanted
 from inferway.policies.picker import Picker as PickerPolicy
 
 __all__ = ["main", "parse_pools"]
@@ -40,18 +39,18 @@ async def _serve(address: tuple[str, int]) -> int:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    keeper = PickerKeeper(None, None)
+    pools = PickerPools()
     try:
         while line := await reader.readline():
             try:
-                await keeper.serve(parse_pools(line, address))
+                await pools.serve(parse_pools(line, address))
             except (ValueError, KeyError, TypeError) as error:
                 log.error("picker process: ignoring a bad pools line: %s", error)
                 continue
             sys.stdout.write("applied\n")
             sys.stdout.flush()
     finally:
-        await keeper.stop()
+        await pools.stop()
     return 0
 
 
@@ -61,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m inferway.gateway.picker HOST PORT", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="picker %(process)d: %(message)s")
-    return run_event_loop(_serve((args[0], int(args[1]))))
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(_serve((args[0], int(args[1]))))
+    return uvloop.run(_serve((args[0], int(args[1]))))
 
 
 if __name__ == "__main__":
