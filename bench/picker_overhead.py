@@ -7,7 +7,7 @@ own service over the same upstreams; rounds rotate the targets' order; figures a
 over rounds. Added latency = a picker target's p50/p99 minus ``/plain/``'s in the same round
 (the ext_proc gRPC round trip, the body buffering and the pick). CPU per request: each
 process's CPU seconds over the round / requests sent (``/proc``: the gateway's, the sidecar's
-and Envoy's).
+and Envoy's); added CPU = all three together minus ``/plain/``'s in the same round.
 
 Then robustness: under the same load the sidecar process of a ``fail: open`` and of a ``fail:
 closed`` service is SIGKILLed mid-round: the answers by status, the slowest 200, requests with
@@ -198,14 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         [t, f"{s['p50_ms']:.3f}", f"{s['p99_ms']:.3f}", f"{s['added_p50_ms']:+.3f}",
          f"{s['added_p99_ms']:+.3f}", f"{s['cpu_us']['gateway']:.0f}",
-         f"{s['cpu_us']['sidecar']:.0f}", f"{s['cpu_us']['envoy']:.0f}", s["errors"]]
+         f"{s['cpu_us']['sidecar']:.0f}", f"{s['cpu_us']['envoy']:.0f}",
+         f"{s['added_cpu_us']:+.0f}", s["errors"]]
         for t, s in summary.items()
     ]  # fmt: skip
     print_table(
         f"Picker overhead at {args.rate:.0f} req/s open loop through Envoy "
         f"(medians of {args.rounds} rounds x {args.duration:.0f} s)",
         ["target", "p50 ms", "p99 ms", "added p50", "added p99", "gateway CPU us/req",
-         "sidecar CPU us/req", "envoy CPU us/req", "errors"],
+         "sidecar CPU us/req", "envoy CPU us/req", "added CPU us/req", "errors"],
         rows,
     )  # fmt: skip
     print_table(
@@ -245,6 +246,10 @@ def summarize(rounds: list[dict[str, Any]], count: int) -> dict[str, dict[str, A
                 k: statistics.median(r["cpu_us_per_request"][k] for r in mine)
                 for k in mine[0]["cpu_us_per_request"]
             },
+            "added_cpu_us": statistics.median(
+                sum(m["cpu_us_per_request"].values()) - sum(p["cpu_us_per_request"].values())
+                for m, p in zip(mine, plain, strict=True)
+            ),
             "errors": sum(r["errors"] for r in mine),
         }
     return summary
