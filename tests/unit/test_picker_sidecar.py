@@ -80,7 +80,7 @@ async def test_a_killed_picker_process_is_restarted_with_the_latest_pools() -> N
         assert first is not None and first != os.getpid()
         assert (await _pick(port, "a prompt")).split(",")[0] in ENDPOINTS
         sidecar.update({"llm": (settings, ENDPOINTS[1:])})  # an edit reaches the live process
-        await asyncio.sleep(0.3)
+        assert await sidecar.wait_serving(10)
         assert await _pick(port, "another") == ENDPOINTS[1]
         os.kill(first, signal.SIGKILL)
         for _ in range(150):

@@ -56,6 +56,8 @@ class PickerSidecar:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._serving = asyncio.Event()
+        """Set while the process serves the latest line (it answered each line sent to it)."""
+        self._sent = self._applied = 0
 
     async def start(self) -> PickerSidecar:
         self._task = asyncio.get_running_loop().create_task(self._supervise())
@@ -71,6 +73,8 @@ class PickerSidecar:
         if process is not None and process.stdin is not None and process.returncode is None:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 process.stdin.write(line)
+                self._sent += 1
+                self._serving.clear()
 
     async def wait_serving(self, timeout: float) -> bool:
         """Whether the process serves the latest pools within ``timeout`` seconds."""
@@ -89,11 +93,15 @@ class PickerSidecar:
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             )  # fmt: skip
             self._process, self.pid = process, process.pid
+            self._sent = self._applied = 0
             assert process.stdin is not None and process.stdout is not None
             if self._line:
                 process.stdin.write(self._line)
+                self._sent = 1
             while line := await process.stdout.readline():
                 if line.startswith(b"applied"):
+                    self._applied += 1
+                if self._sent and self._applied >= self._sent:
                     self._serving.set()
                     if died_at is not None:
                         self.last_restart_s, died_at = time.monotonic() - died_at, None
