@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
 
-__all__ = ["backends_main", "chat_payloads", "gateway_main", "load_main"]
+__all__ = ["STORM_ENDPOINT", "backends_main", "chat_payloads", "gateway_main", "load_main"]
 
 _ANSWER = json.dumps(
     {
@@ -66,9 +66,30 @@ def backends_main(count: int, conn: Connection) -> None:
     uvloop.run(serve())
 
 
+STORM_ENDPOINT = "127.0.0.2:9"
+"""The policy's idle service's endpoint, which a reload storm moves back and forth."""
+
+
+async def _storm(gw: Any, path: Path, policy: str, rate: float, applied: list[str]) -> None:
+    """Policy edits applied ``rate`` times a second (a busy control plane): each resolves,
+    translates and pushes a new snapshot, and the keeper follows it. ``applied`` gets the
+    control plane's version after each edit."""
+    moved = policy.replace(STORM_ENDPOINT, "127.0.0.3:9")
+    flip = False
+    while True:
+        flip = not flip
+        path.write_text(moved if flip else policy, encoding="utf-8")
+        result = gw.watcher.reload()
+        if result is not None and result.refusal is not None:
+            raise RuntimeError(f"picker bench: a storm edit was refused: {result.refusal}")
+        applied.append(str(gw.control_plane.version))
+        await asyncio.sleep(1 / rate)
+
+
 def gateway_main(policy: str, envoy_admin_port: int, conn: Connection) -> None:
     """The gateway as ``inferway run`` runs it (its Envoy supervised, one worker), from
-    ``policy``; answers ``pids``, ``sidecars`` and ``stop`` on ``conn``."""
+    ``policy``; answers ``pids``, ``sidecars``, ``storm RATE`` (0: calm again; either way the
+    edits the last storm applied and the distinct versions they made) and ``stop``."""
     import logging
 
     import uvloop
@@ -101,9 +122,20 @@ def gateway_main(policy: str, envoy_admin_port: int, conn: Connection) -> None:
                         raise RuntimeError(f"picker bench: sidecar {sidecar.port} not serving")
                 loop = asyncio.get_running_loop()
                 conn.send("ready")
+                storm: asyncio.Task[None] | None = None
+                applied: list[str] = []
                 while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
                     sidecars = {port: s.status() for (_, port), s in gw.pickers.sidecars.items()}
-                    if command == "pids":
+                    if command.startswith("storm "):
+                        if storm is not None:
+                            storm.cancel()
+                            await asyncio.gather(storm, return_exceptions=True)
+                            storm = None
+                        conn.send({"edits": len(applied), "versions": len(set(applied))})
+                        applied.clear()
+                        if (rate := float(command.split()[1])) > 0:
+                            storm = loop.create_task(_storm(gw, path, policy, rate, applied))
+                    elif command == "pids":
                         conn.send(
                             {"gateway": os.getpid(), "envoy": gw.supervisor.pid, **{
                                 f"sidecar:{p}": s["pid"] for p, s in sidecars.items()

@@ -9,6 +9,10 @@ over rounds. Added latency = a picker target's p50/p99 minus ``/plain/``'s in th
 process's CPU seconds over the round / requests sent (``/proc``: the gateway's, the sidecar's
 and Envoy's); added CPU = all three together minus ``/plain/``'s in the same round.
 
+Then the same rounds during a policy reload storm (``--storm-rate`` edits/s, each resolved,
+translated, pushed to Envoy and followed by the picker keeper: a busy control plane), where
+an in-process picker shares its event loop with that work and a sidecar does not.
+
 Then robustness: under the same load the sidecar process of a ``fail: open`` and of a ``fail:
 closed`` service is SIGKILLed mid-round: the answers by status, the slowest 200, requests with
 no answer at all, and the supervisor's restart time (death seen to the new process serving).
@@ -32,7 +36,7 @@ from typing import Any
 
 import psutil
 from _common import environment, free_port, percentile, print_table, write_results
-from _picker_procs import backends_main, chat_payloads, gateway_main, load_main
+from _picker_procs import STORM_ENDPOINT, backends_main, chat_payloads, gateway_main, load_main
 
 __all__ = ["main"]
 
@@ -66,6 +70,7 @@ def build_policy(listener: int, endpoints: list[int], ports: dict[str, int]) -> 
         f"    backends: [{{service: {name}}}]\n"
         for name in pickers
     )
+    services += f'  - name: storm\n    endpoints: ["{STORM_ENDPOINT}"]\n'
     return (
         f"version: 1\nlisteners:\n  - name: ingress\n    port: {listener}\n"
         f"services:\n{services}routes:\n{routes}"
@@ -156,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenants", type=int, default=20)
     parser.add_argument("--prefix-chars", type=int, default=4000)
     parser.add_argument("--kill-duration", type=float, default=6.0)
+    parser.add_argument(
+        "--storm-rate", type=float, default=20.0,
+        help="policy edits/s applied during the busy-control-plane rounds (0: none)",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="2 rounds of 4 s")
     args = parser.parse_args(argv)
     if args.quick:
@@ -170,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     load, load_conn = _start(load_main)
     rounds: list[dict[str, Any]] = []
     kills: list[dict[str, Any]] = []
+    storm: list[dict[str, Any]] = []
+    storm_edits: dict[str, int] = {}
     try:
         if gateway_conn.recv() != "ready":
             raise RuntimeError("picker bench: the gateway did not start")
@@ -187,6 +198,16 @@ def main(argv: list[str] | None = None) -> int:
             for target in order:
                 rounds.append(measure_round(args, load_conn, payloads, cpu_pids, target, r))
                 rounds[-1]["round"] = r
+        if args.storm_rate > 0:
+            gateway_conn.send(f"storm {args.storm_rate}")
+            gateway_conn.recv()
+            for r in range(args.rounds):
+                order = TARGETS[r % 3 :] + TARGETS[: r % 3]
+                for target in order:
+                    storm.append(measure_round(args, load_conn, payloads, cpu_pids, target, r))
+                    storm[-1]["round"] = r
+            gateway_conn.send("storm 0")
+            storm_edits = gateway_conn.recv()
         for target in ("sidecar", "closed"):
             kills.append(robustness(args, load_conn, gateway_conn, payloads, pids, target,
                                     ports[target]))  # fmt: skip
@@ -195,20 +216,15 @@ def main(argv: list[str] | None = None) -> int:
         _stop(gateway, gateway_conn, "stop")
         _stop(backends, backend_conn, "stop")
     summary = summarize(rounds, args.rounds)
-    rows = [
-        [t, f"{s['p50_ms']:.3f}", f"{s['p99_ms']:.3f}", f"{s['added_p50_ms']:+.3f}",
-         f"{s['added_p99_ms']:+.3f}", f"{s['cpu_us']['gateway']:.0f}",
-         f"{s['cpu_us']['sidecar']:.0f}", f"{s['cpu_us']['envoy']:.0f}",
-         f"{s['added_cpu_us']:+.0f}", s["errors"]]
-        for t, s in summary.items()
-    ]  # fmt: skip
-    print_table(
-        f"Picker overhead at {args.rate:.0f} req/s open loop through Envoy "
-        f"(medians of {args.rounds} rounds x {args.duration:.0f} s)",
-        ["target", "p50 ms", "p99 ms", "added p50", "added p99", "gateway CPU us/req",
-         "sidecar CPU us/req", "envoy CPU us/req", "added CPU us/req", "errors"],
-        rows,
-    )  # fmt: skip
+    stormy = summarize(storm, args.rounds) if storm else {}
+    _table(f"Picker overhead at {args.rate:.0f} req/s open loop through Envoy "
+           f"(medians of {args.rounds} rounds x {args.duration:.0f} s)", summary)  # fmt: skip
+    if stormy:
+        _table(
+            f"The same during a policy reload storm ({args.storm_rate:.0f} edits/s asked; "
+            f"{storm_edits['edits']} applied, {storm_edits['versions']} distinct versions)",
+            stormy,
+        )
     print_table(
         "A picker process SIGKILLed under load",
         ["service", "sent", "statuses", "no answer", "slowest 200 ms", "restart s"],
@@ -220,10 +236,27 @@ def main(argv: list[str] | None = None) -> int:
         "picker_overhead",
         {"environment": environment(), "args": {k: v for k, v in vars(args).items()},
          "summary": summary, "rounds": rounds, "kills": kills,
+         "storm_summary": stormy, "storm_rounds": storm, "storm_edits": storm_edits,
          "target_p99_added_ms": 1.0},
     )  # fmt: skip
     print(f"wrote {path}")
     return 0
+
+
+def _table(title: str, summary: dict[str, dict[str, Any]]) -> None:
+    rows = [
+        [t, f"{s['p50_ms']:.3f}", f"{s['p99_ms']:.3f}", f"{s['added_p50_ms']:+.3f}",
+         f"{s['added_p99_ms']:+.3f}", f"{s['cpu_us']['gateway']:.0f}",
+         f"{s['cpu_us']['sidecar']:.0f}", f"{s['cpu_us']['envoy']:.0f}",
+         f"{s['added_cpu_us']:+.0f}", s["errors"]]
+        for t, s in summary.items()
+    ]  # fmt: skip
+    print_table(
+        title,
+        ["target", "p50 ms", "p99 ms", "added p50", "added p99", "gateway CPU us/req",
+         "sidecar CPU us/req", "envoy CPU us/req", "added CPU us/req", "errors"],
+        rows,
+    )  # fmt: skip
 
 
 def summarize(rounds: list[dict[str, Any]], count: int) -> dict[str, dict[str, Any]]:
