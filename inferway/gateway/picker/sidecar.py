@@ -1,7 +1,8 @@
 """``picker: {process: sidecar}``: the gateway runs a picker address's gRPC server in a picker
 process of its own (``python -m inferway.gateway.picker HOST PORT``) instead of in its own
 event loop, so a busy control plane (policy reloads, thousands of xDS clients, status
-requests) never delays a pick, and a pick never delays the control plane.
+requests) does not share an event loop with the picks (bench/picker_overhead.py measures
+both modes, also during a policy reload storm).
 
 The gateway feeds the process what it would serve itself: one JSON line on its stdin per
 change, ``{"pools": {service: {"settings": <picker policy>, "endpoints": ["ip:port", ...]}}}``;
