@@ -11,7 +11,8 @@ request by a picker that scores them (docs/picker.md).
           fail: open            # picker down or slow: open = Envoy's balancing; closed = 503/504
           # external: epp.internal:9002   # a Gateway API Inference Extension picker instead
 
-inferway's own picker listens on ``listen`` (in the gateway's process), scrapes each
+inferway's own picker listens on ``listen`` (in the gateway's process, or with ``process:
+sidecar`` in a picker process the gateway supervises), scrapes each
 replica's ``metrics_path`` every ``scrape_interval`` and counts requests in flight itself.
 Envoy asks it (an external processor) before sending a request upstream and sends the request
 to the endpoint it names (Envoy's ``override_host`` load-balancing policy, on the same cluster:
@@ -56,7 +57,7 @@ class PickerScorers(_Model):
 
 _OWN_ONLY = (
     "scorers", "listen", "queue_limit", "kv_cache_limit", "shed", "fallbacks",
-    "metrics_path", "scrape_interval", "session_header",
+    "metrics_path", "scrape_interval", "session_header", "process",
 )  # fmt: skip
 
 
@@ -80,6 +81,10 @@ class Picker(_Model):
     counts only (servers without metrics)."""
     scrape_interval: Duration = Field(default=1.0, gt=0, le=60)
     session_header: str = Field(default="x-session-id", min_length=1)
+    process: Literal["gateway", "sidecar"] = "gateway"
+    """Where inferway's own picker runs: in the gateway's process, or in a picker process the
+    gateway starts, feeds the resolved endpoints and restarts when it dies (docs/picker.md,
+    bench/picker_overhead.py measures both)."""
 
     @field_validator("external", "listen")
     @classmethod

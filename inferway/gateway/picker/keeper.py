@@ -1,9 +1,7 @@
 """Runs inferway's endpoint pickers while the live policy has services with ``picker:`` (not
-``external``): one gRPC server per ``listen`` address, one pool per service, each pool's
-replicas kept to the resolved endpoints and scraped for load every ``scrape_interval``.
-
-A pool survives an edit that changes neither its settings nor its service (its in-flight
-counts and prefix index stay); new settings start a fresh picker.
+``external``): resolves each service's replicas and serves them here (pools.py: one gRPC
+server per ``listen`` address, one pool per service, scraped for load) or, for ``process:
+sidecar``, hands them to a supervised picker process serving that address (sidecar.py).
 """
 
 from __future__ import annotations
@@ -11,51 +9,20 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
-from inferway.gateway.picker.core.metrics import ServerMetrics, parse_metrics
-from inferway.gateway.picker.core.picker import Picker, PickerConfig
-from inferway.gateway.picker.core.scorers import Weights
+from inferway.gateway.picker.pools import PickerPools, Wanted, endpoint_address, picker_config
 from inferway.gateway.picker.server import PickerServer, PoolPicker
+from inferway.gateway.picker.sidecar import PickerSidecar
 from inferway.policies.model import Policy
-from inferway.policies.picker import Picker as PickerPolicy
 from inferway.policies.types import split_host_port
 from inferway.resolve import resolve_policy
-from inferway.resolve.ir.service import ServiceIR
 from inferway.state.model import State
 
 __all__ = ["PickerKeeper", "endpoint_address", "picker_config"]
 
 log = logging.getLogger(__name__)
-
-
-def endpoint_address(host: str, port: int) -> str:
-    """GAIE's ``ip:port`` (an IPv6 address in brackets), as Envoy's override_host reads it."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def picker_config(policy: PickerPolicy) -> PickerConfig:
-    s = policy.scorers
-    return PickerConfig(
-        weights=Weights(
-            queue=s.queue, kv_cache=s.kv_cache, prefix=s.prefix, lora=s.lora, session=s.session
-        ),
-        queue_limit=policy.queue_limit,
-        kv_cache_limit=policy.kv_cache_limit,
-        fallbacks=policy.fallbacks,
-        shed=policy.shed,
-    )
-
-
-@dataclass
-class _Pool:
-    settings: PickerPolicy
-    pool: PoolPicker
-    endpoints: list[str]
 
 
 class PickerKeeper(PolicyFollower):
@@ -64,26 +31,22 @@ class PickerKeeper(PolicyFollower):
         self._plane = plane
         self._initial = policy
         self._state = state
-        self.servers: dict[tuple[str, int], PickerServer] = {}
-        self._pools: dict[str, _Pool] = {}
-        self._scraper: asyncio.Task[None] | None = None
+        self.pools = PickerPools()
+        """The pickers served in this process."""
+        self.sidecars: dict[tuple[str, int], PickerSidecar] = {}
         self._pending: asyncio.Task[None] | None = None
-        self._client = httpx.AsyncClient(trust_env=False)
+
+    @property
+    def servers(self) -> dict[tuple[str, int], PickerServer]:
+        """The picker servers running in this process, by listen address."""
+        return self.pools.servers
 
     def pool(self, service: str) -> PoolPicker | None:
-        entry = self._pools.get(service)
-        return None if entry is None else entry.pool
+        """``service``'s picker when this process serves it (not a sidecar's)."""
+        return self.pools.pool(service)
 
     def status(self) -> dict[str, Any]:
-        """Per picked service: each endpoint's queue depth, in flight, KV-cache use, picks and
-        prefix-hit rate, and the last pick's explanation (``GET /status``'s ``pickers``)."""
-        return {
-            service: {
-                "endpoints": entry.pool.picker.stats(),
-                "last_pick": entry.pool.recent[-1] if entry.pool.recent else None,
-            }
-            for service, entry in sorted(self._pools.items())
-        }
+        return self.pools.status()
 
     async def follow(self, policy: Policy) -> None:
         state = self._plane.state if self._plane is not None else self._state
@@ -93,57 +56,27 @@ class PickerKeeper(PolicyFollower):
             if s.picker is not None and not s.picker.external
         }
         settings = {s.name: s.picker for s in policy.services if s.name in services}
-        wanted: dict[tuple[str, int], dict[str, PoolPicker]] = {}
+        here: Wanted = {}
+        away: Wanted = {}
         for name, service in services.items():
-            entry = self._entry(name, settings[name], service)  # type: ignore[arg-type]
-            address = split_host_port(settings[name].listen)  # type: ignore[union-attr]
-            wanted.setdefault(address, {})[name] = entry.pool
-        self._pools = {n: p for n, p in self._pools.items() if n in services}
-        for address in list(self.servers):
-            if address not in wanted:
-                await self.servers.pop(address).stop()
-        for address, pools in wanted.items():
-            if address not in self.servers:
-                self.servers[address] = await PickerServer(*address).start()
-            self.servers[address].pools = pools
-        if wanted and self._scraper is None:
-            self._scraper = asyncio.get_running_loop().create_task(self._scrape_forever())
-
-    def _entry(self, name: str, settings: PickerPolicy, service: ServiceIR) -> _Pool:
-        endpoints = [endpoint_address(e.host, e.port) for e in service.endpoints if _is_ip(e.host)]
-        entry = self._pools.get(name)
-        if entry is None or entry.settings != settings:
-            picker = Picker(picker_config(settings))
-            entry = _Pool(settings, PoolPicker(picker, settings.session_header), endpoints)
-            self._pools[name] = entry
-        entry.endpoints = endpoints
-        entry.pool.picker.set_endpoints(endpoints)
-        return entry
-
-    async def _scrape_forever(self) -> None:
-        while self._pools:
-            interval = min(p.settings.scrape_interval for p in self._pools.values())
-            await asyncio.gather(*(self._scrape(p) for p in list(self._pools.values())))
-            await asyncio.sleep(interval)
-        self._scraper = None
-
-    async def _scrape(self, entry: _Pool) -> None:
-        path = entry.settings.metrics_path
-        if path is None:
-            return
-        timeout = entry.settings.scrape_interval
-
-        async def one(endpoint: str) -> None:
-            try:
-                answer = await self._client.get(f"http://{endpoint}{path}", timeout=timeout)
-                metrics = parse_metrics(answer.text) if answer.status_code == 200 else None
-            except (httpx.HTTPError, ValueError) as error:
-                log.debug("picker: scraping %s%s: %s", endpoint, path, error)
-                metrics = None
-            # unknown (no metrics endpoint, down): the picker's own in-flight count decides
-            entry.pool.picker.observe(endpoint, metrics or ServerMetrics())
-
-        await asyncio.gather(*(one(e) for e in entry.endpoints))
+            own = settings[name]
+            assert own is not None  # resolved with a picker: the policy has one
+            endpoints = [
+                endpoint_address(e.host, e.port) for e in service.endpoints if _is_ip(e.host)
+            ]
+            wanted = away if own.process == "sidecar" else here
+            wanted.setdefault(split_host_port(own.listen), {})[name] = (own, endpoints)
+        for address in list(self.sidecars):
+            if address not in away:
+                await self.sidecars.pop(address).stop()
+        for address, pools in away.items():
+            if address in here:  # one address, two processes: the sidecar cannot bind it
+                log.error("picker %s:%d: services disagree on process; sidecar wins", *address)
+                del here[address]
+            if address not in self.sidecars:
+                self.sidecars[address] = await PickerSidecar(*address).start()
+            self.sidecars[address].update(pools)
+        await self.pools.serve(here)
 
     async def start(self) -> None:
         """Serve what the live policy asks for, then follow the control plane's applies."""
@@ -163,14 +96,10 @@ class PickerKeeper(PolicyFollower):
     async def stop(self) -> None:
         if self._pending is not None:
             await self._pending
-        if self._scraper is not None:
-            self._scraper.cancel()
-            await asyncio.gather(self._scraper, return_exceptions=True)
-            self._scraper = None
-        for server in self.servers.values():
-            await server.stop()
-        self.servers.clear()
-        await self._client.aclose()
+        await self.pools.stop()
+        for sidecar in self.sidecars.values():
+            await sidecar.stop()
+        self.sidecars.clear()
 
 
 def _is_ip(host: str) -> bool:

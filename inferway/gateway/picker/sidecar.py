@@ -1,0 +1,143 @@
+"""``picker: {process: sidecar}``: the gateway runs a picker address's gRPC server in a picker
+process of its own (``python -m inferway.gateway.picker HOST PORT``) instead of in its own
+event loop, so a busy control plane (policy reloads, thousands of xDS clients, status
+requests) does not share an event loop with the picks (bench/picker_overhead.py measures
+both modes, also during a policy reload storm).
+
+The gateway feeds the process what it would serve itself: one JSON line on its stdin per
+change, ``{"pools": {service: {"settings": <picker policy>, "endpoints": ["ip:port", ...]}}}``;
+the process answers ``applied`` on its stdout once it serves that. When the process dies the
+supervisor starts another at once (backing off to 2 s while it keeps dying) and sends it the
+latest line; in between Envoy applies the service's ``fail`` mode. The process exits when its
+stdin closes, so it never outlives the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from inferway.policies.picker import Picker as PickerPolicy
+
+__all__ = ["PickerSidecar", "pools_line"]
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 2.0
+STEADY_S = 10.0
+"""A process that ran this long before dying is restarted at once, not after a back-off."""
+
+
+def pools_line(pools: dict[str, tuple[PickerPolicy, list[str]]]) -> bytes:
+    """The stdin line that tells a picker process to serve ``pools``."""
+    document = {
+        name: {"settings": settings.model_dump(mode="json"), "endpoints": endpoints}
+        for name, (settings, endpoints) in sorted(pools.items())
+    }
+    return json.dumps({"pools": document}, sort_keys=True).encode() + b"\n"
+
+
+class PickerSidecar:
+    """Supervises the picker process serving ``host:port``."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.pid: int | None = None
+        self.restarts = 0
+        self.last_restart_s: float | None = None
+        """From a death seen to the new process serving, the last time."""
+        self._line = b""
+        self._process: asyncio.subprocess.Process | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._serving = asyncio.Event()
+        """Set while the process serves the latest line (it answered each line sent to it)."""
+        self._sent = self._applied = 0
+
+    async def start(self) -> PickerSidecar:
+        self._task = asyncio.get_running_loop().create_task(self._supervise())
+        return self
+
+    def update(self, pools: dict[str, tuple[PickerPolicy, list[str]]]) -> None:
+        """Serve ``pools`` from now on (sent now when the process runs, else when it starts)."""
+        line = pools_line(pools)
+        if line == self._line:
+            return
+        self._line = line
+        process = self._process
+        if process is not None and process.stdin is not None and process.returncode is None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                process.stdin.write(line)
+                self._sent += 1
+                self._serving.clear()
+
+    async def wait_serving(self, timeout: float) -> bool:
+        """Whether the process serves the latest pools within ``timeout`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._serving.wait()
+        return self._serving.is_set()
+
+    async def _supervise(self) -> None:
+        backoff = 0.0
+        died_at: float | None = None
+        while not self._stopping:
+            started = time.monotonic()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "inferway.gateway.picker", self.host, str(self.port),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            self._process, self.pid = process, process.pid
+            self._sent = self._applied = 0
+            assert process.stdin is not None and process.stdout is not None
+            if self._line:
+                process.stdin.write(self._line)
+                self._sent = 1
+            while line := await process.stdout.readline():
+                if line.startswith(b"applied"):
+                    self._applied += 1
+                if self._sent and self._applied >= self._sent:
+                    self._serving.set()
+                    if died_at is not None:
+                        self.last_restart_s, died_at = time.monotonic() - died_at, None
+            code = await process.wait()
+            self._serving.clear()
+            self._process = None
+            if self._stopping:
+                return
+            died_at = time.monotonic()
+            self.restarts += 1
+            ran = died_at - started
+            backoff = 0.0 if ran > STEADY_S else min(MAX_BACKOFF_S, max(0.05, backoff * 2))
+            log.error(
+                "endpoint picker process %d on %s:%d exited (%s) after %.1f s; restarting in "
+                "%.2f s (Envoy applies each service's fail mode meanwhile)",
+                process.pid, self.host, self.port, code, ran, backoff,
+            )  # fmt: skip
+            await asyncio.sleep(backoff)
+
+    def status(self) -> dict[str, Any]:
+        return {"pid": self.pid, "restarts": self.restarts, "last_restart_s": self.last_restart_s}
+
+    async def stop(self) -> None:
+        """Close the process's stdin (it exits), kill it after 2 s, stop supervising."""
+        self._stopping = True
+        process = self._process
+        if process is not None and process.returncode is None:
+            if process.stdin is not None:
+                process.stdin.close()
+            try:
+                async with asyncio.timeout(2.0):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
