@@ -87,6 +87,12 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "a locust load\n"
         "run (--users) must meet the p99 SLA, and cost/utilisation are read when "
         "available.\n"
+        "OpenAI routes: each model and alias reaches its backends, streams are "
+        "well-formed SSE\n"
+        "ending with [DONE] and no unasked usage chunk, plain answers carry usage, "
+        "an unknown\n"
+        "model gets a 404; with --users their streaming load run reports TTFT, ITL "
+        "and tokens/s.\n"
         "Exit 0 every bar met, 1 invalid policy, 2 usage (a missing extra, non-loopback "
         "load),\n"
         "3 gateway unreachable, 4 a bar missed.",

@@ -72,6 +72,8 @@ async def admin(tmp_path: Path) -> AsyncIterator[_Admin]:
 async def test_documents_come_back_as_the_server_built_them(admin: _Admin) -> None:
     client = AdminClient(admin.server.url + "/")  # a trailing slash is fine
     status = await asyncio.to_thread(client.status)
+    served = status.pop("served_weights")  # added by the handler: what each group is served
+    assert served == {}  # no Envoy connected here
     assert status == build_status(admin.plane)
     assert status["policy"] is not None and status["policy"]["source"] == "p.yaml"
     listed = await asyncio.to_thread(client.rollouts)
