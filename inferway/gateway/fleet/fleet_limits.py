@@ -35,6 +35,7 @@ from typing import Any
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
 from inferway.gateway.fleet.envoy_reports import LIMITER_KEY, ReportView
 from inferway.gateway.fleet.limit_shares import split_limit
+from inferway.gateway.fleet.prefix_watch import PrefixWatch
 from inferway.gateway.fleet.store import Fence, FencedError, Record, Store, StoreUnavailableError
 from inferway.policies.model import Policy
 from inferway.resolve.routes import fleet_floor
@@ -114,7 +115,9 @@ class FleetLimits:
         self._counts: dict[tuple[str, str], deque[tuple[float, int]]] = {}
         """(route, node) -> (report time, offered) of its reports of the last RATE_WINDOW_S."""
         self._rates: dict[tuple[str, str], float] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._watch = PrefixWatch(
+            self.store, PREFIX, self._take, lambda: self._seen, "rate limit split watch"
+        )
         self.splitter = _Splitter(self)
         self.writes = 0
         """Splits this replica wrote (each refills the Envoys' buckets)."""
@@ -146,25 +149,11 @@ class FleetLimits:
         except PolicyRefusedError as exc:
             log.error("fleet rate limits: split refused: %s", exc)
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                for record in await self.store.list(PREFIX):
-                    self._take(record)
-                async for record in self.store.watch(PREFIX, after=self._seen):
-                    self._take(record)
-            except StoreUnavailableError as exc:
-                log.warning("rate limit split watch: %s; resuming", exc)
-                await asyncio.sleep(0.5)
-
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._follow(), name="rate limit split watch")
+        self._watch.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._watch.stop()
 
     # -- the leader: split each fleet-wide limit by the offered load -------------------------
 

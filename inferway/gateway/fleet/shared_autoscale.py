@@ -13,20 +13,18 @@ written once, by one leader, and the scale follows only decisions that were reco
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from inferway.gateway.fleet.prefix_watch import PrefixWatch
 from inferway.gateway.fleet.store import (
     ConflictError,
     Fence,
     FencedError,
     Record,
     Store,
-    StoreUnavailableError,
 )
 
 __all__ = ["PREFIX", "SharedAutoscaleStore"]
@@ -41,7 +39,9 @@ class SharedAutoscaleStore:
         self.store = store
         self._fence = fence
         self._mirror: dict[str, Record] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._watch = PrefixWatch(
+            self.store, PREFIX, self._take, lambda: self._seen, "autoscale state watch"
+        )
         self._seen = 0
         self.fenced: Callable[[str], None] = lambda reason: None
         """Called when the store refused this replica's write: it no longer leads."""
@@ -96,22 +96,8 @@ class SharedAutoscaleStore:
         self._take(record)
         return record.version
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                for record in await self.store.list(PREFIX):
-                    self._take(record)
-                async for record in self.store.watch(PREFIX, after=self._seen):
-                    self._take(record)
-            except StoreUnavailableError as exc:
-                log.warning("autoscale state watch: %s; resuming", exc)
-                await asyncio.sleep(0.5)
-
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._follow(), name="autoscale state watch")
+        self._watch.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._watch.stop()

@@ -17,6 +17,7 @@ from inferway.gateway.fleet.envoy_reports import (
     NodeReport,
     ReportsByAge,
 )
+from inferway.gateway.fleet.prefix_watch import PrefixWatch
 from inferway.gateway.fleet.store import Record, Store, StoreUnavailableError
 from inferway.gateway.rollouts.envoy_stats import ClusterTotals
 
@@ -143,7 +144,9 @@ class StoreEvidence:
         self.store = store
         self._by_age = ReportsByAge(clock, expire_after_s)
         self._seen = 0
-        self._task: asyncio.Task[None] | None = None
+        self._watch = PrefixWatch(
+            self.store, PREFIX, self._take, lambda: self._seen, "evidence watch"
+        )
 
     def reports(self) -> dict[str, NodeReport]:
         return self._by_age.reports()
@@ -163,22 +166,8 @@ class StoreEvidence:
         if known is None or report.at >= known.at:
             self._by_age.put(report)
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                for record in await self.store.list(PREFIX):
-                    self._take(record)
-                async for record in self.store.watch(PREFIX, after=self._seen):
-                    self._take(record)
-            except StoreUnavailableError as exc:
-                log.warning("evidence watch: %s; resuming", exc)
-                await asyncio.sleep(0.5)
-
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._follow(), name="evidence watch")
+        self._watch.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._watch.stop()
