@@ -35,6 +35,7 @@ from inferway.gateway.features.measure import (
     measure_bodyless,
     parse_field_paths,
 )
+from inferway.gateway.grpc_listen import listen_and_start
 from inferway.policies.model import Policy
 from inferway.xds.translate.features import FEATURES_NAMESPACE, FIELDS_METADATA_KEY
 from inferway.xds.translate.served_by import SERVED_BY_HEADERS
@@ -135,13 +136,8 @@ class FeatureRouter:
     async def start(self) -> FeatureRouter:
         server = grpc.aio.server()
         ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
-        address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        bound = server.add_insecure_port(address)
-        if not bound:
-            raise OSError(f"feature router: cannot listen on {address}")
-        await server.start()
-        self.port, self._server = bound, server
-        log.info("feature router on %s:%d", self.host, self.port)
+        self.port = await listen_and_start(server, self.host, self.port, "feature router")
+        self._server = server
         return self
 
     async def stop(self, grace: float = 0.2) -> None:

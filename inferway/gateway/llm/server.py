@@ -18,6 +18,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
+from inferway.gateway.grpc_listen import listen_and_start
 from inferway.gateway.llm.exchange import LlmSettings
 from inferway.gateway.llm.limits import BudgetStore, LimitSpec, MemoryBudgetStore, TokenBudget
 from inferway.gateway.llm.metrics import LlmMetrics
@@ -95,13 +96,8 @@ class LlmServer:
         server = grpc.aio.server(options=_UNCAPPED)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
         server.add_generic_rpc_handlers((_report_handler(self.processor),))
-        address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        bound = server.add_insecure_port(address)
-        if not bound:
-            raise OSError(f"LLM processor: cannot listen on {address}")
-        await server.start()
-        self.port, self._server = bound, server
-        log.info("LLM processor on %s:%d", self.host, self.port)
+        self.port = await listen_and_start(server, self.host, self.port, "LLM processor")
+        self._server = server
         return self
 
     async def stop(self, grace: float = 0.2) -> None:

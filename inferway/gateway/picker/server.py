@@ -36,6 +36,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
+from inferway.gateway.grpc_listen import listen_and_start
 from inferway.gateway.picker.core.picker import Pick, Picker
 from inferway.gateway.picker.core.prefix import prompt_text
 from inferway.gateway.picker.health import add_health_service
@@ -217,13 +218,8 @@ class PickerServer:
         server = grpc.aio.server()
         ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
         add_health_service(server, ready=lambda: bool(self.pools))
-        address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        bound = server.add_insecure_port(address)
-        if not bound:
-            raise OSError(f"endpoint picker: cannot listen on {address}")
-        await server.start()
-        self.port, self._server = bound, server
-        log.info("endpoint picker on %s:%d", self.host, self.port)
+        self.port = await listen_and_start(server, self.host, self.port, "endpoint picker")
+        self._server = server
         return self
 
     async def stop(self, grace: float = 0.2) -> None:
