@@ -31,6 +31,7 @@ from typing import Any
 
 import aiohttp
 
+from inferway import background
 from inferway.controllers.autoscale.autoscaler import Autoscaler
 from inferway.controllers.autoscale.params import AutoscaleConfig
 from inferway.controllers.autoscale.samples import MetricSample
@@ -161,7 +162,7 @@ class AutoscaleDriver(PolicyFollower):
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=5.0), trust_env=False
         )
-        self._task = asyncio.create_task(self._run(), name="autoscale")
+        self._task = background.start(self._run(), name="autoscale", log=log)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -174,12 +175,12 @@ class AutoscaleDriver(PolicyFollower):
             self._session = None
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self.tick(self._clock())
-            except Exception:  # one bad pass must not end autoscaling
-                log.exception("autoscale pass failed")
-            await asyncio.sleep(self._sleep_s())
+        await background.repeat(
+            self._tick_now, every_s=self._sleep_s, what="autoscale pass", log=log
+        )
+
+    async def _tick_now(self) -> None:
+        await self.tick(self._clock())
 
     def _sleep_s(self) -> float:
         if not self._services:

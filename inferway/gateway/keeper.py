@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from inferway import background
 from inferway.exit_codes import EXIT_CANNOT_START
 from inferway.free_ports import free_ports
 from inferway.gateway.control_plane_process import ControlPlaneProcess, ControlPlaneSpec
@@ -149,7 +150,7 @@ class _Keeper:
             log.error("%s", failure)
             return EXIT_CANNOT_START
         log.info("running (envoy pid %s, control plane pid %s); Ctrl-C to stop", *self._pids())
-        publisher = asyncio.create_task(self._publish_periodically())
+        publisher = background.start(self._publish_periodically(), name="state publisher", log=log)
         try:
             await self.stop_event.wait()
         finally:
@@ -196,6 +197,9 @@ class _Keeper:
 
     async def _publish_periodically(self) -> None:
         """Catches what no callback reports (Envoy down between a crash and its restart)."""
-        while True:
-            self.publish()
-            await asyncio.sleep(_PUBLISH_INTERVAL_S)
+        await background.repeat(
+            self._publish_async, every_s=_PUBLISH_INTERVAL_S, what="publishing state", log=log
+        )
+
+    async def _publish_async(self) -> None:
+        self.publish()

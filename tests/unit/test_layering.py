@@ -18,9 +18,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "inferway"
 
-BASE = {"pki", "parent_death", "free_ports", "exit_codes", "_xds_protos"}
+BASE = {"pki", "parent_death", "free_ports", "exit_codes", "background", "_xds_protos"}
 """Below everything: certificates and keys, process helpers (parent death, free ports, exit
-codes), the generated Envoy API modules. They import nothing of inferway but themselves."""
+codes, background tasks), the generated Envoy API modules. They import nothing of inferway
+but themselves."""
 
 _BELOW_GATEWAY = BASE | {"observability", "policies", "state", "resolve", "xds", "controllers"}
 
@@ -29,6 +30,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "parent_death": BASE,
     "free_ports": BASE,
     "exit_codes": BASE,
+    "background": BASE,
     "_xds_protos": BASE,
     "observability": BASE | {"observability"},
     "policies": BASE | {"observability", "policies"},

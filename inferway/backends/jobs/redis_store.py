@@ -32,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from inferway import background
 from inferway.backends.jobs.records import (
     TERMINAL,
     Job,
@@ -126,7 +127,7 @@ class RedisJobStore:
         except _REDIS_DOWN as exc:
             where = self.where
             raise JobStoreUnavailableError(f"cannot reach Redis at {where}: {exc}") from exc
-        self._heartbeat = asyncio.create_task(self._keep_fresh(), name="jobs-redis-heartbeat")
+        self._heartbeat = background.start(self._keep_fresh(), name="jobs-redis-heartbeat", log=log)
 
     async def close(self) -> None:
         if self._heartbeat is not None:
@@ -270,6 +271,8 @@ class RedisJobStore:
                 )
             except _REDIS_DOWN as exc:
                 log.warning("could not refresh this worker's jobs in Redis: %s", exc)
+            except Exception:
+                log.exception("could not refresh this worker's jobs in Redis")
 
     async def ack(self, delivery: Delivery) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from inferway import background
 from inferway.backends.jobs import records
 from inferway.backends.jobs.metrics import JobMetrics
 from inferway.backends.jobs.records import Callback, Job, JobNotFoundError
@@ -80,8 +81,8 @@ class JobService:
             self.core, self.store, self.settings, self.metrics, self._session, name=name
         )
         self._tasks = [
-            asyncio.create_task(worker.run(), name="jobs-worker"),
-            asyncio.create_task(self._refresh(), name="jobs-stats"),
+            background.start(worker.run(), name="jobs-worker", log=log),
+            background.start(self._refresh(), name="jobs-stats", log=log),
         ]
 
     async def stop(self) -> None:
@@ -105,6 +106,8 @@ class JobService:
                 if not warned:
                     log.warning("job metrics not refreshed: %s", exc)
                 warned = True
+            except Exception:
+                log.exception("job metrics not refreshed")
             await asyncio.sleep(STATS_INTERVAL_S)
 
     async def submit(

@@ -23,7 +23,6 @@ its fence when an Envoy came or went or the fleet would admit 5% of the limit mo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -32,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from inferway import background
 from inferway.gateway.control_plane import ControlPlane, PolicyRefusedError
 from inferway.gateway.fleet.envoy_reports import LIMITER_KEY, ReportView
 from inferway.gateway.fleet.limit_shares import split_limit
@@ -85,14 +85,13 @@ class _Splitter:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._limits.split_forever(), name="rate limit split")
+        self._task = background.start(
+            self._limits.split_forever(), name="rate limit split", log=log
+        )
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await background.cancel(self._task)
+        self._task = None
 
 
 class FleetLimits:
@@ -221,12 +220,13 @@ class FleetLimits:
         return written
 
     async def split_forever(self) -> None:
-        while True:
-            try:
-                await self.split_once()
-            except StoreUnavailableError as exc:
-                log.warning("rate limit split: %s", exc)
-            await asyncio.sleep(SPLIT_S)
+        await background.repeat(
+            self.split_once,
+            every_s=SPLIT_S,
+            what="rate limit split",
+            log=log,
+            expected=(StoreUnavailableError,),
+        )
 
 
 def _moved(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferway import background
 from inferway.gateway.components import Component
 from inferway.gateway.fleet.election import LeaderTask, LeaderWork
 from inferway.gateway.fleet.envoy_reports import EnvoyReports, FleetStatsSource, NewestReports
@@ -65,6 +66,7 @@ class Fleet:
     _replicas: list[dict[str, Any]] = field(default_factory=list)
     _health: StoreHealth | None = None
     _beat: asyncio.Task[None] | None = None
+    _beats: int = 0
 
     def advertise(self, admin_url: str) -> None:
         """This replica's admin API, for the others (a command they get is forwarded here
@@ -97,26 +99,29 @@ class Fleet:
             "members": list(health.members),
         }
 
+    async def _beat_once(self) -> None:
+        try:
+            if self._beats % 5 == 0:
+                self._health = await self.store.health()
+            record = {
+                "id": self.identity,
+                "admin": self.admin_url,
+                "leading": self.leader is not None and self.leader.status.leading,
+                "at": time.time(),
+            }
+            await self.store.put(REPLICAS + self.identity, json.dumps(record).encode())
+            self._replicas = [json.loads(r.value) for r in await self.store.list(REPLICAS)]
+        except StoreUnavailableError as exc:
+            self._health = StoreHealth(self.store.url, False, str(exc))
+        except (ValueError, KeyError) as exc:
+            log.warning("fleet registry: unreadable record: %s", exc)
+        finally:
+            self._beats += 1
+
     async def _heartbeat(self) -> None:
-        beats = 0
-        while True:
-            try:
-                if beats % 5 == 0:
-                    self._health = await self.store.health()
-                record = {
-                    "id": self.identity,
-                    "admin": self.admin_url,
-                    "leading": self.leader is not None and self.leader.status.leading,
-                    "at": time.time(),
-                }
-                await self.store.put(REPLICAS + self.identity, json.dumps(record).encode())
-                self._replicas = [json.loads(r.value) for r in await self.store.list(REPLICAS)]
-            except StoreUnavailableError as exc:
-                self._health = StoreHealth(self.store.url, False, str(exc))
-            except (ValueError, KeyError) as exc:
-                log.warning("fleet registry: unreadable record: %s", exc)
-            beats += 1
-            await asyncio.sleep(HEARTBEAT_S)
+        await background.repeat(
+            self._beat_once, every_s=HEARTBEAT_S, what="fleet heartbeat", log=log
+        )
 
     def newest_reports(self) -> NewestReports:
         """Every Envoy's newest report, from any replica (this replica's own Envoys as they
@@ -151,13 +156,11 @@ class Fleet:
         await self.autoscale.start()
         await self.evidence.start()
         await self.publisher.start()
-        self._beat = asyncio.create_task(self._heartbeat(), name="fleet heartbeat")
+        self._beat = background.start(self._heartbeat(), name="fleet heartbeat", log=log)
 
     async def stop(self) -> None:
-        if self._beat is not None:
-            self._beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._beat
+        await background.cancel(self._beat)
+        self._beat = None
         await self.publisher.stop()
         await self.evidence.stop()
         await self.autoscale.stop()

@@ -5,12 +5,12 @@ verdict counts the traffic of Envoys connected to any replica."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 
+from inferway import background
 from inferway.gateway.fleet.envoy_reports import (
     EVIDENCE_TTL_S,
     EnvoyReports,
@@ -110,22 +110,19 @@ class EvidencePublisher:
             raise errors[0]
         return len(changed)
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.publish_once()
-            except StoreUnavailableError as exc:
-                log.warning("publishing Envoy evidence: %s", exc)
-            await asyncio.sleep(self.every_s)
-
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="evidence publisher")
+        loop = background.repeat(
+            self.publish_once,
+            every_s=self.every_s,
+            what="publishing Envoy evidence",
+            log=log,
+            expected=(StoreUnavailableError,),
+        )
+        self._task = background.start(loop, name="evidence publisher", log=log)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.cancel(self._task)
+        self._task = None
 
 
 class StoreEvidence:

@@ -17,7 +17,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferway import background
 from inferway.controllers.rollout.state import RolloutState, RolloutStateError
+from inferway.gateway.fleet.prefix_watch import PrefixWatch
 from inferway.gateway.fleet.store import Fence, FencedError, Record, Store, StoreUnavailableError
 from inferway.gateway.rollouts.store import RolloutTarget
 
@@ -46,7 +48,15 @@ class SharedRolloutStore:
         self._fence = fence
         self._mirror: dict[str, _Saved] = {}
         self._writes: asyncio.Queue[tuple[str, bytes, Fence | None]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._watch = PrefixWatch(
+            store,
+            PREFIX,
+            self._take_and_tell,
+            lambda: self._seen,
+            "rollout state watch",
+            list_first=False,
+        )
         self.on_change: Callable[[str], None] = lambda name: None
         """Called with a rollout's name when another replica's write changed its state."""
         self.fenced: Callable[[str], None] = lambda reason: None
@@ -130,23 +140,23 @@ class SharedRolloutStore:
     # -- background: the writer and the watch --------------------------------------------
 
     def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._write_in_order(), name="rollout state writer"),
-            asyncio.create_task(self._follow(), name="rollout state watch"),
-        ]
+        self._writer = background.start(
+            self._write_in_order(), name="rollout state writer", log=log
+        )
+        self._watch.start()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await background.cancel(self._writer)
+        self._writer = None
+        await self._watch.stop()
 
     async def _write_in_order(self) -> None:
         while True:
             name, body, fence = await self._writes.get()
             try:
                 await self._write(name, body, fence)
+            except Exception:  # one state not stored must not stop the writes after it
+                log.exception("rollout %s: its state was not stored", name)
             finally:
                 self._pending[name] = max(self._pending.get(name, 0) - 1, 0)
 
@@ -183,12 +193,6 @@ class SharedRolloutStore:
             self._seen = max(self._seen, record.version)
             return
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                async for record in self.store.watch(PREFIX, after=self._seen):
-                    if self._take(record):
-                        self.on_change(record.key.removeprefix(PREFIX))
-            except StoreUnavailableError as exc:
-                log.warning("rollout state watch: %s; resuming", exc)
-                await asyncio.sleep(0.5)
+    def _take_and_tell(self, record: Record) -> None:
+        if self._take(record):
+            self.on_change(record.key.removeprefix(PREFIX))
