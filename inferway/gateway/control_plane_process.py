@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from inferway import background
 from inferway.gateway.keeper_state import ProcessRecord
 from inferway.gateway.restart_loop import Backoff, Exit, keep_restarting
 from inferway.gateway.runtime import GatewayOptions
@@ -95,7 +96,7 @@ class ControlPlaneProcess:
         code = await self._wait_ready()
         if code is not None:
             return code
-        self._monitor = asyncio.create_task(self._supervise(), name="control-plane-keeper")
+        self._monitor = background.start(self._supervise(), name="control-plane-keeper", log=log)
         return None
 
     async def _spawn(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from inferway import background
 from inferway.gateway.restart_loop import Backoff, Exit, keep_restarting
 from inferway.parent_death import set_parent_death_signal
 from inferway.xds.envoy_binary import find_envoy
@@ -137,7 +138,7 @@ class EnvoySupervisor:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.bootstrap_path.write_text(json.dumps(self.bootstrap, indent=2, sort_keys=True))
         await self._spawn()
-        self._monitor = asyncio.create_task(self._supervise(), name="envoy-supervisor")
+        self._monitor = background.start(self._supervise(), name="envoy-supervisor", log=log)
 
     async def _spawn(self) -> None:
         parent = os.getpid()

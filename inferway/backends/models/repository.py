@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from inferway import background
 from inferway.backends.models.config import ModelConfig, load_model_config
 from inferway.backends.models.loading import (
     ExecutorFactory,
@@ -175,7 +176,7 @@ class ModelRepository:
         so does every ``resync_s`` of quiet (a safety net for events a filesystem drops)."""
         if self._watch_task is None:
             self._stop_watch = asyncio.Event()
-            self._watch_task = asyncio.create_task(self._watch(), name=f"watch {self.root}")
+            self._watch_task = background.start(self._watch(), name=f"watch {self.root}", log=log)
             # One loop turn lets the task create its inotify watch before we return.
             await asyncio.sleep(0)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
+from inferway import background
 from inferway.free_ports import free_ports
 from inferway.gateway.actuators.replica_plan import (
     ReplicaState,
@@ -194,8 +195,8 @@ class ReplicaSet:
         index = next(i for i in range(len(self._replicas) + 1) if i not in self._replicas)
         replica = _Replica(index, self._generation, self.spec, device)
         self._replicas[index] = replica
-        replica.task = asyncio.get_running_loop().create_task(
-            self._life(replica), name=f"replica {self.service}[{index}]"
+        replica.task = background.start(
+            self._life(replica), name=f"replica {self.service}[{index}]", log=log
         )
 
     def _stop(self, index: int, reason: str) -> None:

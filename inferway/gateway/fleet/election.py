@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from inferway import background
 from inferway.gateway.fleet.store import (
     Fence,
     FencedError,
@@ -91,7 +92,7 @@ class LeaderWork:
             self._leadership.lose(reason)
 
     async def start(self) -> None:
-        self._runner = asyncio.create_task(self._run(), name=f"leader-work-{self.election}")
+        self._runner = background.start(self._run(), name=f"leader-work-{self.election}", log=log)
 
     async def stop(self) -> None:
         """Stop the work, and give the leadership up so another replica takes over now rather
@@ -112,6 +113,10 @@ class LeaderWork:
                 held = await self.store.campaign(self.election, self.status.identity, self.ttl)
             except StoreUnavailableError as exc:
                 log.warning("election %r: %s", self.election, exc)
+                await asyncio.sleep(RESTART_S)
+                continue
+            except Exception:  # this replica must stay a candidate whatever went wrong
+                log.exception("election %r: campaign failed; campaigning again", self.election)
                 await asyncio.sleep(RESTART_S)
                 continue
             self._leadership = held
