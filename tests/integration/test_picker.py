@@ -160,7 +160,8 @@ async def test_a_shared_prefix_goes_to_the_engine_holding_it(
     assert pool is not None
     stats = pool.picker.stats()[holder]
     assert stats["prefix_hit_rate"] is not None and stats["prefix_hit_rate"] > 0.5
-    explained = pool.recent[-1]
+    explained = pool.last_explained()
+    assert explained is not None
     assert explained["picker.winner"] == holder and "prefix 1.00" in explained["picker.reason"]
     # status: per endpoint queue, KV-cache use and prefix hits, and the last pick's reason
     async with httpx.AsyncClient(base_url=gw.gateway.admin.url, timeout=5) as admin:

@@ -13,6 +13,7 @@ import signal
 import time
 from collections import Counter
 
+import httpx
 import pytest
 
 from inferway.gateway.picker.sidecar import PickerSidecar
@@ -88,6 +89,14 @@ async def test_a_sidecar_picker_steers_and_a_killed_one_fails_open_then_returns(
         await poll_until(picked, timeout=15, what="a 200 through the sidecar's picks")
         served = await _steered(gw, "acme")
         assert len(served) == 1, served  # the prefix holder, every time
+
+        async def shown() -> bool:  # the gateway's status shows the sidecar's pool
+            assert gw.gateway is not None
+            async with httpx.AsyncClient(base_url=gw.gateway.admin.url, timeout=5) as admin:
+                pool = (await admin.get("/status")).json().get("pickers", {}).get("llm")
+            return pool is not None and sum(e["picks"] for e in pool["endpoints"].values()) >= 7
+
+        await poll_until(shown, timeout=5, what="the sidecar's pool in the gateway's status")
 
         os.kill(sidecar.pid, signal.SIGKILL)
         started = time.monotonic()

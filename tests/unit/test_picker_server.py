@@ -10,6 +10,9 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from google.protobuf import json_format, struct_pb2
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
@@ -18,6 +21,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
+from inferway.gateway.picker import server as server_module
 from inferway.gateway.picker.core.metrics import ServerMetrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
 from inferway.gateway.picker.health import HEALTH_METHOD, decode_service
@@ -85,7 +89,7 @@ async def test_a_pick_names_the_winner_then_fallbacks_in_header_and_metadata(
     assert header == metadata and sorted(header.split(",")) == sorted(ENDPOINTS)
     stats = server.pools["llm"].picker.stats()
     assert all(s["in_flight"] == 0 for s in stats.values())  # the stream ended: released
-    assert server.pools["llm"].recent[-1]["picker.winner"] == header.split(",")[0]
+    assert (server.pools["llm"].last_explained() or {}).get("picker.winner") == header.split(",")[0]
 
 
 async def test_subset_hint_no_endpoint_503_and_shedding_429(server: PickerServer) -> None:
@@ -98,6 +102,24 @@ async def test_subset_hint_no_endpoint_503_and_shedding_429(server: PickerServer
     (shed,) = await _exchange(server, [_headers(eos=True)])
     assert shed.immediate_response.status.code == 429
     assert "saturated" in json.loads(shed.immediate_response.body)["error"]
+
+
+async def test_a_recorded_span_explains_the_pick_and_answers_are_reused(
+    server: PickerServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(server_module, "tracer", provider.get_tracer("test"))
+    first = await _exchange(server, [_headers(eos=False), _body("s" * 640)])
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "picker.pick" and span.attributes is not None
+    assert span.attributes["picker.winner"] == _destination(first[1])[0].split(",")[0]
+    assert span.attributes["picker.candidates"] == len(ENDPOINTS)
+    assert set(json.loads(str(span.attributes["picker.scores"]))) == set(ENDPOINTS)
+    # a second stream with the same prompt: the same answer, serialized once and reused
+    second = await _exchange(server, [_headers(eos=False), _body("s" * 640)])
+    assert second[1] == first[1] and len(exporter.get_finished_spans()) == 2
 
 
 async def test_health_service(server: PickerServer) -> None:

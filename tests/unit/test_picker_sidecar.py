@@ -134,6 +134,16 @@ routes:
             "127.0.0.1:9001,127.0.0.1:9002",
             "127.0.0.1:9002,127.0.0.1:9001",
         )
+        # status shows the sidecar's pool (as the process last answered) beside the local one
+        for _ in range(50):
+            if "llm" in keeper.status():
+                break
+            await asyncio.sleep(0.1)
+        shown = keeper.status()
+        assert sorted(shown) == ["llm", "near"]
+        picked = {e for e, s in shown["llm"]["endpoints"].items() if s["picks"] == 1}
+        assert len(picked) == 1 and shown["llm"]["last_pick"]["picker.winner"] in picked
+        assert set(shown["llm"]["endpoints"]) == {"127.0.0.1:9001", "127.0.0.1:9002"}
         await keeper.follow(load_policy_text(text.replace("process: sidecar, ", "")))
         assert not keeper.sidecars and keeper.pool("llm") is not None
     finally:

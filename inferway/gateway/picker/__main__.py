@@ -1,6 +1,7 @@
 """The picker process of ``picker: {process: sidecar}`` (sidecar.py): serves the pools each
-stdin line names on ``HOST PORT``, says ``applied`` on stdout after each, and exits when
-stdin closes (the gateway stopped or died).
+stdin line names on ``HOST PORT``, says ``applied`` on stdout after each, answers a
+``{"status": true}`` line with ``status <json>`` (its pools' endpoint stats and last pick, as
+``GET /status`` shows them), and exits when stdin closes (the gateway stopped or died).
 
     python -m inferway.gateway.picker HOST PORT
 """
@@ -13,6 +14,7 @@ import logging
 import sys
 
 from inferway.gateway.picker.pools import PickerPools, Wanted
+from inferway.gateway.picker.sidecar import STATUS_REQUEST
 from inferway.policies.picker import Picker as PickerPolicy
 
 __all__ = ["main", "parse_pools"]
@@ -42,6 +44,10 @@ async def _serve(address: tuple[str, int]) -> int:
     pools = PickerPools()
     try:
         while line := await reader.readline():
+            if line == STATUS_REQUEST:
+                sys.stdout.write("status " + json.dumps(pools.status()) + "\n")
+                sys.stdout.flush()
+                continue
             try:
                 await pools.serve(parse_pools(line, address))
             except (ValueError, KeyError, TypeError) as error:

@@ -46,7 +46,11 @@ class PickerKeeper(PolicyFollower):
         return self.pools.pool(service)
 
     def status(self) -> dict[str, Any]:
-        return self.pools.status()
+        """Per picked service, served here or by a sidecar process (as it last answered)."""
+        shown = self.pools.status()
+        for sidecar in self.sidecars.values():
+            shown.update(sidecar.pools_status)
+        return dict(sorted(shown.items()))
 
     async def follow(self, policy: Policy) -> None:
         state = self._plane.state if self._plane is not None else self._state

@@ -73,7 +73,7 @@ class PickerPools:
         return {
             service: {
                 "endpoints": entry.pool.picker.stats(),
-                "last_pick": entry.pool.recent[-1] if entry.pool.recent else None,
+                "last_pick": entry.pool.last_explained(),
             }
             for service, entry in sorted(self._pools.items())
         }

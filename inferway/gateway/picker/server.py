@@ -13,14 +13,23 @@ The answer to the body (or to the headers of a request without one) names the re
 The request is in flight (for the queue scorer) from the pick until Envoy closes the stream,
 which it does when the HTTP request ends: answered, reset or timed out. Each pick is traced as
 a ``picker.pick`` span whose attributes say the scores per endpoint, the winner and why.
+
+Why the stream is served the way it is: at 500 req/s the picker's CPU per request, not the pick,
+decides the added latency, and most of it is grpc.aio's own per-message work. So the
+ExternalProcessor service is a generic handler on raw bytes (``context.read()``/``write()``, no
+async generator, no servicer stub), the empty answer to the headers is serialized once, a pick's
+answer is serialized once per distinct endpoint list (there are few: winner and fallbacks of
+one pool), and a pick is explained (scores per endpoint, the reason) only for a span that
+records and when ``status`` asks for the last one (bench/picker_overhead.py measures it).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +41,6 @@ from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2 as ep_pb2,
 )
-from inferway._xds_protos.envoy.service.ext_proc.v3 import (
-    external_processor_pb2_grpc as ep_grpc,
-)
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.gateway.grpc_listen import listen_and_start
 from inferway.gateway.picker.core.picker import Pick, Picker
@@ -42,7 +48,7 @@ from inferway.gateway.picker.core.prefix import prompt_text
 from inferway.gateway.picker.health import add_health_service
 from inferway.xds.translate.picker import DESTINATION_HEADER, LB_NAMESPACE, SERVICE_METADATA_KEY
 
-__all__ = ["SUBSET_KEY", "SUBSET_NAMESPACE", "PickerServer", "PoolPicker"]
+__all__ = ["SUBSET_KEY", "SUBSET_NAMESPACE", "PickerServer", "PoolPicker", "explained"]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("inferway.picker")
@@ -51,6 +57,11 @@ EXPLAINED_CANDIDATES = 8
 """A span carries the scores of the 8 best candidates (and how many there were), not all."""
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+_HEADERS_OK = ep_pb2.ProcessingResponse(
+    request_headers=ep_pb2.HeadersResponse()
+).SerializeToString()
+"""The answer to a request's headers when its body follows: nothing to change yet."""
 
 
 @dataclass
@@ -59,8 +70,19 @@ class PoolPicker:
 
     picker: Picker
     session_header: str = "x-session-id"
-    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
-    """The last picks' explanations (``status`` shows them)."""
+    recent: deque[Pick] = field(default_factory=lambda: deque(maxlen=64))
+    """The last picks (``status`` explains the latest)."""
+
+    def last_explained(self) -> dict[str, Any] | None:
+        """The latest pick's explanation (span attributes), None before the first pick."""
+        return explained(self.recent[-1]) if self.recent else None
+
+
+def explained(pick: Pick) -> dict[str, Any]:
+    """A pick's span attributes: the winner, the reason and the best candidates' scores."""
+    attributes = pick.explain(top=EXPLAINED_CANDIDATES)
+    attributes["picker.scores"] = json.dumps(attributes["picker.scores"])
+    return attributes
 
 
 def _header(headers: ep_pb2.HttpHeaders, name: str) -> str | None:
@@ -120,6 +142,18 @@ def _answer(pick: Pick, phase: str) -> ep_pb2.ProcessingResponse:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _answer_bytes(endpoints: tuple[str, ...], phase: str) -> bytes:
+    """A 200 pick's serialized answer: it depends only on the endpoints listed and the phase."""
+    return _answer(Pick(200, endpoints, ""), phase).SerializeToString()
+
+
+def _serialized(pick: Pick, phase: str) -> bytes:
+    if pick.status == 200:
+        return _answer_bytes(pick.endpoints, phase)
+    return _answer(pick, phase).SerializeToString()
+
+
 def _parse(body: bytes) -> tuple[str | None, str | None]:
     """The prompt's text and the requested model (a LoRA adapter is asked for by name)."""
     try:
@@ -130,7 +164,7 @@ def _parse(body: bytes) -> tuple[str | None, str | None]:
     return prompt_text(data), (model if isinstance(model, str) else None)
 
 
-class _Processor(ep_grpc.ExternalProcessorServicer):
+class _Processor:
     def __init__(self, pools: Callable[[], dict[str, PoolPicker]]) -> None:
         self._pools = pools
         self.requests = 0
@@ -152,21 +186,20 @@ class _Processor(ep_grpc.ExternalProcessorServicer):
         with tracer.start_as_current_span("picker.pick") as span:
             blocks = pool.picker.blocks(text)
             pick = pool.picker.pick(blocks, lora=model, session=session, subset=subset)
-            explained = pick.explain(top=EXPLAINED_CANDIDATES)
-            explained["picker.scores"] = json.dumps(explained["picker.scores"])
-            span.set_attributes(explained)
-        pool.recent.append(explained)
+            if span.is_recording():
+                span.set_attributes(explained(pick))
+        pool.recent.append(pick)
         return pick
 
-    async def Process(
-        self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
-    ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
+    async def process(self, _requests: object, context: Any) -> None:
+        """One Envoy stream (one HTTP request): headers, then the body when there is one."""
         pool = self._pool(context)
         pick: Pick | None = None
         session: str | None = None
         subset: list[str] | None = None
         try:
-            async for request in request_iterator:
+            while (raw := await context.read()) is not grpc.aio.EOF:
+                request = ep_pb2.ProcessingRequest.FromString(raw)
                 kind = request.WhichOneof("request")
                 if kind == "request_headers":
                     self.requests += 1
@@ -176,15 +209,15 @@ class _Processor(ep_grpc.ExternalProcessorServicer):
                         session = _header(headers, pool.session_header)
                     if headers.end_of_stream:
                         pick = self._pick(pool, None, None, session, subset)
-                        yield _answer(pick, "headers")
+                        await context.write(_serialized(pick, "headers"))
                     else:
-                        yield ep_pb2.ProcessingResponse(request_headers=ep_pb2.HeadersResponse())
+                        await context.write(_HEADERS_OK)
                 elif kind == "request_body":
                     text, model = _parse(request.request_body.body)
                     pick = self._pick(pool, text, model, session, subset)
-                    yield _answer(pick, "body")
+                    await context.write(_serialized(pick, "body"))
                 else:  # not asked for by inferway's processing mode: pass it through
-                    yield _passthrough(kind)
+                    await context.write(_passthrough(kind).SerializeToString())
         except Exception:
             self.errors += 1
             log.exception("picker: a stream failed; Envoy applies the service's fail mode")
@@ -216,7 +249,10 @@ class PickerServer:
 
     async def start(self) -> PickerServer:
         server = grpc.aio.server()
-        ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
+        handler = grpc.stream_stream_rpc_method_handler(self.processor.process)  # raw bytes
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Process": handler}),)
+        )
         add_health_service(server, ready=lambda: bool(self.pools))
         self.port = await listen_and_start(server, self.host, self.port, "endpoint picker")
         self._server = server

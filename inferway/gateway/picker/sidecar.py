@@ -10,6 +10,10 @@ the process answers ``applied`` on its stdout once it serves that. When the proc
 supervisor starts another at once (backing off to 2 s while it keeps dying) and sends it the
 latest line; in between Envoy applies the service's ``fail`` mode. The process exits when its
 stdin closes, so it never outlives the gateway.
+
+``status`` in the gateway shows a sidecar's pools too: every ``STATUS_INTERVAL_S`` the
+supervisor asks the process over the same pipe (``{"status": true}``) and keeps its answer,
+so the per-request path never waits on it and a status request never waits on the process.
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ from typing import Any
 
 from inferway.policies.picker import Picker as PickerPolicy
 
-__all__ = ["PickerSidecar", "pools_line"]
+__all__ = ["STATUS_REQUEST", "PickerSidecar", "pools_line"]
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 2.0
+STATUS_INTERVAL_S = 1.0
+"""How often the supervisor asks the process for its pools' status (at most that stale)."""
+STATUS_REQUEST = b'{"status": true}\n'
+"""The stdin line that asks the process for its pools' status (it answers ``status <json>``)."""
 STEADY_S = 10.0
 """A process that ran this long before dying is restarted at once, not after a back-off."""
 
@@ -59,10 +67,24 @@ class PickerSidecar:
         self._serving = asyncio.Event()
         """Set while the process serves the latest line (it answered each line sent to it)."""
         self._sent = self._applied = 0
+        self.pools_status: dict[str, Any] = {}
+        """The process's last answer to a status request: service -> its endpoints' stats
+        and last pick ({} until it answers, and again after it dies)."""
+        self._asking: asyncio.Task[None] | None = None
 
     async def start(self) -> PickerSidecar:
-        self._task = asyncio.get_running_loop().create_task(self._supervise())
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._supervise())
+        self._asking = loop.create_task(self._ask_status())
         return self
+
+    async def _ask_status(self) -> None:
+        while not self._stopping:
+            process = self._process
+            if process is not None and process.stdin is not None and process.returncode is None:
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    process.stdin.write(STATUS_REQUEST)
+            await asyncio.sleep(STATUS_INTERVAL_S)
 
     def update(self, pools: dict[str, tuple[PickerPolicy, list[str]]]) -> None:
         """Serve ``pools`` from now on (sent now when the process runs, else when it starts)."""
@@ -100,6 +122,9 @@ class PickerSidecar:
                 process.stdin.write(self._line)
                 self._sent = 1
             while line := await process.stdout.readline():
+                if line.startswith(b"status "):
+                    self._took_status(line[7:])
+                    continue
                 if line.startswith(b"applied"):
                     self._applied += 1
                 if self._sent and self._applied >= self._sent:
@@ -108,6 +133,7 @@ class PickerSidecar:
                         self.last_restart_s, died_at = time.monotonic() - died_at, None
             code = await process.wait()
             self._serving.clear()
+            self.pools_status = {}
             self._process = None
             if self._stopping:
                 return
@@ -122,12 +148,25 @@ class PickerSidecar:
             )  # fmt: skip
             await asyncio.sleep(backoff)
 
+    def _took_status(self, text: bytes) -> None:
+        try:
+            document = json.loads(text)
+        except ValueError as error:
+            log.error("endpoint picker process %s: a bad status line: %s", self.pid, error)
+            return
+        if isinstance(document, dict):
+            self.pools_status = document
+
     def status(self) -> dict[str, Any]:
         return {"pid": self.pid, "restarts": self.restarts, "last_restart_s": self.last_restart_s}
 
     async def stop(self) -> None:
         """Close the process's stdin (it exits), kill it after 2 s, stop supervising."""
         self._stopping = True
+        if self._asking is not None:
+            self._asking.cancel()
+            await asyncio.gather(self._asking, return_exceptions=True)
+            self._asking = None
         process = self._process
         if process is not None and process.returncode is None:
             if process.stdin is not None:

@@ -1,0 +1,329 @@
+"""What the way Envoy asks the picker costs (issue 35: "< 1 ms p99 per request at 500 req/s"):
+one static Envoy (1 worker) in front of 4 fast upstreams, balanced by ``override_host`` as
+inferway configures it, open-loop Poisson load with 20 tenants' 4000-character prompts, and per
+target a fresh Envoy and picker process, rounds rotated, medians:
+
+* ``none``: no picker (the service's round robin);
+* ``ext_proc``: inferway's picker process (``python -m inferway.gateway.picker``, the sidecar)
+  asked over Envoy's ext_proc gRPC stream as inferway configures it (request headers SEND, body
+  BUFFERED: two messages each way per request);
+* ``http_lane``: the same pick answered to Envoy's ``ext_authz`` HTTP service, one HTTP/1.1
+  request per pick (bench/_picker_http_lane.py; a prototype: no end-of-request signal).
+
+Columns: latency p50/p99 (from the scheduled send), added p50/p99 against ``none`` in the same
+round, the picker process's and Envoy's CPU per request (``/proc``), and for ``http_lane``
+whether Envoy's per-host request counts equal the picker's picks (``override_host`` honoured).
+
+Why this exists: bench/picker_overhead.py shows the picker's CPU per request, mostly grpc.aio's
+per-message work, is what its added p99 is made of on a shared 2-core machine. ext_proc with
+request headers SKIP would halve the messages but Envoy then lets the headers (and the router's
+host choice) through before the body's answer, so the pick would be ignored: the header must
+come back before the router runs, which ext_authz's HTTP service does in one request.
+
+    .venv/bin/python bench/picker_transport.py               # 3 rounds x 6 s per target
+    .venv/bin/python bench/picker_transport.py --quick       # 2 rounds x 3 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import psutil
+from _common import environment, free_port, percentile, print_table, write_results
+from _picker_procs import backends_main, chat_payloads, load_main
+
+from inferway.gateway.picker.sidecar import pools_line
+from inferway.policies.picker import Picker as PickerPolicy
+from inferway.xds.envoy_binary import find_envoy
+
+__all__ = ["main"]
+
+TARGETS = ("none", "ext_proc", "http_lane")
+HERE = Path(__file__).resolve().parent
+T = "type.googleapis.com/envoy."
+HEADER = "x-gateway-destination-endpoint"
+
+
+def _address(port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": "127.0.0.1", "port_value": port}}
+
+
+def _cluster(name: str, ports: list[int], **extra: Any) -> dict[str, Any]:
+    hosts = [{"endpoint": {"address": _address(p)}} for p in ports]
+    return {"name": name, "connect_timeout": "1s", "type": "STATIC",
+            "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": hosts}]},
+            **extra}  # fmt: skip
+
+
+def _picker_filter(target: str, picker: int) -> list[dict[str, Any]]:
+    if target == "ext_proc":  # as inferway's translator configures it (xds/translate/picker.py)
+        mode = {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
+                "request_trailer_mode": "SKIP", "response_header_mode": "SKIP",
+                "response_body_mode": "NONE", "response_trailer_mode": "SKIP"}  # fmt: skip
+        config = {
+            "@type": T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {
+                "envoy_grpc": {"cluster_name": "picker"},
+                "initial_metadata": [{"key": "x-inferway-picker-service", "value": "llm"}],
+            },
+            "message_timeout": "2s",
+            "processing_mode": mode,
+            "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
+        }
+    elif target == "http_lane":
+        config = {
+            "@type": T + "extensions.filters.http.ext_authz.v3.ExtAuthz",
+            "transport_api_version": "V3",
+            "with_request_body": {"max_request_bytes": 1 << 20, "allow_partial_message": False},
+            "http_service": {
+                "server_uri": {"uri": f"http://127.0.0.1:{picker}", "cluster": "picker",
+                               "timeout": "2s"},
+                "path_prefix": "/pick",
+                "authorization_response": {
+                    "allowed_upstream_headers": {"patterns": [{"exact": HEADER}]}
+                },
+            },
+        }  # fmt: skip
+    else:
+        return []
+    return [{"name": "picker", "typed_config": config}]
+
+
+def _policy(name: str, config: str) -> dict[str, Any]:
+    extension = {
+        "name": f"envoy.load_balancing_policies.{name}",
+        "typed_config": {"@type": T + config},
+    }
+    return {"policies": [{"typed_extension_config": extension}]}
+
+
+def bootstrap(target: str, listener: int, admin: int, picker: int, upstreams: list[int]) -> str:
+    """Envoy's bootstrap (JSON) for ``target``: the listener, the filter that asks the picker
+    (none for ``none``) and the service's cluster balanced by ``override_host``."""
+    router = {
+        "name": "router",
+        "typed_config": {"@type": T + "extensions.filters.http.router.v3.Router"},
+    }
+    manager = {
+        "@type": T + "extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "ingress",
+        "route_config": {"virtual_hosts": [{
+            "name": "all", "domains": ["*"],
+            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "llm"}}],
+        }]},
+        "http_filters": [*_picker_filter(target, picker), router],
+    }  # fmt: skip
+    override = _policy(
+        "override_host", "extensions.load_balancing_policies.override_host.v3.OverrideHost"
+    )
+    override["policies"][0]["typed_extension_config"]["typed_config"] |= {
+        "override_host_sources": [
+            {"header": HEADER},
+            {"metadata": {"key": "envoy.lb", "path": [{"key": HEADER}]}},
+        ],
+        "fallback_policy": _policy(
+            "round_robin", "extensions.load_balancing_policies.round_robin.v3.RoundRobin"
+        ),
+    }
+    h2 = {"typed_extension_protocol_options": {
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": T + "extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }}} if target == "ext_proc" else {}  # fmt: skip
+    document = {
+        "admin": {"address": _address(admin)},
+        "static_resources": {
+            "listeners": [{
+                "name": "ingress", "address": _address(listener),
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": manager,
+                }]}],
+            }],
+            "clusters": [
+                _cluster("llm", upstreams, load_balancing_policy=override),
+                _cluster("picker", [picker], **h2),
+            ],
+        },
+    }  # fmt: skip
+    return json.dumps(document)
+
+
+def _start(target: Any, *args: Any) -> tuple[mp.process.BaseProcess, Connection]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=target, args=(*args, child), daemon=True)
+    process.start()
+    child.close()
+    return process, parent
+
+
+def _picker(target: str, port: int, endpoints: list[str]) -> subprocess.Popen[str] | None:
+    """The picker process for ``target``, serving (None for ``none``)."""
+    if target == "none":
+        return None
+    if target == "ext_proc":
+        command = [sys.executable, "-m", "inferway.gateway.picker", "127.0.0.1", str(port)]
+        ready = "applied"
+    else:
+        command = [sys.executable, str(HERE / "_picker_http_lane.py"), str(port), *endpoints]
+        ready = "ready"
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    if target == "ext_proc":
+        settings = PickerPolicy.model_validate(
+            {"listen": f"127.0.0.1:{port}", "metrics_path": None}
+        )
+        process.stdin.write(pools_line({"llm": (settings, endpoints)}).decode())
+        process.stdin.flush()
+    if process.stdout.readline().strip() != ready:
+        process.kill()
+        raise RuntimeError(f"picker transport bench: the {target} picker did not start")
+    return process
+
+
+def _wait_ready(admin: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/ready", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("picker transport bench: Envoy not ready within 30 s")
+
+
+def measure(
+    args: argparse.Namespace, target: str, load: Connection, upstreams: list[int], seed: int
+) -> dict[str, Any]:
+    listener, admin, port = free_port(), free_port(), free_port()
+    endpoints = [f"127.0.0.1:{u}" for u in upstreams]
+    workdir = Path(tempfile.mkdtemp(prefix="picker-transport-"))
+    (workdir / "envoy.json").write_text(bootstrap(target, listener, admin, port, upstreams))
+    picker = _picker(target, port, endpoints)
+    envoy = subprocess.Popen(
+        [find_envoy(), "-c", str(workdir / "envoy.json"), "--concurrency", "1", "-l", "warning",
+         "--base-id", str(port)],
+        stdout=(workdir / "envoy.log").open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        _wait_ready(admin)
+        pids = {"envoy": envoy.pid} | ({"picker": picker.pid} if picker is not None else {})
+        before = {k: sum(psutil.Process(p).cpu_times()[:2]) for k, p in pids.items()}
+        payloads = chat_payloads(listener, "/v1/chat/completions", args.tenants, args.prefix_chars)
+        load.send((payloads, listener, args.rate, args.duration, args.warmup, seed))
+        result = load.recv()
+        spent = {k: sum(psutil.Process(p).cpu_times()[:2]) - before[k] for k, p in pids.items()}
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/clusters", timeout=5) as answer:
+            clusters = answer.read().decode()
+    finally:
+        picks: dict[str, int] | None = None
+        if picker is not None:
+            out, _ = picker.communicate(timeout=15)  # stdin closes: the picker exits
+            if target == "http_lane":
+                picks = json.loads(out.strip().splitlines()[-1])
+        envoy.send_signal(signal.SIGTERM)
+        envoy.wait(15)
+        shutil.rmtree(workdir, ignore_errors=True)
+    hosts = {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^llm::(\S+)::rq_total::(\d+)", clusters, re.MULTILINE)
+    }
+    requests = result["sent"] * (args.duration + args.warmup) / args.duration
+    latencies = result["latencies_s"]
+    return {
+        "target": target,
+        "sent": result["sent"],
+        "errors": len(result["errors"]),
+        "statuses": result["statuses"],
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "cpu_us": {k: v / requests * 1e6 for k, v in spent.items()},
+        "override_honoured": None if picks is None else hosts == {h: picks[h] for h in hosts},
+        "send_lag_p99_ms": result["send_lag_p99_ms"],
+    }
+
+
+def summarize(rounds: list[dict[str, Any]], count: int) -> dict[str, dict[str, Any]]:
+    by = {(r["round"], r["target"]): r for r in rounds}
+    summary: dict[str, dict[str, Any]] = {}
+    for target in TARGETS:
+        mine = [by[(i, target)] for i in range(count)]
+        base = [by[(i, "none")] for i in range(count)]
+        pairs = list(zip(mine, base, strict=True))
+        summary[target] = {
+            "p50_ms": statistics.median(r["p50_ms"] for r in mine),
+            "p99_ms": statistics.median(r["p99_ms"] for r in mine),
+            "added_p50_ms": statistics.median(m["p50_ms"] - b["p50_ms"] for m, b in pairs),
+            "added_p99_ms": statistics.median(m["p99_ms"] - b["p99_ms"] for m, b in pairs),
+            "picker_cpu_us": statistics.median(r["cpu_us"].get("picker", 0.0) for r in mine),
+            "envoy_cpu_us": statistics.median(r["cpu_us"]["envoy"] for r in mine),
+            "override_honoured": [r["override_honoured"] for r in mine],
+            "errors": sum(r["errors"] for r in mine),
+        }
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--duration", type=float, default=6.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--upstreams", type=int, default=4)
+    parser.add_argument("--tenants", type=int, default=20)
+    parser.add_argument("--prefix-chars", type=int, default=4000)
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 3 s")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.duration = 2, 3.0
+    backends, backend_conn = _start(backends_main, args.upstreams)
+    load, load_conn = _start(load_main)
+    rounds: list[dict[str, Any]] = []
+    try:
+        upstreams = backend_conn.recv()
+        for r in range(args.rounds):
+            for target in TARGETS[r % 3 :] + TARGETS[: r % 3]:
+                rounds.append(measure(args, target, load_conn, upstreams, r) | {"round": r})
+    finally:
+        load_conn.send(None)
+        backend_conn.send("stop")
+        load.join(10)
+        backends.join(10)
+    summary = summarize(rounds, args.rounds)
+    print_table(
+        f"Asking the picker at {args.rate:.0f} req/s open loop through Envoy "
+        f"(medians of {args.rounds} rounds x {args.duration:.0f} s)",
+        ["target", "p50 ms", "p99 ms", "added p50", "added p99", "picker CPU us/req",
+         "envoy CPU us/req", "override honoured", "errors"],
+        [[t, f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", f"{s['added_p50_ms']:+.2f}",
+          f"{s['added_p99_ms']:+.2f}", f"{s['picker_cpu_us']:.0f}", f"{s['envoy_cpu_us']:.0f}",
+          "-" if None in s["override_honoured"] else all(s["override_honoured"]), s["errors"]]
+         for t, s in summary.items()],
+    )  # fmt: skip
+    path = write_results(
+        "picker_transport",
+        {"environment": environment(), "args": vars(args), "summary": summary,
+         "rounds": rounds, "target_p99_added_ms": 1.0},
+    )  # fmt: skip
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
