@@ -9,11 +9,13 @@ arrivals most batches are one row, and every row pays a batch's fixed cost. The 
 asks this watch how many clients are owed and when the last answered batch's clients should
 be back, and holds the next batch until then (``Scheduler``: bounded by the latency limits).
 
-Pure bookkeeping on a caller's clock. Arrivals are matched to answers first in, first out:
-a request is not tagged with its client, so the oldest answer still owed is taken as the one
-coming back. A client that never returns (it stopped, or it is one of an open-loop stream's
-senders) stops being owed after ``HORIZON_GAPS`` return gaps, so a stale count cannot hold
-batches for long; and every hold is bounded anyway.
+Pure bookkeeping on a caller's clock. A request is not tagged with its client, so an arrival
+is matched to the latest answer still owed (last in, first out). Not the oldest: clients that
+left (a load that dropped from many clients to one, an open-loop stream's senders) would then
+never be forgotten, since each new arrival would pay off an old debt and leave its own answer
+owed, and the gap learned from those old answers would grow, and the horizon with it. Matched
+to the latest, an answered client not back after ``HORIZON_GAPS`` return gaps stops being
+owed, so a stale count cannot hold batches for long; and every hold is bounded anyway.
 """
 
 from __future__ import annotations
@@ -65,16 +67,16 @@ class ReturnWatch:
         self._owed += clients
 
     def arrived(self, now: float) -> None:
-        """A request arrived at ``now``: one owed client came back (the oldest answer's)."""
+        """A request arrived at ``now``: one owed client came back (the latest answer's)."""
         self._forget(now)
         answers = self._answers
         if not answers:
             return
-        oldest = answers[0]
-        gap = now - oldest[0] if now > oldest[0] else 0.0
-        oldest[1] -= 1
-        if oldest[1] <= 0:
-            answers.popleft()
+        latest = answers[-1]
+        gap = now - latest[0] if now > latest[0] else 0.0
+        latest[1] -= 1
+        if latest[1] <= 0:
+            answers.pop()
         self._owed -= 1
         mean = self._gap
         if mean is None:
