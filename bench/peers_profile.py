@@ -60,6 +60,12 @@ def thread_cpu(pid: int) -> Cpu:
     return found
 
 
+_BATCHER_KEYS = {"_loop_busy": -1.0, "_batch_fill_waits": -2.0, "_batch_return_waits": -3.0}
+"""inferway's batcher series, kept beside the buckets under negative keys: the loop's busy
+share it saw, its waits to fill (fill_when_busy), its holds for returning clients
+(wait_for_returns)."""
+
+
 def batch_histogram(port: int) -> dict[float, float]:
     """Cumulative batch-size bucket counts (upper bound -> count) from the server's /metrics."""
     try:
@@ -73,16 +79,20 @@ def batch_histogram(port: int) -> dict[float, float]:
             if sample.name.endswith("batch_size_bucket"):
                 bound = float(sample.labels["le"])
                 buckets[bound] = buckets.get(bound, 0.0) + sample.value
-            elif sample.name.endswith(("_loop_busy", "_batch_fill_waits")):
-                # inferway's batcher: the loop's busy share it saw, its waits to fill
-                key = -1.0 if sample.name.endswith("_loop_busy") else -2.0
-                buckets[key] = max(buckets.get(key, 0.0), sample.value)
+            else:
+                for suffix, key in _BATCHER_KEYS.items():
+                    if sample.name.endswith(suffix):
+                        buckets[key] = max(buckets.get(key, 0.0), sample.value)
     return buckets
 
 
 def batch_shape(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
     """Batches in the cell and how many rows the batches held, from two histogram scrapes."""
-    extra = {"loop_busy": after.get(-1.0), "fill_waits": after.get(-2.0, 0) - before.get(-2.0, 0)}
+    extra = {
+        "loop_busy": after.get(-1.0),
+        "fill_waits": after.get(-2.0, 0) - before.get(-2.0, 0),
+        "return_waits": after.get(-3.0, 0) - before.get(-3.0, 0),
+    }
     delta = {b: after[b] - before.get(b, 0.0) for b in sorted(after) if b >= 0}
     total = delta.get(float("inf"), 0.0)
     if not total:

@@ -256,6 +256,7 @@ async def test_metrics_endpoint_parses_and_counters_move(http) -> None:
     # what the batcher saw of the loop (fill_when_busy): a share, and a count of its waits
     assert 0 <= after[("inferway_backend_loop_busy", labels)] <= 1
     assert after[("inferway_backend_batch_fill_waits", labels)] >= 0
+    assert after[("inferway_backend_batch_return_waits", labels)] >= 0
     assert (
         "inferway_backend_queue_wait_seconds_count",
         (("model", "add"), ("version", "1")),

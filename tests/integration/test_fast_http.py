@@ -131,6 +131,35 @@ async def test_requests_that_repeat_a_head_skip_the_parser_and_are_answered_in_o
     assert backend._fast is not None and backend._fast.repeated_heads >= 2
 
 
+async def test_a_new_connection_per_request_repeats_the_last_head_and_still_closes(
+    backend,
+) -> None:
+    """A client that opens a connection per request (``Connection: close``) sends the same
+    head each time: after the first, the head is taken without the parser, and each answer
+    still says close and closes the connection."""
+    rows = [np.full((1, 4), i, np.float32) for i in range(4)]
+    assert backend._fast is not None
+    before = backend._fast.repeated_heads
+    for row in rows:
+        reader, writer = await asyncio.open_connection("127.0.0.1", backend.http_port)
+        writer.write(_binary_infer(row, headers="Connection: close\r\n"))
+        status, headers, body = await _response(reader)
+        assert status == 200 and headers["connection"] == "close", body
+        size = int(headers["inference-header-content-length"])
+        np.testing.assert_array_equal(np.frombuffer(body[size : size + 16], np.float32), row[0] * 2)
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # the server closed it
+        writer.close()
+    assert backend._fast.repeated_heads - before >= len(rows) - 1
+    # a keep-alive connection whose request differs from that head by one byte is parsed,
+    # and its own head is kept
+    reader, writer = await asyncio.open_connection("127.0.0.1", backend.http_port)
+    for row in rows:
+        writer.write(_binary_infer(row))
+        status, headers, body = await _response(reader)
+        assert status == 200 and "connection" not in headers
+    writer.close()
+
+
 async def test_other_routes_after_an_infer_on_one_connection_are_aiohttps(backend) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", backend.http_port)
     writer.write(_infer())

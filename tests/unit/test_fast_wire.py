@@ -71,7 +71,11 @@ def test_only_heads_that_can_repeat_are_kept() -> None:
     head = b"POST /v2/models/m/infer HTTP/1.1\r\nContent-Length: 3\r\n\r\n"
     raw = bytearray(head + b"abc")
     kept = repeatable_head(raw, len(head), b"abc", ("m", None), {"content-length": "3"}, False)
-    assert kept is not None and kept.data == head and kept.body_size == 3
+    assert kept is not None and kept.data == head and kept.body_size == 3 and kept.keep_alive
+    close = repeatable_head(
+        raw, len(head), b"abc", ("m", None), {"content-length": "3"}, False, keep_alive=False
+    )
+    assert close is not None and not close.keep_alive  # a close head repeats on new connections
     for headers in (
         {"content-length": "03"},  # not the body's length as written: left to the parser
         {"content-length": "3", "x-request-id": "r-1"},

@@ -31,6 +31,10 @@ class BatchingConfig(BaseModel):
     fill_when_busy: bool = True
     """``adaptive``: while the server's event loop is the bottleneck (busy at least
     ``loop_load.LOOP_BUSY`` of the time), wait for fuller batches within the latency limits."""
+    wait_for_returns: bool = True
+    """``adaptive``: when more clients of answered batches are still on their way back than
+    rows are queued, hold the batch until they are expected back (``returns.ReturnWatch``),
+    within the latency limits; never with a single client."""
 
     @field_validator("mode", mode="before")
     @classmethod

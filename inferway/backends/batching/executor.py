@@ -349,7 +349,7 @@ class BatchExecutor:
         self._idle.append(instance)
         self._in_flight -= 1
         if error is None:
-            self._sched.on_dispatch_done(batch.rows, compute_s, end)
+            self._sched.on_dispatch_done(batch.rows, compute_s, end, requests=len(batch.requests))
         try:
             if pump:
                 self._pump()

@@ -16,7 +16,11 @@ requests run together and when. Rules, in order:
   set by the executor; ``fill_when_busy``): an idle instance costs nothing then, but every
   batch costs the loop a dispatch and a settle (and a CPU model's compute takes cores from
   the loop), so with two or more requests queued it waits for more rows as long as requests
-  keep arriving and the same latency limits hold.
+  keep arriving and the same latency limits hold;
+- ``adaptive`` with closed-loop clients (``wait_for_returns``): when fewer rows are queued than
+  clients of answered batches are still out (``ReturnWatch``), the batch is held until those
+  clients are expected back, within the same latency limits. One client never waits: its own
+  request is the one queued, and nobody else is owed.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .cost_model import ArrivalRate, CostModel
 from .errors import InvalidRequestError, QueueFullError
 from .loop_load import LOOP_BUSY
 from .records import IDLE, Dispatch, Idle, Pending, RequestState, WaitUntil
+from .returns import ReturnWatch
 
 __all__ = ["Scheduler"]
 
@@ -43,6 +48,7 @@ _COMPUTE_SAFETY = 1.25  # predicted compute time is inflated by this before an S
 _GAIN = 1.02  # waiting must improve throughput by at least this factor
 _MIN_WAIT = 1e-4  # never ask to be woken sooner than this: avoids spinning on bursts
 _SILENCE = 2.0  # filling stops once no request came for this many mean gaps
+_MIN_OWED = 4  # wait_for_returns: fewer clients out than this are not worth holding a batch for
 
 
 class Scheduler(Generic[RequestT]):
@@ -75,6 +81,11 @@ class Scheduler(Generic[RequestT]):
         """The event loop's busy share (``LoopLoad``), kept current by the executor."""
         self.filled = 0
         """Waits chosen because the loop was busy (the ``fill_when_busy`` rule)."""
+        self.returns = ReturnWatch()
+        """Answered clients not back yet, and their return gap (``wait_for_returns``)."""
+        self._hold = config.mode == "adaptive" and config.wait_for_returns
+        self.held = 0
+        """Waits chosen for answered clients to come back (the ``wait_for_returns`` rule)."""
 
     # -- queue ---------------------------------------------------------------------------
 
@@ -120,6 +131,8 @@ class Scheduler(Generic[RequestT]):
         if req.deadline is not None:
             heapq.heappush(self._deadlines, (req.deadline, req.seq, req))
         self.arrivals.observe(req.rows, now)
+        if self._hold:
+            self.returns.arrived(now)
 
     def cancel(self, req_id: Hashable) -> RequestT | None:
         """Withdraw a queued request; returns it, or None if it is no longer queued."""
@@ -171,10 +184,14 @@ class Scheduler(Generic[RequestT]):
         # the queue need not drain fully: a tenth frees enough room to make retrying worthwhile
         return min(max(per_batch * max(batches / 10, 1.0), 0.001), 60.0)
 
-    def on_dispatch_done(self, batch_rows: int, seconds: float, now: float) -> None:
-        """Feed the cost model with one finished batch."""
-        del now
+    def on_dispatch_done(
+        self, batch_rows: int, seconds: float, now: float, *, requests: int | None = None
+    ) -> None:
+        """Feed the cost model with one finished batch, answered at ``now``: its ``requests``
+        (default: one a row) clients may come back (``wait_for_returns``)."""
         self.cost_model.observe(batch_rows, seconds)
+        if self._hold:
+            self.returns.answered(batch_rows if requests is None else requests, now)
 
     # -- decisions -----------------------------------------------------------------------
 
@@ -262,6 +279,10 @@ class Scheduler(Generic[RequestT]):
         if mode == "fixed":
             return self._park(cap_at)
         wake = self._adaptive_wait(now, head.arrival, rows, earliest, count)
+        if self._hold:
+            held = self._hold_for_returns(now, head.arrival, rows, earliest)
+            if held is not None and (wake is None or held > wake):
+                wake = held
         if wake is None:
             return self._take(group, count, rows, nbytes)
         return self._park(min(wake, cap_at))
@@ -305,6 +326,35 @@ class Scheduler(Generic[RequestT]):
         if filling:
             self.filled += 1
         return min(now + gap, latest)
+
+    def _hold_for_returns(
+        self, now: float, head_arrival: float, rows: int, earliest: float
+    ) -> float | None:
+        """Until when to hold the batch for answered clients on their way back; None: don't.
+
+        Held only while more clients are out than rows are queued (the batch would at least
+        double), until the latest answer's clients are expected back, and never past what the
+        adaptive rule allows: the oldest request and every deadline must still make it with
+        the bigger batch's compute time (inflated), and ``max_queue_delay_s`` (the caller's
+        cap) still holds.
+        """
+        returns = self.returns
+        owed = returns.owed(now)
+        if owed <= rows or owed < _MIN_OWED:
+            return None
+        back = returns.expected_back(now)
+        if back is None or back <= now + _MIN_WAIT:
+            return None
+        t_more = self.cost_model.predict(min(rows + owed, self._max_rows))
+        if t_more is None:
+            return None  # nothing learned yet: run, and learn
+        latest = min(head_arrival + self.config.latency_slo_s, earliest)
+        latest -= _COMPUTE_SAFETY * t_more
+        wake = min(back, latest)
+        if wake <= now + _MIN_WAIT:
+            return None
+        self.held += 1
+        return wake
 
     def _take(
         self, group: deque[RequestT], count: int, rows: int, nbytes: int

@@ -98,8 +98,13 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.idle_since = None
-        if self._head is not None and not self._raw and not self._handoff and not self._closing:
-            data = self._take_repeats(data, self._head)
+        if not self._raw and not self._handoff and not self._closing:
+            # between requests: one that repeats this connection's last head, or the last
+            # head any connection sent (a new connection per request repeats that), is taken
+            # without the parser
+            head = self._head or self._front.last_head
+            if head is not None:
+                data = self._take_repeats(data, head)
         if data:
             self._raw += data
             if self._handoff:
@@ -123,7 +128,7 @@ class _Connection(asyncio.Protocol):
         model, version = head.route
         for body in bodies:
             call = FastCall(model, version, head.headers, body, self._front.plans)
-            self._accept(_Request(call, True, head.http10))
+            self._accept(_Request(call, head.keep_alive, head.http10))
         return data[taken:] if taken else data
 
     def eof_received(self) -> bool | None:
@@ -189,10 +194,13 @@ class _Connection(asyncio.Protocol):
         self._body = []
         http10 = self._parser.get_http_version() == "1.0"
         keep_alive = self._parser.should_keep_alive()
+        head = repeatable_head(
+            self._raw, head_size, body, self._route, self._headers, http10, keep_alive
+        )
+        if head is not None:
+            self._front.last_head = head
         if keep_alive:
-            self._head = repeatable_head(
-                self._raw, head_size, body, self._route, self._headers, http10
-            )
+            self._head = head
         del self._raw[: head_size + len(body)]
         self._accept(_Request(call, keep_alive, http10))
 
@@ -336,7 +344,10 @@ class FastHttpServer:
         self.route = RouteMemo()
         """``hot_route``, remembered per URL."""
         self.repeated_heads = 0
-        """Requests taken without the parser: they repeated their connection's last head."""
+        """Requests taken without the parser: they repeated their connection's last head, or
+        ``last_head``."""
+        self.last_head: RepeatedHead | None = None
+        """The last repeatable head any connection sent, for connections that repeat it."""
         settings = core.settings
         self.header_timeout_s = settings.header_timeout_s
         self.body_timeout_s = settings.body_timeout_s

@@ -107,15 +107,18 @@ class RepeatedHead:
     """A request head a connection's parser read whole, and what it read: a client repeats
     one head (method, URL, headers, Content-Length) with every request of a shape, and only
     the body changes. The same bytes parse the same way, so a later request that starts with
-    exactly these bytes is taken without the parser (``take_repeats``). Only heads of
-    keep-alive requests with a Content-Length are kept; ``headers`` is shared by every call
-    that repeats it and is never written to."""
+    exactly these bytes is taken without the parser (``take_repeats``). Only heads with a
+    Content-Length are kept; ``headers`` is shared by every call that repeats it and is never
+    written to. A client that opens a new connection per request repeats its head on every
+    connection, so the front end keeps the last one across connections too, and
+    ``keep_alive`` (what the parser read from these bytes) goes with it."""
 
     data: bytes
     body_size: int
     route: tuple[str, str | None]
     headers: dict[str, str]
     http10: bool
+    keep_alive: bool = True
 
 
 _UNIQUE_HEADERS = ("x-request-id", "traceparent")
@@ -130,14 +133,15 @@ def repeatable_head(
     route: tuple[str, str | None],
     headers: dict[str, str],
     http10: bool,
+    keep_alive: bool = True,
 ) -> RepeatedHead | None:
-    """The keep-alive request just parsed (its head the first ``head_size`` bytes of ``raw``),
-    kept for repeats when its Content-Length is its body's and no header names the request."""
+    """The request just parsed (its head the first ``head_size`` bytes of ``raw``), kept for
+    repeats when its Content-Length is its body's and no header names the request."""
     if headers.get("content-length") != str(len(body)):
         return None
     if any(name in headers for name in _UNIQUE_HEADERS):
         return None
-    return RepeatedHead(bytes(raw[:head_size]), len(body), route, headers, http10)
+    return RepeatedHead(bytes(raw[:head_size]), len(body), route, headers, http10, keep_alive)
 
 
 def take_repeats(data: bytes, head: RepeatedHead) -> tuple[list[bytes], int]:

@@ -76,6 +76,13 @@ _MODEL_GAUGES: tuple[tuple[str, str, Callable[[Any], float | None], str], ...] =
         lambda m: _scheduler_value(m, "filled"),
         "livesum",
     ),
+    (
+        "batch_return_waits",
+        "Times, since the version loaded, adaptive batching held a batch for clients of "
+        "answered batches to come back (wait_for_returns).",
+        lambda m: _scheduler_value(m, "held"),
+        "livesum",
+    ),
 )
 """Per model version: (name, help, value, how workers' values combine with ``--workers``); a
 value of None (a pipeline has no batcher of its own) leaves the series out."""
