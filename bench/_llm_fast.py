@@ -244,6 +244,7 @@ async def _stream_loop(
         if protocol.stamps is not None:
             recv, first = protocol.stamps
             results["path_ns"].append((recv - protocol.sent_ns) + (protocol.first_ns - first))
+            results["path_sent_ns"].append(protocol.sent_ns)
         results["tokens"] += answer.count(b'"content"')
         results["usage_seen"] += answer.count(b'"usage"')
     if protocol is not None and protocol.transport is not None:
@@ -277,11 +278,13 @@ def client_main(
         results: dict[str, Any] = {
             "ttft_ns": [],
             "path_ns": [],
+            "path_sent_ns": [],
             "tokens": 0,
             "usage_seen": 0,
             "errors": 0,
         }
         started = time.monotonic()
+        results["started_ns"] = time.monotonic_ns()
         deadline = started + duration
         await asyncio.gather(
             *(

@@ -38,6 +38,7 @@ from _common import environment, free_port, percentile, print_table, write_resul
 from _llm_fast import client_main, engine_main
 from gateway_overhead import spawn_server, stop_server
 
+from inferway.backends.process_tuning import freeze_startup_heap
 from inferway.gateway.runtime import GatewayOptions, start_gateway
 
 __all__ = ["main"]
@@ -116,6 +117,10 @@ def _round_figures(result: dict[str, Any], wall: float, cpu: dict[str, float]) -
         "processor_cpu_ms_per_stream": cpu["processor_s"] * 1000 / streams,
         "envoy_cpu_ms_per_stream": cpu["envoy_s"] * 1000 / streams,
         "wall_s": wall,
+        "slowest_paths": [  # where a tail sits: (ms, s into the round)
+            (round(ms, 3), round((sent - result["started_ns"]) / 1e9, 3))
+            for ms, sent in sorted(zip(path, result["path_sent_ns"], strict=True))[-5:]
+        ],
     }
 
 
@@ -148,6 +153,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             envoy_pid = gateway.supervisor.pid
             if not await gateway.supervisor.wait_ready(30):
                 raise RuntimeError("Envoy did not become ready")
+            if args.freeze_heap:  # as `inferway run` does once started (gateway/foreground.py)
+                freeze_startup_heap()
             ports = {n: engine_port if n == "direct" else listener_port for n in TARGETS}
             for name, path in TARGETS.items():  # warm up, and check every target answers
                 check = await asyncio.to_thread(run_client, ports[name], path, 2, 0.5)
@@ -249,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-ms", type=float, default=20.0)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="2 s per target, one round")
+    parser.add_argument(
+        "--no-freeze-heap",
+        dest="freeze_heap",
+        action="store_false",
+        help="leave the start-up heap to the collector (as before `inferway run` froze it)",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.quick:
