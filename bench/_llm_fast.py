@@ -243,6 +243,8 @@ async def _stream_loop(
         results["ttft_ns"].append(protocol.first_ns - protocol.sent_ns)
         if protocol.stamps is not None:
             recv, first = protocol.stamps
+            results["request_leg_ns"].append(recv - protocol.sent_ns)
+            results["answer_leg_ns"].append(protocol.first_ns - first)
             results["path_ns"].append((recv - protocol.sent_ns) + (protocol.first_ns - first))
             results["path_sent_ns"].append(protocol.sent_ns)
         results["tokens"] += answer.count(b'"content"')
@@ -279,6 +281,8 @@ def client_main(
             "ttft_ns": [],
             "path_ns": [],
             "path_sent_ns": [],
+            "request_leg_ns": [],
+            "answer_leg_ns": [],
             "tokens": 0,
             "usage_seen": 0,
             "errors": 0,

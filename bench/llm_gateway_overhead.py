@@ -111,6 +111,12 @@ def _round_figures(result: dict[str, Any], wall: float, cpu: dict[str, float]) -
         "ttft_p99_ms": percentile(ttft, 99),
         "path_p50_ms": percentile(path, 50),
         "path_p99_ms": percentile(path, 99),
+        # the path's two halves: client to engine (the request side: Envoy, the processor)
+        # and the engine's first chunk to the client (Envoy, the Lua stream reader)
+        "request_leg_p50_ms": percentile([v / 1e6 for v in result["request_leg_ns"]], 50),
+        "request_leg_p99_ms": percentile([v / 1e6 for v in result["request_leg_ns"]], 99),
+        "answer_leg_p50_ms": percentile([v / 1e6 for v in result["answer_leg_ns"]], 50),
+        "answer_leg_p99_ms": percentile([v / 1e6 for v in result["answer_leg_ns"]], 99),
         "tokens_per_s": result["tokens"] / result["elapsed"],
         "errors": result["errors"],
         "usage_seen": result["usage_seen"],
@@ -207,6 +213,10 @@ _MEDIANS = (
     "ttft_p99_ms",
     "path_p50_ms",
     "path_p99_ms",
+    "request_leg_p50_ms",
+    "request_leg_p99_ms",
+    "answer_leg_p50_ms",
+    "answer_leg_p99_ms",
     "tokens_per_s",
     "processor_cpu_ms_per_stream",
     "envoy_cpu_ms_per_stream",
@@ -304,6 +314,21 @@ def main(argv: list[str] | None = None) -> int:
                 r["tokens_per_s"],
                 r["gateway_cpu_ms_per_stream"],
                 r["errors"],
+            ]
+            for r in result["rows"]
+        ],
+    )
+    print_table(
+        "the path's legs (ms, medians): client to engine / engine's first chunk to client",
+        ["target", "c", "request p50", "request p99", "answer p50", "answer p99"],
+        [
+            [
+                r["target"],
+                r["concurrency"],
+                r["request_leg_p50_ms"],
+                r["request_leg_p99_ms"],
+                r["answer_leg_p50_ms"],
+                r["answer_leg_p99_ms"],
             ]
             for r in result["rows"]
         ],
