@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _envoy_alone(rows: list[dict[str, Any]], concurrency: int) -> float:
     return next(
-        r["envoy_cpu_ms_per_stream"]
+        float(r["envoy_cpu_ms_per_stream"])
         for r in rows
         if r["target"] == "envoy, plain route" and r["concurrency"] == concurrency
     )
