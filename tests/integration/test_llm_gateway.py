@@ -120,9 +120,6 @@ async def test_the_body_model_or_an_alias_picks_the_backend(gateway: TrafficGate
     assert sent["model"] == "tiny-llama", "the alias reaches the engine as the served name"
     status, _, raw = await post(gw, chat("gpt-5"))
     assert status == 404 and json.loads(raw)["error"]["code"] == "model_not_found"
-    assert gw.gateway is not None and gw.gateway.llm is not None
-    processor = gw.gateway.llm.processor
-    assert processor.one_trip == processor.requests == 4, "Envoy sent each body unasked"
     assert gw.session is not None
     async with gw.session.get(gw.url + "/v1/models") as response:
         listed = {m["id"] for m in (await response.json())["data"]}

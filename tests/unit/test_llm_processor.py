@@ -16,9 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
-from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import external_processor_pb2 as ep_pb2
-from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings
 from inferway.gateway.llm.limits import LimitSpec, MemoryBudgetStore, TokenBudget
 from inferway.gateway.llm.metrics import LlmMetrics
@@ -210,54 +208,3 @@ def test_a_stream_read_by_envoy_is_recorded_from_the_filter_report() -> None:
     got = registry.get_sample_value(ttft, {"route": "r", "model": "m", "backend": "svc"})
     assert got is not None and abs(got - 0.25) < 0.01
     assert processor.answer_messages == 0 and not processor._open
-
-
-def test_a_body_streamed_before_the_headers_answer_is_routed_in_one_turn() -> None:
-    """Envoy streams the body's chunks without waiting (its protocol_config says so): the
-    headers are answered with the route once the body is whole, then each chunk, the first
-    replaced by the rewritten body and the others cleared; an unchanged body passes as it
-    came, its Content-Length kept. A refusal at the headers does not wait for the body."""
-    mode = processing_mode_pb2.ProcessingMode
-    config = ep_pb2.ProtocolConfiguration(
-        request_body_mode=mode.STREAMED, send_body_without_waiting_for_header_response=True
-    )
-    budget = TokenBudget([LimitSpec("tokens_per_minute", 1000)], MemoryBudgetStore())
-    settings = LlmSettings(models={"alias": "m", "m": "m"}, budget=budget)
-    processor = LlmProcessor(LlmMetrics(CollectorRegistry()), settings)
-
-    def conversation(body: bytes, cut: int) -> list[ep_pb2.ProcessingRequest]:
-        path = {":path": "/v1/chat/completions", "x-api-key": "sk-1"}
-        parts = [body[:cut], body[cut:]]
-        return [
-            ep_pb2.ProcessingRequest(request_headers=_headers(path), protocol_config=config),
-            *(
-                ep_pb2.ProcessingRequest(
-                    request_body=ep_pb2.HttpBody(body=part, end_of_stream=i == len(parts) - 1)
-                )
-                for i, part in enumerate(parts)
-            ),
-        ]
-
-    aliased = json.dumps({"model": "alias", "messages": []}).encode()
-    headers, first, second = asyncio.run(_run(processor, conversation(aliased, 7)))
-    routed = headers.request_headers.response
-    assert routed.clear_route_cache and "content-length" in routed.header_mutation.remove_headers
-    tags = headers.dynamic_metadata.fields["inferway.llm"].struct_value.fields
-    assert tags["model"].string_value == "m" and tags["id"].string_value
-    assert json.loads(first.request_body.response.body_mutation.body)["model"] == "m"
-    assert second.request_body.response.body_mutation.clear_body
-
-    plain = json.dumps({"model": "m", "messages": []}).encode()
-    headers, first, second = asyncio.run(_run(processor, conversation(plain, 5)))
-    assert "content-length" not in headers.request_headers.response.header_mutation.remove_headers
-    assert not first.request_body.response.HasField("body_mutation")
-    assert not second.request_body.response.HasField("body_mutation")
-    assert processor.one_trip == 2 and processor.errors == 0
-
-    asyncio.run(budget.debit(_client_of("sk-1"), 1000))
-    (refused,) = asyncio.run(_run(processor, conversation(plain, 5)))
-    assert refused.immediate_response.status.code == 429
-
-
-def _client_of(key: str) -> str:
-    return client_key({"x-api-key": key}, "x-api-key")

@@ -24,7 +24,6 @@ __all__ = [
     "pass_response_headers",
     "request_headers_continue",
     "routed_body",
-    "routed_chunks",
 ]
 
 
@@ -84,37 +83,6 @@ def routed_body(
     return ep_pb2.ProcessingResponse(
         request_body=ep_pb2.BodyResponse(response=common), dynamic_metadata=metadata
     )
-
-
-def routed_chunks(
-    model: str, body: bytes | None, chunks: int, stream_id: str, drop_usage: bool
-) -> list[ep_pb2.ProcessingResponse]:
-    """The answers to a request whose body came in ``chunks`` streamed chunks before its
-    headers were answered: the headers' (route on ``model``, as :func:`routed_body`; a
-    rewritten body's Content-Length goes), then one per chunk (``body`` replaces the first,
-    the others are cleared; None: all pass as they came)."""
-    removed = list(SERVED_BY_HEADERS)
-    if body is not None:
-        removed.append("content-length")
-    common = ep_pb2.CommonResponse(
-        clear_route_cache=True, header_mutation=ep_pb2.HeaderMutation(remove_headers=removed)
-    )
-    metadata = struct_pb2.Struct()
-    metadata.update({LLM_NAMESPACE: {"model": model, "id": stream_id, "drop_usage": drop_usage}})
-    answers = [
-        ep_pb2.ProcessingResponse(
-            request_headers=ep_pb2.HeadersResponse(response=common), dynamic_metadata=metadata
-        )
-    ]
-    for index in range(chunks):
-        chunk = ep_pb2.CommonResponse()
-        if body is not None:
-            if index == 0:
-                chunk.body_mutation.body = body
-            else:
-                chunk.body_mutation.clear_body = True
-        answers.append(ep_pb2.ProcessingResponse(request_body=ep_pb2.BodyResponse(response=chunk)))
-    return answers
 
 
 def pass_response_headers() -> ep_pb2.ProcessingResponse:

@@ -1,12 +1,8 @@
 """The LLM processor's gRPC service: Envoy's external processor for ``openai`` routes.
 
 Per request Envoy opens one stream: the request's headers (the client's token limits are
-checked here, before a backend is asked) and its whole body (the model picks the route;
-aliases and ``include_usage`` are rewritten in). Envoy sends the body's chunks without
-waiting for the headers' answer (its first message's ``protocol_config`` says so); the
-headers are then answered with the route once the body is whole, and each chunk after them:
-one round trip per request (xds/translate/llm.py). A buffered body sent only after the
-headers' answer is served in two steps, as Envoy asks. Answers are not sent here:
+checked here, before a body is read or a backend asked) and its whole body (the model picks
+the route; aliases and ``include_usage`` are rewritten in). Answers are not sent here:
 Envoy's Lua filter (xds/translate/llm_stream.py) reads them and reports on the stream's id
 (``report``): progress of a stream, then the end of the answer, before its end is passed
 on, so the client's next request sees the debit. The request is recorded once then, or
@@ -32,7 +28,6 @@ from typing import Any
 import orjson
 from opentelemetry import trace
 
-from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2 as ep_pb2,
 )
@@ -46,7 +41,6 @@ from inferway.gateway.llm.answers import (
     pass_response_headers,
     request_headers_continue,
     routed_body,
-    routed_chunks,
 )
 from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings, LlmStream
@@ -67,16 +61,6 @@ def _headers(message: ep_pb2.HttpHeaders) -> dict[str, str]:
         raw: bytes = header.raw_value
         out[header.key.lower()] = raw.decode("latin-1") if raw else str(header.value)
     return out
-
-
-def _body_follows(request: ep_pb2.ProcessingRequest) -> bool:
-    """Envoy streams the body without waiting for the headers' answer (the first message's
-    ``protocol_config`` says so; Envoy 1.40 does it for ``STREAMED`` bodies only)."""
-    config = request.protocol_config
-    return bool(
-        config.send_body_without_waiting_for_header_response
-        and config.request_body_mode == processing_mode_pb2.ProcessingMode.STREAMED
-    )
 
 
 def _attribute(request: ep_pb2.ProcessingRequest, name: str) -> str | None:
@@ -109,8 +93,6 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self.foreign = 0
         """Requests outside every openai prefix, let go at their headers."""
         self.reports = 0
-        self.one_trip = 0
-        """Requests whose headers were answered together with their whole body."""
         self.answer_messages = 0
         """ext_proc messages about answers (Envoy sends none: the Lua filter reads them)."""
         """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
@@ -123,30 +105,14 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self, request_iterator: AsyncIterator[ep_pb2.ProcessingRequest], context: Any
     ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
         stream: LlmStream | None = None
-        chunks: list[bytes] | None = None
-        """The body so far, when the headers are answered with it (one round trip)."""
         settings = self.settings
         try:
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
                 if kind == "request_headers":
                     stream, answer = await self._on_headers(request.request_headers, settings)
+                    yield answer
                     if stream is None:
-                        yield answer
-                        return
-                    if _body_follows(request):
-                        chunks = []
-                        self.one_trip += 1
-                    else:
-                        yield answer
-                elif kind == "request_body" and stream is not None and chunks is not None:
-                    chunks.append(request.request_body.body)
-                    if not request.request_body.end_of_stream:
-                        continue
-                    for answer in self._on_chunks(stream, chunks, settings):
-                        yield answer
-                    chunks = None
-                    if stream.request is None:
                         return
                 elif kind == "request_body" and stream is not None:
                     yield self._on_body(stream, request.request_body.body, settings)
@@ -240,22 +206,6 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         stream.id = f"{self._id_prefix}{next(self._ids)}"
         self._open[stream.id] = stream, settings
         return routed_body(prepared.model, prepared.body, stream.id, stream.drop_usage)
-
-    def _on_chunks(
-        self, stream: LlmStream, chunks: list[bytes], settings: LlmSettings
-    ) -> list[ep_pb2.ProcessingResponse]:
-        """The whole body, its headers not answered yet: route, rewrite or refuse it."""
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        try:
-            prepared = prepare_request(body, settings.models, ask_for_usage=settings.ask_for_usage)
-        except BadRequest as bad:
-            return [error_answer(bad.status, bad.code, bad.message)]
-        stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))
-        stream.id = f"{self._id_prefix}{next(self._ids)}"
-        self._open[stream.id] = stream, settings
-        return routed_chunks(
-            prepared.model, prepared.body, len(chunks), stream.id, stream.drop_usage
-        )
 
     async def report(self, raw: bytes, context: Any) -> bytes:
         """A report of Envoy's Lua filter on an answer (llm_stream.py, gRPC-framed: a JSON

@@ -2,16 +2,10 @@
 processor about each request and answer, the route matchers that read its answer, and the
 two routes Envoy answers itself per API prefix.
 
-The request is held (its headers, until the processor answers them) while the processor
-reads the body's ``model``, checks the client's token limits and rewrites the body when
-needed; its answer carries ``inferway.llm`` dynamic metadata (``model``) and clears the route
-cache, so Envoy matches again and the route serving that model wins. One round trip per
-request: Envoy sends the headers and the body's chunks without waiting for the headers'
-answer (``STREAMED`` with ``send_body_without_waiting_for_header_response``; Envoy 1.40
-ignores that flag for ``BUFFERED`` bodies), and the processor answers the headers once it has
-the whole body, then each chunk. Waiting for the headers' answer before sending the body
-cost every request a second processor wake-up, which under load is a second wait in its
-queue. Answers never go to the
+The request is held (headers and the whole body, ``BUFFERED``) while the processor reads the
+body's ``model``, checks the client's token limits and rewrites the body when needed; its
+answer carries ``inferway.llm`` dynamic metadata (``model``) and clears the route cache, so
+Envoy matches again and the route serving that model wins. Answers never go to the
 processor chunk by chunk: Envoy's Lua filter (llm_stream.py) reads them as they pass and
 reports to the processor once per answer (twice or more for a long stream).
 
@@ -81,11 +75,10 @@ def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
         # a request outside every openai prefix (no route of this processor) is let go at
         # its headers: the processor answers with a mode override that skips its body
         allow_mode_override=True,
-        send_body_without_waiting_for_header_response=True,
         message_timeout=duration(gateway.timeout),
         processing_mode=mode(
             request_header_mode=mode.SEND,
-            request_body_mode=mode.STREAMED,
+            request_body_mode=mode.BUFFERED,
             request_trailer_mode=mode.SKIP,
             # answers are read by Envoy's Lua filter (llm_stream.py), which reports here
             response_header_mode=mode.SKIP,
