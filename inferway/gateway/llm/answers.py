@@ -8,7 +8,6 @@ headers Envoy strips) are in one small place.
 from __future__ import annotations
 
 import orjson
-from google.protobuf import struct_pb2
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -75,14 +74,15 @@ def routed_body(
     common = ep_pb2.CommonResponse(clear_route_cache=True, header_mutation=mutation)
     if body is not None:
         common.body_mutation.body = body
-    metadata = struct_pb2.Struct()
-    tags: dict[str, str | bool] = {"model": model}
+    answer = ep_pb2.ProcessingResponse(request_body=ep_pb2.BodyResponse(response=common))
+    # set field by field: Struct.update's generic conversion was a third of the request's
+    # Python time in the processor
+    tags = answer.dynamic_metadata.fields[LLM_NAMESPACE].struct_value.fields
+    tags["model"].string_value = model
     if stream_id:
-        tags.update(id=stream_id, drop_usage=drop_usage)
-    metadata.update({LLM_NAMESPACE: tags})
-    return ep_pb2.ProcessingResponse(
-        request_body=ep_pb2.BodyResponse(response=common), dynamic_metadata=metadata
-    )
+        tags["id"].string_value = stream_id
+        tags["drop_usage"].bool_value = drop_usage
+    return answer
 
 
 def pass_response_headers() -> ep_pb2.ProcessingResponse:
