@@ -2,7 +2,7 @@
 ext_authz's questions (200 with the ordered destinations and a ticket, 503 for no endpoint or
 an unknown service, 429 when shedding, the session header read), requests one after another
 on a keep-alive connection, and the gRPC access log service ending exactly the picks its
-entries' tickets name (a forged or stale ticket ends nothing)."""
+entries' tickets name (a forged or stale ticket ends nothing), and each pick's span."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from inferway._xds_protos.envoy.data.accesslog.v3 import accesslog_pb2
 from inferway._xds_protos.envoy.service.accesslog.v3 import als_pb2
+from inferway.gateway.picker import server as server_module
 from inferway.gateway.picker.core.metrics import ServerMetrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
 from inferway.gateway.picker.core.scorers import Weights
@@ -146,3 +150,19 @@ async def test_a_malformed_request_closes_the_connection(
     writer.write(b"NOT HTTP AT ALL\r\n\r\n")
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
+
+
+async def test_a_recorded_span_explains_an_http_pick(
+    servers: tuple[PickerHttpServer, PickerServer, PoolPicker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lane, _, _ = servers
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(server_module, "tracer", provider.get_tracer("test"))
+    ((status, headers, _),) = await _answers(lane.port, [_request("llm", "u" * 640)])
+    (span,) = exporter.get_finished_spans()
+    assert status == 200 and span.name == "picker.pick" and span.attributes is not None
+    winner = headers["x-gateway-destination-endpoint"].split(",")[0]
+    assert span.attributes["picker.winner"] == winner
+    assert set(json.loads(str(span.attributes["picker.scores"]))) == set(ENDPOINTS)
