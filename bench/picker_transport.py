@@ -9,7 +9,7 @@ target a fresh Envoy and picker process, rounds rotated, medians:
   BUFFERED: two messages each way per request);
 * ``http_lane``: ``picker: {transport: http}`` as inferway configures it: the same picker
   process serving Envoy's ``ext_authz`` HTTP service (one HTTP/1.1 request per pick, the body
-  with it) and ending each pick from Envoy's gRPC access log (batched every 50 ms).
+  with it) and ending each pick from Envoy's gRPC access log (batched every 10 ms).
 
 Columns: latency p50/p99 (from the scheduled send), added p50/p99 against ``none`` in the same
 round, the picker process's and Envoy's CPU per request (``/proc``), whether Envoy's per-host

@@ -142,7 +142,7 @@ def test_http_transport_asks_over_ext_authz_and_logs_each_end(fail: str) -> None
     assert log.typed_config.Unpack(als)
     assert list(als.additional_request_headers_to_log) == ["x-inferway-picker-ticket"]
     assert als.common_config.grpc_service.envoy_grpc.cluster_name == "inferway_picker_llm"
-    assert als.common_config.buffer_flush_interval.ToMilliseconds() == 50
+    assert als.common_config.buffer_flush_interval.ToMilliseconds() == 10
     by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
     assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
     disabled = ext_authz_pb2.ExtAuthzPerRoute()
