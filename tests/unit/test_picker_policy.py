@@ -181,3 +181,42 @@ def test_ext_proc_transport_adds_no_access_log() -> None:
 def test_bad_pickers_are_located(picker: str, expected: str) -> None:
     with pytest.raises(PolicyError, match=rf"policy.yaml:6:.*{expected}"):
         load_policy_text(POLICY.replace("PICKER", picker), "policy.yaml")
+
+
+TWO = """\
+listeners: [{name: edge, port: 18080}]
+services:
+  - name: a
+    endpoints: ["127.0.0.1:9000"]
+    picker: {transport: http, listen: "127.0.0.1:18092", http_listen: "127.0.0.1:18093"}
+  - name: b
+    endpoints: ["127.0.0.1:9001"]
+    picker: PICKER
+routes:
+  - {name: a, match: {path: {prefix: /a}}, backends: [{service: a}]}
+  - {name: b, match: {path: {prefix: /b}}, backends: [{service: b}]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("picker", "expected"),
+    [
+        (
+            '{transport: http, listen: "127.0.0.1:18094", http_listen: "127.0.0.1:18093"}',
+            "is also the one of service 'a', whose picker listens on 127.0.0.1:18092",
+        ),
+        (
+            '{transport: http, listen: "127.0.0.1:18094", http_listen: "127.0.0.1:18092"}',
+            r"is the picker listen \(gRPC\) of service 'a'",
+        ),
+    ],
+)
+def test_http_listen_served_by_two_processes_is_refused(picker: str, expected: str) -> None:
+    with pytest.raises(PolicyError, match=rf"policy.yaml:8:.*{expected}"):
+        load_policy_text(TWO.replace("PICKER", picker), "policy.yaml")
+
+
+def test_services_sharing_listen_may_share_http_listen() -> None:
+    same = '{transport: http, listen: "127.0.0.1:18092", http_listen: "127.0.0.1:18093"}'
+    load_policy_text(TWO.replace("PICKER", same), "policy.yaml")
+    load_policy_text(TWO.replace("PICKER", '{listen: "127.0.0.1:18094"}'), "policy.yaml")
