@@ -7,12 +7,14 @@ target a fresh Envoy and picker process, rounds rotated, medians:
 * ``ext_proc``: inferway's picker process (``python -m inferway.gateway.picker``, the sidecar)
   asked over Envoy's ext_proc gRPC stream as inferway configures it (request headers SEND, body
   BUFFERED: two messages each way per request);
-* ``http_lane``: the same pick answered to Envoy's ``ext_authz`` HTTP service, one HTTP/1.1
-  request per pick (bench/_picker_http_lane.py; a prototype: no end-of-request signal).
+* ``http_lane``: ``picker: {transport: http}`` as inferway configures it: the same picker
+  process serving Envoy's ``ext_authz`` HTTP service (one HTTP/1.1 request per pick, the body
+  with it) and ending each pick from Envoy's gRPC access log (batched every 10 ms).
 
 Columns: latency p50/p99 (from the scheduled send), added p50/p99 against ``none`` in the same
-round, the picker process's and Envoy's CPU per request (``/proc``), and for ``http_lane``
-whether Envoy's per-host request counts equal the picker's picks (``override_host`` honoured).
+round, the picker process's and Envoy's CPU per request (``/proc``), whether Envoy's per-host
+request counts equal the picker's picks (``override_host`` honoured), and for ``http_lane``
+whether every pick was ended by the access log (nothing left in flight after the run).
 
 Why this exists: bench/picker_overhead.py shows the picker's CPU per request, mostly grpc.aio's
 per-message work, is what its added p99 is made of on a shared 2-core machine. ext_proc with
@@ -46,14 +48,19 @@ import psutil
 from _common import environment, free_port, percentile, print_table, write_results
 from _picker_procs import backends_main, chat_payloads, load_main
 
-from inferway.gateway.picker.sidecar import pools_line
+from inferway.gateway.picker.sidecar import STATUS_REQUEST, pools_line
 from inferway.policies.picker import Picker as PickerPolicy
 from inferway.xds.envoy_binary import find_envoy
+from inferway.xds.translate.picker import (
+    ACCESS_LOG_FLUSH_S,
+    HTTP_MAX_BODY_BYTES,
+    HTTP_PATH_PREFIX,
+    TICKET_HEADER,
+)
 
 __all__ = ["main"]
 
 TARGETS = ("none", "ext_proc", "http_lane")
-HERE = Path(__file__).resolve().parent
 T = "type.googleapis.com/envoy."
 HEADER = "x-gateway-destination-endpoint"
 
@@ -67,6 +74,23 @@ def _cluster(name: str, ports: list[int], **extra: Any) -> dict[str, Any]:
     return {"name": name, "connect_timeout": "1s", "type": "STATIC",
             "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": hosts}]},
             **extra}  # fmt: skip
+
+
+def _finish_log() -> list[dict[str, Any]]:
+    """``transport: http``: the gRPC access log that ends each pick, as the translator sets it."""
+    config = {
+        "@type": T + "extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig",
+        "common_config": {
+            "log_name": "inferway.picker.llm",
+            "grpc_service": {"envoy_grpc": {"cluster_name": "picker_grpc"}},
+            "transport_api_version": "V3",
+            "buffer_flush_interval": f"{ACCESS_LOG_FLUSH_S}s",
+        },
+        "additional_request_headers_to_log": [TICKET_HEADER],
+    }
+    present = {"header": {"name": TICKET_HEADER, "present_match": True}}
+    return [{"name": "envoy.access_loggers.http_grpc", "filter": {"header_filter": present},
+             "typed_config": config}]  # fmt: skip
 
 
 def _picker_filter(target: str, picker: int) -> list[dict[str, Any]]:
@@ -84,17 +108,22 @@ def _picker_filter(target: str, picker: int) -> list[dict[str, Any]]:
             "processing_mode": mode,
             "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
         }
-    elif target == "http_lane":
+    elif target == "http_lane":  # as the translator configures transport: http
         config = {
             "@type": T + "extensions.filters.http.ext_authz.v3.ExtAuthz",
             "transport_api_version": "V3",
-            "with_request_body": {"max_request_bytes": 1 << 20, "allow_partial_message": False},
+            "failure_mode_allow": True,
+            "with_request_body": {"max_request_bytes": HTTP_MAX_BODY_BYTES,
+                                  "allow_partial_message": True},
+            "allowed_headers": {"patterns": [{"exact": "x-session-id"}]},
             "http_service": {
                 "server_uri": {"uri": f"http://127.0.0.1:{picker}", "cluster": "picker",
                                "timeout": "2s"},
-                "path_prefix": "/pick",
+                "path_prefix": HTTP_PATH_PREFIX + "llm",
                 "authorization_response": {
-                    "allowed_upstream_headers": {"patterns": [{"exact": HEADER}]}
+                    "allowed_upstream_headers": {
+                        "patterns": [{"exact": HEADER}, {"exact": TICKET_HEADER}]
+                    }
                 },
             },
         }  # fmt: skip
@@ -111,9 +140,12 @@ def _policy(name: str, config: str) -> dict[str, Any]:
     return {"policies": [{"typed_extension_config": extension}]}
 
 
-def bootstrap(target: str, listener: int, admin: int, picker: int, upstreams: list[int]) -> str:
+def bootstrap(
+    target: str, listener: int, admin: int, picker: int, upstreams: list[int], grpc_port: int
+) -> str:
     """Envoy's bootstrap (JSON) for ``target``: the listener, the filter that asks the picker
-    (none for ``none``) and the service's cluster balanced by ``override_host``."""
+    (none for ``none``; for ``http_lane`` also the access log to ``grpc_port``) and the
+    service's cluster balanced by ``override_host``."""
     router = {
         "name": "router",
         "typed_config": {"@type": T + "extensions.filters.http.router.v3.Router"},
@@ -127,6 +159,8 @@ def bootstrap(target: str, listener: int, admin: int, picker: int, upstreams: li
         }]},
         "http_filters": [*_picker_filter(target, picker), router],
     }  # fmt: skip
+    if target == "http_lane":
+        manager["access_log"] = _finish_log()
     override = _policy(
         "override_host", "extensions.load_balancing_policies.override_host.v3.OverrideHost"
     )
@@ -143,7 +177,8 @@ def bootstrap(target: str, listener: int, admin: int, picker: int, upstreams: li
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
             "@type": T + "extensions.upstreams.http.v3.HttpProtocolOptions",
             "explicit_http_config": {"http2_protocol_options": {}},
-        }}} if target == "ext_proc" else {}  # fmt: skip
+        }}}  # fmt: skip
+    grpc = [_cluster("picker_grpc", [grpc_port], **h2)] if target == "http_lane" else []
     document = {
         "admin": {"address": _address(admin)},
         "static_resources": {
@@ -156,7 +191,8 @@ def bootstrap(target: str, listener: int, admin: int, picker: int, upstreams: li
             }],
             "clusters": [
                 _cluster("llm", upstreams, load_balancing_policy=override),
-                _cluster("picker", [picker], **h2),
+                _cluster("picker", [picker], **(h2 if target == "ext_proc" else {})),
+                *grpc,
             ],
         },
     }  # fmt: skip
@@ -172,28 +208,39 @@ def _start(target: Any, *args: Any) -> tuple[mp.process.BaseProcess, Connection]
     return process, parent
 
 
-def _picker(target: str, port: int, endpoints: list[str]) -> subprocess.Popen[str] | None:
-    """The picker process for ``target``, serving (None for ``none``)."""
+def _picker(
+    target: str, port: int, grpc_port: int, endpoints: list[str]
+) -> subprocess.Popen[str] | None:
+    """The picker process for ``target`` (the sidecar of ``process: sidecar``), serving
+    ``port`` (for ``http_lane`` the HTTP lane there and gRPC on ``grpc_port``); None for
+    ``none``."""
     if target == "none":
         return None
-    if target == "ext_proc":
-        command = [sys.executable, "-m", "inferway.gateway.picker", "127.0.0.1", str(port)]
-        ready = "applied"
-    else:
-        command = [sys.executable, str(HERE / "_picker_http_lane.py"), str(port), *endpoints]
-        ready = "ready"
+    listen = port if target == "ext_proc" else grpc_port
+    command = [sys.executable, "-m", "inferway.gateway.picker", "127.0.0.1", str(listen)]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert process.stdin is not None and process.stdout is not None
-    if target == "ext_proc":
-        settings = PickerPolicy.model_validate(
-            {"listen": f"127.0.0.1:{port}", "metrics_path": None}
-        )
-        process.stdin.write(pools_line({"llm": (settings, endpoints)}).decode())
-        process.stdin.flush()
-    if process.stdout.readline().strip() != ready:
+    settings = {"listen": f"127.0.0.1:{listen}", "metrics_path": None}
+    if target == "http_lane":
+        settings |= {"transport": "http", "http_listen": f"127.0.0.1:{port}"}
+    policy = PickerPolicy.model_validate(settings)
+    process.stdin.write(pools_line({"llm": (policy, endpoints)}).decode())
+    process.stdin.flush()
+    if process.stdout.readline().strip() != "applied":
         process.kill()
         raise RuntimeError(f"picker transport bench: the {target} picker did not start")
     return process
+
+
+def _picker_stats(process: subprocess.Popen[str]) -> dict[str, dict[str, float]]:
+    """The picker process's per-endpoint stats (picks, in flight), asked over its stdin."""
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(STATUS_REQUEST.decode())
+    process.stdin.flush()
+    line = process.stdout.readline()
+    if not line.startswith("status "):
+        raise RuntimeError(f"picker transport bench: a bad status answer {line[:80]!r}")
+    return dict(json.loads(line[len("status ") :])["llm"]["endpoints"])
 
 
 def _wait_ready(admin: int) -> None:
@@ -211,11 +258,13 @@ def _wait_ready(admin: int) -> None:
 def measure(
     args: argparse.Namespace, target: str, load: Connection, upstreams: list[int], seed: int
 ) -> dict[str, Any]:
-    listener, admin, port = free_port(), free_port(), free_port()
+    listener, admin, port, grpc_port = free_port(), free_port(), free_port(), free_port()
     endpoints = [f"127.0.0.1:{u}" for u in upstreams]
     workdir = Path(tempfile.mkdtemp(prefix="picker-transport-"))
-    (workdir / "envoy.json").write_text(bootstrap(target, listener, admin, port, upstreams))
-    picker = _picker(target, port, endpoints)
+    (workdir / "envoy.json").write_text(
+        bootstrap(target, listener, admin, port, upstreams, grpc_port)
+    )
+    picker = _picker(target, port, grpc_port, endpoints)
     envoy = subprocess.Popen(
         [find_envoy(), "-c", str(workdir / "envoy.json"), "--concurrency", "1", "-l", "warning",
          "--base-id", str(port)],
@@ -231,12 +280,16 @@ def measure(
         spent = {k: sum(psutil.Process(p).cpu_times()[:2]) - before[k] for k, p in pids.items()}
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/clusters", timeout=5) as answer:
             clusters = answer.read().decode()
-    finally:
         picks: dict[str, int] | None = None
+        in_flight: float | None = None
         if picker is not None:
-            out, _ = picker.communicate(timeout=15)  # stdin closes: the picker exits
-            if target == "http_lane":
-                picks = json.loads(out.strip().splitlines()[-1])
+            time.sleep(4 * ACCESS_LOG_FLUSH_S)  # the access log's last batch
+            stats = _picker_stats(picker)
+            picks = {e: int(s["picks"] or 0) for e, s in stats.items()}
+            in_flight = sum(s["in_flight"] or 0 for s in stats.values())
+    finally:
+        if picker is not None:
+            picker.communicate(timeout=15)  # stdin closes: the picker exits
         envoy.send_signal(signal.SIGTERM)
         envoy.wait(15)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -255,6 +308,7 @@ def measure(
         "p99_ms": percentile(latencies, 99) * 1000,
         "cpu_us": {k: v / requests * 1e6 for k, v in spent.items()},
         "override_honoured": None if picks is None else hosts == {h: picks[h] for h in hosts},
+        "left_in_flight": in_flight,
         "send_lag_p99_ms": result["send_lag_p99_ms"],
     }
 
@@ -274,6 +328,7 @@ def summarize(rounds: list[dict[str, Any]], count: int) -> dict[str, dict[str, A
             "picker_cpu_us": statistics.median(r["cpu_us"].get("picker", 0.0) for r in mine),
             "envoy_cpu_us": statistics.median(r["cpu_us"]["envoy"] for r in mine),
             "override_honoured": [r["override_honoured"] for r in mine],
+            "left_in_flight": [r["left_in_flight"] for r in mine],
             "errors": sum(r["errors"] for r in mine),
         }
     return summary
@@ -310,10 +365,11 @@ def main(argv: list[str] | None = None) -> int:
         f"Asking the picker at {args.rate:.0f} req/s open loop through Envoy "
         f"(medians of {args.rounds} rounds x {args.duration:.0f} s)",
         ["target", "p50 ms", "p99 ms", "added p50", "added p99", "picker CPU us/req",
-         "envoy CPU us/req", "override honoured", "errors"],
+         "envoy CPU us/req", "override honoured", "left in flight", "errors"],
         [[t, f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", f"{s['added_p50_ms']:+.2f}",
           f"{s['added_p99_ms']:+.2f}", f"{s['picker_cpu_us']:.0f}", f"{s['envoy_cpu_us']:.0f}",
-          "-" if None in s["override_honoured"] else all(s["override_honoured"]), s["errors"]]
+          "-" if None in s["override_honoured"] else all(s["override_honoured"]),
+          "-" if None in s["left_in_flight"] else max(s["left_in_flight"]), s["errors"]]
          for t, s in summary.items()],
     )  # fmt: skip
     path = write_results(

@@ -18,6 +18,7 @@ from inferway.policies.checks_features import check_features
 from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_llm import check_llm
 from inferway.policies.checks_observability import check_observability
+from inferway.policies.checks_picker import check_picker
 from inferway.policies.checks_ranges import check_ranges
 from inferway.policies.checks_replicas import check_replicas
 from inferway.policies.checks_rollouts import check_rollouts
@@ -274,4 +275,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_cost,
     check_features,
     check_llm,
+    check_picker,
 ]

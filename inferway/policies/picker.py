@@ -9,6 +9,7 @@ request by a picker that scores them (docs/picker.md).
         picker:
           scorers: {queue: 2, kv_cache: 2, prefix: 3}   # weights; lora, session too (0 = off)
           fail: open            # picker down or slow: open = Envoy's balancing; closed = 503/504
+          # transport: http     # ask over ext_authz's HTTP service (less CPU, docs/picker.md)
           # external: epp.internal:9002   # a Gateway API Inference Extension picker instead
 
 inferway's own picker listens on ``listen`` (in the gateway's process, or with ``process:
@@ -18,6 +19,10 @@ Envoy asks it (an external processor) before sending a request upstream and send
 to the endpoint it names (Envoy's ``override_host`` load-balancing policy, on the same cluster:
 EDS, health checks and outlier detection stay as they are). The default is ``fail: open``: a
 picker that fails loses the cache affinity, never the request.
+
+``transport: http`` asks inferway's own picker over Envoy's ``ext_authz`` HTTP service instead
+(one HTTP/1.1 request per pick on ``http_listen``, its end reported by Envoy's gRPC access log):
+about a fifth of the picker's CPU per request of the ext_proc stream (docs/picker.md).
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from inferway.policies.types import Duration, split_host_port
 
-__all__ = ["DEFAULT_PICKER_LISTEN", "Picker", "PickerScorers"]
+__all__ = ["DEFAULT_PICKER_HTTP_LISTEN", "DEFAULT_PICKER_LISTEN", "Picker", "PickerScorers"]
 
 DEFAULT_PICKER_LISTEN = "127.0.0.1:18092"
+DEFAULT_PICKER_HTTP_LISTEN = "127.0.0.1:18093"
 
 
 class _Model(BaseModel):
@@ -57,7 +63,7 @@ class PickerScorers(_Model):
 
 _OWN_ONLY = (
     "scorers", "listen", "queue_limit", "kv_cache_limit", "shed", "fallbacks",
-    "metrics_path", "scrape_interval", "session_header", "process",
+    "metrics_path", "scrape_interval", "session_header", "process", "transport", "http_listen",
 )  # fmt: skip
 
 
@@ -85,8 +91,15 @@ class Picker(_Model):
     """Where inferway's own picker runs: in the gateway's process, or in a picker process the
     gateway starts, feeds the resolved endpoints and restarts when it dies (docs/picker.md,
     bench/picker_overhead.py measures both)."""
+    transport: Literal["ext_proc", "http"] = "ext_proc"
+    """How Envoy asks inferway's own picker: ``ext_proc`` (GAIE's protocol, a gRPC stream per
+    request) or ``http`` (Envoy's ext_authz HTTP service on ``http_listen``, the request's end
+    reported over Envoy's gRPC access log to ``listen``): less CPU per pick (docs/picker.md)."""
+    http_listen: str = DEFAULT_PICKER_HTTP_LISTEN
+    """Where inferway's own picker serves ``transport: http`` (plain HTTP/1.1: keep it on
+    loopback); ``listen`` still serves gRPC (health, the access log that ends each pick)."""
 
-    @field_validator("external", "listen")
+    @field_validator("external", "listen", "http_listen")
     @classmethod
     def _host_port(cls, value: str | None) -> str | None:
         if value is not None:
@@ -95,6 +108,11 @@ class Picker(_Model):
 
     @model_validator(mode="after")
     def _external_alone(self) -> Picker:
+        if self.external is not None and self.transport != "ext_proc":
+            raise ValueError(
+                f"picker: transport {self.transport} is for inferway's own picker; external: "
+                f"{self.external} is asked over GAIE's ext_proc protocol (drop transport)"
+            )
         if self.external is not None:
             fields = type(self).model_fields
             own = [
@@ -107,6 +125,13 @@ class Picker(_Model):
                     f"picker: {', '.join(own)} configure inferway's own picker; with "
                     f"external: {self.external} give only external, fail and timeout"
                 )
+        if self.transport == "http" and split_host_port(self.http_listen) == split_host_port(
+            self.listen
+        ):
+            raise ValueError(
+                f"picker: http_listen {self.http_listen} is listen's address: transport http "
+                "serves HTTP there and gRPC on listen, give them different ports"
+            )
         if self.metrics_path is not None and not self.metrics_path.startswith("/"):
             raise ValueError(f"metrics_path must start with '/', got {self.metrics_path!r}")
         return self

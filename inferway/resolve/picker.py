@@ -14,6 +14,7 @@ def resolve_picker(service: str, picker: Picker | None) -> PickerIR | None:
     if picker is None:
         return None
     host, port = split_host_port(picker.external or picker.listen)
+    http_host, http_port = split_host_port(picker.http_listen)
     return PickerIR(
         service=service,
         host=host,
@@ -22,4 +23,7 @@ def resolve_picker(service: str, picker: Picker | None) -> PickerIR | None:
         fail_open=picker.fail == "open",
         timeout=picker.timeout,
         session_header=picker.session_header,
+        transport=picker.transport,
+        http_host=http_host if picker.transport == "http" else "",
+        http_port=http_port if picker.transport == "http" else 0,
     )

@@ -3,7 +3,8 @@ processor answering with GAIE's Endpoint Picker protocol) and three real llama.c
 with their prompt cache on (tests/llm_engine.py). Requests sharing a long prefix go to the
 engine that holds it until it is saturated; concurrent requests spread by queue depth; a dead
 picker fails open (the service's own balancing) or closed (503) without hanging a request;
-and a minimal GAIE picker written here, named as ``external``, steers every request."""
+the same holds over ``transport: http``; and a minimal GAIE picker written here, named as
+``external``, steers every request."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
 from inferway.cli.status import render_status
+from inferway.xds.translate.picker import ACCESS_LOG_FLUSH_S
 from tests.envoy_process import free_port
 from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
 from tests.traffic_harness import TrafficGateway
@@ -219,6 +221,53 @@ async def test_a_dead_picker_fails_open_then_closed_without_hanging(
     status, _, _ = await _chat(gw, "acme", "closed", timeout=10)
     assert status == 503
     assert time.monotonic() - started < 5
+
+
+async def test_transport_http_steers_by_prefix_and_queue_and_ends_every_pick(
+    engines: list[LLMEngine],
+) -> None:
+    """``transport: http``: the same picks over ext_authz; the access log ends each one, so
+    the queue scorer sees every replica idle again after a burst."""
+    policy = _policy(engines).replace(
+        "      fail: open\n",
+        f"      fail: open\n      transport: http\n      http_listen: 127.0.0.1:{free_port()}\n",
+    )
+    async with TrafficGateway(policy, []) as gw:
+        await _wait_healthy(gw)
+        status, holder, _ = await _chat(gw, "http-lane", "first question")
+        assert status == 200 and holder
+        for i in range(4):  # one at a time: the prefix holder every time
+            # the access log ends a pick up to ACCESS_LOG_FLUSH_S after its answer (a request
+            # sent sooner sees the last one still in flight): wait that long in between
+            await asyncio.sleep(3 * ACCESS_LOG_FLUSH_S)
+            assert (await _chat(gw, "http-lane", f"question {i}"))[:2] == (200, holder)
+        # six at once with the same prefix; queue_limit 2: the holder takes 2, the rest spill
+        results = await asyncio.gather(
+            *(_chat(gw, "http-lane", f"concurrent {i}", max_tokens=96) for i in range(6))
+        )
+        served = Counter(r[1] for r in results)
+        assert {r[0] for r in results} == {200} and served[holder] >= 2, served
+        assert len(served) >= 2, served
+        pool = _pool_of(gw)
+
+        async def ended() -> bool:
+            return sum(s["in_flight"] or 0 for s in pool.picker.stats().values()) == 0
+
+        deadline = time.monotonic() + 5
+        while not await ended():
+            assert time.monotonic() < deadline, pool.picker.stats()
+            await asyncio.sleep(0.05)
+        # and no pick is left counted: the next one sees every replica idle
+        await asyncio.sleep(3 * ACCESS_LOG_FLUSH_S)
+        status, _, _ = await _chat(gw, "http-lane-2", "after the burst")
+        assert status == 200 and "; depth 0)" in pool.recent[-1].reason, pool.recent[-1].reason
+
+
+def _pool_of(gw: TrafficGateway) -> Any:
+    assert gw.gateway is not None and gw.gateway.pickers is not None
+    pool = gw.gateway.pickers.pool("llm")
+    assert pool is not None and gw.gateway.pickers.pools.http_servers
+    return pool
 
 
 class _MinimalGaiePicker(ep_grpc.ExternalProcessorServicer):

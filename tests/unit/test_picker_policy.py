@@ -1,6 +1,7 @@
 """A service's ``picker:`` from policy to Envoy config: the schema's located errors, the
 external processor per picker service (only on routes to it), ``override_host`` over the
-service's own policy (kept as the fallback), fail open/closed, and dump round trips."""
+service's own policy (kept as the fallback), fail open/closed, ``transport: http`` (ext_authz
+and the gRPC access log that ends picks), and dump round trips."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -110,6 +113,56 @@ def test_external_picker_is_asked_and_fails_open_by_default() -> None:
     assert cluster.type == cluster_pb2.Cluster.DiscoveryType.STRICT_DNS
 
 
+@pytest.mark.parametrize("fail", ["open", "closed"])
+def test_http_transport_asks_over_ext_authz_and_logs_each_end(fail: str) -> None:
+    manager, routes, clusters = _resources(
+        f"{{transport: http, http_listen: '127.0.0.1:18100', fail: {fail}, timeout: 0.3}}"
+    )
+    assert manager.http_filters[-2].name == "inferway.picker.llm"
+    config = ext_authz_pb2.ExtAuthz()
+    assert manager.http_filters[-2].typed_config.Unpack(config)
+    assert config.failure_mode_allow == (fail == "open")
+    assert config.status_on_error.code == (503 if fail == "closed" else 0)
+    service = config.http_service
+    assert service.server_uri.uri == "http://127.0.0.1:18100"
+    assert service.server_uri.cluster == "inferway_picker_http_llm"
+    assert service.server_uri.timeout.ToMilliseconds() == 300
+    assert service.path_prefix == "/pick/llm"
+    allowed = service.authorization_response.allowed_upstream_headers.patterns
+    assert [p.exact for p in allowed] == [
+        "x-gateway-destination-endpoint", "x-inferway-picker-ticket",
+    ]  # fmt: skip
+    assert config.with_request_body.max_request_bytes == 1 << 20
+    assert config.with_request_body.allow_partial_message
+    assert [p.exact for p in config.allowed_headers.patterns] == ["x-session-id"]
+    (log,) = manager.access_log
+    assert log.name == "envoy.access_loggers.http_grpc"
+    assert log.filter.header_filter.header.name == "x-inferway-picker-ticket"
+    als = als_pb2.HttpGrpcAccessLogConfig()
+    assert log.typed_config.Unpack(als)
+    assert list(als.additional_request_headers_to_log) == ["x-inferway-picker-ticket"]
+    assert als.common_config.grpc_service.envoy_grpc.cluster_name == "inferway_picker_llm"
+    assert als.common_config.buffer_flush_interval.ToMilliseconds() == 10
+    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
+    assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
+    disabled = ext_authz_pb2.ExtAuthzPerRoute()
+    assert by_name["rest"].typed_per_filter_config["inferway.picker.llm"].Unpack(disabled)
+    assert disabled.disabled
+    http = clusters["inferway_picker_http_llm"]
+    address = http.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
+    assert address.socket_address.port_value == 18100
+    assert not http.typed_extension_protocol_options  # HTTP/1.1
+    assert clusters["inferway_picker_llm"].typed_extension_protocol_options  # gRPC: logs
+    assert clusters["llm"].load_balancing_policy.policies[0].typed_extension_config.name == (
+        "envoy.load_balancing_policies.override_host"
+    )
+
+
+def test_ext_proc_transport_adds_no_access_log() -> None:
+    manager, _, clusters = _resources("{}")
+    assert not manager.access_log and "inferway_picker_http_llm" not in clusters
+
+
 @pytest.mark.parametrize(
     ("picker", "expected"),
     [
@@ -119,8 +172,51 @@ def test_external_picker_is_asked_and_fails_open_by_default() -> None:
         ("{fail: maybe}", "'open' or 'closed'"),
         ("{scorers: {cache: 1}}", "unknown key 'cache'"),
         ("{metrics_path: metrics}", "must start with '/'"),
+        ("{external: 'x:1', transport: http}", "is asked over GAIE's ext_proc protocol"),
+        ("{transport: grpc}", "'ext_proc' or 'http'"),
+        ("{transport: http, http_listen: '127.0.0.1:18092'}", "give them different ports"),
+        ("{transport: http, http_listen: 'nohost'}", "expected 'host:port'"),
     ],
 )
 def test_bad_pickers_are_located(picker: str, expected: str) -> None:
     with pytest.raises(PolicyError, match=rf"policy.yaml:6:.*{expected}"):
         load_policy_text(POLICY.replace("PICKER", picker), "policy.yaml")
+
+
+TWO = """\
+listeners: [{name: edge, port: 18080}]
+services:
+  - name: a
+    endpoints: ["127.0.0.1:9000"]
+    picker: {transport: http, listen: "127.0.0.1:18092", http_listen: "127.0.0.1:18093"}
+  - name: b
+    endpoints: ["127.0.0.1:9001"]
+    picker: PICKER
+routes:
+  - {name: a, match: {path: {prefix: /a}}, backends: [{service: a}]}
+  - {name: b, match: {path: {prefix: /b}}, backends: [{service: b}]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("picker", "expected"),
+    [
+        (
+            '{transport: http, listen: "127.0.0.1:18094", http_listen: "127.0.0.1:18093"}',
+            "is also the one of service 'a', whose picker listens on 127.0.0.1:18092",
+        ),
+        (
+            '{transport: http, listen: "127.0.0.1:18094", http_listen: "127.0.0.1:18092"}',
+            r"is the picker listen \(gRPC\) of service 'a'",
+        ),
+    ],
+)
+def test_http_listen_served_by_two_processes_is_refused(picker: str, expected: str) -> None:
+    with pytest.raises(PolicyError, match=rf"policy.yaml:8:.*{expected}"):
+        load_policy_text(TWO.replace("PICKER", picker), "policy.yaml")
+
+
+def test_services_sharing_listen_may_share_http_listen() -> None:
+    same = '{transport: http, listen: "127.0.0.1:18092", http_listen: "127.0.0.1:18093"}'
+    load_policy_text(TWO.replace("PICKER", same), "policy.yaml")
+    load_policy_text(TWO.replace("PICKER", '{listen: "127.0.0.1:18094"}'), "policy.yaml")

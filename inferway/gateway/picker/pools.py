@@ -1,4 +1,5 @@
-"""The pickers one process serves: one gRPC server per listen address, one pool per service,
+"""The pickers one process serves: one gRPC server per listen address (and, for ``transport:
+http``, one HTTP lane server per ``http_listen`` address: http_lane.py), one pool per service,
 each pool's replicas kept to the endpoints it is given and scraped for load every
 ``scrape_interval``. The gateway's keeper (keeper.py) runs one for the addresses it serves
 itself; a sidecar picker process (``process: sidecar``) runs one for its address. Kept free
@@ -20,8 +21,10 @@ import httpx
 from inferway.gateway.picker.core.metrics import ServerMetrics, parse_metrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
 from inferway.gateway.picker.core.scorers import Weights
+from inferway.gateway.picker.http_lane import PickerHttpServer
 from inferway.gateway.picker.server import PickerServer, PoolPicker
 from inferway.policies.picker import Picker as PickerPolicy
+from inferway.policies.types import split_host_port
 
 __all__ = ["PickerPools", "Wanted", "endpoint_address", "picker_config"]
 
@@ -59,6 +62,7 @@ class _Pool:
 class PickerPools:
     def __init__(self) -> None:
         self.servers: dict[tuple[str, int], PickerServer] = {}
+        self.http_servers: dict[tuple[str, int], PickerHttpServer] = {}
         self._pools: dict[str, _Pool] = {}
         self._scraper: asyncio.Task[None] | None = None
         self._client = httpx.AsyncClient(trust_env=False)
@@ -81,9 +85,13 @@ class PickerPools:
     async def serve(self, wanted: Wanted) -> None:
         """Serve exactly ``wanted`` (what is not in it stops)."""
         addresses: dict[tuple[str, int], dict[str, PoolPicker]] = {}
+        lanes: dict[tuple[str, int], dict[str, PoolPicker]] = {}
         for address, pools in wanted.items():
             for name, (settings, endpoints) in pools.items():
-                addresses.setdefault(address, {})[name] = self._entry(name, settings, endpoints)
+                pool = self._entry(name, settings, endpoints)
+                addresses.setdefault(address, {})[name] = pool
+                if settings.transport == "http":
+                    lanes.setdefault(split_host_port(settings.http_listen), {})[name] = pool
         names = {name for pools in wanted.values() for name in pools}
         self._pools = {n: p for n, p in self._pools.items() if n in names}
         for address in list(self.servers):
@@ -93,6 +101,13 @@ class PickerPools:
             if address not in self.servers:
                 self.servers[address] = await PickerServer(*address).start()
             self.servers[address].pools = served
+        for address in list(self.http_servers):
+            if address not in lanes:
+                await self.http_servers.pop(address).stop()
+        for address, served in lanes.items():
+            if address not in self.http_servers:
+                self.http_servers[address] = await PickerHttpServer(*address).start()
+            self.http_servers[address].pools = served
         if addresses and self._scraper is None:
             self._scraper = asyncio.get_running_loop().create_task(self._scrape_forever())
 
@@ -139,4 +154,7 @@ class PickerPools:
         for server in self.servers.values():
             await server.stop()
         self.servers.clear()
+        for lane in self.http_servers.values():
+            await lane.stop()
+        self.http_servers.clear()
         await self._client.aclose()

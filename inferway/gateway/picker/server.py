@@ -11,7 +11,9 @@ The answer to the body (or to the headers of a request without one) names the re
   (every replica saturated and the policy sheds).
 
 The request is in flight (for the queue scorer) from the pick until Envoy closes the stream,
-which it does when the HTTP request ends: answered, reset or timed out. Each pick is traced as
+which it does when the HTTP request ends: answered, reset or timed out. The same server takes
+Envoy's gRPC access log (``AccessLogService``) for ``transport: http`` picks (http_lane.py):
+each entry's ticket header ends its pick. Each pick is traced as
 a ``picker.pick`` span whose attributes say the scores per endpoint, the winner and why.
 
 Why the stream is served the way it is: at 500 req/s the picker's CPU per request, not the pick,
@@ -28,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import secrets
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +41,7 @@ from google.protobuf import json_format, struct_pb2
 from opentelemetry import trace
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.service.accesslog.v3 import als_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2 as ep_pb2,
 )
@@ -46,9 +50,22 @@ from inferway.gateway.grpc_listen import listen_and_start
 from inferway.gateway.picker.core.picker import Pick, Picker
 from inferway.gateway.picker.core.prefix import prompt_text
 from inferway.gateway.picker.health import add_health_service
-from inferway.xds.translate.picker import DESTINATION_HEADER, LB_NAMESPACE, SERVICE_METADATA_KEY
+from inferway.xds.translate.picker import (
+    DESTINATION_HEADER,
+    LB_NAMESPACE,
+    SERVICE_METADATA_KEY,
+    TICKET_HEADER,
+)
 
-__all__ = ["SUBSET_KEY", "SUBSET_NAMESPACE", "PickerServer", "PoolPicker", "explained"]
+__all__ = [
+    "SUBSET_KEY",
+    "SUBSET_NAMESPACE",
+    "PickerServer",
+    "PoolPicker",
+    "explained",
+    "finish_ticket",
+    "pick_for",
+]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("inferway.picker")
@@ -58,6 +75,7 @@ EXPLAINED_CANDIDATES = 8
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+ACCESS_LOG_SERVICE = "envoy.service.accesslog.v3.AccessLogService"
 _HEADERS_OK = ep_pb2.ProcessingResponse(
     request_headers=ep_pb2.HeadersResponse()
 ).SerializeToString()
@@ -72,6 +90,13 @@ class PoolPicker:
     session_header: str = "x-session-id"
     recent: deque[Pick] = field(default_factory=lambda: deque(maxlen=64))
     """The last picks (``status`` explains the latest)."""
+    nonce: str = field(default_factory=lambda: secrets.token_hex(6))
+    """In each ``transport: http`` ticket header: an access log entry ends a pick only when
+    it names this picker (not a client's forged header, not a replaced picker's ticket)."""
+
+    def ticket(self, service: str, pick: Pick) -> bytes:
+        """The ticket header's value for ``pick``: ``service.nonce.ticket``."""
+        return f"{service}.{self.nonce}.{pick.ticket}".encode()
 
     def last_explained(self) -> dict[str, Any] | None:
         """The latest pick's explanation (span attributes), None before the first pick."""
@@ -164,6 +189,34 @@ def _parse(body: bytes) -> tuple[str | None, str | None]:
     return prompt_text(data), (model if isinstance(model, str) else None)
 
 
+def pick_for(
+    pool: PoolPicker | None, text: str | None, model: str | None, session: str | None,
+    subset: list[str] | None,
+) -> Pick:  # fmt: skip
+    """One pick, traced as a ``picker.pick`` span (explained only when the span records)."""
+    if pool is None:
+        return Pick(503, (), "no picker for this service here")
+    with tracer.start_as_current_span("picker.pick") as span:
+        blocks = pool.picker.blocks(text)
+        pick = pool.picker.pick(blocks, lora=model, session=session, subset=subset)
+        if span.is_recording():
+            span.set_attributes(explained(pick))
+    pool.recent.append(pick)
+    return pick
+
+
+def finish_ticket(pools: dict[str, PoolPicker], value: str) -> bool:
+    """Ends the pick a ticket header names (``PoolPicker.ticket``); False when it names no
+    live pick of these pools (forged, malformed, or its picker was replaced)."""
+    service, _, rest = value.rpartition(".")
+    service, _, nonce = service.rpartition(".")
+    pool = pools.get(service)
+    if pool is None or pool.nonce != nonce or not rest.isdigit():
+        return False
+    pool.picker.finish(int(rest))
+    return True
+
+
 class _Processor:
     def __init__(self, pools: Callable[[], dict[str, PoolPicker]]) -> None:
         self._pools = pools
@@ -176,20 +229,6 @@ class _Processor:
         if name is None and len(pools) == 1:  # a GAIE-style gateway: it names no service
             return next(iter(pools.values()))
         return pools.get(name) if isinstance(name, str) else None
-
-    def _pick(
-        self, pool: PoolPicker | None, text: str | None, model: str | None, session: str | None,
-        subset: list[str] | None,
-    ) -> Pick:  # fmt: skip
-        if pool is None:
-            return Pick(503, (), "no picker for this service here")
-        with tracer.start_as_current_span("picker.pick") as span:
-            blocks = pool.picker.blocks(text)
-            pick = pool.picker.pick(blocks, lora=model, session=session, subset=subset)
-            if span.is_recording():
-                span.set_attributes(explained(pick))
-        pool.recent.append(pick)
-        return pick
 
     async def process(self, _requests: object, context: Any) -> None:
         """One Envoy stream (one HTTP request): headers, then the body when there is one."""
@@ -208,13 +247,13 @@ class _Processor:
                     if pool is not None:
                         session = _header(headers, pool.session_header)
                     if headers.end_of_stream:
-                        pick = self._pick(pool, None, None, session, subset)
+                        pick = pick_for(pool, None, None, session, subset)
                         await context.write(_serialized(pick, "headers"))
                     else:
                         await context.write(_HEADERS_OK)
                 elif kind == "request_body":
                     text, model = _parse(request.request_body.body)
-                    pick = self._pick(pool, text, model, session, subset)
+                    pick = pick_for(pool, text, model, session, subset)
                     await context.write(_serialized(pick, "body"))
                 else:  # not asked for by inferway's processing mode: pass it through
                     await context.write(_passthrough(kind).SerializeToString())
@@ -245,13 +284,32 @@ class PickerServer:
         self.port = port
         self.pools: dict[str, PoolPicker] = {}
         self.processor = _Processor(lambda: self.pools)
+        self.finished = 0
+        """Picks of ``transport: http`` ended by Envoy's access log entries."""
         self._server: grpc.aio.Server | None = None
+
+    async def stream_access_logs(self, requests: Any, _context: Any) -> bytes:
+        """Envoy's gRPC access log (``transport: http``): each entry that carries a ticket
+        header is a request over (answered, reset or timed out): its pick ends."""
+        async for raw in requests:
+            message = als_pb2.StreamAccessLogsMessage.FromString(raw)
+            for entry in message.http_logs.log_entry:
+                value = entry.request.request_headers.get(TICKET_HEADER)
+                if value is not None and finish_ticket(self.pools, value):
+                    self.finished += 1
+        return b""  # StreamAccessLogsResponse: empty
 
     async def start(self) -> PickerServer:
         server = grpc.aio.server()
         handler = grpc.stream_stream_rpc_method_handler(self.processor.process)  # raw bytes
+        logs = grpc.stream_unary_rpc_method_handler(self.stream_access_logs)
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Process": handler}),)
+            (
+                grpc.method_handlers_generic_handler(SERVICE, {"Process": handler}),
+                grpc.method_handlers_generic_handler(
+                    ACCESS_LOG_SERVICE, {"StreamAccessLogs": logs}
+                ),
+            )
         )
         add_health_service(server, ready=lambda: bool(self.pools))
         self.port = await listen_and_start(server, self.host, self.port, "endpoint picker")

@@ -4,6 +4,7 @@ picker) and what Envoy does when it does not answer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = ["PickerIR"]
 
@@ -17,3 +18,8 @@ class PickerIR:
     fail_open: bool
     timeout: float
     session_header: str
+    transport: Literal["ext_proc", "http"] = "ext_proc"
+    """``http``: Envoy asks over ext_authz's HTTP service at ``http_host:http_port`` and
+    reports each request's end over its gRPC access log to ``host:port``."""
+    http_host: str = ""
+    http_port: int = 0

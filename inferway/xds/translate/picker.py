@@ -15,15 +15,31 @@ is also what ``fail: open`` gives when the picker is down or slower than its tim
 
 The filter is last before the router (it sees the route every other filter agreed on) and is
 disabled on every route that does not send to its service.
+
+``transport: http`` (inferway's own picker only) asks over ``ext_authz``'s HTTP service instead
+of ext_proc: the body goes with the question, the 200 answer's destination and ticket headers
+go on the request (``override_host`` reads the destination as above), a 503/429 answer goes to
+the client, and ``fail`` maps to ``failure_mode_allow``/``status_on_error`` the same way. As
+ext_authz says nothing when the request ends, the listener's gRPC access log sends each
+request's ticket to the picker's gRPC address, which ends the pick (docs/picker.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway._xds_protos.envoy.config.core.v3 import base_pb2, extension_pb2, grpc_service_pb2
-from inferway._xds_protos.envoy.config.route.v3 import route_pb2
+from inferway._xds_protos.envoy.config.core.v3 import (
+    base_pb2,
+    config_source_pb2,
+    extension_pb2,
+    grpc_service_pb2,
+    http_uri_pb2,
+)
+from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2, route_pb2
+from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
     ext_proc_pb2,
     processing_mode_pb2,
@@ -46,6 +62,7 @@ from inferway._xds_protos.envoy.extensions.load_balancing_policies.ring_hash.v3 
 from inferway._xds_protos.envoy.extensions.load_balancing_policies.round_robin.v3 import (
     round_robin_pb2,
 )
+from inferway._xds_protos.envoy.type.matcher.v3 import string_pb2
 from inferway._xds_protos.envoy.type.metadata.v3 import metadata_pb2
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.resolve.ir.picker import PickerIR
@@ -57,21 +74,37 @@ __all__ = [
     "DESTINATION_HEADER",
     "LB_NAMESPACE",
     "SERVICE_METADATA_KEY",
+    "TICKET_HEADER",
     "apply_picker_filters",
     "apply_picker_lb",
     "apply_picker_routes",
     "build_picker_clusters",
     "picker_cluster",
     "picker_filter",
+    "picker_http_cluster",
 ]
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 """GAIE's header (and ``envoy.lb`` metadata key): ``ip:port`` of the chosen replica, then the
 fallbacks, comma-separated."""
 LB_NAMESPACE = "envoy.lb"
+TICKET_HEADER = "x-inferway-picker-ticket"
+"""``transport: http``: the pick's ticket, set on the request by ext_authz and logged by the
+gRPC access log at the request's end (the picker then ends the pick)."""
 SERVICE_METADATA_KEY = "x-inferway-picker-service"
 """gRPC metadata on every stream to inferway's picker: the service whose replicas to pick."""
 OVERRIDE_HOST_POLICY = "envoy.load_balancing_policies.override_host"
+HTTP_GRPC_ACCESS_LOGGER = "envoy.access_loggers.http_grpc"
+HTTP_PATH_PREFIX = "/pick/"
+"""``transport: http``: ext_authz asks ``/pick/<service><request path>`` (picker/http_lane.py)."""
+HTTP_MAX_BODY_BYTES = 1 << 20
+"""``transport: http``: the body sent with the question, as much as ext_proc's BUFFERED mode
+takes (the listener's 1 MiB buffer); a larger one is sent cut (the pick is then by load)."""
+ACCESS_LOG_FLUSH_S = 0.01
+"""How long Envoy batches access log entries before sending them: a finished request stays
+counted in flight at most this much longer. Short, because at 500 req/s a 50 ms batch would
+keep about 25 finished requests counted (the queue scorer's ``queue_limit`` is 8 per replica);
+at most 100 batches a second cost the picker little next to one message per request."""
 
 _LEGACY_TYPED = {
     cluster_pb2.Cluster.LbPolicy.ROUND_ROBIN: "envoy.load_balancing_policies.round_robin",
@@ -90,13 +123,87 @@ def picker_filter(service: str) -> str:
     return f"inferway.picker.{service}"
 
 
+def picker_http_cluster(service: str) -> str:
+    return f"inferway_picker_http_{service}"
+
+
 def build_picker_clusters(pickers: Sequence[PickerIR]) -> list[cluster_pb2.Cluster]:
-    return [
-        build_inline_http2_cluster(picker_cluster(p.service), p.host, p.port, 1.0) for p in pickers
+    """Per picker its gRPC cluster (ext_proc, health; the access log for ``transport: http``)
+    and, for ``transport: http``, the HTTP/1.1 cluster ext_authz asks."""
+    clusters = []
+    for p in pickers:
+        clusters.append(build_inline_http2_cluster(picker_cluster(p.service), p.host, p.port, 1.0))
+        if p.transport == "http":
+            http = build_inline_http2_cluster(
+                picker_http_cluster(p.service), p.http_host, p.http_port, 1.0
+            )
+            http.ClearField("typed_extension_protocol_options")  # HTTP/1.1, keep-alive
+            clusters.append(http)
+    return clusters
+
+
+def _http_filter(picker: PickerIR) -> hcm_pb2.HttpFilter:
+    """``transport: http``: ext_authz's HTTP service asks the picker with the body; its 200
+    answer's destination and ticket headers go on the request, a 503/429 to the client."""
+    exact = [
+        string_pb2.StringMatcher(exact=DESTINATION_HEADER),
+        string_pb2.StringMatcher(exact=TICKET_HEADER),
     ]
+    config = ext_authz_pb2.ExtAuthz(
+        http_service=ext_authz_pb2.HttpService(
+            server_uri=http_uri_pb2.HttpUri(
+                uri=f"http://{picker.http_host}:{picker.http_port}",
+                cluster=picker_http_cluster(picker.service),
+                timeout=duration(picker.timeout),
+            ),
+            path_prefix=HTTP_PATH_PREFIX + picker.service,
+            authorization_response=ext_authz_pb2.AuthorizationResponse(
+                allowed_upstream_headers=string_pb2.ListStringMatcher(patterns=exact)
+            ),
+        ),
+        transport_api_version=config_source_pb2.ApiVersion.V3,
+        failure_mode_allow=picker.fail_open,
+        with_request_body=ext_authz_pb2.BufferSettings(
+            max_request_bytes=HTTP_MAX_BODY_BYTES, allow_partial_message=True
+        ),
+        allowed_headers=string_pb2.ListStringMatcher(
+            patterns=[string_pb2.StringMatcher(exact=picker.session_header.lower())]
+        ),
+    )
+    if not picker.fail_open:
+        config.status_on_error.code = http_status_pb2.StatusCode.ServiceUnavailable
+    return hcm_pb2.HttpFilter(name=picker_filter(picker.service), typed_config=pack(config))
+
+
+def _finish_log(picker: PickerIR) -> accesslog_pb2.AccessLog:
+    """``transport: http``: Envoy's gRPC access log of each request with a ticket (answered,
+    reset or timed out) to the picker's gRPC server, which ends the pick."""
+    config = als_pb2.HttpGrpcAccessLogConfig(
+        common_config=als_pb2.CommonGrpcAccessLogConfig(
+            log_name=picker_filter(picker.service),
+            grpc_service=grpc_service_pb2.GrpcService(
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(
+                    cluster_name=picker_cluster(picker.service)
+                )
+            ),
+            transport_api_version=config_source_pb2.ApiVersion.V3,
+            buffer_flush_interval=duration(ACCESS_LOG_FLUSH_S),
+        ),
+        additional_request_headers_to_log=[TICKET_HEADER],
+    )
+    present = route_components_pb2.HeaderMatcher(name=TICKET_HEADER, present_match=True)
+    return accesslog_pb2.AccessLog(
+        name=HTTP_GRPC_ACCESS_LOGGER,
+        filter=accesslog_pb2.AccessLogFilter(
+            header_filter=accesslog_pb2.HeaderFilter(header=present)
+        ),
+        typed_config=pack(config),
+    )
 
 
 def _filter(picker: PickerIR) -> hcm_pb2.HttpFilter:
+    if picker.transport == "http":
+        return _http_filter(picker)
     mode = processing_mode_pb2.ProcessingMode
     config = ext_proc_pb2.ExternalProcessor(
         grpc_service=grpc_service_pb2.GrpcService(
@@ -140,6 +247,8 @@ def apply_picker_filters(
     used = sorted({s for r in routes if (s := _picked_service(r, pickers)) is not None})
     for service in used:
         manager.http_filters.insert(len(manager.http_filters) - 1, _filter(pickers[service]))
+        if pickers[service].transport == "http":
+            manager.access_log.append(_finish_log(pickers[service]))
 
 
 def apply_picker_routes(
@@ -151,13 +260,18 @@ def apply_picker_routes(
     and reject twins included: they answer without an upstream)."""
     by_name = {r.name: r for r in routes}
     used = {s for r in routes if (s := _picked_service(r, pickers)) is not None}
-    disabled = pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
+    disabled = {
+        "ext_proc": pack(ext_proc_pb2.ExtProcPerRoute(disabled=True)),
+        "http": pack(ext_authz_pb2.ExtAuthzPerRoute(disabled=True)),
+    }
     for host in config.virtual_hosts:
         for proto in host.routes:
             route = by_name.get(proto.name)
             mine = _picked_service(route, pickers) if route is not None else None
             for service in sorted(used - {mine} if mine else used):
-                proto.typed_per_filter_config[picker_filter(service)].CopyFrom(disabled)
+                proto.typed_per_filter_config[picker_filter(service)].CopyFrom(
+                    disabled[pickers[service].transport]
+                )
 
 
 def _typed(name: str, cluster: cluster_pb2.Cluster) -> extension_pb2.TypedExtensionConfig:

@@ -1,0 +1,46 @@
+"""Semantic checks of services' own pickers with ``transport: http``: an ``http_listen``
+address is served by one picker process, so the services sharing it must share ``listen``
+(the keeper runs one process per ``listen``), and it must not be another picker's gRPC
+``listen`` address. Without this, two processes would race to bind it and the loser would
+keep failing (Envoy applying each service's ``fail`` mode all along)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from inferway.policies.model import Policy
+from inferway.policies.types import split_host_port
+from inferway.policies.yaml_marks import Loc
+
+__all__ = ["check_picker"]
+
+
+def check_picker(policy: Policy) -> Iterator[tuple[Loc, str]]:
+    own = [
+        (index, service.name, service.picker)
+        for index, service in enumerate(policy.services)
+        if service.picker is not None and service.picker.external is None
+    ]
+    listens = {split_host_port(p.listen): name for _, name, p in own}
+    first: dict[tuple[str, int], tuple[str, str]] = {}
+    for index, name, picker in own:
+        if picker.transport != "http":
+            continue
+        loc: Loc = ("services", index, "picker", "http_listen")
+        address = split_host_port(picker.http_listen)
+        if address in listens:
+            yield (
+                loc,
+                f"service '{name}': picker http_listen {picker.http_listen} is the picker "
+                f"listen (gRPC) of service '{listens[address]}': give http_listen its own port",
+            )
+            continue
+        other, other_listen = first.setdefault(address, (name, picker.listen))
+        if split_host_port(other_listen) != split_host_port(picker.listen):
+            yield (
+                loc,
+                f"service '{name}': picker http_listen {picker.http_listen} is also the one "
+                f"of service '{other}', whose picker listens on {other_listen}, not "
+                f"{picker.listen}: one process serves an http_listen, so give them the same "
+                "listen or each its own http_listen",
+            )

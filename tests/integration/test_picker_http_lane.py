@@ -1,0 +1,205 @@
+"""``picker: {transport: http}`` for real: real Envoy asks the gateway's picker over ext_authz's
+HTTP service and reports each request's end over its gRPC access log. Requests sharing a prefix
+go to one replica (Envoy honours every pick: each replica served exactly what the picker
+picked for it); every pick is ended by the access log, a request the client abandons too; with
+the picker's HTTP lane down, ``fail: open`` answers every request with the service's own
+balancing and ``fail: closed`` answers 503, none hangs; a sidecar picker process serves the
+lane as well."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import httpx
+import pytest
+
+from inferway.gateway.picker.server import PoolPicker
+from inferway.xds.translate.picker import DESTINATION_HEADER, TICKET_HEADER
+from tests.envoy_process import free_port
+from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
+
+POLICY = """
+version: 1
+listeners:
+  - name: ingress
+    port: {{listener_port}}
+services:
+  - name: llm
+    endpoints: ["127.0.0.1:{{a}}", "127.0.0.1:{{b}}", "127.0.0.1:{{c}}"]
+    picker:
+      transport: http
+      listen: 127.0.0.1:{port}
+      http_listen: 127.0.0.1:{http_port}
+      process: {process}
+      metrics_path: null
+      timeout: 2s
+      fail: {fail}
+  - name: plain
+    endpoints: ["127.0.0.1:{{c}}"]
+routes:
+  - name: chat
+    match:
+      path:
+        prefix: /v1/
+    backends:
+      - service: llm
+  - name: other
+    match:
+      path:
+        prefix: /other/
+    backends:
+      - service: plain
+"""
+SYSTEM = "You are the careful assistant of tenant {}. " * 60
+
+
+def _policy(process: str = "gateway", fail: str = "open") -> str:
+    return POLICY.format(port=free_port(), http_port=free_port(), process=process, fail=fail)
+
+
+async def _chat(
+    gw: TrafficGateway, tenant: str, question: str, timeout: float = 10
+) -> tuple[int, str | None]:
+    """(status, the replica that answered) of one chat completion, within ``timeout``."""
+    assert gw.session is not None
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": SYSTEM.replace("{}", tenant)},
+            {"role": "user", "content": question},
+        ],
+    }
+    async with asyncio.timeout(timeout):
+        async with gw.session.post(f"{gw.url}/v1/chat/completions", json=body) as response:
+            text = await response.text()
+            served = json.loads(text).get("backend") if response.status == 200 else None
+            return response.status, served
+
+
+def _pool(gw: TrafficGateway) -> PoolPicker:
+    assert gw.gateway is not None and gw.gateway.pickers is not None
+    pool = gw.gateway.pickers.pool("llm")
+    assert pool is not None
+    return pool
+
+
+async def _idle(gw: TrafficGateway, picks: int) -> None:
+    """Wait until the picker made ``picks`` picks and every one was ended by the access log."""
+    pool = _pool(gw)
+
+    async def ended() -> bool:
+        stats = pool.picker.stats().values()
+        made = sum(s["picks"] or 0 for s in stats)
+        return made >= picks and sum(s["in_flight"] or 0 for s in stats) == 0
+
+    await poll_until(ended, timeout=5, what=f"{picks} picks, all ended by the access log")
+
+
+async def test_http_lane_picks_are_honoured_and_ended_by_the_access_log() -> None:
+    backends = [ControlledBackend(name) for name in ("a", "b", "c")]
+    async with TrafficGateway(_policy(), backends) as gw:
+        assert gw.gateway is not None and gw.gateway.pickers is not None
+        (lane,) = gw.gateway.pickers.pools.http_servers.values()
+
+        async def picked() -> bool:
+            status, _ = await _chat(gw, "warm-up", "hello")
+            return status == 200
+
+        await poll_until(picked, timeout=15, what="a 200 through the HTTP lane's picks")
+        before = {b.name: len(b.hits) for b in backends}
+        asked = lane.requests
+        served: Counter[str | None] = Counter()
+        for i in range(8):  # one at a time: never saturated
+            status, backend = await _chat(gw, "acme", f"question {i}")
+            assert status == 200
+            served[backend] += 1
+        assert len(served) == 1, served  # the prefix holder, every time
+        assert lane.requests - asked == 8
+        # Envoy honoured the picks: the holder got all 8, and the request it got carried the
+        # picker's destination (the holder first) and ticket headers
+        (holder,) = served
+        assert {b.name: len(b.hits) - before[b.name] for b in backends if b.name != holder} == {
+            b.name: 0 for b in backends if b.name != holder
+        }
+        seen = next(b for b in backends if b.name == holder).seen[-1]
+        assert seen[DESTINATION_HEADER].split(",")[0] == f"127.0.0.1:{gw.backends[holder].port}"
+        assert len(seen[DESTINATION_HEADER].split(",")) == 3  # winner + 2 ordered fallbacks
+        assert seen[TICKET_HEADER].startswith("llm.")
+        await _idle(gw, picks=9)
+        (server,) = gw.gateway.pickers.servers.values()
+        assert server.finished >= 9
+
+        # a route to another service does not ask the picker (the filter is off there)
+        assert gw.session is not None
+        async with gw.session.get(f"{gw.url}/other/x") as response:
+            assert response.status == 200
+        assert lane.requests - asked == 8
+
+        # a request the client abandons (reset downstream) is logged too: its pick ends
+        holder_backend = next(b for b in backends if b.name == holder)
+        holder_backend.delay = 3.0
+        with pytest.raises(TimeoutError):
+            await _chat(gw, "acme", "abandoned", timeout=0.5)
+        await _idle(gw, picks=10)
+        holder_backend.delay = 0.0
+
+
+@pytest.mark.parametrize("fail", ["open", "closed"])
+async def test_http_lane_down_fails_as_the_policy_says(fail: str) -> None:
+    backends = [ControlledBackend(name) for name in ("a", "b", "c")]
+    async with TrafficGateway(_policy(fail=fail), backends) as gw:
+        assert gw.gateway is not None and gw.gateway.pickers is not None
+
+        async def picked() -> bool:
+            status, _ = await _chat(gw, "warm-up", "hello")
+            return status == 200
+
+        await poll_until(picked, timeout=15, what="a 200 through the HTTP lane's picks")
+        for lane in gw.gateway.pickers.pools.http_servers.values():
+            await lane.stop()  # the lane's port refuses connections: ext_authz errors
+        statuses: Counter[int] = Counter()
+        served: Counter[str | None] = Counter()
+        for i in range(9):
+            status, backend = await _chat(gw, "acme", f"while down {i}", timeout=5)
+            statuses[status] += 1
+            served[backend] += 1
+        if fail == "open":  # every request answered, by the service's own round robin
+            assert statuses == {200: 9} and len(served) == 3, (statuses, served)
+        else:
+            assert statuses == {503: 9}, statuses
+
+
+async def test_a_sidecar_serves_the_http_lane() -> None:
+    backends = [ControlledBackend(name) for name in ("a", "b", "c")]
+    async with TrafficGateway(_policy(process="sidecar"), backends) as gw:
+        assert gw.gateway is not None and gw.gateway.pickers is not None
+        assert not gw.gateway.pickers.pools.http_servers  # the lane is in the sidecar
+        (sidecar,) = gw.gateway.pickers.sidecars.values()
+        assert await sidecar.wait_serving(20)
+
+        async def picked() -> bool:
+            status, _ = await _chat(gw, "warm-up", "hello")
+            return status == 200
+
+        await poll_until(picked, timeout=15, what="a 200 through the sidecar's HTTP lane")
+        served: Counter[str | None] = Counter()
+        for i in range(6):
+            status, backend = await _chat(gw, "globex", f"question {i}")
+            assert status == 200
+            served[backend] += 1
+        assert len(served) == 1, served
+
+        async def ended() -> bool:  # the sidecar's pool, as the gateway's status shows it
+            assert gw.gateway is not None
+            async with httpx.AsyncClient(base_url=gw.gateway.admin.url, timeout=5) as admin:
+                pool = (await admin.get("/status")).json().get("pickers", {}).get("llm")
+            if pool is None:
+                return False
+            stats = pool["endpoints"].values()
+            return sum(e["picks"] for e in stats) >= 7 and sum(e["in_flight"] for e in stats) == 0
+
+        await poll_until(ended, timeout=5, what="the sidecar's picks, all ended")
