@@ -120,6 +120,17 @@ async def _wait(admins: list[str], check: Any, what: str, timeout: float = 30.0)
         await asyncio.sleep(0.2)
 
 
+async def _registry_lists(admin: str, other: str, timeout: float = 30.0) -> None:
+    """Until the replica at ``admin`` lists the replica whose admin API is ``other``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        replicas = ((await _status(admin)).get("fleet") or {}).get("replicas") or []
+        if any(r.get("admin") == other for r in replicas):
+            return
+        assert time.monotonic() < deadline, f"{admin} does not list {other}: {replicas}"
+        await asyncio.sleep(0.2)
+
+
 async def _verify(policy: Path, admin: str, *extra: str) -> tuple[int, dict[str, Any]]:
     """``--alpha 1e-6``: a pod on its split fails the chi-square once in a million runs, while
     400 requests split 50/50 against an expected 10/90 give p far below it."""
@@ -178,6 +189,10 @@ async def test_verify_checks_every_envoy_and_names_the_one_that_differs(tmp_path
             assert (nodes["pod-b"]["address"], nodes["pod-b"]["address_source"]) == (
                 fleet.address("pod-b"), "advertised",
             )  # fmt: skip
+
+            # verify reaches r2's Envoys through the replicas r1's registry lists: r1 learns
+            # r2's admin address from r2's heartbeat, on its own next beat
+            await _registry_lists(admin, r2.admin.url)
 
             # both pods serve what they were sent: the default (two Envoys) checks both
             code, document = await _verify(policy, admin)

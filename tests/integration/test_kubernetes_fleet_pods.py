@@ -136,12 +136,25 @@ def test_the_fleet_pods_serve_a_request_and_a_gateway_pod_drains_on_sigterm(
         try:
             admin = f"http://127.0.0.1:{admin_port}"
             wait_until_ok(admin + main["livenessProbe"]["httpGet"]["path"], control_plane, cp_log)
-            lease = served.api.objects[("leases", "inferway", "inferway-loops")]
+            # alive does not mean elected: the campaign is its own task, so wait for the lease
+            lease = _lease_once_taken(served, control_plane, cp_log)
             assert lease["spec"]["holderIdentity"] == "inferway-control-plane-7d9f-abcde"
             run_gateway(resources, tmp_path / "gw", xds_port, listener_port, admin, cp_log)
         finally:
             stop(control_plane)
     backend.shutdown()
+
+
+def _lease_once_taken(served: ServedApi, process: Any, log: Path) -> dict[str, Any]:
+    """The loops' Lease once the control plane has taken it (10 s at most)."""
+    key = ("leases", "inferway", "inferway-loops")
+    deadline = time.monotonic() + 10.0
+    while key not in served.api.objects:
+        assert process.poll() is None, log.read_text()[-2000:]
+        assert time.monotonic() < deadline, "no Lease taken in 10 s:\n" + log.read_text()[-2000:]
+        time.sleep(0.05)
+    lease: dict[str, Any] = served.api.objects[key]
+    return lease
 
 
 def run_gateway(
