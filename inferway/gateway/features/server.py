@@ -29,6 +29,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
+from inferway.gateway.ext_proc_passthrough import passthrough
 from inferway.gateway.features.measure import (
     BINARY_HEADER_LENGTH,
     measure_body,
@@ -108,20 +109,10 @@ class _Processor(ep_grpc.ExternalProcessorServicer):
                         dynamic_metadata=_metadata(features),
                     )
                 else:  # not asked for by inferway's processing mode: pass it through
-                    yield _passthrough(kind)
+                    yield passthrough(kind)
         except Exception:  # Envoy routes without features (failure_mode_allow)
             self.errors += 1
             log.exception("feature router: a stream failed; Envoy routes it without features")
-
-
-def _passthrough(kind: str | None) -> ep_pb2.ProcessingResponse:
-    if kind == "request_trailers":
-        return ep_pb2.ProcessingResponse(request_trailers=ep_pb2.TrailersResponse())
-    if kind == "response_headers":
-        return ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
-    if kind == "response_body":
-        return ep_pb2.ProcessingResponse(response_body=ep_pb2.BodyResponse())
-    return ep_pb2.ProcessingResponse(response_trailers=ep_pb2.TrailersResponse())
 
 
 class FeatureRouter:

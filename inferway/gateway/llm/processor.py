@@ -34,6 +34,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
+from inferway.gateway.ext_proc_passthrough import passthrough
 from inferway.gateway.llm.answers import (
     error_answer,
     let_go,
@@ -140,7 +141,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                         await self._finish(stream, settings)
                     yield pass_response_body(replacement)
                 else:
-                    yield _passthrough(kind)
+                    yield passthrough(kind)
         except Exception:
             self.errors += 1
             log.exception("LLM processor: a stream failed; Envoy answers its client with an error")
@@ -270,15 +271,3 @@ def _span(tracer: trace.Tracer, x: Exchange, started: float, now: float) -> None
         }
     )
     span.end(end_time=end_ns)
-
-
-def _passthrough(kind: str | None) -> ep_pb2.ProcessingResponse:
-    if kind == "request_body":
-        return ep_pb2.ProcessingResponse(request_body=ep_pb2.BodyResponse())
-    if kind == "request_trailers":
-        return ep_pb2.ProcessingResponse(request_trailers=ep_pb2.TrailersResponse())
-    if kind == "response_headers":
-        return ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
-    if kind == "response_body":
-        return ep_pb2.ProcessingResponse(response_body=ep_pb2.BodyResponse())
-    return ep_pb2.ProcessingResponse(response_trailers=ep_pb2.TrailersResponse())

@@ -46,6 +46,7 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2 as ep_pb2,
 )
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
+from inferway.gateway.ext_proc_passthrough import passthrough
 from inferway.gateway.grpc_listen import listen_and_start
 from inferway.gateway.picker.core.picker import Pick, Picker
 from inferway.gateway.picker.core.prefix import prompt_text
@@ -256,23 +257,13 @@ class _Processor:
                     pick = pick_for(pool, text, model, session, subset)
                     await context.write(_serialized(pick, "body"))
                 else:  # not asked for by inferway's processing mode: pass it through
-                    await context.write(_passthrough(kind).SerializeToString())
+                    await context.write(passthrough(kind).SerializeToString())
         except Exception:
             self.errors += 1
             log.exception("picker: a stream failed; Envoy applies the service's fail mode")
         finally:  # the request is over (Envoy closes the stream with it): no longer in flight
             if pick is not None and pool is not None:
                 pool.picker.finish(pick.ticket)
-
-
-def _passthrough(kind: str | None) -> ep_pb2.ProcessingResponse:
-    if kind == "request_trailers":
-        return ep_pb2.ProcessingResponse(request_trailers=ep_pb2.TrailersResponse())
-    if kind == "response_headers":
-        return ep_pb2.ProcessingResponse(response_headers=ep_pb2.HeadersResponse())
-    if kind == "response_body":
-        return ep_pb2.ProcessingResponse(response_body=ep_pb2.BodyResponse())
-    return ep_pb2.ProcessingResponse(response_trailers=ep_pb2.TrailersResponse())
 
 
 class PickerServer:
