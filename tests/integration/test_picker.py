@@ -234,13 +234,15 @@ async def test_transport_http_steers_by_prefix_and_queue_and_ends_every_pick(
     )
     async with TrafficGateway(policy, []) as gw:
         await _wait_healthy(gw)
+        pool = _pool_of(gw)
         status, holder, _ = await _chat(gw, "http-lane", "first question")
         assert status == 200 and holder
         for i in range(4):  # one at a time: the prefix holder every time
-            # the access log ends a pick up to ACCESS_LOG_FLUSH_S after its answer (a request
-            # sent sooner sees the last one still in flight): wait that long in between
-            await asyncio.sleep(3 * ACCESS_LOG_FLUSH_S)
+            # the access log ends a pick a flush or more after its answer (later on a loaded
+            # host): a request sent before sees the last one still in flight, so wait for it
+            await _picks_ended(pool)
             assert (await _chat(gw, "http-lane", f"question {i}"))[:2] == (200, holder)
+        await _picks_ended(pool)
         # six at once with the same prefix; queue_limit 2: the holder takes 2, the rest spill
         results = await asyncio.gather(
             *(_chat(gw, "http-lane", f"concurrent {i}", max_tokens=96) for i in range(6))
@@ -248,19 +250,19 @@ async def test_transport_http_steers_by_prefix_and_queue_and_ends_every_pick(
         served = Counter(r[1] for r in results)
         assert {r[0] for r in results} == {200} and served[holder] >= 2, served
         assert len(served) >= 2, served
-        pool = _pool_of(gw)
-
-        async def ended() -> bool:
-            return sum(s["in_flight"] or 0 for s in pool.picker.stats().values()) == 0
-
-        deadline = time.monotonic() + 5
-        while not await ended():
-            assert time.monotonic() < deadline, pool.picker.stats()
-            await asyncio.sleep(0.05)
+        await _picks_ended(pool)
         # and no pick is left counted: the next one sees every replica idle
         await asyncio.sleep(3 * ACCESS_LOG_FLUSH_S)
         status, _, _ = await _chat(gw, "http-lane-2", "after the burst")
         assert status == 200 and "; depth 0)" in pool.recent[-1].reason, pool.recent[-1].reason
+
+
+async def _picks_ended(pool: Any, within_s: float = 5.0) -> None:
+    """Until the access log has ended every pick (none counted in flight)."""
+    deadline = time.monotonic() + within_s
+    while sum(s["in_flight"] or 0 for s in pool.picker.stats().values()) != 0:
+        assert time.monotonic() < deadline, pool.picker.stats()
+        await asyncio.sleep(0.02)
 
 
 def _pool_of(gw: TrafficGateway) -> Any:
