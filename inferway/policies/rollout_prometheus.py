@@ -31,34 +31,39 @@ PLACEHOLDERS = ("cluster", "interval")
 _URL = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
+
+def _counted_from_zero(selector: str) -> str:
+    """``increase()`` over the window of every series ``selector`` picks, where a series that
+    appeared inside the window counts with its whole value. Envoy creates a response-class
+    counter with its first such response and exposes a histogram only once it holds samples,
+    and ``increase()`` of a series that appeared in the window misses its first value: all of
+    it when the series first shows up already holding every request of the window."""
+    return (
+        f"(increase({selector}[{{interval}}]) and {selector} offset {{interval}})"
+        f" or ({selector} unless {selector} offset {{interval}})"
+    )
+
+
 DEFAULT_QUERIES = {
     "requests": (
         'sum(increase(envoy_cluster_upstream_rq_completed{envoy_cluster_name="{cluster}"}'
         "[{interval}]))"
     ),
-    # Envoy creates a response-class counter with its first such response, and increase()
-    # of a series that appeared in the window misses its first value: a series absent a
-    # window ago counts with its whole value (it started from zero inside the window).
-    "errors": (
-        "sum((increase({errors}[{interval}]) and {errors} offset {interval})"
-        " or ({errors} unless {errors} offset {interval}))"
-    ).replace(
-        "{errors}",
-        'envoy_cluster_upstream_rq_xx{envoy_cluster_name="{cluster}",envoy_response_code_class="5"}',
-    ),
-    "latency": (
-        "sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket"
-        '{envoy_cluster_name="{cluster}"}[{interval}]))'
-    ),
+    "errors": "sum("
+    + _counted_from_zero(
+        'envoy_cluster_upstream_rq_xx{envoy_cluster_name="{cluster}",envoy_response_code_class="5"}'
+    )
+    + ")",
+    "latency": "sum by (le) ("
+    + _counted_from_zero('envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="{cluster}"}')
+    + ")",
+    "ttft": "sum by (le) ("
+    + _counted_from_zero('gen_ai_server_time_to_first_token_seconds_bucket{backend="{cluster}"}')
+    + ")",
+    "itl": "sum by (le) ("
+    + _counted_from_zero('gen_ai_server_time_per_output_token_seconds_bucket{backend="{cluster}"}')
+    + ")",
 }
-DEFAULT_QUERIES["ttft"] = (
-    "sum by (le) (increase(gen_ai_server_time_to_first_token_seconds_bucket"
-    '{backend="{cluster}"}[{interval}]))'
-)
-DEFAULT_QUERIES["itl"] = (
-    "sum by (le) (increase(gen_ai_server_time_per_output_token_seconds_bucket"
-    '{backend="{cluster}"}[{interval}]))'
-)
 """What each query means: ``requests`` completed and ``errors`` (5xx class) in the window,
 one number each; ``latency``: cumulative histogram buckets in ms, one series per ``le``;
 ``ttft`` and ``itl`` (asked only for a rollout with those metrics): the gateway's time to

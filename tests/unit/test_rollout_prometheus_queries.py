@@ -41,9 +41,10 @@ def test_templates_fill_the_cluster_and_the_window_and_leave_label_matchers_alon
         'sum(increase(envoy_cluster_upstream_rq_completed{envoy_cluster_name="model-v2"}[30s]))'
     )
     latency = render_query(DEFAULT_QUERIES["latency"], cluster="v1", interval_s=1.5)
-    assert latency == (
-        'sum by (le) (increase(envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="v1"}'
-        "[1500ms]))"
+    bucket = 'envoy_cluster_upstream_rq_time_bucket{envoy_cluster_name="v1"}'
+    assert latency == (  # a histogram that appeared inside the window counts whole
+        f"sum by (le) ((increase({bucket}[1500ms]) and {bucket} offset 1500ms)"
+        f" or ({bucket} unless {bucket} offset 1500ms))"
     )
     assert 'envoy_response_code_class="5"' in DEFAULT_QUERIES["errors"]
     # A quote in a name cannot end the PromQL string early.
