@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 
+from inferway.backends.process_tuning import freeze_startup_heap
 from inferway.gateway.picker.pools import PickerPools, Wanted
 from inferway.gateway.picker.sidecar import STATUS_REQUEST
 from inferway.policies.picker import Picker as PickerPolicy
@@ -42,6 +43,7 @@ async def _serve(address: tuple[str, int]) -> int:
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     pools = PickerPools()
+    frozen = False
     try:
         while line := await reader.readline():
             if line == STATUS_REQUEST:
@@ -53,6 +55,9 @@ async def _serve(address: tuple[str, int]) -> int:
             except (ValueError, KeyError, TypeError) as error:
                 log.error("picker process: ignoring a bad pools line: %s", error)
                 continue
+            if not frozen:  # serving: a full collection of the start-up heap would stall picks
+                freeze_startup_heap()
+                frozen = True
             sys.stdout.write("applied\n")
             sys.stdout.flush()
     finally:
