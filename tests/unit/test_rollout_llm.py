@@ -103,9 +103,10 @@ def test_the_policy_takes_ttft_and_itl_and_asks_prometheus_for_the_gateway_s_his
     source = build_rollout_source(config, policy, State(), lambda: None).stats
     assert isinstance(source, PrometheusSource)
     queries = source.queries("v2")
-    assert queries["ttft"] == (
-        "sum by (le) (increase(gen_ai_server_time_to_first_token_seconds_bucket"
-        '{backend="v2"}[30s]))'
+    bucket = 'gen_ai_server_time_to_first_token_seconds_bucket{backend="v2"}'
+    assert queries["ttft"] == (  # a histogram that appeared inside the window counts whole
+        f"sum by (le) ((increase({bucket}[30s]) and {bucket} offset 30s)"
+        f" or ({bucket} unless {bucket} offset 30s))"
     )
     assert "gen_ai_server_time_per_output_token_seconds_bucket" in queries["itl"]
     assert set(_queries(POLICY.replace("ttft", "latency-p99"))) == {
