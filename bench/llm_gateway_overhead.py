@@ -39,6 +39,7 @@ from _llm_fast import client_main, engine_main
 from gateway_overhead import spawn_server, stop_server
 
 from inferway.backends.process_tuning import freeze_startup_heap
+from inferway.gateway.foreground import run_event_loop
 from inferway.gateway.runtime import GatewayOptions, start_gateway
 
 __all__ = ["main"]
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.duration, args.rounds = 2.0, 1
     load = Path("/proc/loadavg").read_text().split()[:3]
-    result = asyncio.run(measure(args))
+    result = run_event_loop(measure(args))  # the gateway's loop, as `inferway run` runs it
     result["loadavg"] = {"before": load, "after": Path("/proc/loadavg").read_text().split()[:3]}
     columns = [
         "target",

@@ -108,7 +108,7 @@ async def _report_envoy_ready(gateway: Gateway) -> None:
         )
 
 
-def run_event_loop(coro: Coroutine[Any, Any, int]) -> int:
+def run_event_loop(coro: Coroutine[Any, Any, _T]) -> _T:
     """uvloop when installed, else asyncio's own loop."""
     try:
         import uvloop
