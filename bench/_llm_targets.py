@@ -24,6 +24,7 @@ listeners:
   - {{name: plain, port: {plain_listener}}}
 llm:
   port: {processor_port}
+  reports_port: {reports_port}
 services:
   - name: engine
     endpoints: ["{engine_host}:{engine_port}"]
@@ -85,6 +86,7 @@ async def start_inferway(
     policy.write_text(
         POLICY.format(
             llm_listener=llm_listener, plain_listener=plain_listener, processor_port=free_port(),
+            reports_port=free_port(),
             engine_host=host, engine_port=port, model=model,
         )
     )  # fmt: skip

@@ -51,6 +51,7 @@ listeners:
     port: {listener_port}
 llm:
   port: {llm_port}
+  reports_port: {reports_port}
 services:
   - name: engine
     endpoints: ["127.0.0.1:{engine_port}"]
@@ -141,7 +142,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         policy = Path(workdir) / "policy.yaml"
         policy.write_text(
             POLICY.format(
-                listener_port=listener_port, llm_port=free_port(), engine_port=engine_port
+                listener_port=listener_port,
+                llm_port=free_port(),
+                reports_port=free_port(),
+                engine_port=engine_port,
             )
         )
         gateway = await start_gateway(

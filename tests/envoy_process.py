@@ -38,6 +38,15 @@ _base_ids = itertools.count(1)
 _handed_out: deque[int] = deque(maxlen=2048)
 
 
+def with_llm_ports(policy: str) -> str:
+    """``policy`` with ``LLM_PORT`` and ``LLM_REPORTS_PORT`` (the LLM processor's gRPC and
+    reports ports) filled with free ports (the reports port's default, ``port + 1``, is not
+    one this process handed out)."""
+    return policy.replace("LLM_PORT", str(free_port())).replace(
+        "LLM_REPORTS_PORT", str(free_port())
+    )
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free right now on ``host``, and none of the last 2,048 this test process
     handed out: tests pick their ports one call at a time, bound later by the processes they

@@ -54,13 +54,15 @@ NODE_ID = "inferway-demo-llm"
 PROMPT = "Tell me a story about Envoy."
 
 
-def build_llm_demo_policy(listener_port: int, llm_port: int, engine_port: int) -> Policy:
+def build_llm_demo_policy(
+    listener_port: int, llm_port: int, reports_port: int, engine_port: int
+) -> Policy:
     """One openai route (model ``tiny``, alias ``gpt-4o-mini``) to the engine, priced."""
     return Policy.model_validate(
         {
             "version": 1,
             "listeners": [{"name": "public", "address": "127.0.0.1", "port": listener_port}],
-            "llm": {"port": llm_port, "timeout": "30s"},
+            "llm": {"port": llm_port, "reports_port": reports_port, "timeout": "30s"},
             "services": [
                 {
                     "name": "llama-cpp",
@@ -173,9 +175,9 @@ def _counted(metrics_text: str) -> dict[str, float]:
 
 
 async def _through_gateway(console: Console, workdir: Path, engine_port: int) -> int:
-    listener, llm, xds, admin, envoy_admin = free_ports(*["127.0.0.1"] * 5)
+    listener, llm, reports, xds, admin, envoy_admin = free_ports(*["127.0.0.1"] * 6)
     policy_path = workdir / "policy.yaml"
-    policy_path.write_text(dump_policy(build_llm_demo_policy(listener, llm, engine_port)))
+    policy_path.write_text(dump_policy(build_llm_demo_policy(listener, llm, reports, engine_port)))
     options = GatewayOptions(
         policy_path=policy_path, xds_port=xds, admin_port=admin, envoy_admin_port=envoy_admin,
         node_id=NODE_ID, workdir=workdir / "envoy", envoy_concurrency=1,

@@ -6,7 +6,8 @@
   ``match.features`` of its own is refused rather than silently ignored;
 * the route ``timeout`` would cut streams: ``openai.timeout`` is the one used;
 * gRPC (http2) services get protobuf, not OpenAI JSON;
-* the LLM processor must not take a listener's port or the feature router's.
+* the LLM processor must not take a listener's port or the feature router's, nor may its
+  reports port (``reports_port``, default ``port + 1``) take either or its own gRPC port.
 """
 
 from __future__ import annotations
@@ -76,3 +77,15 @@ def _port(policy: Policy) -> Iterator[tuple[Loc, str]]:
     router = policy.feature_router
     if (router.address, router.port) == (llm.address, llm.port):
         yield ("llm", "port"), f"the LLM processor's port {llm.port} is the feature router's"
+    reports = llm.report_port
+    where: Loc = ("llm", "reports_port") if llm.reports_port is not None else ("llm", "port")
+    taken = {(lis.address, lis.port): f"listener '{lis.name}''s" for lis in policy.listeners}
+    taken[(router.address, router.port)] = "the feature router's"
+    taken[(llm.address, llm.port)] = "the LLM processor's gRPC port"
+    owner = taken.get((llm.address, reports))
+    if owner is not None:
+        yield (
+            where,
+            f"the LLM processor's reports port {reports} (llm.reports_port, default port + 1) "
+            f"is {owner}; set llm.reports_port to a free one",
+        )

@@ -99,6 +99,9 @@ class LlmGateway(_Model):
 
     address: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_LLM_PORT, ge=1, le=65535)
+    reports_port: int | None = Field(default=None, ge=1, le=65535)
+    """Where the processor takes Envoy's reports on each answer (plain HTTP/1.1 from the
+    Lua filter, docs/llm.md) on ``address``; default ``port + 1``."""
     timeout: Duration = Field(default=5.0, gt=0, le=60)
     """How long Envoy waits for each answer of the processor (the request then fails: the
     processor is what enforces limits, so it fails closed)."""
@@ -108,3 +111,10 @@ class LlmGateway(_Model):
     """The largest request body an openai route takes: Envoy holds the whole body while the
     processor reads it, so a listener with openai routes buffers up to this much per
     connection (Envoy's default, 1 MiB, would refuse a long prompt with 413)."""
+
+    @property
+    def report_port(self) -> int:
+        """``reports_port``, or ``port + 1`` (``port - 1`` at the top of the range)."""
+        if self.reports_port is not None:
+            return self.reports_port
+        return self.port + 1 if self.port < 65535 else self.port - 1

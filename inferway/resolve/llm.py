@@ -73,6 +73,7 @@ def resolve_llm_gateway(settings: LlmGateway, routes: Iterable[RouteIR]) -> LlmG
     return LlmGatewayIR(
         host=settings.address,
         port=settings.port,
+        reports_port=settings.report_port,
         timeout=settings.timeout,
         max_body_bytes=settings.max_body_bytes,
     )

@@ -33,7 +33,7 @@ pytestmark = [
 ROLLOUT = "llama-v2"
 POLICY = """version: 1
 listeners: [{{name: public, port: {listener}}}]
-llm: {{port: {llm}, timeout: 30s}}
+llm: {{port: {llm}, reports_port: {reports}, timeout: 30s}}
 services:
   - {{name: llama-v1, endpoints: ["127.0.0.1:{stable}"]}}
   - {{name: llama-v2, endpoints: ["127.0.0.1:{canary}"]}}
@@ -90,6 +90,7 @@ async def _roll(tmp_path: Path, stable_port: int, canary_port: int) -> dict[str,
             POLICY.format(
                 listener=listener,
                 llm=free_port(),
+                reports=free_port(),
                 stable=stable_port,
                 canary=canary_port,
                 prometheus=prometheus.url,

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.envoy_process import free_port
+from tests.envoy_process import with_llm_ports
 from tests.openai_fake import FakeOpenAI
 from tests.traffic_harness import TrafficGateway, poll_until
 
@@ -27,6 +27,7 @@ listeners:
     port: {listener_port}
 llm:
   port: LLM_PORT
+  reports_port: LLM_REPORTS_PORT
   timeout: 10s
 services:
   - name: llama-pool
@@ -103,7 +104,7 @@ def engines() -> list[FakeOpenAI]:
 
 @pytest.fixture
 async def gateway() -> Any:
-    async with TrafficGateway(POLICY.replace("LLM_PORT", str(free_port())), engines()) as gw:
+    async with TrafficGateway(with_llm_ports(POLICY), engines()) as gw:
         yield gw
 
 
@@ -224,7 +225,7 @@ async def test_one_megabyte_prompts_arrive_intact_around_envoys_buffer_size(
 
 
 async def test_a_token_per_minute_limit_answers_429_with_retry_after() -> None:
-    policy = LIMITED.replace("LLM_PORT", str(free_port()))
+    policy = with_llm_ports(LIMITED)
     async with TrafficGateway(policy, engines()) as gw:
         key = {"x-api-key": "sk-limited"}
         status, _, _ = await post(gw, chat("qwen", max_tokens=30), key)  # 5 + 30 tokens
@@ -257,7 +258,7 @@ async def test_a_replica_answering_429_falls_back_to_another(gateway: TrafficGat
 
 async def test_streams_pass_chunk_by_chunk_not_buffered() -> None:
     slow = FakeOpenAI("qwen", token_delay=0.3)
-    policy = POLICY.replace("LLM_PORT", str(free_port()))
+    policy = with_llm_ports(POLICY)
     async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), slow]) as gw:
         assert gw.session is not None
         body = json.dumps(chat("qwen", stream=True, max_tokens=4)).encode()
@@ -285,7 +286,7 @@ async def test_client_keys_are_hashed_in_labels(gateway: TrafficGateway) -> None
 
 async def test_a_client_gone_mid_stream_is_counted_as_estimated() -> None:
     slow = FakeOpenAI("qwen", token_delay=0.2)
-    policy = POLICY.replace("LLM_PORT", str(free_port()))
+    policy = with_llm_ports(POLICY)
     async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), slow]) as gw:
         assert gw.session is not None
         body = json.dumps(chat("qwen", stream=True, max_tokens=50)).encode()
@@ -368,7 +369,7 @@ async def test_answers_pass_without_waiting_on_the_processor_per_chunk(
 
 async def test_events_cut_across_chunks_are_counted_and_the_usage_chunk_still_dropped() -> None:
     split = FakeOpenAI("qwen", split_events=True)
-    policy = POLICY.replace("LLM_PORT", str(free_port()))
+    policy = with_llm_ports(POLICY)
     async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), split]) as gw:
         status, _, raw = await post(gw, chat("qwen", stream=True, max_tokens=3))
         assert status == 200 and raw.endswith(b"data: [DONE]\n\n")

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from inferway.devtools.tiny_gguf import count_tokens
-from tests.envoy_process import free_port
+from tests.envoy_process import with_llm_ports
 from tests.llm_engine import (
     LLMEngine,
     require_llama_server,
@@ -40,6 +40,7 @@ listeners:
     port: {listener_port}
 llm:
   port: LLM_PORT
+  reports_port: LLM_REPORTS_PORT
   timeout: 30s
   limits:
     tokens_per_minute: 100
@@ -79,7 +80,7 @@ async def gateway(engines: tuple[LLMEngine, LLMEngine]) -> AsyncIterator[Traffic
     refuser = FakeOpenAI("refuser")
     refuser.status = 429
     policy = (
-        POLICY.replace("LLM_PORT", str(free_port()))
+        with_llm_ports(POLICY)
         .replace("TINY_PORT", str(tiny.port))
         .replace("OTHER_PORT", str(other.port))
     )
@@ -214,6 +215,7 @@ listeners:
     port: {listener_port}
 llm:
   port: LLM_PORT
+  reports_port: LLM_REPORTS_PORT
   timeout: 30s
 services:
   - name: llama-pool
@@ -240,9 +242,7 @@ async def test_llama_server_usage_the_gateway_asked_for_is_exact_and_hidden(
 ) -> None:
     """llama-server sends the usage chunk the gateway adds ``include_usage`` for: the count
     is the engine's own (not estimated), and the client that did not ask sees no usage."""
-    policy = LLAMA_SERVER_POLICY.replace("LLM_PORT", str(free_port())).replace(
-        "LLAMA_PORT", str(llama_server.port)
-    )
+    policy = with_llm_ports(LLAMA_SERVER_POLICY).replace("LLAMA_PORT", str(llama_server.port))
     body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 7, "temperature": 0}
     async with TrafficGateway(policy, []) as gw:
         status, headers, raw = await post(gw, "/v1/chat/completions", {**body, "stream": True})

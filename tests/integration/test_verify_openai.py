@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.envoy_process import free_port
+from tests.envoy_process import with_llm_ports
 from tests.integration.test_verify import run_verify_cli
 from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
 from tests.openai_fake import FakeOpenAI
@@ -29,6 +29,7 @@ listeners:
     port: {listener_port}
 llm:
   port: LLM_PORT
+  reports_port: LLM_REPORTS_PORT
   timeout: 30s
 services:
   - name: tiny-pool
@@ -60,11 +61,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LLMEngin
 
 
 def _policy(tiny: int, other: int) -> str:
-    return (
-        POLICY.replace("LLM_PORT", str(free_port()))
-        .replace("TINY_PORT", str(tiny))
-        .replace("OTHER_PORT", str(other))
-    )
+    return with_llm_ports(POLICY).replace("TINY_PORT", str(tiny)).replace("OTHER_PORT", str(other))
 
 
 def _checks(document: dict[str, Any], ok: bool) -> list[dict[str, Any]]:
@@ -147,7 +144,7 @@ async def test_verify_fails_an_alias_the_gateway_routes_to_another_engine(
 BROKEN = """
 version: 1
 listeners: [{{name: ingress, port: {listener_port}}}]
-llm: {{port: LLM_PORT, timeout: 30s}}
+llm: {{port: LLM_PORT, reports_port: LLM_REPORTS_PORT, timeout: 30s}}
 services:
   - name: cut-pool
     endpoints: ["127.0.0.1:{cut}"]
@@ -170,7 +167,7 @@ async def test_verify_fails_engines_that_break_their_streams_saying_which(
         FakeOpenAI("cut", stream_fault="no_done"),
         FakeOpenAI("garbled", stream_fault="bad_json"),
     ]
-    async with TrafficGateway(BROKEN.replace("LLM_PORT", str(free_port())), engines) as gw:
+    async with TrafficGateway(with_llm_ports(BROKEN), engines) as gw:
         policy = tmp_path / "policy.yaml"
         policy.write_text(gw.render(), encoding="utf-8")
         code, out, err = await run_verify_cli(
@@ -197,7 +194,7 @@ async def test_verify_of_one_envoy_named_by_the_control_plane_checks_its_openai_
     tmp_path: Path,
 ) -> None:
     engines = [FakeOpenAI("cut"), FakeOpenAI("garbled", stream_fault="bad_json")]
-    async with TrafficGateway(BROKEN.replace("LLM_PORT", str(free_port())), engines) as gw:
+    async with TrafficGateway(with_llm_ports(BROKEN), engines) as gw:
         assert gw.gateway is not None
         policy = tmp_path / "policy.yaml"
         policy.write_text(gw.render(), encoding="utf-8")

@@ -43,6 +43,16 @@ _OPENAI = "    openai: {model: m, aliases: [x]}\n"
             "service 'grpc' is http2",
         ),
         (_OPENAI + "llm: {port: 10000}\n", 9, "port 10000 is listener 'l''s"),
+        (  # the reports port's default, port + 1
+            _OPENAI + "llm: {port: 9999}\n",
+            9,
+            "reports port 10000 (llm.reports_port, default port + 1) is listener 'l''s",
+        ),
+        (
+            _OPENAI + "llm:\n  port: 18100\n  reports_port: 18100\n",
+            11,
+            "reports port 18100 (llm.reports_port, default port + 1) is the LLM processor's gRPC",
+        ),
         (_OPENAI + "    timeout: 30s\n", 9, "set openai.timeout (0: none)"),
     ],
 )
@@ -61,7 +71,7 @@ def test_an_openai_route_resolves_to_its_endpoints_without_a_total_timeout() -> 
     assert route.retries.retriable_status_codes == (429,)
     assert "5xx" in route.retries.retry_on and route.retries.per_try_timeout is None
     assert not route.retries.hedge_on_per_try_timeout, "a stream is never hedged"
-    assert ir.llm is not None and ir.llm.port == 18092
+    assert ir.llm is not None and (ir.llm.port, ir.llm.reports_port) == (18092, 18093)
 
 
 def test_a_policy_without_openai_routes_has_no_llm_processor() -> None:

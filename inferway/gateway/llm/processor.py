@@ -4,7 +4,8 @@ Per request Envoy opens one stream: the request's headers (the client's token li
 checked here, before a body is read or a backend asked) and its whole body (the model picks
 the route; aliases and ``include_usage`` are rewritten in). Answers are not sent here:
 Envoy's Lua filter (xds/translate/llm_stream.py) reads them and reports on the stream's id
-(``report``): progress of a stream, then the end of the answer, before its end is passed
+(``report``, on the reports port: report_lane.py): progress of a stream, then the end of
+the answer, before its end is passed
 on, so the client's next request sees the debit. The request is recorded once then, or
 when Envoy closes the stream without a final report (the client went away): metrics, the
 budget's debit, a span. Answer messages Envoy might still send (``response_headers``,
@@ -208,10 +209,10 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self._open[stream.id] = stream, settings
         return routed_body(prepared.model, prepared.body, stream.id, stream.drop_usage)
 
-    async def report(self, raw: bytes, context: Any) -> bytes:
-        """A report of Envoy's Lua filter on an answer (llm_stream.py, gRPC-framed: a JSON
-        line, then a plain answer's bytes): progress of a stream, or the end of the answer
-        (recorded before Envoy passes its last chunk on).
+    async def report(self, raw: bytes) -> None:
+        """A report of Envoy's Lua filter on an answer (llm_stream.py, on the reports port:
+        a JSON line, then a plain answer's bytes): progress of a stream, or the end of the
+        answer (recorded before Envoy passes its last chunk on).
         Unknown ids (the stream already recorded, a processor restarted) are ignored."""
         self.reports += 1
         try:
@@ -226,7 +227,6 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         except Exception:
             self.errors += 1
             log.exception("LLM processor: a report from Envoy's stream filter failed")
-        return b""
 
     async def _finish(self, stream: LlmStream, settings: LlmSettings) -> None:
         """Record the request once; a failure here is logged, never the client's problem."""

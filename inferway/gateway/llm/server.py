@@ -23,19 +23,20 @@ from inferway.gateway.llm.exchange import LlmSettings
 from inferway.gateway.llm.limits import BudgetStore, LimitSpec, MemoryBudgetStore, TokenBudget
 from inferway.gateway.llm.metrics import LlmMetrics
 from inferway.gateway.llm.processor import LlmProcessor
+from inferway.gateway.llm.report_lane import ReportLane
 from inferway.policies.model import Policy
-from inferway.xds.translate.llm_stream import REPORT_PATH
 
 __all__ = ["LlmKeeper", "LlmServer", "build_llm_settings", "wanted_address"]
 
 log = logging.getLogger(__name__)
 
 
-def wanted_address(policy: Policy) -> tuple[str, int] | None:
-    """Where the policy wants the processor: only when a route is an ``openai`` one."""
+def wanted_address(policy: Policy) -> tuple[str, int, int] | None:
+    """Where the policy wants the processor (address, port, reports port): only when a
+    route is an ``openai`` one."""
     if not any(r.openai is not None for r in policy.routes):
         return None
-    return policy.llm.address, policy.llm.port
+    return policy.llm.address, policy.llm.port, policy.llm.report_port
 
 
 def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
@@ -74,29 +75,28 @@ def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
 _UNCAPPED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
-def _report_handler(processor: LlmProcessor) -> grpc.GenericRpcHandler:
-    """``/inferway.llm.Tally/Report``: raw bytes in and out (the Lua filter sends JSON)."""
-    service, method = REPORT_PATH.strip("/").split("/")
-    handler = grpc.unary_unary_rpc_method_handler(processor.report)
-    return grpc.method_handlers_generic_handler(service, {method: handler})
-
-
 class LlmServer:
-    """One gRPC server on ``host:port`` (port 0: the OS picks; ``port`` tells)."""
+    """The processor's gRPC server (Envoy's ext_proc) on ``host:port`` and its reports port
+    (report_lane.py) on ``host:reports_port`` (port 0: the OS picks; the attributes tell)."""
 
-    def __init__(self, host: str, port: int, processor: LlmProcessor) -> None:
+    def __init__(self, host: str, port: int, reports_port: int, processor: LlmProcessor) -> None:
         self.host = host
         self.port = port
         self.processor = processor
+        self.reports = ReportLane(host, reports_port, processor.report)
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> LlmServer:
         # a whole prompt is one message: gRPC's 4 MiB default would fail longer ones (Envoy's
         # buffer, llm.max_body_bytes, is what bounds them)
+        await self.reports.start()  # first: Envoy's answers report there once requests pass
         server = grpc.aio.server(options=_UNCAPPED)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
-        server.add_generic_rpc_handlers((_report_handler(self.processor),))
-        self.port = await listen_and_start(server, self.host, self.port, "LLM processor")
+        try:
+            self.port = await listen_and_start(server, self.host, self.port, "LLM processor")
+        except BaseException:
+            await self.reports.stop()
+            raise
         self._server = server
         return self
 
@@ -104,6 +104,7 @@ class LlmServer:
         if self._server is not None:
             server, self._server = self._server, None
             await server.stop(grace)
+        await self.reports.stop()
         await self.processor.settle()
 
 
@@ -128,7 +129,8 @@ class LlmKeeper(PolicyFollower):
     async def follow(self, policy: Policy) -> None:
         self.processor.settings = build_llm_settings(policy, self.store)
         wanted = wanted_address(policy)
-        current = None if self.server is None else (self.server.host, self.server.port)
+        server = self.server
+        current = None if server is None else (server.host, server.port, server.reports.port)
         if wanted == current:
             return
         if self.server is not None:

@@ -25,6 +25,8 @@ class LlmGatewayIR:
 
     host: str
     port: int
+    reports_port: int
+    """Where Envoy's Lua filter sends its reports on each answer (plain HTTP/1.1)."""
     timeout: float
     max_body_bytes: int
     """The per-connection buffer limit of a listener with openai routes."""

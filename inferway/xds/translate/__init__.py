@@ -20,7 +20,12 @@ from inferway.xds.translate.cluster import build_cluster
 from inferway.xds.translate.endpoint import build_cluster_load_assignment, uses_hostnames
 from inferway.xds.translate.features import FEATURE_ROUTER_CLUSTER, build_feature_router_cluster
 from inferway.xds.translate.listener import build_listener
-from inferway.xds.translate.llm import LLM_CLUSTER, build_llm_cluster
+from inferway.xds.translate.llm import (
+    LLM_CLUSTER,
+    LLM_REPORTS_CLUSTER,
+    build_llm_cluster,
+    build_llm_reports_cluster,
+)
 from inferway.xds.translate.observability import build_observability_clusters
 from inferway.xds.translate.picker import (
     apply_picker_lb,
@@ -70,7 +75,14 @@ def translate(ir: IR) -> Resources:
             if ir.feature_router is not None
             else []
         )
-        + ([(LLM_CLUSTER, build_llm_cluster(ir.llm))] if ir.llm is not None else []),
+        + (
+            [
+                (LLM_CLUSTER, build_llm_cluster(ir.llm)),
+                (LLM_REPORTS_CLUSTER, build_llm_reports_cluster(ir.llm)),
+            ]
+            if ir.llm is not None
+            else []
+        ),
         type_urls.ENDPOINT: [
             (s.name, build_cluster_load_assignment(s)) for s in ir.services if not uses_hostnames(s)
         ],

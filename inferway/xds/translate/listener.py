@@ -22,7 +22,7 @@ from inferway.xds.translate._protos import ads_config_source, bool_value, pack, 
 from inferway.xds.translate.fault import apply_fault
 from inferway.xds.translate.features import build_feature_router_filter
 from inferway.xds.translate.listener_limits import apply_listener_timeouts
-from inferway.xds.translate.llm import LLM_CLUSTER, build_llm_filter
+from inferway.xds.translate.llm import LLM_REPORTS_CLUSTER, build_llm_filter
 from inferway.xds.translate.llm_stream import build_stream_filter
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
@@ -75,7 +75,7 @@ def build_http_connection_manager(
         manager.http_filters.insert(0, build_llm_filter(llm))
         # before it, so answers reach it after the processor has seen their headers (they
         # are on their way to the client when it rewrites a chunk)
-        manager.http_filters.insert(0, build_stream_filter(LLM_CLUSTER, llm.max_body_bytes))
+        manager.http_filters.insert(0, build_stream_filter(LLM_REPORTS_CLUSTER, llm.max_body_bytes))
     if feature_router is not None and any(r.match.features for r in listener.routes):
         # first: the filters after it see the route the features chose
         manager.http_filters.insert(0, build_feature_router_filter(feature_router))

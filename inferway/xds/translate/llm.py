@@ -48,10 +48,12 @@ __all__ = [
     "LLM_CLUSTER",
     "LLM_FILTER",
     "LLM_NAMESPACE",
+    "LLM_REPORTS_CLUSTER",
     "UNKNOWN_MODEL_ROUTE",
     "add_llm_route",
     "build_llm_cluster",
     "build_llm_filter",
+    "build_llm_reports_cluster",
     "build_models_route",
     "build_unknown_model_route",
     "disable_llm_filter",
@@ -60,6 +62,8 @@ __all__ = [
 LLM_FILTER = "inferway.llm"
 """The ext_proc filter's name in the chain (two ext_proc filters need distinct names)."""
 LLM_CLUSTER = "inferway_llm_processor"
+LLM_REPORTS_CLUSTER = "inferway_llm_reports"
+"""The processor's reports port: HTTP/1.1, the Lua filter's reports (llm_stream.py)."""
 LLM_NAMESPACE = "inferway.llm"
 UNKNOWN_MODEL_ROUTE = "llm_unknown_model_"
 """Name prefix of the catch routes (``_`` is never in a policy name)."""
@@ -96,6 +100,15 @@ def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
 
 def build_llm_cluster(gateway: LlmGatewayIR) -> cluster_pb2.Cluster:
     return build_inline_http2_cluster(LLM_CLUSTER, gateway.host, gateway.port, 1.0)
+
+
+def build_llm_reports_cluster(gateway: LlmGatewayIR) -> cluster_pb2.Cluster:
+    """HTTP/1.1 with keep-alive (the reports are plain requests, not gRPC)."""
+    cluster = build_inline_http2_cluster(
+        LLM_REPORTS_CLUSTER, gateway.host, gateway.reports_port, 1.0
+    )
+    cluster.ClearField("typed_extension_protocol_options")
+    return cluster
 
 
 def add_llm_route(proto: rc_pb2.Route, route: RouteIR) -> None:

@@ -7,7 +7,8 @@ queue every stream's first token waited in. Here Envoy's Lua filter (LuaJIT, in 
 worker) splits the stream into events, counts the chunks with generated text, times the
 first and last of them, reads the ``usage`` chunk and, for a client that did not ask for
 usage (the processor's ``drop_usage`` metadata), removes that chunk from the bytes it passes
-on. The processor hears from it twice per stream at most, over its own gRPC port:
+on. The processor hears from it a few times per stream, on its reports port (plain HTTP/1.1
+``POST /inferway/llm/report``, a JSON line then a plain answer's bytes):
 
 - once a stream has its first token (and every 16 tokens after it), without waiting
   (``asynchronous``): what has been counted so far, so a stream the client abandons is
@@ -19,7 +20,12 @@ on. The processor hears from it twice per stream at most, over its own gRPC port
 The script acts only on answers the processor tagged (``inferway.llm`` metadata ``id``,
 set when it read the request's body); any other answer is left alone. The processor tells
 Envoy not to send it the bodies of those streams (``mode_override``); plain JSON answers
-still go to it whole. Reports are gRPC-framed JSON on ``/inferway.llm.Tally/Report``.
+still go to it whole.
+
+Why plain HTTP and not a gRPC method on the processor's ext_proc server: each report was a
+unary gRPC call, about 0.45 ms of the processor's CPU (grpc.aio's per-call work), three per
+32-token stream, more than the ext_proc stream itself; an HTTP/1.1 request to an asyncio
+protocol costs a small fraction of that (bench/llm_gateway_overhead.py measures both sides).
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ __all__ = [
 ]
 
 STREAM_FILTER = "inferway.llm_stream"
-REPORT_PATH = "/inferway.llm.Tally/Report"
-"""The processor's gRPC method for the script's reports (JSON in, empty answer)."""
+REPORT_PATH = "/inferway/llm/report"
+"""Where the script posts its reports on the processor's reports port (JSON in, an empty
+200 out)."""
 PROGRESS_EVERY = 16
 BACKEND_HEADER = "x-inferway-llm-backend"
 """Added by an openai route to its answers (``%UPSTREAM_CLUSTER%``); the script reads it for
@@ -99,12 +106,6 @@ local function account(t, event, now)
   return usage_only
 end
 
-local function frame(body)
-  local n = #body
-  return string.char(0, math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
-    math.floor(n / 256) % 256, n % 256) .. body
-end
-
 local function report(handle, id, t, final, plain)
   local body = string.format(
     '{"id":"%s","final":%s,"status":%d,"route":"%s","backend":"%s","sse":%s,"chunks":%d,'
@@ -115,8 +116,8 @@ local function report(handle, id, t, final, plain)
     t.model or "", tostring(t.done == true), tostring(t.overflow == true))
   if plain ~= nil then body = body .. plain end
   local headers = {[":method"] = "POST", [":path"] = PATH, [":authority"] = CLUSTER,
-    ["content-type"] = "application/grpc", ["te"] = "trailers"}
-  handle:httpCall(CLUSTER, headers, frame(body), 5000, not final)
+    ["content-type"] = "application/json"}
+  handle:httpCall(CLUSTER, headers, body, 5000, not final)
 end
 
 local function safe(value)
@@ -205,7 +206,7 @@ end
 
 
 def stream_script(cluster: str, max_plain: int = MAX_PLAIN_ANSWER) -> str:
-    """The Lua source, reporting to the processor's ``cluster``; plain answers of up to
+    """The Lua source, reporting to the processor's reports ``cluster``; plain answers of up to
     ``max_plain`` bytes are held whole in Envoy (its buffer limit bounds it) and read."""
     return (
         _SCRIPT.replace("@CLUSTER@", cluster)
