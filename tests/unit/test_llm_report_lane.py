@@ -106,5 +106,8 @@ async def test_bytes_that_are_not_http_close_the_connection(
 
 async def test_a_taken_port_is_named_in_the_error(lane: tuple[ReportLane, Taker]) -> None:
     reports, taker = lane
-    with pytest.raises(OSError, match=rf"reports on 127.0.0.1:{reports.port}.*reports_port"):
+    with pytest.raises(
+        OSError,
+        match=rf"reports port: cannot listen on 127.0.0.1:{reports.port}: .*llm.reports_port",
+    ):
         await ReportLane("127.0.0.1", reports.port, taker).start()

@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import cast
 
-import httptools
-
+from inferway.gateway.envoy_http_lane import LaneConnection, LaneServer
 from inferway.xds.translate.llm_stream import REPORT_PATH
 
 __all__ = ["ReportLane"]
@@ -31,43 +29,15 @@ _PATH = REPORT_PATH.encode()
 Take = Callable[[bytes], Awaitable[None]]
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(LaneConnection):
     """One Envoy connection: reports answered in the order they came."""
 
+    lane: ReportLane
+
     def __init__(self, lane: ReportLane) -> None:
-        self.lane = lane
-        self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.url = b""
-        self.body: list[bytes] = []
+        super().__init__(lane)
         self.previous: asyncio.Future[None] | None = None
         """The last report's answer not yet written (answers keep the requests' order)."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.lane.connections.add(self.transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is not None:
-            self.lane.connections.discard(self.transport)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as error:
-            log.warning("LLM reports: a bad request from Envoy: %s", error)
-            if self.transport is not None:
-                self.transport.close()
-
-    def on_message_begin(self) -> None:
-        self.url = b""
-        self.body = []
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
 
     def on_message_complete(self) -> None:
         self.lane.requests += 1
@@ -111,38 +81,14 @@ class _Connection(asyncio.Protocol):
             transport.close()
 
 
-class ReportLane:
+class ReportLane(LaneServer):
     """The reports port on ``host:port``, handing each report's body to ``take``."""
 
     def __init__(self, host: str, port: int, take: Take) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(
+            host, port, "LLM processor's reports port", "llm.reports_port, default llm.port + 1"
+        )
         self.take = take
-        self.requests = 0
-        self.errors = 0
-        self.connections: set[asyncio.Transport] = set()
-        self._server: asyncio.Server | None = None
 
-    async def start(self) -> ReportLane:
-        loop = asyncio.get_running_loop()
-        try:
-            self._server = await loop.create_server(
-                lambda: _Connection(self), self.host, self.port, backlog=1024
-            )
-        except OSError as error:
-            raise OSError(
-                error.errno,
-                f"LLM processor: cannot listen for reports on {self.host}:{self.port}: "
-                f"{error.strerror} (llm.reports_port, default llm.port + 1)",
-            ) from error
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            server, self._server = self._server, None
-            server.close()
-            for transport in list(self.connections):
-                transport.close()
-            self.connections.clear()
-            await server.wait_closed()
+    def connection(self) -> asyncio.Protocol:
+        return _Connection(self)

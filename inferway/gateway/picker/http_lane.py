@@ -27,11 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
-from typing import cast
 
-import httptools
-
+from inferway.gateway.envoy_http_lane import LaneConnection, LaneServer
 from inferway.gateway.picker.core.picker import Pick
 from inferway.gateway.picker.server import PoolPicker, _parse, pick_for
 from inferway.xds.translate.picker import DESTINATION_HEADER, HTTP_PATH_PREFIX, TICKET_HEADER
@@ -62,51 +59,29 @@ def _denial(pick: Pick) -> bytes:
     )
 
 
-class _Lane(asyncio.Protocol):
-    """One Envoy connection: requests in order (httptools calls back per message)."""
+class _Lane(LaneConnection):
+    """One Envoy connection; a request's service and session header read as they come."""
+
+    lane: PickerHttpServer
 
     def __init__(self, server: PickerHttpServer) -> None:
-        self.server = server
-        self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.url = b""
-        self.body: list[bytes] = []
+        super().__init__(server)
         self.service = ""
         self.pool: PoolPicker | None = None
         self.session_header = b""
         self.session: str | None = None
         self._resolved = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.server.connections.add(self.transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is not None:
-            self.server.connections.discard(self.transport)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as error:
-            log.warning("picker http lane: a bad request from Envoy: %s", error)
-            if self.transport is not None:
-                self.transport.close()
-
     def on_message_begin(self) -> None:
-        self.url = b""
-        self.body = []
+        super().on_message_begin()
         self.session = None
         self._resolved = False
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
 
     def _resolve(self) -> None:
         """The service (``/pick/<service>/…``) and its pool, once the URL is complete."""
         name = self.url[len(PATH_PREFIX) :].split(b"/", 1)[0].split(b"?", 1)[0]
         self.service = name.decode("latin-1")
-        self.pool = self.server.pools.get(self.service)
+        self.pool = self.lane.pools.get(self.service)
         self.session_header = self.pool.session_header.lower().encode() if self.pool else b""
         self._resolved = True
 
@@ -116,11 +91,8 @@ class _Lane(asyncio.Protocol):
         if self.session_header and name.lower() == self.session_header:
             self.session = value.decode("latin-1")
 
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
     def on_message_complete(self) -> None:
-        self.server.requests += 1
+        self.lane.requests += 1
         if not self._resolved:
             self._resolve()
         transport, pool = self.transport, self.pool
@@ -130,7 +102,7 @@ class _Lane(asyncio.Protocol):
             text, model = _parse(b"".join(self.body)) if self.body else (None, None)
             pick = pick_for(pool, text, model, self.session, None)
         except Exception:
-            self.server.errors += 1
+            self.lane.errors += 1
             log.exception("picker http lane: a pick failed; Envoy applies the fail mode")
             transport.close()
             return
@@ -145,38 +117,13 @@ class _Lane(asyncio.Protocol):
             transport.close()
 
 
-class PickerHttpServer:
+class PickerHttpServer(LaneServer):
     """The HTTP lane on ``host:port`` (port 0: the OS picks; ``port`` tells), serving the
     pools in ``pools`` (service name -> its picker; edits replace entries in place)."""
 
     def __init__(self, host: str, port: int) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(host, port, "endpoint picker (transport http)", "picker.http_listen")
         self.pools: dict[str, PoolPicker] = {}
-        self.requests = 0
-        self.errors = 0
-        self.connections: set[asyncio.Transport] = set()
-        self._server: asyncio.Server | None = None
 
-    async def start(self) -> PickerHttpServer:
-        loop = asyncio.get_running_loop()
-        factory: Callable[[], asyncio.Protocol] = lambda: _Lane(self)  # noqa: E731
-        try:
-            self._server = await loop.create_server(factory, self.host, self.port, backlog=1024)
-        except OSError as error:
-            raise OSError(
-                error.errno,
-                f"endpoint picker (transport http): cannot listen on {self.host}:{self.port}: "
-                f"{error.strerror}",
-            ) from error
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            server, self._server = self._server, None
-            server.close()
-            for transport in list(self.connections):
-                transport.close()
-            self.connections.clear()
-            await server.wait_closed()
+    def connection(self) -> asyncio.Protocol:
+        return _Lane(self)
