@@ -19,6 +19,7 @@ from inferway.policies.checks_grpc import check_grpc_targets
 from inferway.policies.checks_llm import check_llm
 from inferway.policies.checks_observability import check_observability
 from inferway.policies.checks_picker import check_picker
+from inferway.policies.checks_ports import check_ports
 from inferway.policies.checks_ranges import check_ranges
 from inferway.policies.checks_replicas import check_replicas
 from inferway.policies.checks_rollouts import check_rollouts
@@ -276,4 +277,5 @@ _CHECKS: list[Callable[[Policy], Iterable[SemanticIssue]]] = [
     check_features,
     check_llm,
     check_picker,
+    check_ports,
 ]
