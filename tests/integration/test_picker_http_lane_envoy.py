@@ -8,8 +8,6 @@ lane as well."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections import Counter
 
 import httpx
@@ -18,6 +16,7 @@ import pytest
 from inferway.gateway.picker.server import PoolPicker
 from inferway.xds.translate.picker import DESTINATION_HEADER, TICKET_HEADER
 from tests.envoy_process import free_port
+from tests.picker_chat import chat
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
@@ -54,30 +53,10 @@ routes:
     backends:
       - service: plain
 """
-SYSTEM = "You are the careful assistant of tenant {}. " * 60
 
 
 def _policy(process: str = "gateway", fail: str = "open") -> str:
     return POLICY.format(port=free_port(), http_port=free_port(), process=process, fail=fail)
-
-
-async def _chat(
-    gw: TrafficGateway, tenant: str, question: str, timeout: float = 10
-) -> tuple[int, str | None]:
-    """(status, the replica that answered) of one chat completion, within ``timeout``."""
-    assert gw.session is not None
-    body = {
-        "model": "m",
-        "messages": [
-            {"role": "system", "content": SYSTEM.replace("{}", tenant)},
-            {"role": "user", "content": question},
-        ],
-    }
-    async with asyncio.timeout(timeout):
-        async with gw.session.post(f"{gw.url}/v1/chat/completions", json=body) as response:
-            text = await response.text()
-            served = json.loads(text).get("backend") if response.status == 200 else None
-            return response.status, served
 
 
 def _pool(gw: TrafficGateway) -> PoolPicker:
@@ -106,7 +85,7 @@ async def test_http_lane_picks_are_honoured_and_ended_by_the_access_log() -> Non
         (lane,) = gw.gateway.pickers.pools.http_servers.values()
 
         async def picked() -> bool:
-            status, _ = await _chat(gw, "warm-up", "hello")
+            status, _ = await chat(gw, "warm-up", "hello")
             return status == 200
 
         await poll_until(picked, timeout=15, what="a 200 through the HTTP lane's picks")
@@ -114,7 +93,7 @@ async def test_http_lane_picks_are_honoured_and_ended_by_the_access_log() -> Non
         asked = lane.requests
         served: Counter[str | None] = Counter()
         for i in range(8):  # one at a time: never saturated
-            status, backend = await _chat(gw, "acme", f"question {i}")
+            status, backend = await chat(gw, "acme", f"question {i}")
             assert status == 200
             served[backend] += 1
         assert len(served) == 1, served  # the prefix holder, every time
@@ -143,7 +122,7 @@ async def test_http_lane_picks_are_honoured_and_ended_by_the_access_log() -> Non
         holder_backend = next(b for b in backends if b.name == holder)
         holder_backend.delay = 3.0
         with pytest.raises(TimeoutError):
-            await _chat(gw, "acme", "abandoned", timeout=0.5)
+            await chat(gw, "acme", "abandoned", timeout=0.5)
         await _idle(gw, picks=10)
         holder_backend.delay = 0.0
 
@@ -155,7 +134,7 @@ async def test_http_lane_down_fails_as_the_policy_says(fail: str) -> None:
         assert gw.gateway is not None and gw.gateway.pickers is not None
 
         async def picked() -> bool:
-            status, _ = await _chat(gw, "warm-up", "hello")
+            status, _ = await chat(gw, "warm-up", "hello")
             return status == 200
 
         await poll_until(picked, timeout=15, what="a 200 through the HTTP lane's picks")
@@ -164,7 +143,7 @@ async def test_http_lane_down_fails_as_the_policy_says(fail: str) -> None:
         statuses: Counter[int] = Counter()
         served: Counter[str | None] = Counter()
         for i in range(9):
-            status, backend = await _chat(gw, "acme", f"while down {i}", timeout=5)
+            status, backend = await chat(gw, "acme", f"while down {i}", timeout=5)
             statuses[status] += 1
             served[backend] += 1
         if fail == "open":  # every request answered, by the service's own round robin
@@ -182,13 +161,13 @@ async def test_a_sidecar_serves_the_http_lane() -> None:
         assert await sidecar.wait_serving(20)
 
         async def picked() -> bool:
-            status, _ = await _chat(gw, "warm-up", "hello")
+            status, _ = await chat(gw, "warm-up", "hello")
             return status == 200
 
         await poll_until(picked, timeout=15, what="a 200 through the sidecar's HTTP lane")
         served: Counter[str | None] = Counter()
         for i in range(6):
-            status, backend = await _chat(gw, "globex", f"question {i}")
+            status, backend = await chat(gw, "globex", f"question {i}")
             assert status == 200
             served[backend] += 1
         assert len(served) == 1, served

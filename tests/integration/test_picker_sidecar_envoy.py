@@ -6,8 +6,6 @@ the picker steers again."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import signal
 import time
@@ -18,6 +16,7 @@ import pytest
 
 from inferway.gateway.picker.sidecar import PickerSidecar
 from tests.envoy_process import free_port
+from tests.picker_chat import chat
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
@@ -43,31 +42,13 @@ routes:
     backends:
       - service: llm
 """
-SYSTEM = "You are the careful assistant of tenant {}. " * 60
-
-
-async def _chat(gw: TrafficGateway, tenant: str, question: str) -> tuple[int, str | None]:
-    """(status, the replica that answered) of one chat completion, within 10 s."""
-    assert gw.session is not None
-    body = {
-        "model": "m",
-        "messages": [
-            {"role": "system", "content": SYSTEM.replace("{}", tenant)},
-            {"role": "user", "content": question},
-        ],
-    }
-    async with asyncio.timeout(10):
-        async with gw.session.post(f"{gw.url}/v1/chat/completions", json=body) as response:
-            text = await response.text()
-            served = json.loads(text).get("backend") if response.status == 200 else None
-            return response.status, served
 
 
 async def _steered(gw: TrafficGateway, tenant: str) -> Counter[str | None]:
     """Where 6 requests of ``tenant``, one at a time (never saturating), were answered."""
     served: Counter[str | None] = Counter()
     for i in range(6):
-        status, backend = await _chat(gw, tenant, f"question {i}")
+        status, backend = await chat(gw, tenant, f"question {i}")
         assert status == 200
         served[backend] += 1
     return served
@@ -83,7 +64,7 @@ async def test_a_sidecar_picker_steers_and_a_killed_one_fails_open_then_returns(
         assert sidecar.pid is not None and sidecar.pid != os.getpid()
 
         async def picked() -> bool:  # Envoy's health of the replicas, the picker's answers
-            status, _ = await _chat(gw, "warm-up", "hello")
+            status, _ = await chat(gw, "warm-up", "hello")
             return status == 200
 
         await poll_until(picked, timeout=15, what="a 200 through the sidecar's picks")
@@ -102,7 +83,7 @@ async def test_a_sidecar_picker_steers_and_a_killed_one_fails_open_then_returns(
         started = time.monotonic()
         during: Counter[str | None] = Counter()
         while sidecar.restarts == 0 or not await sidecar.wait_serving(0.01):
-            status, backend = await _chat(gw, "acme", "while the picker is down")
+            status, backend = await chat(gw, "acme", "while the picker is down")
             assert status == 200  # fail open: the service's own balancing answers
             during[backend] += 1
             assert time.monotonic() - started < 20, "the picker process was not restarted"
