@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from inferway.backends.batching import BatchingConfig, CostModel, Dispatch, Pending, Scheduler
 from inferway.backends.batching.records import WaitUntil
 from inferway.backends.batching.returns import HORIZON_GAPS, ReturnWatch
+from tests.batching_sim import Running, start_batches
 
 MAX_DELAY = 0.005
 SLO = 0.01
@@ -160,8 +161,8 @@ def simulate(
     held_before = s.held
     arrivals = [start + rng.uniform(0, 0.003) for _ in range(clients)]
     heapq.heapify(arrivals)
-    running: list[tuple[float, int, Dispatch[Pending]]] = []
-    idle, wake, seq, sent = 1, math.inf, 0, 0
+    running: Running = []
+    idle, wake, sent = 1, math.inf, 0
     latencies: list[float] = []
     sizes: list[int] = []
     waits: list[float] = []
@@ -180,20 +181,10 @@ def simulate(
             heapq.heappop(arrivals)
             s.submit(Pending((start, sent), 1, 4, "x", now), now)
             sent += 1
-        wake = math.inf
-        while True:
-            action = s.next_action(now, idle)
-            if isinstance(action, Dispatch):
-                idle -= 1
-                seq += 1
-                sizes.append(action.rows)
-                waits.append(now - action.requests[0].arrival)
-                heapq.heappush(running, (now + cost(action.rows), seq, action))
-                continue
-            if isinstance(action, WaitUntil):
-                assert action.at > now
-                wake = action.at
-            break
+        started, wake = start_batches(s, now, idle, running, cost)
+        idle -= len(started)
+        sizes.extend(b.rows for b in started)
+        waits.extend(now - b.requests[0].arrival for b in started)
     s.clear()
     return latencies, sizes, waits, s.held - held_before, now
 

@@ -10,7 +10,8 @@ import heapq
 import math
 import random
 
-from inferway.backends.batching import BatchingConfig, Dispatch, Pending, Scheduler, WaitUntil
+from inferway.backends.batching import BatchingConfig, Pending, Scheduler
+from tests.batching_sim import Running, start_batches
 
 SLO = 0.02
 
@@ -32,8 +33,8 @@ def simulate(arrival_times: list[float], *, instances: int = 1, closed_loop: boo
     s = Scheduler(cfg)
     pending_arrivals = list(arrival_times)
     heapq.heapify(pending_arrivals)
-    running: list[tuple[float, int, Dispatch]] = []
-    idle, wake, seq = instances, math.inf, 0
+    running: Running = []
+    idle, wake = instances, math.inf
     latencies: list[float] = []
     sizes: list[int] = []
     next_id = 0
@@ -54,19 +55,9 @@ def simulate(arrival_times: list[float], *, instances: int = 1, closed_loop: boo
             s.submit(Pending(next_id, 1, 4, "x", now), now)
             next_id += 1
         assert s.expire(now) == []
-        wake = math.inf
-        while True:
-            action = s.next_action(now, idle)
-            if isinstance(action, Dispatch):
-                idle -= 1
-                seq += 1
-                sizes.append(action.rows)
-                heapq.heappush(running, (now + cost(action.rows), seq, action))
-                continue
-            if isinstance(action, WaitUntil):
-                assert action.at > now
-                wake = action.at
-            break
+        started, wake = start_batches(s, now, idle, running, cost)
+        idle -= len(started)
+        sizes.extend(b.rows for b in started)
         if closed_loop and next_id >= len(arrival_times) + 200 and not running:
             pending_arrivals.clear()
     return latencies, sizes
