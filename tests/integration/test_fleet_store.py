@@ -111,6 +111,9 @@ async def test_a_leader_cut_off_from_etcd_stops_deciding_before_another_starts(
         assert won_at - cut < 2 * TTL + 1.5, f"b waited {won_at - cut:.2f}s"
         assert led.fence.term > leadership.fence.term
         cluster.resume(0)
+        # the member a reaches rejoins first (it was cut off through an election); then a's
+        # late write reaches etcd and the fence refuses it
+        await cluster.wait_healthy([0])
         with pytest.raises(FencedError):
             await a.put("decisions/late", b"x", fence=leadership.fence)
         await b.put("decisions/next", b"y", fence=led.fence)
