@@ -12,6 +12,8 @@ import pytest
 
 from tests.components import CI, require_binary
 
+pytest_plugins = ["tests.hang_report"]
+
 # As inferway.cli.main.main does: the in-process gateways fork Envoy while gRPC threads
 # run, and gRPC's fork handlers would print a warning on every fork.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
