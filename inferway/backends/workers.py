@@ -135,7 +135,8 @@ async def _serve_worker(settings: WorkerSettings, index: int, events: Any) -> No
         while not stop.is_set():
             handle.metrics.refresh()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), REFRESH_S)
+                async with asyncio.timeout(REFRESH_S):
+                    await stop.wait()
     finally:
         await handle.stop()
 

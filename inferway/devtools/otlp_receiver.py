@@ -156,7 +156,8 @@ class OtlpReceiver:
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, 0.25))
+                async with asyncio.timeout(min(left, 0.25)):
+                    await self._changed.wait()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> OtlpReceiver:
         server = grpc.aio.server()

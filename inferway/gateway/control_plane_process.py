@@ -191,16 +191,15 @@ class ControlPlaneProcess:
         grace = self.stop_grace if grace is None else grace
         self._stopping = True
         if self._monitor is not None:
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
+            await background.cancel(self._monitor)
             self._monitor = None
         proc = self._proc
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(proc.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await proc.wait()
             except TimeoutError:
                 log.warning("control plane (pid %d) ignored SIGTERM; killing it", proc.pid)
                 with contextlib.suppress(ProcessLookupError):
@@ -208,7 +207,8 @@ class ControlPlaneProcess:
                 await proc.wait()
         if self._reader is not None:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(self._reader, 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._reader
             self._reader = None
         if proc is not None and proc.returncode is not None:
             self._exited(proc.returncode)

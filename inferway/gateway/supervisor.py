@@ -180,8 +180,9 @@ class EnvoySupervisor:
         assert proc is not None
         code = await proc.wait()
         if self._stderr_task is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asyncio.shield(self._stderr_task)
         self.last_exit_code = code
         return Exit(proc.pid, code, time.monotonic() - self._started_at)
 
@@ -228,20 +229,17 @@ class EnvoySupervisor:
         if proc is not None and proc.returncode is None:
             _signal_group(proc.pid, signal.SIGTERM)
             try:
-                await asyncio.wait_for(proc.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await proc.wait()
             except TimeoutError:
                 log.warning("envoy (pid %d) ignored SIGTERM for %.1fs; killing it", proc.pid, grace)
                 _signal_group(proc.pid, signal.SIGKILL)
                 await proc.wait()
         if self._monitor is not None:
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
+            await background.cancel(self._monitor)
             self._monitor = None
         if self._stderr_task is not None:
-            self._stderr_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._stderr_task
+            await background.cancel(self._stderr_task)
             self._stderr_task = None
         if proc is not None:
             self.last_exit_code = proc.returncode

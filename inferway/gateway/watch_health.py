@@ -91,6 +91,7 @@ async def supervise(
                     exc_info=True,
                 )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
     finally:
         health.running = False

@@ -223,7 +223,8 @@ class SnapshotCache:
             if remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
             except TimeoutError:
                 return self._nodes.all_acked(version, wanted, self._store.served)
 

@@ -109,7 +109,8 @@ async def _serve(
         while True:
             if state.waiting:
                 try:
-                    event = await asyncio.wait_for(events.get(), HOLD_TIMEOUT_S)
+                    async with asyncio.timeout(HOLD_TIMEOUT_S):
+                        event = await events.get()
                 except TimeoutError:
                     _log.warning(
                         "node %s did not answer within %.0f s; sending the held changes",

@@ -61,7 +61,8 @@ class ReplicaProcess:
         if self.process.returncode is None:
             self._signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+                async with asyncio.timeout(grace):
+                    await asyncio.shield(self.process.wait())
             except TimeoutError:
                 self._signal(signal.SIGKILL)
         code = await self.process.wait()

@@ -260,7 +260,8 @@ class ReplicaSet:
 
     async def _stopped_within(self, replica: _Replica, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(replica.stop.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await replica.stop.wait()
         return replica.stop.is_set()
 
     def _fail(self, replica: _Replica, kind: str, error: str) -> None:

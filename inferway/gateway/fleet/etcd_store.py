@@ -83,7 +83,8 @@ class EtcdStore:
         for step in range(len(self.endpoints)):
             index = (self._current + step) % len(self.endpoints)
             try:
-                result = await asyncio.wait_for(request(self._client(index)), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    result = await request(self._client(index))
             except (*_UNREACHABLE, TimeoutError) as exc:
                 host, port = self.endpoints[index]
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
@@ -257,7 +258,8 @@ class EtcdStore:
         ok = False
         for index, (host, port) in enumerate(self.endpoints):
             try:
-                status = await asyncio.wait_for(self._client(index).status(), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    status = await self._client(index).status()
             except (*_UNREACHABLE, TimeoutError) as exc:
                 members.append(f"{host}:{port} unreachable ({exc or type(exc).__name__})")
                 continue
@@ -270,7 +272,11 @@ class EtcdStore:
     async def close(self) -> None:
         for task in list(self._keepalives.values()):
             task.cancel()
-        for client in self._clients.values():
-            with contextlib.suppress(Exception):
-                await client.close()
+        for index, client in self._clients.items():
+            try:  # bounded: aetcd's watcher shutdown waits on a queue a dead stream filled
+                async with asyncio.timeout(self.timeout):
+                    await client.close()
+            except Exception as exc:
+                host, port = self.endpoints[index]
+                log.warning("etcd %s:%d: closing the client: %r", host, port, exc)
         self._clients.clear()
