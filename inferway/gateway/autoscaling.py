@@ -19,7 +19,6 @@ a decision (the metric publishes it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -166,9 +165,7 @@ class AutoscaleDriver(PolicyFollower):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await background.cancel(self._task)
             self._task = None
         if self._session is not None:
             await self._session.close()

@@ -94,3 +94,52 @@ async def test_cancelled_and_finished_tasks_are_not_reported(
     await background.cancel(None)
     await asyncio.sleep(0)
     assert caplog.records == []
+
+
+async def test_cancel_cancels_again_a_task_that_lost_its_cancellation(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll loop whose first cancellation is lost inside it (as Python 3.11's wait_for loses
+    one when the awaited call finishes in the same turn) still stops: cancel asks again."""
+    monkeypatch.setattr(background, "CANCEL_AGAIN_S", 0.05)
+    cancels: list[int] = []
+
+    async def poller() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                cancels.append(1)
+                if len(cancels) == 1:
+                    continue  # the first cancellation lost
+                raise
+
+    task = background.start(poller(), name="campaign", log=log)
+    await asyncio.sleep(0.02)
+    async with asyncio.timeout(5):
+        await background.cancel(task)
+    assert task.cancelled() and len(cancels) == 2
+    assert "'campaign' still running" in caplog.text
+
+
+async def test_cancel_does_not_swallow_the_callers_own_cancellation() -> None:
+    """A stop cancelled while it waits for a task to end is itself cancelled (the task is
+    cancelled too), not left running on as if its wait had ended."""
+    ended = asyncio.Event()
+
+    async def slow_to_end() -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            await ended.wait()  # a clean-up that takes a while
+
+    task = asyncio.create_task(slow_to_end())
+    await asyncio.sleep(0)
+    stopper = asyncio.create_task(background.cancel(task))
+    await asyncio.sleep(0.01)
+    stopper.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopper
+    ended.set()
+    await asyncio.wait({task})
+    assert task.cancelled()

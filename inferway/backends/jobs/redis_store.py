@@ -16,7 +16,6 @@ results expire with the TTL; unfinished ones never do.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
@@ -131,9 +130,7 @@ class RedisJobStore:
 
     async def close(self) -> None:
         if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+            await background.cancel(self._heartbeat)
         await self._redis.aclose()
 
     async def _call(self, op: Any) -> Any:

@@ -98,9 +98,7 @@ class LeaderWork:
         """Stop the work, and give the leadership up so another replica takes over now rather
         than after the lease runs out."""
         if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
+            await background.cancel(self._runner)
             self._runner = None
         held, self._leadership = self._leadership, None
         if held is not None and not held.lost.is_set():
@@ -130,9 +128,7 @@ class LeaderWork:
             try:
                 await held.lost.wait()
             finally:
-                for task in running:
-                    task.cancel()
-                await asyncio.gather(*running, return_exceptions=True)
+                await background.cancel_all(running)
                 self.status.leading = False
             self.status.last_loss = held.reason
             log.warning(

@@ -30,7 +30,6 @@ taken and renewed with the API's optimistic concurrency, as client-go's leader e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -41,6 +40,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from inferway import background
 from inferway.gateway.fleet.kubernetes_objects import (
     MANAGED_BY,
     TOKEN_ANNOTATION,
@@ -277,9 +277,7 @@ class KubernetesLeases:
         leadership.lose("resigned")
         renewal = self._renewals.pop(key, None)
         if renewal is not None:
-            renewal.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewal
+            await background.cancel(renewal)
         held = self._held.pop(key, None)
         if held is None:
             return

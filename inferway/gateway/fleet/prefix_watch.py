@@ -6,10 +6,10 @@ the task never dies silently and the mirror never stops following."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
+from inferway import background
 from inferway.gateway.fleet.store import Record, Store, StoreUnavailableError
 
 __all__ = ["PrefixWatch"]
@@ -68,6 +68,4 @@ class PrefixWatch:
     async def stop(self) -> None:
         if self._task is not None:
             task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await background.cancel(task)
