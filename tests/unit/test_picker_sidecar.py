@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+from typing import Any
 
 import grpc
 import pytest
@@ -134,9 +135,10 @@ routes:
             "127.0.0.1:9001,127.0.0.1:9002",
             "127.0.0.1:9002,127.0.0.1:9001",
         )
-        # status shows the sidecar's pool (as the process last answered) beside the local one
+        # status shows the sidecar's pool (as the process last answered, so perhaps from
+        # before the pick at first) beside the local one
         for _ in range(50):
-            if "llm" in keeper.status():
+            if _picks(keeper.status()) == 1:
                 break
             await asyncio.sleep(0.1)
         shown = keeper.status()
@@ -148,3 +150,9 @@ routes:
         assert not keeper.sidecars and keeper.pool("llm") is not None
     finally:
         await keeper.stop()
+
+
+def _picks(shown: dict[str, Any]) -> int:
+    """The picks the status shows for the sidecar's service ``llm`` (0 before it shows it)."""
+    endpoints = shown.get("llm", {}).get("endpoints", {})
+    return sum(int(e["picks"]) for e in endpoints.values())
