@@ -1,9 +1,8 @@
 """Semantic check across features: the servers the gateway runs for a policy (the LLM
 processor and its reports port, inferway's own endpoint pickers, the mask sink, the feature
-router) and its listeners each need their own address. Several default to neighbouring ports
-(the LLM processor, a picker's ``listen`` and the mask sink all to 18092), so a policy that
-uses two of them must move one; without this check the second to bind would fail at run time
-and its feature would fail closed.
+router) and its listeners each need their own address. Their defaults are apart (18091 to
+18096), but a port set in the policy can meet another server's; without this check the
+second to bind would fail at run time and its feature would fail closed.
 
 Pairs other checks already name are left to them: the LLM processor against listeners and the
 feature router (checks_llm.py), pickers against each other (checks_picker.py)."""

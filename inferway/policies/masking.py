@@ -7,7 +7,7 @@ traces (docs/routing.md#masking).
       fields: [parameters.user_email, inputs.0.data]   # JSON body fields, by dotted path
       patterns: ["ACC-[0-9]{6}"]                       # RE2, anywhere in a logged string
       builtins: [email, phone, id_number]              # the default: all three
-      sink: {address: 127.0.0.1, port: 18092}          # where Envoy's logs and spans go first
+      sink: {address: 127.0.0.1, port: 18096}          # where Envoy's logs and spans go first
 
 Matches are replaced by ``replacement``. The built-ins are deliberately narrow (a date or a
 request id must not look like a phone number): e-mail addresses; phone numbers written with
@@ -27,7 +27,7 @@ from inferway.policies.features import FIELD_PATH_PATTERN
 
 __all__ = ["BUILTIN_NAMES", "DEFAULT_MASK_SINK_PORT", "Mask", "MaskSink"]
 
-DEFAULT_MASK_SINK_PORT = 18092
+DEFAULT_MASK_SINK_PORT = 18096
 Builtin = Literal["email", "phone", "id_number"]
 BUILTIN_NAMES: tuple[Builtin, ...] = ("email", "phone", "id_number")
 """The built-in patterns (observability/masking.py holds their regexes)."""

@@ -35,8 +35,8 @@ from inferway.policies.types import Duration, split_host_port
 
 __all__ = ["DEFAULT_PICKER_HTTP_LISTEN", "DEFAULT_PICKER_LISTEN", "Picker", "PickerScorers"]
 
-DEFAULT_PICKER_LISTEN = "127.0.0.1:18092"
-DEFAULT_PICKER_HTTP_LISTEN = "127.0.0.1:18093"
+DEFAULT_PICKER_LISTEN = "127.0.0.1:18094"
+DEFAULT_PICKER_HTTP_LISTEN = "127.0.0.1:18095"
 
 
 class _Model(BaseModel):

@@ -79,7 +79,7 @@ def test_own_picker_fail_closed() -> None:
     picker_cluster = clusters["inferway_picker_llm"]
     address = picker_cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
     assert (address.socket_address.address, address.socket_address.port_value) == (
-        "127.0.0.1", 18092,
+        "127.0.0.1", 18094,
     )  # fmt: skip
 
 
@@ -174,7 +174,7 @@ def test_ext_proc_transport_adds_no_access_log() -> None:
         ("{metrics_path: metrics}", "must start with '/'"),
         ("{external: 'x:1', transport: http}", "is asked over GAIE's ext_proc protocol"),
         ("{transport: grpc}", "'ext_proc' or 'http'"),
-        ("{transport: http, http_listen: '127.0.0.1:18092'}", "give them different ports"),
+        ("{transport: http, http_listen: '127.0.0.1:18094'}", "give them different ports"),
         ("{transport: http, http_listen: 'nohost'}", "expected 'host:port'"),
     ],
 )

@@ -32,17 +32,17 @@ def _load(text: str) -> None:
 @pytest.mark.parametrize(
     ("llm", "picker", "line", "expected"),
     [
-        (  # both defaults: 18092
-            "",
+        (  # the picker's default moved onto the LLM processor's
+            "llm: {port: 18094}\n",
             "{}",
-            5,
-            "service 'a''s picker would listen on 127.0.0.1:18092, which is the LLM processor's",
+            6,
+            "service 'a''s picker would listen on 127.0.0.1:18094, which is the LLM processor's",
         ),
         (  # the reports port's default (port + 1) is the picker's http_listen default
-            "llm: {port: 18000, reports_port: 18093}\n",
-            '{transport: http, listen: "127.0.0.1:18094"}',
+            "llm: {port: 18094}\n",
+            '{transport: http, listen: "127.0.0.1:18097"}',
             6,
-            "http_listen would listen on 127.0.0.1:18093, which is the LLM processor's reports",
+            "http_listen would listen on 127.0.0.1:18095, which is the LLM processor's reports",
         ),
     ],
 )
@@ -59,23 +59,36 @@ def test_pickers_and_the_llm_processor_apart_are_accepted() -> None:
     _load(HEAD + PICKED.replace("PICKER", picker) + OPENAI)
 
 
+def test_every_server_on_its_default_port_is_accepted() -> None:
+    """The LLM processor, a picker on each transport, the mask sink and the feature router,
+    all on their defaults, bind apart."""
+    text = (
+        HEAD
+        + PICKED.replace("PICKER", "{transport: http}")
+        + OPENAI
+        + "observability: {access_log: {enabled: true}}\n"
+        + "mask: {fields: [secret]}\n"
+    )
+    _load(text)
+
+
 def test_a_mask_sink_on_a_pickers_address_is_refused() -> None:
     text = (
         HEAD
-        + PICKED.replace("PICKER", "{}")
+        + PICKED.replace("PICKER", "{listen: 127.0.0.1:18096}")
         + "routes:\n  - {name: r, match: {path: {prefix: /}}, backends: [{service: a}]}\n"
         + "observability: {access_log: {enabled: true}}\n"
         + "mask: {fields: [secret]}\n"
     )
     with pytest.raises(
-        PolicyError, match=r"the mask sink would listen on 127.0.0.1:18092, which is service"
+        PolicyError, match=r"the mask sink would listen on 127.0.0.1:18096, which is service"
     ):
         _load(text)
     _load(text.replace("mask: {fields: [secret]}", "mask: {fields: [secret], sink: {port: 18099}}"))
 
 
 def test_a_picker_on_a_listeners_port_is_refused() -> None:
-    text = HEAD.replace("18080", "18092") + PICKED.replace("PICKER", "{}")
+    text = HEAD.replace("18080", "18094") + PICKED.replace("PICKER", "{}")
     text += "routes:\n  - {name: r, match: {path: {prefix: /}}, backends: [{service: a}]}\n"
     with pytest.raises(PolicyError, match=r"which is listener 'edge''s"):
         _load(text)
