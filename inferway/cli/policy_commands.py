@@ -22,7 +22,7 @@ from inferway.cli.output import (
 from inferway.cli.validate import check_policy_file, print_summary
 from inferway.console import make_console, print_issues
 from inferway.exit_codes import EXIT_CANNOT_START, EXIT_INVALID
-from inferway.gateway.runtime import GatewayOptions, GatewayPlan, plan_gateway
+from inferway.gateway.gateway_plan import GatewayOptions, GatewayPlan, plan_gateway
 from inferway.policies import PolicyError
 
 __all__ = ["render", "validate"]

@@ -16,12 +16,12 @@ from inferway.exit_codes import EXIT_CANNOT_START
 from inferway.gateway.admin import DEFAULT_ADMIN_PORT
 from inferway.gateway.control_plane_process import ControlPlaneSpec
 from inferway.gateway.foreground import run_event_loop, serve_gateway
-from inferway.gateway.keeper import run_keeper
-from inferway.gateway.runtime import (
+from inferway.gateway.gateway_plan import (
     DEFAULT_ENVOY_ADMIN_PORT,
     DEFAULT_XDS_PORT,
     GatewayOptions,
 )
+from inferway.gateway.keeper import run_keeper
 from inferway.gateway.xds_mtls import XdsMtlsError, resolve_xds_mtls_files
 from inferway.xds.server import DEFAULT_MAX_CONNECTION_AGE_S
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from inferway.console import short_version
-from inferway.gateway.runtime import GatewayOptions, GatewayPlan, plan_gateway
+from inferway.gateway.gateway_plan import GatewayOptions, GatewayPlan, plan_gateway
 from inferway.policies import Policy, PolicyError
 from inferway.policies.errors import PolicyIssue
 

@@ -115,8 +115,10 @@ def test_serve_import_graph_holds_no_policies_xds_or_gateway_module(tmp_path: Pa
 
 
 def test_the_probe_sees_a_command_modules_imports(tmp_path: Path) -> None:
-    """The checks above can fail: ``validate --help`` loads the policy model and the gateway."""
+    """The checks above can fail: ``validate --help`` loads the policy model and the gateway's
+    plan (not its composition root: validating starts nothing)."""
     modules, done = _modules_after(tmp_path, "validate", "--help")
     assert done.returncode == 0, done.stderr
     assert "inferway.policies.model" in modules
-    assert "inferway.gateway.runtime" in modules
+    assert "inferway.gateway.gateway_plan" in modules
+    assert "inferway.gateway.runtime" not in modules
