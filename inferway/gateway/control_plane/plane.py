@@ -1,15 +1,5 @@
-"""The gateway's one piece of state: which policy is live, and which edit was last refused.
-
-Applying a policy is resolve -> translate -> snapshot -> consistency check -> cache, all pure:
-the runtime state (endpoints, certificates) arrives already read by its sources, so applying
-does no I/O. Anything that fails on the way leaves the cache holding the last good snapshot: a
-bad edit never replaces a good policy, it is recorded as refused so ``inferway status`` can
-say why. That includes a snapshot an Envoy rejects after the push (a NACK): the cache goes back
-to the last ACKed snapshot and the control plane to the policy and runtime state it was built
-from, so the next edit and the next state change start from the last good policy, not from the
-rejected one. :func:`build_policy_snapshot` is the same pipeline without the cache, for
-``inferway validate`` and ``render``.
-"""
+""":class:`ControlPlane`: policies in, cache snapshots out, the last good one kept when an edit
+is refused or an Envoy rejects it (the package's docstring says how)."""
 
 from __future__ import annotations
 
@@ -17,11 +7,16 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from opentelemetry import trace
 
+from inferway.gateway.control_plane.outcomes import (
+    AppliedPolicy,
+    FileProblem,
+    PolicyObserver,
+    PolicyRefusedError,
+    Refusal,
+)
 from inferway.policies.errors import PolicyError, PolicyIssue
 from inferway.policies.model import Policy
 from inferway.resolve import IR, resolve_policy
@@ -36,87 +31,13 @@ from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.translate import translate as translate_ir
 
-__all__ = [
-    "DEGRADED_REJECTED",
-    "AppliedPolicy",
-    "ControlPlane",
-    "FileProblem",
-    "PolicyFollower",
-    "PolicyObserver",
-    "PolicyRefusedError",
-    "Refusal",
-]
+__all__ = ["DEGRADED_REJECTED", "ControlPlane"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("inferway.gateway.control_plane")
 _tracer = trace.get_tracer("inferway.gateway")
 
 DEGRADED_REJECTED = "degraded: last edit rejected by Envoy"
 _KEPT_APPLIED = 8  # applied policies remembered, so a rejected one can go back to a good one
-
-
-@dataclass(frozen=True)
-class AppliedPolicy:
-    policy: Policy
-    snapshot: Snapshot
-    source: str
-    applied_at: float
-
-    @property
-    def version(self) -> str:
-        return self.snapshot.version
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An edit that was not applied: when, from which file, and every located issue."""
-
-    at: float
-    file: str
-    issues: tuple[PolicyIssue, ...]
-    rejected_by_envoy: Rejection | None = None
-    """Set when the edit was pushed and an Envoy NACKed it (Envoy's error, resource names)."""
-
-    def lines(self) -> list[str]:
-        return [str(issue) for issue in self.issues]
-
-
-@dataclass(frozen=True)
-class FileProblem:
-    """A watched file (the policy, the endpoints file) that cannot be read now: the live
-    policy keeps serving, and ``status`` says so until the file is readable again."""
-
-    file: str
-    kind: str
-    message: str
-    since: float
-
-
-class PolicyRefusedError(Exception):
-    """A policy that loaded but could not become a snapshot (translation or consistency)."""
-
-    def __init__(self, refusal: Refusal) -> None:
-        self.refusal = refusal
-        super().__init__("\n".join(refusal.lines()))
-
-
-@runtime_checkable
-class PolicyObserver(Protocol):
-    def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
-        """A policy is live; ``changed``: its snapshot differs from the one before."""
-
-    def on_refused(self, refusal: Refusal) -> None:
-        """A policy edit (or an Envoy's rejection of it) was refused; the last good stays."""
-
-
-class PolicyFollower:
-    """A :class:`PolicyObserver` that ignores both events: subclass it, override what you
-    watch."""
-
-    def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
-        return None
-
-    def on_refused(self, refusal: Refusal) -> None:
-        return None
 
 
 class ControlPlane:
