@@ -25,7 +25,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -34,7 +33,6 @@ from inferway import background
 from inferway.controllers.autoscale.autoscaler import Autoscaler
 from inferway.controllers.autoscale.params import AutoscaleConfig
 from inferway.controllers.autoscale.samples import MetricSample
-from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import (
     KubernetesFactory,
@@ -56,12 +54,12 @@ from inferway.gateway.autoscale_inputs import (
     token_rate,
 )
 from inferway.gateway.backend_scrape import BackendTotals, scrape_backends
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
+from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower
 from inferway.gateway.fleet.fleet_load import FleetLoad
 from inferway.gateway.loop_configs import LoopConfigs, compile_loops
 from inferway.policies.scale_target import ScaleTargetSpec
 
-__all__ = ["AutoscaleDriver", "start_replica_autoscaling"]
+__all__ = ["AutoscaleDriver"]
 
 log = logging.getLogger(__name__)
 
@@ -378,31 +376,3 @@ class AutoscaleDriver(PolicyFollower):
             "decisions": list(self.history),
             "replicas": self.manager.status_json(),
         }
-
-
-def start_replica_autoscaling(
-    plane: ControlPlane,
-    *,
-    workdir: Path | None,
-    envoy_admin_urls: list[str],
-    envoy_admin_port: Callable[[], int | None],
-    kubernetes: KubernetesFactory | None = None,
-    gateway_metrics: Callable[[], bytes] | None = None,
-) -> tuple[ReplicaManager, AutoscaleDriver]:
-    """The replica manager and its autoscaling loop, both following the live policy: a
-    service that gains ``replicas:`` (or ``autoscale:``) by a later edit is started and
-    sized without a restart, one that loses it is drained and stopped. Idle (no process) while
-    no service has ``replicas:``; ``kubernetes`` makes the client of a ``kubernetes`` target
-    (None: from the pod's service account or the kubeconfig); ``gateway_metrics`` renders the
-    gateway's own /metrics (token_rate reads the LLM token count there). A replica leaves only
-    once the Envoys at ``envoy_admin_urls`` no longer list it; logs go to
-    ``<workdir>/replicas``."""
-    log_dir = workdir / "replicas" if workdir is not None else None
-    manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
-    driver = AutoscaleDriver(
-        manager, envoy_admin_port, kubernetes=kubernetes, gateway_metrics=gateway_metrics
-    )
-    if plane.policy is not None:  # compiled by plan_gateway already: the same policy
-        driver.configure(compile_loops(plane.policy))
-    plane.add_observer(driver)
-    return manager, driver

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferway.gateway.actuators.attach import attach_replica_manager
 from inferway.gateway.actuators.replicas import ReplicaManager
 from inferway.gateway.actuators.scale_actuators import KubernetesFactory
 from inferway.gateway.admin import PICKERS_STATUS, AdminServer, build_admin_app, start_admin_server
@@ -27,13 +28,14 @@ from inferway.gateway.admin_security import (
     resolve_admin_token,
 )
 from inferway.gateway.autoscale_admin import add_autoscale_routes, register_autoscale_metrics
-from inferway.gateway.autoscaling import AutoscaleDriver, start_replica_autoscaling
+from inferway.gateway.autoscaling import AutoscaleDriver
 from inferway.gateway.components import Components, Held
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.fleet.fleet_admin import add_fleet_routes
 from inferway.gateway.fleet.fleet_wiring import Fleet
 from inferway.gateway.keeper_state import KeeperView
+from inferway.gateway.loop_configs import compile_loops
 from inferway.gateway.profile_admin import add_profile_routes
 from inferway.gateway.rollouts.admin_routes import add_rollout_routes
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -132,3 +134,31 @@ async def start_admin_and_replicas(
     log.info("admin API on %s (GET /status, /policy, /healthz, /metrics)", admin.url)
     log.info("admin token for POST /reload: %s", token_source)
     return AdminParts(admin, replicas, replicas_stop, autoscale)
+
+
+def start_replica_autoscaling(
+    plane: ControlPlane,
+    *,
+    workdir: Path | None,
+    envoy_admin_urls: list[str],
+    envoy_admin_port: Callable[[], int | None],
+    kubernetes: KubernetesFactory | None = None,
+    gateway_metrics: Callable[[], bytes] | None = None,
+) -> tuple[ReplicaManager, AutoscaleDriver]:
+    """The replica manager and its autoscaling loop, both following the live policy: a
+    service that gains ``replicas:`` (or ``autoscale:``) by a later edit is started and
+    sized without a restart, one that loses it is drained and stopped. Idle (no process) while
+    no service has ``replicas:``; ``kubernetes`` makes the client of a ``kubernetes`` target
+    (None: from the pod's service account or the kubeconfig); ``gateway_metrics`` renders the
+    gateway's own /metrics (token_rate reads the LLM token count there). A replica leaves only
+    once the Envoys at ``envoy_admin_urls`` no longer list it; logs go to
+    ``<workdir>/replicas``."""
+    log_dir = workdir / "replicas" if workdir is not None else None
+    manager = attach_replica_manager(plane, envoy_admin_urls=envoy_admin_urls, log_dir=log_dir)
+    driver = AutoscaleDriver(
+        manager, envoy_admin_port, kubernetes=kubernetes, gateway_metrics=gateway_metrics
+    )
+    if plane.policy is not None:  # compiled by plan_gateway already: the same policy
+        driver.configure(compile_loops(plane.policy))
+    plane.add_observer(driver)
+    return manager, driver
