@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from inferway.controllers.rollout.config import TOTAL_WEIGHT, RolloutConfig
+from inferway.controllers.rollout.config import RolloutConfig
 from inferway.controllers.rollout.controller import RolloutController
 from inferway.controllers.rollout.evidence import WindowSample
 from inferway.controllers.rollout.state import (
@@ -39,9 +39,9 @@ from inferway.gateway.control_plane import AppliedPolicy, PolicyFollower, Policy
 from inferway.gateway.loop_configs import compile_loops
 from inferway.gateway.rollouts.envoy_stats import ScrapeError
 from inferway.gateway.rollouts.schedule import next_tick
+from inferway.gateway.rollouts.status_document import rollout_status
 from inferway.gateway.rollouts.store import RolloutStateStore
 from inferway.gateway.rollouts.targets import (
-    backend_evidence,
     build_weights,
     rollout_target,
     same_target,
@@ -313,37 +313,7 @@ class RolloutDriver(PolicyFollower):
     def status(self, name: str, *, history: int = 20) -> RolloutStatus:
         """``GET /rollouts/{name}`` (``admin_documents.RolloutStatus``)."""
         entry = self._entry(name)
-        s, config = entry.controller.state, entry.controller.config
-        last = next((d for d in reversed(s.history) if d.verdicts), None)
-        return {
-            "name": name,
-            "route": entry.spec.route,
-            "stable": config.stable,
-            "canary": config.canary,
-            "phase": s.phase.value,
-            "paused_by": s.paused_by,
-            "step": s.step,
-            "steps": [step.percent for step in config.steps],
-            "weight_percent": s.weight * 100 / TOTAL_WEIGHT,
-            "reason": s.reason,
-            "run": s.run,
-            "interval_s": config.analysis.interval_s,
-            "evidence": {
-                "canary": {
-                    "requests": s.evidence.canary.requests,
-                    "errors": s.evidence.canary.errors,
-                },
-                "stable": {
-                    "requests": s.evidence.stable.requests,
-                    "errors": s.evidence.stable.errors,
-                },
-                "step_canary_requests": s.evidence.step_canary_requests,
-                **(backend_evidence(s) if config.needs_backend_metrics else {}),
-            },
-            "last_analysis": None if last is None else last.to_json(),
-            "gate": entry.gate,
-            "history": [d.to_json() for d in s.history[-history:]] if history else [],
-        }
+        return rollout_status(name, entry.spec.route, entry.controller, entry.gate, history)
 
     def _entry(self, name: str) -> _Entry:
         entry = self._entries.get(name)
