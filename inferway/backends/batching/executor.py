@@ -9,10 +9,9 @@ an instance idle). One dispatcher task per model covers the rest: the time the s
 named, cancels, and draining on stop. Each model instance owns one worker thread, so a
 runner's ``run`` is never called concurrently.
 
-One class; its collaborators are composed, not inherited: the Scheduler decides, the Dispatcher
-(``dispatcher.py``) owns the timer task, the BatchReporter (``reporting.py``) makes spans and
-batch records, WindowStats keeps the load figures ORCA reports. A queued request is one typed
-record (``QueuedRequest``), so the hot path allocates one object per request.
+Its collaborators are composed: the Scheduler decides, the Dispatcher (``dispatcher.py``) owns
+the timer task, the BatchReporter (``reporting.py``) makes spans and batch records, WindowStats
+keeps ORCA's load figures. A queued request is one typed record (``QueuedRequest``).
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
 from .loop_load import LoopLoad, this_threads_loop_load
-from .queued import QueuedRequest
+from .queued import QueuedRequest, abandoned
 from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
 from .scheduler import Scheduler
@@ -49,20 +48,6 @@ log = logging.getLogger(__name__)
 INLINE_BELOW_S = 0.0002
 """A batch the cost model expects to finish faster than this runs on the event loop thread:
 handing it to a worker thread and back costs about as much as computing it."""
-
-
-def _abandoned(req: QueuedRequest) -> bool:
-    """Whether nobody waits for ``req``'s rows: its caller gave up, or its client's connection
-    says it hung up (then its future is cancelled here, so it is answered and counted as a
-    client gone, as a cancel read by the loop would be)."""
-    fut = req.future
-    if fut.done():
-        return True
-    gone = req.gone
-    if gone is not None and gone():
-        fut.cancel()
-        return True
-    return False
 
 
 class BatchExecutor:
@@ -311,7 +296,7 @@ class BatchExecutor:
 
     def _launch(self, batch: Dispatch[QueuedRequest], now: float) -> None:
         assert self._loop is not None
-        live = tuple(req for req in batch.requests if not _abandoned(req))
+        live = tuple(req for req in batch.requests if not abandoned(req))
         if len(live) < len(batch.requests):
             # cancelled after the scheduler took it, before its forget callback ran (both
             # wait for the loop's next pass), or its client hung up and the loop has not read

@@ -13,7 +13,7 @@ from .client_gone import GoneCheck
 from .inputs import Inputs, Outputs
 from .records import Pending
 
-__all__ = ["QueuedRequest"]
+__all__ = ["QueuedRequest", "abandoned"]
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -26,3 +26,17 @@ class QueuedRequest(Pending):
     future: asyncio.Future[Outputs]
     span_context: SpanContext
     gone: GoneCheck | None = None
+
+
+def abandoned(req: QueuedRequest) -> bool:
+    """Whether nobody waits for ``req``'s rows: its caller gave up, or its client's connection
+    says it hung up (then its future is cancelled here, so it is answered and counted as a
+    client gone, as a cancel read by the loop would be)."""
+    fut = req.future
+    if fut.done():
+        return True
+    gone = req.gone
+    if gone is not None and gone():
+        fut.cancel()
+        return True
+    return False
