@@ -1,8 +1,9 @@
 """The fast HTTP front end's CPU per request, in process and without sockets.
 
-Requests are fed to the front end's own protocol objects (``fast_http._Connection``) through an
-in-memory transport, closed loop (each connection sends its next request when its answer is
-written), over a real ``start_backend`` with adaptive batching and ONNX Runtime on the CPU.
+Requests are fed to the front end's own protocol objects
+(``fast_http_connection.FastHttpConnection``) through an in-memory transport, closed loop (each
+connection sends its next request when its answer is written), over a real ``start_backend``
+with adaptive batching and ONNX Runtime on the CPU.
 No kernel networking and no load generator share the measurement, so the figure is steadier
 than a socket benchmark's: use it to compare changes to the per-request path. It prints the
 process CPU per request, the part of it ONNX Runtime's batches took (``compute_seconds``), and
@@ -32,7 +33,7 @@ from loadgen_spec import request_row
 
 from inferway.backends.app import start_backend
 from inferway.backends.process_tuning import freeze_startup_heap, tune_for_serving
-from inferway.backends.protocol import fast_http
+from inferway.backends.protocol import fast_http_connection
 from inferway.backends.protocol.decode_plans import DEFAULT_CAPACITY, DecodePlans
 from inferway.backends.serving.settings import ServingSettings
 
@@ -124,7 +125,7 @@ async def measure(
 
     conns = []
     for _ in range(concurrency):
-        conn = fast_http._Connection(fast)
+        conn = fast_http_connection.FastHttpConnection(fast)
         conn.connection_made(_Transport(lambda c=conn: answered(c)))
         conns.append(conn)
     for conn in conns:
