@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from inferway.backends.install_check import missing_backend_message, missing_backend_modules
-from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S, JobSettings
+from inferway.backends.jobs.settings import DEFAULT_MAX_JOBS, DEFAULT_TTL_S
 from inferway.backends.jobs.store import JobStoreUnavailableError
-from inferway.backends.process_tuning import freeze_startup_heap, tune_for_serving
+from inferway.backends.process_tuning import tune_for_serving
 from inferway.backends.serving.settings import (
     DEFAULT_BACKLOG,
     DEFAULT_BODY_TIMEOUT_S,
@@ -29,13 +28,11 @@ from inferway.backends.serving.settings import (
     HTTP_FRONTEND_ENV,
     ServingSettings,
 )
-from inferway.backends.tls import BackendTls
+from inferway.cli.serve_loop import echo_listeners, serve_until_signal
 from inferway.cli.serve_options import (
     CannotListenError,
     backend_tls,
-    exposure_warning,
     job_settings,
-    listen_error,
 )
 from inferway.observability.log_format import (
     LogFormatChoice,
@@ -61,55 +58,6 @@ _DEFAULT_FRONTEND = HttpFrontendChoice(DEFAULT_HTTP_FRONTEND)
 _EXIT_CANNOT_START = 2
 """docs/cli.md's exit code for a precondition not met here (the gateway's EXIT_CANNOT_START;
 the backend does not import the gateway; tests/unit/test_install_check.py checks they agree)."""
-
-
-async def _serve(
-    model_repository: Path,
-    http_port: int,
-    grpc_port: int,
-    host: str,
-    echo: bool = True,
-    tls: BackendTls | None = None,
-    settings: ServingSettings | None = None,
-    backlog: int = DEFAULT_BACKLOG,
-    jobs: JobSettings | None = None,
-) -> None:
-    from inferway.backends.app import describe_served, start_backend
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        handle = await start_backend(
-            model_repository,
-            host=host,
-            http_port=http_port,
-            grpc_port=grpc_port,
-            tls=tls,
-            settings=settings,
-            backlog=backlog,
-            jobs=jobs,
-        )
-    except OSError as exc:  # a port in use, an address not here, a name that does not resolve
-        raise CannotListenError(listen_error(host, http_port, grpc_port, exc)) from None
-    freeze_startup_heap()
-    try:
-        typer.echo(f"inferway backend serving {model_repository}")
-        _echo_listeners(host, handle.http_port, handle.grpc_port, tls)
-        if handle.jobs is not None:
-            typer.echo(f"  jobs  Prefer: respond-async -> /v2/jobs/ID, kept {handle.jobs.where}")
-        models = handle.repository.models()
-        if not models:
-            typer.echo("  no models loaded yet (watching the repository for new ones)")
-        for m in models:
-            typer.echo(f"  model {describe_served(m)}")
-        for where, why in sorted(handle.repository.errors.items()):
-            typer.echo(f"  refused {where}: {why}", err=True)
-        await stop.wait()
-        typer.echo("stopping: draining in-flight requests")
-    finally:
-        await handle.stop()
 
 
 def serve(
@@ -370,7 +318,7 @@ def serve(
             backlog=backlog,
         )
         typer.echo(f"inferway backend serving {model_repository} with {workers} workers")
-        _echo_listeners(host, http_port, grpc_port, tls)
+        echo_listeners(host, http_port, grpc_port, tls)
         raise typer.Exit(run_workers(settings, workers, typer.echo))
     tune_for_serving()
     where = (model_repository, http_port, grpc_port, host)
@@ -383,9 +331,13 @@ def serve(
         try:
             import uvloop
         except ImportError:  # e.g. Windows: plain asyncio still works
-            asyncio.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
+            asyncio.run(
+                serve_until_signal(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs)
+            )
         else:
-            uvloop.run(_serve(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs))
+            uvloop.run(
+                serve_until_signal(*where, tls=tls, settings=serving, backlog=backlog, jobs=jobs)
+            )
     except JobStoreUnavailableError as exc:
         typer.echo(f"error: {exc} (--jobs-redis)", err=True)
         raise typer.Exit(_EXIT_CANNOT_START) from None
@@ -395,16 +347,3 @@ def serve(
     finally:
         if provider is not None:
             provider.shutdown()
-
-
-def _echo_listeners(host: str, http_port: int, grpc_port: int, tls: BackendTls | None) -> None:
-    scheme = "https" if tls else "http"
-    typer.echo(f"  HTTP  {scheme}://{host}:{http_port}  (KServe v2, /metrics)")
-    if tls is not None:
-        typer.echo(
-            f"  TLS   {tls.certificate}; client certificates "
-            + ("required" if tls.require_client_cert else "not required")
-        )
-    typer.echo(f"  gRPC  {host}:{grpc_port}  (inference.GRPCInferenceService)")
-    if (warning := exposure_warning(host, tls)) is not None:
-        typer.echo(warning, err=True)
