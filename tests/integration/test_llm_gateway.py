@@ -224,6 +224,23 @@ async def test_one_megabyte_prompts_arrive_intact_around_envoys_buffer_size(
     assert len(engine.bodies) == 10, "each request reached the engine exactly once"
 
 
+async def test_a_body_over_max_body_bytes_gets_413_and_reaches_no_engine() -> None:
+    """The body streams through the processor (not Envoy's buffer), which bounds it: one
+    byte over ``llm.max_body_bytes`` is refused with an OpenAI-style 413, one at it passes."""
+    mib = 1024 * 1024
+    policy = with_llm_ports(
+        POLICY.replace("  timeout: 10s\n", f"  timeout: 10s\n  max_body_bytes: {mib}\n")
+    )
+    async with TrafficGateway(policy, engines()) as gw:
+        status, _, raw = await post(gw, sized_body(mib + 1, stream=False))
+        assert status == 413, raw[:200]
+        assert json.loads(raw)["error"]["code"] == "request_too_large"
+        assert gw.backends["qwen"].bodies == []
+        status, _, raw = await post(gw, sized_body(mib, stream=False))
+        assert status == 200, raw[:200]
+        assert len(gw.backends["qwen"].bodies) == 1
+
+
 async def test_a_token_per_minute_limit_answers_429_with_retry_after() -> None:
     policy = with_llm_ports(LIMITED)
     async with TrafficGateway(policy, engines()) as gw:
