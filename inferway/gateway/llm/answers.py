@@ -19,10 +19,7 @@ __all__ = [
     "error_answer",
     "pass_response_body",
     "pass_response_headers",
-    "passed_headers",
-    "passed_trailers",
     "routed_headers",
-    "streamed_body",
 ]
 
 
@@ -54,25 +51,6 @@ def routed_headers(
         tags["id"].string_value = stream_id
         tags["drop_usage"].bool_value = drop_usage
     return answer
-
-
-def passed_headers() -> ep_pb2.ProcessingResponse:
-    """Headers of a request that is not this processor's: on unchanged."""
-    return ep_pb2.ProcessingResponse(request_headers=ep_pb2.HeadersResponse())
-
-
-def streamed_body(body: bytes, end_of_stream: bool) -> ep_pb2.ProcessingResponse:
-    """Body bytes for the upstream (``FULL_DUPLEX_STREAMED``: Envoy sends on only what the
-    processor sends back)."""
-    common = ep_pb2.CommonResponse()
-    streamed = common.body_mutation.streamed_response
-    streamed.body = body
-    streamed.end_of_stream = end_of_stream
-    return ep_pb2.ProcessingResponse(request_body=ep_pb2.BodyResponse(response=common))
-
-
-def passed_trailers() -> ep_pb2.ProcessingResponse:
-    return ep_pb2.ProcessingResponse(request_trailers=ep_pb2.TrailersResponse())
 
 
 def pass_response_headers() -> ep_pb2.ProcessingResponse:

@@ -37,15 +37,12 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
-from inferway.gateway.ext_proc_passthrough import passthrough
+from inferway.gateway.ext_proc_passthrough import passthrough, streamed_body
 from inferway.gateway.llm.answers import (
     error_answer,
     pass_response_body,
     pass_response_headers,
-    passed_headers,
-    passed_trailers,
     routed_headers,
-    streamed_body,
 )
 from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings, LlmStream
@@ -143,7 +140,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                         yield answer
                     if stream.request is None:
                         return
-                    yield passed_trailers()
+                    yield passthrough("request_trailers")
                 elif kind == "response_headers" and stream is not None:
                     self.answer_messages += 1
                     headers = _headers(request.response_headers)
@@ -197,7 +194,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         headers = _headers(message)
         if not _under(headers.get(":path", ""), settings.prefixes):
             self.foreign += 1
-            return None, passed_headers()
+            return None, passthrough("request_headers")
         self.requests += 1
         client = client_key(headers, settings.client_header, hashed=settings.hash_client)
         stream = LlmStream(client, operation_of(headers.get(":path", "")), self._clock())
