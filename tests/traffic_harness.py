@@ -28,8 +28,10 @@ from aiohttp import web
 from inferway.backends.telemetry.orca import ORCA_HEADER, LoadReport, build_orca_header
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
+from inferway.resolve import IR
 from inferway.xds.bootstrap import build_bootstrap
 from inferway.xds.cache import SnapshotCache
+from inferway.xds.resources import Resources
 from tests.aiohttp_sites import start_site
 from tests.envoy_process import EnvoyProcess, free_port
 from tests.helpers import poll_until  # re-exported for the tests importing them here
@@ -197,8 +199,17 @@ class TrafficGateway:
     ``{listener_port}`` and ``{<backend name>}`` placeholders are filled in with the listener's
     and the backends' ports. An edit is written to the file and applied as the watcher does."""
 
-    def __init__(self, policy_template: str, backends: Iterable[ControlledBackend]) -> None:
+    def __init__(
+        self,
+        policy_template: str,
+        backends: Iterable[ControlledBackend],
+        *,
+        translate: Callable[[IR], Resources] | None = None,
+    ) -> None:
+        """``translate``: what the gateway pushes with (None: the real translator), for a
+        test that changes one thing of what Envoy gets."""
         self.template = policy_template
+        self._translate = translate
         self.backends = {b.name: b for b in backends}
         self.listener_port = free_port()
         self._dir = tempfile.TemporaryDirectory(prefix="inferway-traffic-")
@@ -225,7 +236,11 @@ class TrafficGateway:
             self.policy_path.write_text(self.render(), encoding="utf-8")
             self.gateway = await start_gateway(
                 GatewayOptions(
-                    policy_path=self.policy_path, xds_port=0, admin_port=0, with_envoy=False
+                    policy_path=self.policy_path,
+                    xds_port=0,
+                    admin_port=0,
+                    with_envoy=False,
+                    translate=self._translate,
                 )
             )
             bootstrap = build_bootstrap(

@@ -24,6 +24,14 @@ from google.protobuf import struct_pb2
 from rich.console import Console
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
+    ext_proc_pb2,
+    processing_mode_pb2,
+)
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2 as ep_pb2,
 )
@@ -31,7 +39,11 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
 from inferway.cli.status import render_status
-from inferway.xds.translate.picker import ACCESS_LOG_FLUSH_S
+from inferway.resolve import IR
+from inferway.xds import type_urls
+from inferway.xds.resources import Resources
+from inferway.xds.translate import translate
+from inferway.xds.translate.picker import ACCESS_LOG_FLUSH_S, picker_filter
 from tests.envoy_process import free_port
 from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
 from tests.traffic_harness import TrafficGateway
@@ -176,6 +188,50 @@ async def test_a_shared_prefix_goes_to_the_engine_holding_it(
     render_status(document, console)
     text = console.export_text()
     assert "endpoint picker: llm" in text and holder in text and "last pick:" in text
+
+
+def _picker_body_streamed(ir: IR) -> Resources:
+    """What inferway translates, but Envoy streams the request's body to the picker
+    (``FULL_DUPLEX_STREAMED``), as a GAIE-style gateway may be configured to."""
+    resources = translate(ir)
+    listeners = resources.typed(type_urls.LISTENER, listener_pb2.Listener)
+    mode = processing_mode_pb2.ProcessingMode
+    for listener in listeners.values():
+        for chain in listener.filter_chains:
+            for network_filter in chain.filters:
+                manager = hcm_pb2.HttpConnectionManager()
+                network_filter.typed_config.Unpack(manager)
+                for http_filter in manager.http_filters:
+                    if http_filter.name != picker_filter("llm"):
+                        continue
+                    config = ext_proc_pb2.ExternalProcessor()
+                    http_filter.typed_config.Unpack(config)
+                    config.processing_mode.request_body_mode = mode.FULL_DUPLEX_STREAMED
+                    config.processing_mode.request_trailer_mode = mode.SEND
+                    http_filter.typed_config.Pack(config)
+                network_filter.typed_config.Pack(manager)
+    by_type = {url: dict(resources.of_type(url)) for url in resources.type_urls()}
+    by_type[type_urls.LISTENER] = dict(listeners)
+    return Resources.build({url: named.items() for url, named in by_type.items()})
+
+
+async def test_a_body_streamed_to_the_picker_is_picked_on_and_passed_on_whole(
+    engines: list[LLMEngine],
+) -> None:
+    """A gateway that streams the body (``FULL_DUPLEX_STREAMED``) gets the pick on the
+    headers' answer once the body has ended, and the body back whole: the prefix holder is
+    picked and the engine reads the request (it answers 200, and its prompt cache holds)."""
+    policy = _policy(engines, fail="closed")
+    async with TrafficGateway(policy, [], translate=_picker_body_streamed) as gw:
+        await _wait_healthy(gw)
+        status, holder, _ = await _chat(gw, "streamed", "first question")
+        assert status == 200 and holder
+        for i in range(4):
+            status, served, body = await _chat(gw, "streamed", f"question number {i}")
+            assert (status, served) == (200, holder), body
+        assert gw.gateway is not None and gw.gateway.pickers is not None
+        (server,) = gw.gateway.pickers.servers.values()
+        assert server.processor.requests >= 5 and server.processor.errors == 0
 
 
 async def test_a_saturated_holder_sheds_to_others_and_queues_spread(

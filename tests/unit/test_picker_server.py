@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2 as ep_pb2,
 )
@@ -144,3 +145,60 @@ async def test_health_service(server: PickerServer) -> None:
             await check(b"\x0a\x03foo")
         assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
     assert decode_service(b"\x0a\x03abc") == "abc" and decode_service(b"") == ""
+
+
+def _duplex(request: ep_pb2.ProcessingRequest) -> ep_pb2.ProcessingRequest:
+    """``request`` as a gateway streaming the body sends its first message."""
+    mode = processing_mode_pb2.ProcessingMode
+    request.protocol_config.request_body_mode = mode.FULL_DUPLEX_STREAMED
+    return request
+
+
+def _chunk(data: bytes, end: bool = False) -> ep_pb2.ProcessingRequest:
+    return ep_pb2.ProcessingRequest(request_body=ep_pb2.HttpBody(body=data, end_of_stream=end))
+
+
+def _streamed(response: ep_pb2.ProcessingResponse) -> tuple[bytes, bool]:
+    part = response.request_body.response.body_mutation.streamed_response
+    return part.body, part.end_of_stream
+
+
+async def test_a_streamed_body_is_answered_once_whole_then_sent_back(
+    server: PickerServer,
+) -> None:
+    """FULL_DUPLEX_STREAMED: no answer until the body has ended; then the headers' answer
+    carries the pick (header and metadata) and the body comes back whole."""
+    body = json.dumps({"model": "m", "prompt": "a shared prefix " * 20}).encode()
+    head, sent = await _exchange(
+        server, [_duplex(_headers(False)), _chunk(body[:30]), _chunk(body[30:], end=True)]
+    )
+    (header,) = head.request_headers.response.header_mutation.set_headers
+    winner = header.header.raw_value.decode().split(",")[0]
+    assert winner in ENDPOINTS
+    metadata = json_format.MessageToDict(head.dynamic_metadata)
+    assert metadata["envoy.lb"]["x-gateway-destination-endpoint"].split(",")[0] == winner
+    assert _streamed(sent) == (body, True)
+
+
+async def test_a_streamed_body_past_the_hold_limit_is_picked_by_load_and_passed_on(
+    server: PickerServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "MAX_HELD_BODY_BYTES", 16)
+    parts = [b"x" * 10, b"y" * 10, b"z" * 10]
+    answers = await _exchange(
+        server,
+        [_duplex(_headers(False)), _chunk(parts[0]), _chunk(parts[1]), _chunk(parts[2], True)],
+    )
+    head, *rest = answers
+    assert head.request_headers.response.header_mutation.set_headers  # picked at 20 bytes
+    assert [_streamed(a) for a in rest] == [(parts[0] + parts[1], False), (parts[2], True)]
+
+
+async def test_a_streamed_body_ended_by_trailers_is_answered_in_order(
+    server: PickerServer,
+) -> None:
+    body = json.dumps({"model": "m", "prompt": "hello"}).encode()
+    trailers = ep_pb2.ProcessingRequest(request_trailers=ep_pb2.HttpTrailers())
+    head, sent, after = await _exchange(server, [_duplex(_headers(False)), _chunk(body), trailers])
+    assert head.HasField("request_headers") and _streamed(sent) == (body, False)
+    assert after.HasField("request_trailers")

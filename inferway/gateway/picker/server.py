@@ -41,12 +41,13 @@ from google.protobuf import json_format, struct_pb2
 from opentelemetry import trace
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.accesslog.v3 import als_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2 as ep_pb2,
 )
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
-from inferway.gateway.ext_proc_passthrough import passthrough
+from inferway.gateway.ext_proc_passthrough import passthrough, streamed_body
 from inferway.gateway.grpc_listen import listen_and_start
 from inferway.gateway.picker.core.picker import Pick, Picker
 from inferway.gateway.picker.core.prefix import prompt_text
@@ -77,6 +78,10 @@ SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 ACCESS_LOG_SERVICE = "envoy.service.accesslog.v3.AccessLogService"
+_FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+MAX_HELD_BODY_BYTES = 1 << 20
+"""A streamed body is held for the pick up to this much (as Envoy's buffer holds a
+``BUFFERED`` one); past it the pick is by load only and the body passes on as it comes."""
 _HEADERS_OK = ep_pb2.ProcessingResponse(
     request_headers=ep_pb2.HeadersResponse()
 ).SerializeToString()
@@ -232,11 +237,19 @@ class _Processor:
         return pools.get(name) if isinstance(name, str) else None
 
     async def process(self, _requests: object, context: Any) -> None:
-        """One Envoy stream (one HTTP request): headers, then the body when there is one."""
+        """One Envoy stream (one HTTP request): headers, then the body when there is one.
+        A ``BUFFERED`` body comes whole after the headers' answer. A ``FULL_DUPLEX_STREAMED``
+        one (inferway's own Envoys ask so; a GAIE gateway may) comes in chunks without
+        waiting: the headers are answered with the pick once the body has ended (or once
+        more than ``MAX_HELD_BODY_BYTES`` came: then by load only), and the body is sent
+        back on, as that mode requires."""
         pool = self._pool(context)
         pick: Pick | None = None
         session: str | None = None
         subset: list[str] | None = None
+        duplex = False
+        held: bytearray | None = None
+        """Full duplex: the body so far, until the pick."""
         try:
             while (raw := await context.read()) is not grpc.aio.EOF:
                 request = ep_pb2.ProcessingRequest.FromString(raw)
@@ -247,11 +260,36 @@ class _Processor:
                     subset = _subset(request)
                     if pool is not None:
                         session = _header(headers, pool.session_header)
+                    duplex = request.protocol_config.request_body_mode == _FULL_DUPLEX
                     if headers.end_of_stream:
                         pick = pick_for(pool, None, None, session, subset)
                         await context.write(_serialized(pick, "headers"))
+                    elif duplex:
+                        held = bytearray()  # the headers' answer waits for the body
                     else:
                         await context.write(_HEADERS_OK)
+                elif kind in ("request_body", "request_trailers") and held is not None:
+                    chunk = request.request_body
+                    held += chunk.body
+                    ended = chunk.end_of_stream or kind == "request_trailers"
+                    if not ended and len(held) <= MAX_HELD_BODY_BYTES:
+                        continue
+                    text, model = _parse(bytes(held)) if ended else (None, None)
+                    pick = pick_for(pool, text, model, session, subset)
+                    await context.write(_serialized(pick, "headers"))
+                    if pick.status != 200:
+                        return  # answered with an error: the request goes no further
+                    await context.write(
+                        streamed_body(bytes(held), chunk.end_of_stream).SerializeToString()
+                    )
+                    held = None
+                    if kind == "request_trailers":
+                        await context.write(passthrough(kind).SerializeToString())
+                elif kind == "request_body" and duplex:  # picked already: pass the rest on
+                    chunk = request.request_body
+                    await context.write(
+                        streamed_body(chunk.body, chunk.end_of_stream).SerializeToString()
+                    )
                 elif kind == "request_body":
                     text, model = _parse(request.request_body.body)
                     pick = pick_for(pool, text, model, session, subset)
