@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from inferway.gateway.llm.processor import REPORT_GRACE_S
 from tests.envoy_process import with_llm_ports
 from tests.openai_fake import FakeOpenAI
 from tests.traffic_harness import TrafficGateway, poll_until
@@ -224,9 +225,29 @@ async def test_one_megabyte_prompts_arrive_intact_around_envoys_buffer_size(
     assert len(engine.bodies) == 10, "each request reached the engine exactly once"
 
 
+async def test_a_stream_longer_than_the_report_grace_is_recorded_from_its_final_report() -> None:
+    """The processor takes the ext_proc stream's end as the request's end only after
+    ``REPORT_GRACE_S``; a stream that outlasts that must still be recorded from the Lua
+    filter's final report (the engine's usage), not early and estimated. (Envoy's
+    ``FULL_DUPLEX_STREAMED`` body mode ends the ext_proc stream once the body has passed: a
+    trial of it recorded this stream as 30 estimated input tokens and 1 output.)"""
+    slow = FakeOpenAI("qwen", token_delay=0.3)  # 6 tokens: about 1.8 s
+    assert 6 * slow.token_delay > REPORT_GRACE_S
+    async with TrafficGateway(
+        with_llm_ports(POLICY), [FakeOpenAI("llama"), FakeOpenAI("llama2"), slow]
+    ) as gw:
+        status, _, raw = await post(gw, chat("qwen", stream=True, max_tokens=6))
+        assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
+        labels = {"route": "qwen", "model": "qwen", "backend": "qwen-pool", "estimated": "false"}
+        tokens = "inferway_llm_tokens_total"
+        assert sample(gw, tokens, type="output", **labels) == 6
+        assert sample(gw, tokens, type="input", estimated="true") == 0
+
+
 async def test_a_body_over_max_body_bytes_gets_413_and_reaches_no_engine() -> None:
-    """The body streams through the processor (not Envoy's buffer), which bounds it: one
-    byte over ``llm.max_body_bytes`` is refused with an OpenAI-style 413, one at it passes."""
+    """Envoy holds the whole body for the processor (``BUFFERED``) in a buffer of
+    ``llm.max_body_bytes``: one byte more is refused with 413 before the processor or any
+    engine sees it; one at the limit passes."""
     mib = 1024 * 1024
     policy = with_llm_ports(
         POLICY.replace("  timeout: 10s\n", f"  timeout: 10s\n  max_body_bytes: {mib}\n")
@@ -234,7 +255,6 @@ async def test_a_body_over_max_body_bytes_gets_413_and_reaches_no_engine() -> No
     async with TrafficGateway(policy, engines()) as gw:
         status, _, raw = await post(gw, sized_body(mib + 1, stream=False))
         assert status == 413, raw[:200]
-        assert json.loads(raw)["error"]["code"] == "request_too_large"
         assert gw.backends["qwen"].bodies == []
         status, _, raw = await post(gw, sized_body(mib, stream=False))
         assert status == 200, raw[:200]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import orjson
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import external_processor_pb2 as ep_pb2
 from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.xds.translate.llm import LLM_NAMESPACE
@@ -17,9 +18,11 @@ from inferway.xds.translate.served_by import SERVED_BY_HEADERS
 
 __all__ = [
     "error_answer",
+    "let_go",
     "pass_response_body",
     "pass_response_headers",
-    "routed_headers",
+    "request_headers_continue",
+    "routed_body",
 ]
 
 
@@ -30,19 +33,48 @@ def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
     )
 
 
-def routed_headers(
-    model: str, stream_id: str = "", drop_usage: bool = False
+def let_go() -> ep_pb2.ProcessingResponse:
+    """Not this processor's request: continue untouched and send it nothing more (its body
+    is not buffered; the filter's ``allow_mode_override`` lets this answer say so)."""
+    mode = processing_mode_pb2.ProcessingMode
+    return ep_pb2.ProcessingResponse(
+        request_headers=ep_pb2.HeadersResponse(),
+        mode_override=mode(
+            request_body_mode=mode.NONE,
+            request_trailer_mode=mode.SKIP,
+            response_header_mode=mode.SKIP,
+            response_body_mode=mode.NONE,
+            response_trailer_mode=mode.SKIP,
+        ),
+    )
+
+
+def request_headers_continue() -> ep_pb2.ProcessingResponse:
+    """Go on to the body, without its Content-Length: the body may be rewritten, and Envoy
+    1.40 refuses a rewritten buffered body whose length differs from the header's while
+    ignoring a new Content-Length sent with it; without one the request goes upstream
+    chunked (every OpenAI-compatible server reads that)."""
+    mutation = ep_pb2.HeaderMutation(remove_headers=["content-length"])
+    return ep_pb2.ProcessingResponse(
+        request_headers=ep_pb2.HeadersResponse(
+            response=ep_pb2.CommonResponse(header_mutation=mutation)
+        )
+    )
+
+
+def routed_body(
+    model: str, body: bytes | None, stream_id: str = "", drop_usage: bool = False
 ) -> ep_pb2.ProcessingResponse:
-    """The request's headers, answered once its whole body was read: route on ``model``
-    (metadata + a cleared route cache; Envoy clears it only for an answer that mutates
-    headers, hence the served-by removal), without the client's Content-Length (the body
-    that follows may be rewritten; the request goes upstream chunked, which every
-    OpenAI-compatible server reads). ``stream_id`` and ``drop_usage`` are for Envoy's Lua
-    filter (xds/translate/llm_stream.py): which stream its report is about, and whether it
-    removes the usage chunk the gateway asked for."""
-    mutation = ep_pb2.HeaderMutation(remove_headers=["content-length", *SERVED_BY_HEADERS])
+    """Route on ``model`` (metadata + a cleared route cache; the cache is only cleared by an
+    answer that mutates headers, hence the served-by removal), with ``body`` replacing the
+    client's when given. ``stream_id`` and ``drop_usage`` are for Envoy's Lua filter
+    (xds/translate/llm_stream.py): which stream its report is about, and whether it removes
+    the usage chunk the gateway asked for."""
+    mutation = ep_pb2.HeaderMutation(remove_headers=list(SERVED_BY_HEADERS))
     common = ep_pb2.CommonResponse(clear_route_cache=True, header_mutation=mutation)
-    answer = ep_pb2.ProcessingResponse(request_headers=ep_pb2.HeadersResponse(response=common))
+    if body is not None:
+        common.body_mutation.body = body
+    answer = ep_pb2.ProcessingResponse(request_body=ep_pb2.BodyResponse(response=common))
     # set field by field: Struct.update's generic conversion was a third of the request's
     # Python time in the processor
     tags = answer.dynamic_metadata.fields[LLM_NAMESPACE].struct_value.fields

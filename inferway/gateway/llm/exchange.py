@@ -43,9 +43,6 @@ class LlmSettings:
     client_header: str = "x-api-key"
     hash_client: bool = True
     budget: TokenBudget | None = None
-    max_body_bytes: int = 16 * 1024 * 1024
-    """The largest request body (``llm.max_body_bytes``): the body streams through the
-    processor, not Envoy's buffer, so the processor bounds it (413 past it)."""
 
 
 class LlmStream:

@@ -1,10 +1,8 @@
 """The LLM processor's gRPC service: Envoy's external processor for ``openai`` routes.
 
-Per request Envoy opens one stream and sends the request's headers (the client's token limits
-are checked here, before a backend is asked) and its body without waiting
-(``FULL_DUPLEX_STREAMED``). Once the body has ended the processor answers the headers (the
-body's model picks the route) and sends the body on (aliases and ``include_usage`` rewritten
-in): one round trip. A body over ``llm.max_body_bytes`` gets a 413. Answers are not sent here:
+Per request Envoy opens one stream: the request's headers (the client's token limits are
+checked here, before a body is read or a backend asked) and its whole body (the model picks
+the route; aliases and ``include_usage`` are rewritten in). Answers are not sent here:
 Envoy's Lua filter (xds/translate/llm_stream.py) reads them and reports on the stream's id
 (``report``, on the reports port: report_lane.py): progress of a stream, then the end of
 the answer, before its end is passed
@@ -37,12 +35,14 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
-from inferway.gateway.ext_proc_passthrough import passthrough, streamed_body
+from inferway.gateway.ext_proc_passthrough import passthrough
 from inferway.gateway.llm.answers import (
     error_answer,
+    let_go,
     pass_response_body,
     pass_response_headers,
-    routed_headers,
+    request_headers_continue,
+    routed_body,
 )
 from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings, LlmStream
@@ -108,39 +108,18 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
     ) -> AsyncIterator[ep_pb2.ProcessingResponse]:
         stream: LlmStream | None = None
         settings = self.settings
-        body = bytearray()
-        passing = False  # not this processor's request: its body passes as it comes
         try:
             async for request in request_iterator:
                 kind = request.WhichOneof("request")
                 if kind == "request_headers":
                     stream, answer = await self._on_headers(request.request_headers, settings)
-                    if answer is not None:
-                        yield answer
-                        if stream is None and answer.HasField("immediate_response"):
-                            return
-                    passing = stream is None
-                elif kind == "request_body" and passing:
-                    chunk = request.request_body
-                    yield streamed_body(chunk.body, chunk.end_of_stream)
-                elif kind == "request_body" and stream is not None:
-                    chunk = request.request_body
-                    body += chunk.body
-                    if len(body) > settings.max_body_bytes:
-                        yield _too_large(settings.max_body_bytes)
+                    yield answer
+                    if stream is None:
                         return
-                    if chunk.end_of_stream:
-                        for answer in self._on_body(stream, bytes(body), settings):
-                            yield answer
-                        if stream.request is None:
-                            return
-                elif kind == "request_trailers" and stream is not None and not passing:
-                    # the body ended with trailers: they follow the body's answer
-                    for answer in self._on_body(stream, bytes(body), settings):
-                        yield answer
+                elif kind == "request_body" and stream is not None:
+                    yield self._on_body(stream, request.request_body.body, settings)
                     if stream.request is None:
                         return
-                    yield passthrough("request_trailers")
                 elif kind == "response_headers" and stream is not None:
                     self.answer_messages += 1
                     headers = _headers(request.response_headers)
@@ -155,11 +134,11 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                     yield pass_response_headers()
                 elif kind == "response_body" and stream is not None:
                     self.answer_messages += 1
-                    answer_chunk = request.response_body
+                    body = request.response_body
                     replacement = stream.on_response_chunk(
-                        answer_chunk.body, answer_chunk.end_of_stream, self._clock()
+                        body.body, body.end_of_stream, self._clock()
                     )
-                    if answer_chunk.end_of_stream:  # counted before the client has it all
+                    if body.end_of_stream:  # counted before the client has it all
                         await self._finish(stream, settings)
                     yield pass_response_body(replacement)
                 else:
@@ -188,13 +167,11 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
 
     async def _on_headers(
         self, message: ep_pb2.HttpHeaders, settings: LlmSettings
-    ) -> tuple[LlmStream | None, ep_pb2.ProcessingResponse | None]:
-        """The stream and no answer yet (the headers are answered with the body's route), or
-        no stream and the answer: a refusal, or on unchanged (not this processor's)."""
+    ) -> tuple[LlmStream | None, ep_pb2.ProcessingResponse]:
         headers = _headers(message)
         if not _under(headers.get(":path", ""), settings.prefixes):
             self.foreign += 1
-            return None, passthrough("request_headers")
+            return None, let_go()
         self.requests += 1
         client = client_key(headers, settings.client_header, hashed=settings.hash_client)
         stream = LlmStream(client, operation_of(headers.get(":path", "")), self._clock())
@@ -217,26 +194,20 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                 )
         if message.end_of_stream:
             return None, error_answer(400, "missing_body", "an OpenAI request has a JSON body")
-        return stream, None
+        return stream, request_headers_continue()
 
     def _on_body(
         self, stream: LlmStream, body: bytes, settings: LlmSettings
-    ) -> list[ep_pb2.ProcessingResponse]:
-        """The whole body read: the headers' answer (the route) then the body Envoy sends on
-        (rewritten when needed), or the client's error."""
+    ) -> ep_pb2.ProcessingResponse:
         try:
             prepared = prepare_request(body, settings.models, ask_for_usage=settings.ask_for_usage)
         except BadRequest as bad:
-            return [error_answer(bad.status, bad.code, bad.message)]
+            return error_answer(bad.status, bad.code, bad.message)
         stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))
         # Envoy's Lua filter reads the answer and reports on this id
         stream.id = f"{self._id_prefix}{next(self._ids)}"
         self._open[stream.id] = stream, settings
-        upstream = prepared.body if prepared.body is not None else body
-        return [
-            routed_headers(prepared.model, stream.id, stream.drop_usage),
-            streamed_body(upstream, True),
-        ]
+        return routed_body(prepared.model, prepared.body, stream.id, stream.drop_usage)
 
     async def report(self, raw: bytes) -> None:
         """A report of Envoy's Lua filter on an answer (llm_stream.py, on the reports port:
@@ -272,14 +243,6 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         except Exception:
             self.errors += 1
             log.exception("LLM processor: recording a finished request failed")
-
-
-def _too_large(limit: int) -> ep_pb2.ProcessingResponse:
-    return error_answer(
-        413,
-        "request_too_large",
-        f"the request body is larger than {limit} bytes (llm.max_body_bytes)",
-    )
 
 
 def _under(path: str, prefixes: tuple[str, ...]) -> bool:

@@ -69,7 +69,6 @@ def build_llm_settings(policy: Policy, store: BudgetStore) -> LlmSettings:
         client_header=policy.llm.client_key.header,
         hash_client=policy.llm.client_key.hash,
         budget=TokenBudget(specs, store) if specs else None,
-        max_body_bytes=policy.llm.max_body_bytes,
     )
 
 

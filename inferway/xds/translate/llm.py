@@ -2,14 +2,12 @@
 processor about each request and answer, the route matchers that read its answer, and the
 two routes Envoy answers itself per API prefix.
 
-The request's headers are held while its body streams to the processor
-(``FULL_DUPLEX_STREAMED``), which checks the client's token limits, reads the body's
-``model`` and rewrites the body when needed; its answer to the headers carries
-``inferway.llm`` dynamic metadata (``model``) and clears the route cache, so Envoy matches
-again and the route serving that model wins, and the body it sends back goes upstream.
-Answers never go to the processor chunk by chunk: Envoy's Lua filter (llm_stream.py) reads
-them as they pass and reports to the processor once per answer (twice or more for a long
-stream).
+The request is held (headers and the whole body, ``BUFFERED``) while the processor reads the
+body's ``model``, checks the client's token limits and rewrites the body when needed; its
+answer carries ``inferway.llm`` dynamic metadata (``model``) and clears the route cache, so
+Envoy matches again and the route serving that model wins. Answers never go to the
+processor chunk by chunk: Envoy's Lua filter (llm_stream.py) reads them as they pass and
+reports to the processor once per answer (twice or more for a long stream).
 
 Per prefix, ``<prefix>/models`` is answered by Envoy with the models the listener serves,
 and a last route catches a model no route on this listener serves (404). The filter runs on
@@ -84,11 +82,8 @@ def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
         message_timeout=duration(gateway.timeout),
         processing_mode=mode(
             request_header_mode=mode.SEND,
-            # the body streams to the processor while it holds the headers' answer; it
-            # answers the headers (the route) once the body has ended, then sends the body
-            # on: one round trip, where BUFFERED's headers-then-body answers were two
-            request_body_mode=mode.FULL_DUPLEX_STREAMED,
-            request_trailer_mode=mode.SEND,
+            request_body_mode=mode.BUFFERED,
+            request_trailer_mode=mode.SKIP,
             # answers are read by Envoy's Lua filter (llm_stream.py), which reports here
             response_header_mode=mode.SKIP,
             response_body_mode=mode.NONE,
