@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -54,12 +55,23 @@ async def _status(reader: asyncio.StreamReader) -> int:
     return int(head.split()[1])
 
 
+@asynccontextmanager
+async def _connected(
+    reports: ReportLane,
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """One connection to the reports port, as Envoy's keep-alive connection; closed after."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", reports.port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
 async def test_reports_are_taken_whole_and_answered_in_order_after_they_are_taken(
     lane: tuple[ReportLane, Taker],
 ) -> None:
     reports, taker = lane
-    reader, writer = await asyncio.open_connection("127.0.0.1", reports.port)
-    try:
+    async with _connected(reports) as (reader, writer):
         report = b'{"id":"a-1","final":false}\n'
         writer.write(_post(report))
         assert await _status(reader) == 200 and taker.taken == [report]
@@ -74,23 +86,18 @@ async def test_reports_are_taken_whole_and_answered_in_order_after_they_are_take
         assert [await _status(reader), await _status(reader)] == [200, 200]
         assert taker.taken == [report, b"after", b"hold final"]
         assert reports.requests == 3 and reports.errors == 0
-    finally:
-        writer.close()
 
 
 async def test_a_failed_report_still_answers_and_other_paths_are_not_found(
     lane: tuple[ReportLane, Taker],
 ) -> None:
     reports, taker = lane
-    reader, writer = await asyncio.open_connection("127.0.0.1", reports.port)
-    try:
+    async with _connected(reports) as (reader, writer):
         writer.write(_post(b"fail"))
         assert await _status(reader) == 200  # Envoy's stream goes on; the failure is logged
         assert reports.errors == 1 and taker.taken == []
         writer.write(_post(b"x", path="/elsewhere"))
         assert await _status(reader) == 404 and taker.taken == []
-    finally:
-        writer.close()
 
 
 async def test_bytes_that_are_not_http_close_the_connection(
