@@ -52,6 +52,7 @@ listeners:
 llm:
   port: {llm_port}
   reports_port: {reports_port}
+  transport: {transport}
 services:
   - name: engine
     endpoints: ["127.0.0.1:{engine_port}"]
@@ -69,7 +70,11 @@ TARGETS = {
     "direct": "/v1/chat/completions",
     "envoy, plain route": "/plain/v1/chat/completions",
     "inferway": "/v1/chat/completions",
+    "inferway, ext_proc": "/v1/chat/completions",
 }
+"""``inferway`` is the default ``llm.transport: http`` (the Lua filter asks the processor);
+``inferway, ext_proc`` the same policy with ``transport: ext_proc``, a second gateway."""
+GATEWAY_OF = {"envoy, plain route": "http", "inferway": "http", "inferway, ext_proc": "ext_proc"}
 BODY = json.dumps(
     {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hello " * 64}]}
 ).encode()
@@ -136,55 +141,64 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine, engine_conn, engine_port = spawn_server(
         engine_main, args.first_token_ms / 1000, args.token_ms / 1000, args.tokens
     )
-    listener_port = free_port()
     rounds: dict[tuple[str, int], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="inferway-bench-") as workdir:
-        policy = Path(workdir) / "policy.yaml"
-        policy.write_text(
-            POLICY.format(
-                listener_port=listener_port,
-                llm_port=free_port(),
-                reports_port=free_port(),
-                engine_port=engine_port,
-            )
-        )
-        gateway = await start_gateway(
-            GatewayOptions(
-                policy_path=policy,
-                xds_port=0,
-                admin_port=0,
-                envoy_admin_port=free_port(),
-                workdir=Path(workdir) / "gw",
-                envoy_log_level="error",
-                envoy_concurrency=1,
-            )
-        )
+        gateways: dict[str, Any] = {}
+        listeners: dict[str, int] = {}
         try:
-            assert gateway.supervisor is not None and gateway.llm is not None
-            envoy_pid = gateway.supervisor.pid
-            if not await gateway.supervisor.wait_ready(30):
-                raise RuntimeError("Envoy did not become ready")
+            for transport in ("http", "ext_proc"):
+                listeners[transport] = free_port()
+                policy = Path(workdir) / f"policy-{transport}.yaml"
+                policy.write_text(
+                    POLICY.format(
+                        listener_port=listeners[transport],
+                        llm_port=free_port(),
+                        reports_port=free_port(),
+                        engine_port=engine_port,
+                        transport=transport,
+                    )
+                )
+                gateways[transport] = await start_gateway(
+                    GatewayOptions(
+                        policy_path=policy,
+                        xds_port=0,
+                        admin_port=0,
+                        envoy_admin_port=free_port(),
+                        workdir=Path(workdir) / f"gw-{transport}",
+                        envoy_log_level="error",
+                        envoy_concurrency=1,
+                    )
+                )
+            envoy_pids: dict[str, int | None] = {"direct": None}
+            for name, transport in GATEWAY_OF.items():
+                gateway = gateways[transport]
+                assert gateway.supervisor is not None and gateway.llm is not None
+                envoy_pids[name] = gateway.supervisor.pid
+                if not await gateway.supervisor.wait_ready(30):
+                    raise RuntimeError(f"Envoy of the {transport} gateway did not become ready")
             if args.freeze_heap:  # as `inferway run` does once started (gateway/foreground.py)
                 freeze_startup_heap()
-            ports = {n: engine_port if n == "direct" else listener_port for n in TARGETS}
+            ports = {n: engine_port if n == "direct" else listeners[GATEWAY_OF[n]] for n in TARGETS}
             for name, path in TARGETS.items():  # warm up, and check every target answers
                 check = await asyncio.to_thread(run_client, ports[name], path, 2, 0.5)
                 if check["errors"] or not check["ttft_ns"]:
                     raise RuntimeError(f"{name} did not answer a stream: {check['errors']} errors")
             # the idle CPU of both (health checks, stats, the control plane) is not the traffic's
-            idle = time.perf_counter(), time.process_time(), _cpu_s(envoy_pid)
+            envoys = sorted({pid for pid in envoy_pids.values() if pid is not None})
+            idle_started = time.perf_counter(), time.process_time()
+            idle_envoy = {pid: _cpu_s(pid) for pid in envoys}
             await asyncio.sleep(2.0)
-            span = time.perf_counter() - idle[0]
-            idle_rate = (
-                (time.process_time() - idle[1]) / span,
-                (_cpu_s(envoy_pid) - idle[2]) / span,
-            )
+            span = time.perf_counter() - idle_started[0]
+            processor_idle = (time.process_time() - idle_started[1]) / span
+            envoy_idle = {pid: (_cpu_s(pid) - idle_envoy[pid]) / span for pid in envoys}
+            idle_rate = (processor_idle, statistics.mean(envoy_idle.values()))
             names = list(TARGETS)
             stream_s = (args.first_token_ms + (args.tokens - 1) * args.token_ms) / 1000
             for concurrency in args.concurrency:
                 for number in range(args.rounds):
                     shift = number % len(names)
                     for name in names[shift:] + names[:shift]:
+                        envoy_pid = envoy_pids[name]
                         started = time.perf_counter()
                         before = time.process_time(), _cpu_s(envoy_pid)
                         result = await asyncio.to_thread(
@@ -201,14 +215,18 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                                 0.0, time.process_time() - before[0] - idle_rate[0] * wall
                             ),
                             "envoy_s": max(
-                                0.0, _cpu_s(envoy_pid) - before[1] - idle_rate[1] * wall
+                                0.0,
+                                _cpu_s(envoy_pid)
+                                - before[1]
+                                - envoy_idle.get(envoy_pid or 0, 0.0) * wall,
                             ),
                         }
                         figures = _round_figures(result, wall, cpu)
                         rounds.setdefault((name, concurrency), []).append(figures)
-            processed = gateway.llm.processor.requests
+            processed = sum(g.llm.processor.requests for g in gateways.values())
         finally:
-            await gateway.stop()
+            for gateway in gateways.values():
+                await gateway.stop()
             stop_server(engine, engine_conn)
     return _report(rounds, idle_rate, processed)
 
@@ -249,7 +267,7 @@ def _report(
             added = [f[key] - d[key] for f, d in zip(figures, direct, strict=True)]
             row["added_" + key] = round(statistics.median(added), 3)
         row["gateway_cpu_ms_per_stream"] = round(
-            row["processor_cpu_ms_per_stream"] * (name == "inferway")
+            row["processor_cpu_ms_per_stream"] * name.startswith("inferway")
             + row["envoy_cpu_ms_per_stream"] * (name != "direct"),
             3,
         )
@@ -339,9 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
     for r in result["rows"]:
-        if r["target"] == "inferway":
+        if r["target"].startswith("inferway"):
             print(
-                f"c={r['concurrency']}: processor CPU {r['processor_cpu_ms_per_stream']} ms, "
+                f"{r['target']}, c={r['concurrency']}: "
+                f"processor CPU {r['processor_cpu_ms_per_stream']} ms, "
                 f"Envoy CPU {r['envoy_cpu_ms_per_stream']} ms per stream "
                 f"(Envoy alone: {_envoy_alone(result['rows'], r['concurrency'])} ms)"
             )

@@ -23,6 +23,8 @@ only ``idle_timeout`` between bytes (``openai.timeout`` sets one).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from inferway.policies.types import Duration
@@ -80,7 +82,7 @@ class OpenAIRoute(_Model):
 class ClientKey(_Model):
     """Which header says who the client is, for limits and the ``client`` label."""
 
-    header: str = Field(default="x-api-key", min_length=1)
+    header: str = Field(default="x-api-key", min_length=1, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
     hash: bool = True
     """Hash the value (a credential never becomes a label); false for a header that names a
     client (``x-tenant``). The ``Authorization: Bearer`` fallback is always hashed."""
@@ -102,6 +104,11 @@ class LlmGateway(_Model):
     reports_port: int | None = Field(default=None, ge=1, le=65535)
     """Where the processor takes Envoy's reports on each answer (plain HTTP/1.1 from the
     Lua filter, docs/llm.md) on ``address``; default ``port + 1``."""
+    transport: Literal["http", "ext_proc"] = "http"
+    """How Envoy asks the processor about a request: ``http``, Envoy's Lua filter posts the
+    whole body to the reports port and acts on the answer (one plain HTTP/1.1 call); or
+    ``ext_proc``, Envoy's external processing filter over gRPC (two round trips, several
+    times the processor's CPU: docs/llm.md, Overhead)."""
     timeout: Duration = Field(default=5.0, gt=0, le=60)
     """How long Envoy waits for each answer of the processor (the request then fails: the
     processor is what enforces limits, so it fails closed)."""

@@ -76,4 +76,6 @@ def resolve_llm_gateway(settings: LlmGateway, routes: Iterable[RouteIR]) -> LlmG
         reports_port=settings.report_port,
         timeout=settings.timeout,
         max_body_bytes=settings.max_body_bytes,
+        transport=settings.transport,
+        client_header=settings.client_key.header,
     )

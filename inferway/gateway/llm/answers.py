@@ -7,6 +7,9 @@ headers Envoy strips) are in one small place.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import orjson
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
@@ -17,7 +20,9 @@ from inferway.xds.translate.llm import LLM_NAMESPACE
 from inferway.xds.translate.served_by import SERVED_BY_HEADERS
 
 __all__ = [
+    "Refused",
     "error_answer",
+    "error_body",
     "let_go",
     "pass_response_body",
     "pass_response_headers",
@@ -97,26 +102,35 @@ def pass_response_body(replacement: bytes | None = None) -> ep_pb2.ProcessingRes
     return ep_pb2.ProcessingResponse(response_body=ep_pb2.BodyResponse(response=common))
 
 
-def error_answer(
-    status: int,
-    code: str,
-    message: str,
-    *,
-    retry_after_s: int | None = None,
-    extra: dict[str, object] | None = None,
-) -> ep_pb2.ProcessingResponse:
-    """An OpenAI-style error (``{"error": {"message", "type", "code"}}``) from Envoy."""
-    kind = "rate_limit_exceeded" if status == 429 else "invalid_request_error"
-    error: dict[str, object] = {"message": message, "type": kind, "code": code}
-    error.update(extra or {})
+@dataclass(frozen=True)
+class Refused:
+    """A request the gateway answers itself, with an OpenAI-style error."""
+
+    status: int
+    code: str
+    message: str
+    retry_after_s: int | None = None
+    extra: Mapping[str, object] | None = None
+
+
+def error_body(refused: Refused) -> bytes:
+    """``{"error": {"message", "type", "code", ...extra}}``."""
+    kind = "rate_limit_exceeded" if refused.status == 429 else "invalid_request_error"
+    error: dict[str, object] = {"message": refused.message, "type": kind, "code": refused.code}
+    error.update(refused.extra or {})
+    return orjson.dumps({"error": error})
+
+
+def error_answer(refused: Refused) -> ep_pb2.ProcessingResponse:
+    """The refusal, answered by Envoy."""
     headers = ep_pb2.HeaderMutation(set_headers=[_header("content-type", "application/json")])
-    if retry_after_s is not None:
-        headers.set_headers.append(_header("retry-after", str(retry_after_s)))
+    if refused.retry_after_s is not None:
+        headers.set_headers.append(_header("retry-after", str(refused.retry_after_s)))
     return ep_pb2.ProcessingResponse(
         immediate_response=ep_pb2.ImmediateResponse(
-            status=http_status_pb2.HttpStatus(code=status),  # type: ignore[arg-type]
+            status=http_status_pb2.HttpStatus(code=refused.status),  # type: ignore[arg-type]
             headers=headers,
-            body=orjson.dumps({"error": error}),
-            details=f"inferway_llm_{code}",
+            body=error_body(refused),
+            details=f"inferway_llm_{refused.code}",
         )
     )

@@ -19,7 +19,7 @@ from inferway.gateway.llm.metrics import Exchange
 from inferway.gateway.llm.request import LlmRequest
 from inferway.gateway.llm.sse import SseSplitter
 
-__all__ = ["MAX_PLAIN_ANSWER", "LlmSettings", "LlmStream"]
+__all__ = ["MAX_PLAIN_ANSWER", "LlmSettings", "LlmStream", "counted_so_far"]
 
 MAX_PLAIN_ANSWER = 16 * 1024 * 1024
 """A non-streamed answer is read for its ``usage`` up to this size (embeddings can be
@@ -140,6 +140,18 @@ class LlmStream:
             tally.response_model = model
         tally.done = report.get("done") is True
 
+    def started_at_wall(self, micros: str) -> None:
+        """The stream started at ``micros`` (Envoy's wall clock, microseconds), when sane: not in
+        the future, and less than a minute ago."""
+        try:
+            wall = int(micros) / 1e6
+        except ValueError:
+            return
+        ago = self.wall_started - wall
+        if 0.0 <= ago < 60.0:
+            self.wall_started = wall
+            self.started -= ago
+
     def usage(self) -> Usage:
         if self.sse:
             return self.tally.result(self.prompt_bytes)
@@ -187,3 +199,32 @@ class LlmStream:
             ),
         )
         return exchange, usage
+
+
+def counted_so_far(tags: Mapping[str, object]) -> dict[str, object]:
+    """The Lua filter's metadata as a progress report (Struct numbers are floats, its token
+    times and usage strings)."""
+
+    def number(key: str) -> int | None:
+        value = tags.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return None
+        try:
+            return int(value)
+        except (ValueError, OverflowError):
+            return None
+
+    return {
+        "final": False,
+        "status": number("status") or 0,
+        "route": tags.get("route"),
+        "backend": tags.get("backend"),
+        "sse": tags.get("sse") is True,
+        "chunks": number("chunks"),
+        "first": number("first"),
+        "last": number("last"),
+        "prompt": number("prompt"),
+        "completion": number("completion"),
+        "model": tags.get("model_answered"),
+        "done": tags.get("done") is True,
+    }

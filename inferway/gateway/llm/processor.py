@@ -1,17 +1,22 @@
-"""The LLM processor's gRPC service: Envoy's external processor for ``openai`` routes.
+"""The LLM processor: what Envoy asks about each request of an ``openai`` route.
 
-Per request Envoy opens one stream: the request's headers (the client's token limits are
-checked here, before a body is read or a backend asked) and its whole body (the model picks
-the route; aliases and ``include_usage`` are rewritten in). Answers are not sent here:
-Envoy's Lua filter (xds/translate/llm_stream.py) reads them and reports on the stream's id
-(``report``, on the reports port: report_lane.py): progress of a stream, then the end of
-the answer, before its end is passed
-on, so the client's next request sees the debit. The request is recorded once then, or
-when Envoy closes the stream without a final report (the client went away): metrics, the
-budget's debit, a span. Answer messages Envoy might still send (``response_headers``,
-``response_body``, ``STREAMED``) are handled as before.
+Two ways in, one logic (``llm.transport``): ``admit`` (``http``, the default: Envoy's Lua
+filter posts the whole body to the reports port, report_lane.py, once), or the gRPC service
+Envoy's external processor opens per request (``ext_proc``: the request's headers, then its
+whole body). Either way the client's token limits are checked before a backend is asked,
+the body's model picks the route, and aliases and ``include_usage`` are rewritten in.
+Answers are not sent here: Envoy's Lua filter (xds/translate/llm_stream.py) reads them and
+reports on the stream's id (``report``, on the reports port: report_lane.py): progress of a
+stream (``ext_proc`` only), then the end of the answer, before its end is passed on, so the
+client's next request sees the debit. The request is recorded once then, or when it ends
+without a final report (the client went away): Envoy closes the ext_proc stream, or
+(``http``) its access log names the request (``closed``, from what the Lua filter counted
+into the request's metadata). Metrics, the budget's debit, a span. Answer messages Envoy
+might still send (``response_headers``, ``response_body``, ``STREAMED``) are handled as
+before.
 
-Envoy is configured to fail closed for this processor (a request it cannot ask about fails):
+Envoy is configured to fail closed for this processor (a request it cannot ask about fails,
+500 over ext_proc, 503 from the Lua filter):
 the limits it enforces must not be skipped by crashing it. A stream that errors here is
 logged and counted; Envoy answers that client with an error.
 """
@@ -23,7 +28,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -36,7 +41,9 @@ from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
 from inferway.gateway.ext_proc_passthrough import passthrough
+from inferway.gateway.llm import admission_http
 from inferway.gateway.llm.answers import (
+    Refused,
     error_answer,
     let_go,
     pass_response_body,
@@ -45,9 +52,16 @@ from inferway.gateway.llm.answers import (
     routed_body,
 )
 from inferway.gateway.llm.client_key import client_key
-from inferway.gateway.llm.exchange import LlmSettings, LlmStream
+from inferway.gateway.llm.exchange import LlmSettings, LlmStream, counted_so_far
 from inferway.gateway.llm.metrics import Exchange, LlmMetrics
 from inferway.gateway.llm.request import BadRequest, operation_of, prepare_request
+from inferway.xds.translate.llm_stream import (
+    FORWARDED_AUTHORIZATION,
+    FORWARDED_KEY,
+    FORWARDED_NO_BODY,
+    FORWARDED_PATH,
+    FORWARDED_STARTED,
+)
 
 __all__ = ["LlmProcessor"]
 
@@ -55,6 +69,10 @@ log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("inferway.gateway.llm")
 REPORT_GRACE_S = 1.0
 """How long an answer whose client went away waits for Envoy's in-flight progress reports."""
+OPEN_LIMIT_S = 6 * 3600.0
+"""A stream still open after this long is recorded as it stands (its Envoy is gone)."""
+
+_NO_BODY = Refused(400, "missing_body", "an OpenAI request has a JSON body")
 
 
 def _headers(message: ep_pb2.HttpHeaders) -> dict[str, str]:
@@ -168,10 +186,75 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
     async def _on_headers(
         self, message: ep_pb2.HttpHeaders, settings: LlmSettings
     ) -> tuple[LlmStream | None, ep_pb2.ProcessingResponse]:
-        headers = _headers(message)
+        stream, refused = await self._check(_headers(message), settings)
+        if refused is not None:
+            return None, error_answer(refused)
+        if stream is None:
+            return None, let_go()
+        if message.end_of_stream:
+            return None, error_answer(_NO_BODY)
+        return stream, request_headers_continue()
+
+    def _on_body(
+        self, stream: LlmStream, body: bytes, settings: LlmSettings
+    ) -> ep_pb2.ProcessingResponse:
+        refused = self._read_body(stream, body, settings)
+        if refused is not None:
+            return error_answer(refused)
+        assert stream.request is not None
+        return routed_body(stream.request.model, stream.request.body, stream.id, stream.drop_usage)
+
+    async def admit(
+        self, headers: Mapping[str, str], body: bytes | None
+    ) -> tuple[LlmStream | None, Refused | None]:
+        """The request lane (Envoy's Lua filter asks once, with the headers it forwards and
+        the whole body; None for a request without one): the stream admitted, or the refusal
+        the client gets, or neither (not this processor's request: let it go untouched)."""
+        settings = self.settings
+        if self._open:
+            await self._sweep()
+        stream, refused = await self._check(headers, settings)
+        if stream is None or refused is not None:
+            return None, refused
+        if body is None:
+            return None, _NO_BODY
+        refused = self._read_body(stream, body, settings)
+        return (None, refused) if refused is not None else (stream, None)
+
+    async def admit_http(self, forwarded: Mapping[str, str], body: bytes) -> bytes:
+        """The request lane over HTTP (report_lane.py): the headers Envoy's Lua filter
+        forwards (llm_stream.py) in, the answer it acts on out (admission_http.py)."""
+        headers = {
+            ":path": forwarded.get(FORWARDED_PATH, ""),
+            self.settings.client_header.lower(): forwarded.get(FORWARDED_KEY, ""),
+            "authorization": forwarded.get(FORWARDED_AUTHORIZATION, ""),
+        }
+        no_body = FORWARDED_NO_BODY in forwarded
+        stream, refusal = await self.admit(headers, None if no_body else body)
+        if stream is not None:  # TTFT from the headers reaching Envoy's filter, not from here
+            stream.started_at_wall(forwarded.get(FORWARDED_STARTED, ""))
+        if refusal is not None:
+            return admission_http.refused(refusal)
+        return admission_http.let_go() if stream is None else admission_http.admitted(stream)
+
+    async def _sweep(self) -> None:
+        """Streams open longer than ``OPEN_LIMIT_S`` are recorded as they stand: no final report
+        and no access log entry came (an Envoy that died; ``llm.transport: http``, where no
+        ext_proc stream closes with it). Oldest first: ``_open`` keeps admission order."""
+        limit = self._clock() - OPEN_LIMIT_S
+        while self._open:
+            stream, settings = next(iter(self._open.values()))
+            if stream.started > limit:
+                return
+            await self._finish(stream, settings)
+
+    async def _check(
+        self, headers: Mapping[str, str], settings: LlmSettings
+    ) -> tuple[LlmStream | None, Refused | None]:
+        """The request's headers: whose it is and whether its token limits allow it."""
         if not _under(headers.get(":path", ""), settings.prefixes):
             self.foreign += 1
-            return None, let_go()
+            return None, None
         self.requests += 1
         client = client_key(headers, settings.client_header, hashed=settings.hash_client)
         stream = LlmStream(client, operation_of(headers.get(":path", "")), self._clock())
@@ -185,29 +268,26 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
                     f"token limit {refusal.limit} ({refusal.tokens} tokens) used up by this "
                     f"client key ({refusal.used} used); retry after {refusal.retry_after_s}s"
                 )
-                return None, error_answer(
+                return None, Refused(
                     429,
                     refusal.limit,
                     message_text,
                     retry_after_s=refusal.retry_after_s,
                     extra={"limit": refusal.limit, "limit_tokens": refusal.tokens},
                 )
-        if message.end_of_stream:
-            return None, error_answer(400, "missing_body", "an OpenAI request has a JSON body")
-        return stream, request_headers_continue()
+        return stream, None
 
-    def _on_body(
-        self, stream: LlmStream, body: bytes, settings: LlmSettings
-    ) -> ep_pb2.ProcessingResponse:
+    def _read_body(self, stream: LlmStream, body: bytes, settings: LlmSettings) -> Refused | None:
+        """The whole body: its model, the rewrite; the stream is then open for reports."""
         try:
             prepared = prepare_request(body, settings.models, ask_for_usage=settings.ask_for_usage)
         except BadRequest as bad:
-            return error_answer(bad.status, bad.code, bad.message)
+            return Refused(bad.status, bad.code, bad.message)
         stream.on_request(prepared, len(body), settings.routes.get(prepared.model, ""))
         # Envoy's Lua filter reads the answer and reports on this id
         stream.id = f"{self._id_prefix}{next(self._ids)}"
         self._open[stream.id] = stream, settings
-        return routed_body(prepared.model, prepared.body, stream.id, stream.drop_usage)
+        return None
 
     async def report(self, raw: bytes) -> None:
         """A report of Envoy's Lua filter on an answer (llm_stream.py, on the reports port:
@@ -227,6 +307,17 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         except Exception:
             self.errors += 1
             log.exception("LLM processor: a report from Envoy's stream filter failed")
+
+    async def closed(self, tags: Mapping[str, object]) -> None:
+        """A request Envoy's access log says is over while still open here (``llm.transport:
+        http``: the client went away before its answer's end): recorded from what the Lua
+        filter counted into its ``inferway.llm`` metadata (its first token, then every 16)."""
+        entry = self._open.get(str(tags.get("id")))
+        if entry is None:
+            return
+        stream, settings = entry
+        stream.on_envoy_report(counted_so_far(tags), b"")
+        await self._finish(stream, settings)
 
     async def _finish(self, stream: LlmStream, settings: LlmSettings) -> None:
         """Record the request once; a failure here is logged, never the client's problem."""

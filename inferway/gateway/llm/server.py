@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from prometheus_client import CollectorRegistry
 
+from inferway._xds_protos.envoy.service.accesslog.v3 import als_pb2
 from inferway._xds_protos.envoy.service.ext_proc.v3 import (
     external_processor_pb2_grpc as ep_grpc,
 )
@@ -25,6 +28,9 @@ from inferway.gateway.llm.metrics import LlmMetrics
 from inferway.gateway.llm.processor import LlmProcessor
 from inferway.gateway.llm.report_lane import ReportLane
 from inferway.policies.model import Policy
+from inferway.xds.translate.llm import LLM_NAMESPACE
+
+ACCESS_LOG_SERVICE = "envoy.service.accesslog.v3.AccessLogService"
 
 __all__ = ["LlmKeeper", "LlmServer", "build_llm_settings", "wanted_address"]
 
@@ -83,7 +89,9 @@ class LlmServer:
         self.host = host
         self.port = port
         self.processor = processor
-        self.reports = ReportLane(host, reports_port, processor.report)
+        self.reports = ReportLane(host, reports_port, processor.report, processor.admit_http)
+        self.closed_by_log = 0
+        """Access log entries of requests that ended without a final report."""
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> LlmServer:
@@ -92,6 +100,10 @@ class LlmServer:
         await self.reports.start()  # first: Envoy's answers report there once requests pass
         server = grpc.aio.server(options=_UNCAPPED)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.processor, server)
+        logs = grpc.stream_unary_rpc_method_handler(self.stream_access_logs)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(ACCESS_LOG_SERVICE, {"StreamAccessLogs": logs}),)
+        )
         try:
             self.port = await listen_and_start(server, self.host, self.port, "LLM processor")
         except BaseException:
@@ -99,6 +111,18 @@ class LlmServer:
             raise
         self._server = server
         return self
+
+    async def stream_access_logs(self, requests: Any, _context: Any) -> bytes:
+        """Envoy's gRPC access log (``llm.transport: http``; only requests still open, its
+        filter says): each entry is a request over without its final report."""
+        async for raw in requests:
+            message = als_pb2.StreamAccessLogsMessage.FromString(raw)
+            for entry in message.http_logs.log_entry:
+                tags = entry.common_properties.metadata.filter_metadata.get(LLM_NAMESPACE)
+                if tags is not None:
+                    self.closed_by_log += 1
+                    await self.processor.closed(json_format.MessageToDict(tags))
+        return b""  # StreamAccessLogsResponse: empty
 
     async def stop(self, grace: float = 0.2) -> None:
         if self._server is not None:

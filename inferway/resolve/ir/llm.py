@@ -30,3 +30,8 @@ class LlmGatewayIR:
     timeout: float
     max_body_bytes: int
     """The per-connection buffer limit of a listener with openai routes."""
+    transport: str = "http"
+    """``http``: Envoy's Lua filter asks the processor over the reports port; ``ext_proc``:
+    Envoy's external processing filter does, over gRPC."""
+    client_header: str = "x-api-key"
+    """The client key's header (the Lua filter forwards it when it asks)."""

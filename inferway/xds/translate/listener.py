@@ -22,7 +22,11 @@ from inferway.xds.translate._protos import ads_config_source, bool_value, pack, 
 from inferway.xds.translate.fault import apply_fault
 from inferway.xds.translate.features import build_feature_router_filter
 from inferway.xds.translate.listener_limits import apply_listener_timeouts
-from inferway.xds.translate.llm import LLM_REPORTS_CLUSTER, build_llm_filter
+from inferway.xds.translate.llm import (
+    LLM_REPORTS_CLUSTER,
+    build_llm_close_log,
+    build_llm_filter,
+)
 from inferway.xds.translate.llm_stream import build_stream_filter
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
@@ -72,10 +76,21 @@ def build_http_connection_manager(
     apply_observability(manager, observability)
     if llm is not None and any(r.llm for r in listener.routes):
         # before access rules, rate limits and faults: they see the route the model chose
-        manager.http_filters.insert(0, build_llm_filter(llm))
+        admit = llm.transport == "http"  # the Lua filter asks, no ext_proc filter then
+        if not admit:
+            manager.http_filters.insert(0, build_llm_filter(llm))
         # before it, so answers reach it after the processor has seen their headers (they
         # are on their way to the client when it rewrites a chunk)
-        manager.http_filters.insert(0, build_stream_filter(LLM_REPORTS_CLUSTER, llm.max_body_bytes))
+        stream_filter = build_stream_filter(
+            LLM_REPORTS_CLUSTER,
+            llm.max_body_bytes,
+            admit=admit,
+            client_header=llm.client_header,
+            admit_timeout_s=llm.timeout,
+        )
+        manager.http_filters.insert(0, stream_filter)
+        if admit:
+            manager.access_log.append(build_llm_close_log())
     if feature_router is not None and any(r.match.features for r in listener.routes):
         # first: the filters after it see the route the features chose
         manager.http_filters.insert(0, build_feature_router_filter(feature_router))

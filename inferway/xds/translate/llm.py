@@ -21,9 +21,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway._xds_protos.envoy.config.core.v3 import base_pb2, grpc_service_pb2
+from inferway._xds_protos.envoy.config.core.v3 import (
+    base_pb2,
+    config_source_pb2,
+    grpc_service_pb2,
+)
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
     ext_proc_pb2,
     processing_mode_pb2,
@@ -51,6 +57,7 @@ __all__ = [
     "LLM_REPORTS_CLUSTER",
     "UNKNOWN_MODEL_ROUTE",
     "add_llm_route",
+    "build_llm_close_log",
     "build_llm_cluster",
     "build_llm_filter",
     "build_llm_reports_cluster",
@@ -96,6 +103,39 @@ def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
         ),
     )
     return hcm_pb2.HttpFilter(name=LLM_FILTER, typed_config=pack(config))
+
+
+CLOSE_LOG_FLUSH_S = 0.1
+"""How long Envoy batches the access log entries of requests whose client went away."""
+
+
+def build_llm_close_log() -> accesslog_pb2.AccessLog:
+    """``transport: http``: Envoy's gRPC access log to the processor's gRPC address, only for
+    a request still ``open`` in its ``inferway.llm`` metadata when it ends (admitted, its
+    final report never sent: the client or the backend went away); the processor records it
+    from what the Lua filter counted into that metadata."""
+    config = als_pb2.HttpGrpcAccessLogConfig(
+        common_config=als_pb2.CommonGrpcAccessLogConfig(
+            log_name=LLM_FILTER,
+            grpc_service=grpc_service_pb2.GrpcService(
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=LLM_CLUSTER)
+            ),
+            transport_api_version=config_source_pb2.ApiVersion.V3,
+            buffer_flush_interval=duration(CLOSE_LOG_FLUSH_S),
+        ),
+    )
+    still_open = metadata_pb2.MetadataMatcher(
+        filter=LLM_NAMESPACE,
+        path=[metadata_pb2.MetadataMatcher.PathSegment(key="open")],
+        value=value_pb2.ValueMatcher(bool_match=True),
+    )
+    return accesslog_pb2.AccessLog(
+        name="envoy.access_loggers.http_grpc",
+        filter=accesslog_pb2.AccessLogFilter(
+            metadata_filter=accesslog_pb2.MetadataFilter(matcher=still_open)
+        ),
+        typed_config=pack(config),
+    )
 
 
 def build_llm_cluster(gateway: LlmGatewayIR) -> cluster_pb2.Cluster:

@@ -30,6 +30,8 @@ protocol costs a small fraction of that (bench/llm_gateway_overhead.py measures 
 
 from __future__ import annotations
 
+import re
+
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.lua.v3 import lua_pb2
@@ -37,9 +39,22 @@ from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manag
     http_connection_manager_pb2 as hcm_pb2,
 )
 from inferway.xds.translate._protos import pack
+from inferway.xds.translate.served_by import SERVED_BY_HEADERS
 
 __all__ = [
+    "ADMIT_PATH",
+    "ANSWER_DROP_USAGE",
+    "ANSWER_ID",
+    "ANSWER_MODEL",
+    "ANSWER_REFUSAL",
+    "ANSWER_REWRITTEN",
     "BACKEND_HEADER",
+    "FORWARDED_AUTHORIZATION",
+    "FORWARDED_KEY",
+    "FORWARDED_NO_BODY",
+    "FORWARDED_PATH",
+    "FORWARDED_PREFIX",
+    "FORWARDED_STARTED",
     "MAX_PLAIN_ANSWER",
     "REPORT_PATH",
     "STREAM_FILTER",
@@ -52,6 +67,21 @@ STREAM_FILTER = "inferway.llm_stream"
 REPORT_PATH = "/inferway/llm/report"
 """Where the script posts its reports on the processor's reports port (JSON in, an empty
 200 out)."""
+ADMIT_PATH = "/inferway/llm/admit"
+"""Where the script asks the processor about a request (``llm.transport: http``)."""
+FORWARDED_PREFIX = "x-inferway-"
+FORWARDED_PATH = "x-inferway-path"
+FORWARDED_KEY = "x-inferway-key"
+"""The client key header's value (the policy's ``llm.client_key.header``)."""
+FORWARDED_AUTHORIZATION = "x-inferway-authorization"
+FORWARDED_NO_BODY = "x-inferway-no-body"
+FORWARDED_STARTED = "x-inferway-started"
+"""When the request's headers reached the filter (wall-clock microseconds): TTFT's start."""
+ANSWER_MODEL = "x-inferway-llm-model"
+ANSWER_ID = "x-inferway-llm-id"
+ANSWER_DROP_USAGE = "x-inferway-llm-drop-usage"
+ANSWER_REWRITTEN = "x-inferway-llm-rewritten"
+ANSWER_REFUSAL = "x-inferway-llm-refusal"
 PROGRESS_EVERY = 16
 BACKEND_HEADER = "x-inferway-llm-backend"
 """Added by an openai route to its answers (``%UPSTREAM_CLUSTER%``); the script reads it for
@@ -61,6 +91,8 @@ MAX_PLAIN_ANSWER = 16 * 1024 * 1024
 (embeddings can be large); past it the answer still passes whole, its tokens estimated."""
 """Tokens between two progress reports (the first token is always reported)."""
 
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
 _SCRIPT = r"""
 local NS = "inferway.llm"
 local CLUSTER = "@CLUSTER@"
@@ -69,6 +101,64 @@ local EVERY = @EVERY@
 local BACKEND = "@BACKEND@"
 local MAX_PLAIN = @MAX_PLAIN@
 local SEPARATORS = {"\r\n\r\n", "\n\n", "\r\r"}
+local ADMIT = "@ADMIT@"
+local KEY = "@KEY@"
+local ADMIT_TIMEOUT = @ADMIT_TIMEOUT@
+local SERVED_BY = {@SERVED_BY@}
+local UNREACHABLE = '{"error":{"code":"llm_processor_unavailable","type":"api_error",'
+  .. '"message":"the gateway could not ask its LLM processor about this request"}}'
+
+local function unquote(s)
+  return (string.gsub(s, "%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+-- llm.transport http: the processor is asked once, with the whole body, over the reports
+-- cluster (plain HTTP/1.1); no ext_proc filter is in the chain then
+function envoy_on_request(handle)
+  if ADMIT == "" then return end
+  local headers = handle:headers()
+  local call = {[":method"] = "POST", [":path"] = ADMIT, [":authority"] = CLUSTER,
+    ["x-inferway-path"] = headers:get(":path") or "",
+    ["x-inferway-started"] = handle:timestampString(EnvoyTimestampResolution.MICROSECOND)}
+  local key = headers:get(KEY)
+  if key ~= nil then call["x-inferway-key"] = key end
+  local authorization = headers:get("authorization")
+  if authorization ~= nil then call["x-inferway-authorization"] = authorization end
+  local body = handle:body()
+  local bytes = ""
+  if body == nil then
+    call["x-inferway-no-body"] = "1"
+  elseif body:length() > 0 then
+    bytes = body:getBytes(0, body:length())
+  end
+  local answer, content = handle:httpCall(CLUSTER, call, bytes, ADMIT_TIMEOUT, false)
+  local status = answer[":status"]
+  if answer["x-inferway-llm-refusal"] ~= nil then
+    local out = {[":status"] = status, ["content-type"] = "application/json"}
+    if answer["retry-after"] ~= nil then out["retry-after"] = answer["retry-after"] end
+    handle:respond(out, content)
+    return
+  end
+  if status ~= "200" then  -- fails closed: the processor is what enforces limits
+    handle:respond({[":status"] = "503", ["content-type"] = "application/json"}, UNREACHABLE)
+    return
+  end
+  local model = answer["x-inferway-llm-model"]
+  if model == nil then return end  -- not an openai request: let go
+  local meta = handle:streamInfo():dynamicMetadata()
+  meta:set(NS, "model", unquote(model))
+  meta:set(NS, "id", answer["x-inferway-llm-id"])
+  meta:set(NS, "drop_usage", answer["x-inferway-llm-drop-usage"] == "1")
+  meta:set(NS, "open", true)  -- until its final report: Envoy's access log tells otherwise
+  -- the call suspended the script: its headers and body objects are fetched again
+  headers = handle:headers()
+  if answer["x-inferway-llm-rewritten"] == "1" then
+    handle:body():setBytes(content)
+    headers:replace("content-length", tostring(#content))
+  end
+  for _, name in ipairs(SERVED_BY) do headers:remove(name) end
+  handle:clearRouteCache()
+end
 
 local function boundary(s, init)
   local first, last
@@ -118,6 +208,28 @@ local function report(handle, id, t, final, plain)
   local headers = {[":method"] = "POST", [":path"] = PATH, [":authority"] = CLUSTER,
     ["content-type"] = "application/json"}
   handle:httpCall(CLUSTER, headers, body, 5000, not final)
+  if final and ADMIT ~= "" then  -- recorded: no access log entry is needed for it
+    handle:streamInfo():dynamicMetadata():set(NS, "open", false)
+  end
+end
+
+-- llm.transport http: what has been counted so far goes into the request's metadata instead
+-- of a report; Envoy's access log sends it to the processor if the answer never ends here
+-- (the client went away), and the request is recorded from it
+local function progress(handle, id, t)
+  if ADMIT == "" then return report(handle, id, t, false) end
+  local meta = handle:streamInfo():dynamicMetadata()
+  meta:set(NS, "status", t.status)
+  meta:set(NS, "route", t.route)
+  meta:set(NS, "backend", t.backend)
+  meta:set(NS, "sse", t.sse)
+  meta:set(NS, "chunks", t.chunks)
+  if t.first ~= nil then meta:set(NS, "first", t.first) end
+  if t.last ~= nil then meta:set(NS, "last", t.last) end
+  if t.prompt ~= nil then meta:set(NS, "prompt", t.prompt) end
+  if t.completion ~= nil then meta:set(NS, "completion", t.completion) end
+  if t.model ~= nil then meta:set(NS, "model_answered", t.model) end
+  meta:set(NS, "done", t.done == true)
 end
 
 local function safe(value)
@@ -153,6 +265,7 @@ function envoy_on_response(handle)
   local t = {chunks = 0, status = tonumber(headers:get(":status")) or 0,
     route = safe(handle:streamInfo():routeName()), backend = safe(backend),
     sse = string.find(kind, "^%s*text/event%-stream") ~= nil}
+  if ADMIT ~= "" then progress(handle, id, t) end  -- the status, if the client goes now
   if not t.sse then
     local length = tonumber(headers:get("content-length") or "")
     if length ~= nil and length <= MAX_PLAIN then
@@ -192,7 +305,7 @@ function envoy_on_response(handle)
     last = chunk
     if t.chunks > reported and (reported == 0 or t.chunks - reported >= EVERY) then
       reported = t.chunks
-      report(handle, id, t, false)
+      progress(handle, id, t)
     end
   end
   if tail ~= "" then
@@ -205,11 +318,27 @@ end
 """
 
 
-def stream_script(cluster: str, max_plain: int = MAX_PLAIN_ANSWER) -> str:
+def stream_script(
+    cluster: str,
+    max_plain: int = MAX_PLAIN_ANSWER,
+    *,
+    admit: bool = False,
+    client_header: str = "x-api-key",
+    admit_timeout_s: float = 5.0,
+) -> str:
     """The Lua source, reporting to the processor's reports ``cluster``; plain answers of up to
-    ``max_plain`` bytes are held whole in Envoy (its buffer limit bounds it) and read."""
+    ``max_plain`` bytes are held whole in Envoy (its buffer limit bounds it) and read.
+    ``admit``: the script also asks the processor about each request there
+    (``llm.transport: http``), forwarding ``client_header``, waiting up to
+    ``admit_timeout_s``."""
+    if not _HEADER_NAME.fullmatch(client_header):
+        raise ValueError(f"client key header {client_header!r} is not a header name")
     return (
-        _SCRIPT.replace("@CLUSTER@", cluster)
+        _SCRIPT.replace("@ADMIT@", ADMIT_PATH if admit else "")
+        .replace("@KEY@", client_header.lower())
+        .replace("@ADMIT_TIMEOUT@", str(max(1, round(admit_timeout_s * 1000))))
+        .replace("@SERVED_BY@", ", ".join(f'"{name}"' for name in SERVED_BY_HEADERS))
+        .replace("@CLUSTER@", cluster)
         .replace("@PATH@", REPORT_PATH)
         .replace("@EVERY@", str(PROGRESS_EVERY))
         .replace("@BACKEND@", BACKEND_HEADER)
@@ -217,9 +346,24 @@ def stream_script(cluster: str, max_plain: int = MAX_PLAIN_ANSWER) -> str:
     )
 
 
-def build_stream_filter(cluster: str, max_plain: int) -> hcm_pb2.HttpFilter:
-    """``max_plain``: the listener's buffer limit (``llm.max_body_bytes``)."""
-    source = base_pb2.DataSource(inline_string=stream_script(cluster, max_plain))
+def build_stream_filter(
+    cluster: str,
+    max_plain: int,
+    *,
+    admit: bool = False,
+    client_header: str = "x-api-key",
+    admit_timeout_s: float = 5.0,
+) -> hcm_pb2.HttpFilter:
+    """``max_plain``: the listener's buffer limit (``llm.max_body_bytes``); the rest as for
+    :func:`stream_script`."""
+    script = stream_script(
+        cluster,
+        max_plain,
+        admit=admit,
+        client_header=client_header,
+        admit_timeout_s=admit_timeout_s,
+    )
+    source = base_pb2.DataSource(inline_string=script)
     config = lua_pb2.Lua(default_source_code=source)
     return hcm_pb2.HttpFilter(name=STREAM_FILTER, typed_config=pack(config))
 
