@@ -169,16 +169,26 @@ local function boundary(s, init)
   return first, last
 end
 
+-- plain finds first (memchr-fast): most events are text chunks, checked by three of them
+local function has(s, plain, pattern, init)
+  local at = string.find(s, plain, init, true)
+  return at ~= nil and string.find(s, pattern, at) ~= nil
+end
+
 local function account(t, event, now)
-  if string.find(event, "^%s*data:%s*%[DONE%]") or string.find(event, "\ndata:%s*%[DONE%]") then
+  if string.find(event, "[DONE]", 1, true) and (string.find(event, "^%s*data:%s*%[DONE%]")
+      or string.find(event, "\ndata:%s*%[DONE%]")) then
     t.done = true
     return false
   end
-  if not string.find(event, "data") then return false end
-  local model = string.match(event, '"model"%s*:%s*"([^"\\]*)"')
-  if model and model ~= "" then t.model = model end
+  if not string.find(event, "data", 1, true) then return false end
+  if t.model == nil then
+    local model = string.match(event, '"model"%s*:%s*"([^"\\]*)"')
+    if model and model ~= "" then t.model = model end
+  end
   local usage_only = false
-  local at = string.find(event, '"usage"%s*:%s*{')
+  local at = string.find(event, '"usage"', 1, true)
+  if at then at = string.find(event, '"usage"%s*:%s*{', at) end
   if at then
     local prompt = string.match(event, '"prompt_tokens"%s*:%s*(%d+)', at)
     if prompt then
@@ -187,8 +197,8 @@ local function account(t, event, now)
       usage_only = not string.find(event, '"choices"%s*:%s*%[%s*[^%]%s]')
     end
   end
-  if string.find(event, '"content"%s*:%s*"[^"]') or string.find(event, '"text"%s*:%s*"[^"]')
-      or string.find(event, '"tool_calls"%s*:%s*%[%s*[^%]%s]') then
+  if has(event, '"content"', '"content"%s*:%s*"[^"]') or has(event, '"text"', '"text"%s*:%s*"[^"]')
+      or has(event, '"tool_calls"', '"tool_calls"%s*:%s*%[%s*[^%]%s]') then
     t.chunks = t.chunks + 1
     if t.first == nil then t.first = now end
     t.last = now
@@ -219,17 +229,18 @@ end
 local function progress(handle, id, t)
   if ADMIT == "" then return report(handle, id, t, false) end
   local meta = handle:streamInfo():dynamicMetadata()
+  meta:set(NS, "chunks", t.chunks)
+  if t.first ~= nil then meta:set(NS, "first", t.first) end
+  if t.last ~= nil then meta:set(NS, "last", t.last) end
+end
+
+-- the answer's headers, for a request whose client goes before its end (llm.transport http)
+local function answered(handle, t)
+  local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NS, "status", t.status)
   meta:set(NS, "route", t.route)
   meta:set(NS, "backend", t.backend)
   meta:set(NS, "sse", t.sse)
-  meta:set(NS, "chunks", t.chunks)
-  if t.first ~= nil then meta:set(NS, "first", t.first) end
-  if t.last ~= nil then meta:set(NS, "last", t.last) end
-  if t.prompt ~= nil then meta:set(NS, "prompt", t.prompt) end
-  if t.completion ~= nil then meta:set(NS, "completion", t.completion) end
-  if t.model ~= nil then meta:set(NS, "model_answered", t.model) end
-  meta:set(NS, "done", t.done == true)
 end
 
 local function safe(value)
@@ -265,7 +276,7 @@ function envoy_on_response(handle)
   local t = {chunks = 0, status = tonumber(headers:get(":status")) or 0,
     route = safe(handle:streamInfo():routeName()), backend = safe(backend),
     sse = string.find(kind, "^%s*text/event%-stream") ~= nil}
-  if ADMIT ~= "" then progress(handle, id, t) end  -- the status, if the client goes now
+  if ADMIT ~= "" then answered(handle, t) end
   if not t.sse then
     local length = tonumber(headers:get("content-length") or "")
     if length ~= nil and length <= MAX_PLAIN then
