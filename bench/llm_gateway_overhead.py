@@ -2,8 +2,10 @@
 straight to an OpenAI-style engine, through Envoy on a plain route (no external processor,
 no Lua), and through Envoy on an ``openai`` route (inferway: the LLM processor reads the
 body and rewrites it for ``include_usage``; Envoy's Lua filter counts the answer's chunks,
-drops the usage chunk and reports once per stream); at each concurrency, targets rotated
-each round, medians over rounds.
+drops the usage chunk and reports once per stream), once per ``llm.transport`` (``http``,
+the default: the Lua filter asks the processor; ``ext_proc``: Envoy's external processing
+filter does, over gRPC; two gateways, each with its own Envoy); at each concurrency, targets
+rotated each round, medians over rounds.
 
 Per stream two figures: time to first token (TTFT, client send to the first chunk with
 content) and the path time (TTFT less the engine's own wait between having the request and

@@ -39,9 +39,11 @@ class FakeOpenAI:
         *,
         first_token_delay: float = 0.0,
         stream_fault: Literal["no_done", "bad_json"] | None = None,
+        answer_delay: float = 0.0,
     ) -> None:
         """``split_events``: write each streamed event in two pieces, a moment apart (the
-        gateway then gets events cut in the middle)."""
+        gateway then gets events cut in the middle); ``answer_delay``: wait that long before
+        any answer (its headers too)."""
         self.name = name
         self.split_events = split_events
         self.port = 0
@@ -49,6 +51,7 @@ class FakeOpenAI:
         self.token_delay = token_delay
         self.first_token_delay = first_token_delay
         self.stream_fault = stream_fault
+        self.answer_delay = answer_delay
         self.bodies: list[bytes] = []
         self.usages: list[tuple[int, int]] = []
         """The usage it reported, per answered request."""
@@ -76,6 +79,8 @@ class FakeOpenAI:
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         self.bodies.append(raw)
+        if self.answer_delay:
+            await asyncio.sleep(self.answer_delay)
         if self.status != 200:
             error = {"error": {"message": f"{self.name} refuses", "code": self.status}}
             return web.json_response(error, status=self.status, headers={"x-engine": self.name})

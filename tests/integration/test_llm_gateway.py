@@ -7,6 +7,7 @@ replica's 429 falls back to another replica before anything is streamed."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
@@ -347,6 +348,35 @@ async def test_a_client_gone_mid_stream_is_counted_as_estimated() -> None:
         await poll_until(recorded, timeout=10, what="the abandoned stream recorded")
         output = sample(gw, "inferway_llm_tokens_total", type="output", estimated="true")
         assert 1 <= output < 50, output
+
+
+async def test_a_client_gone_before_its_answer_began_is_recorded_once() -> None:
+    """No answer ever reached Envoy's filter: Envoy's access log (``transport: http``) tells
+    the processor the request is over; it is recorded once, with no status, its prompt
+    estimated."""
+    slow = FakeOpenAI("qwen", answer_delay=1.0)
+    policy = with_llm_ports(POLICY)
+    async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), slow]) as gw:
+        assert gw.gateway is not None and gw.gateway.llm is not None
+        body = json.dumps(chat("qwen", stream=True)).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.listener_port)
+        head = (
+            f"POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        await poll_until(lambda: bool(slow.bodies), timeout=10, what="the engine asked")
+        writer.close()  # before any answer
+
+        async def recorded() -> bool:
+            return sample(gw, "inferway_llm_requests_total", route="qwen", code="0") == 1
+
+        await poll_until(recorded, timeout=10, what="the abandoned request recorded")
+        assert sample(gw, "inferway_llm_tokens_total", type="input", estimated="true") > 0
+        await asyncio.sleep(1.5)  # the engine's late answer finds nobody: nothing more
+        assert sample(gw, "inferway_llm_requests_total") == 1
+        assert gw.gateway.llm.server is not None and gw.gateway.llm.server.closed_by_log == 1
+        del reader
 
 
 async def test_completions_and_embeddings_are_routed_and_counted(gateway: TrafficGateway) -> None:

@@ -217,8 +217,9 @@ local function report(handle, id, t, final, plain)
   if plain ~= nil then body = body .. plain end
   local headers = {[":method"] = "POST", [":path"] = PATH, [":authority"] = CLUSTER,
     ["content-type"] = "application/json"}
-  handle:httpCall(CLUSTER, headers, body, 5000, not final)
-  if final and ADMIT ~= "" then  -- recorded: no access log entry is needed for it
+  local answer = handle:httpCall(CLUSTER, headers, body, 5000, not final)
+  if final and ADMIT ~= "" and answer ~= nil and answer[":status"] == "200" then
+    -- recorded: no access log entry is needed for it
     handle:streamInfo():dynamicMetadata():set(NS, "open", false)
   end
 end
