@@ -40,6 +40,7 @@ def resolve_llm_route(route: Route) -> LlmRouteIR | None:
         prefix=openai.prefix,
         idle_timeout=openai.idle_timeout,
         timeout=openai.timeout,
+        ask_for_usage=openai.ask_for_usage,
     )
 
 
@@ -78,4 +79,8 @@ def resolve_llm_gateway(settings: LlmGateway, routes: Iterable[RouteIR]) -> LlmG
         max_body_bytes=settings.max_body_bytes,
         transport=settings.transport,
         client_header=settings.client_key.header,
+        limited=(
+            settings.limits.tokens_per_minute is not None
+            or settings.limits.tokens_per_day is not None
+        ),
     )

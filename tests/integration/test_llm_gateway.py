@@ -409,17 +409,43 @@ async def test_a_route_that_does_not_ask_for_usage_counts_streams_by_chunks(
     assert sample(gw, "inferway_llm_tokens_total", estimated="true", **labels) == 5
 
 
-async def test_with_the_processor_down_openai_routes_fail_closed(gateway: TrafficGateway) -> None:
+@pytest.mark.parametrize("transport", ["http", "ext_proc"])
+async def test_with_the_processor_down_limited_openai_routes_fail_closed(transport: str) -> None:
+    policy = with_llm_ports(on_transport(LIMITED, transport))
+    async with TrafficGateway(policy, engines()) as gw:
+        assert gw.gateway is not None and gw.gateway.llm is not None
+        assert gw.gateway.llm.server is not None
+        await gw.gateway.llm.server.stop()
+        status, _, raw = await post(gw, chat("qwen"), {"x-api-key": "sk-a"})
+        if transport == "http":
+            assert status == 503, "no request slips past the token limits"
+            assert json.loads(raw)["error"]["code"] == "llm_processor_unavailable"
+        else:  # Envoy's ext_proc filter, failing closed
+            assert status == 500, "no request slips past the token limits"
+        assert not gw.backends["qwen"].bodies
+
+
+async def test_without_limits_envoy_admits_plain_requests_itself_even_with_the_processor_down(
+    gateway: TrafficGateway,
+) -> None:
+    """``transport: http`` and no token limits: Envoy's Lua filter routes and rewrites plain
+    bodies itself and only tells the processor, so they are served while it is down (not
+    counted then); a body it leaves to the processor fails closed."""
     gw = gateway
     assert gw.gateway is not None and gw.gateway.llm is not None
     assert gw.gateway.llm.server is not None
     await gw.gateway.llm.server.stop()
-    status, _, raw = await post(gw, chat("qwen"), {"x-api-key": "sk-a"})
-    if gw.transport == "http":  # type: ignore[attr-defined]
-        assert status == 503, "no request slips past the token limits"
-        assert json.loads(raw)["error"]["code"] == "llm_processor_unavailable"
-    else:  # Envoy's ext_proc filter, failing closed
-        assert status == 500, "no request slips past the token limits"
+    status, _, raw = await post(gw, chat("gpt-4o-mini", stream=True))
+    if gw.transport == "ext_proc":  # type: ignore[attr-defined]
+        assert status == 500 and not gw.backends["llama"].bodies + gw.backends["llama2"].bodies
+        return
+    assert status == 200 and raw.endswith(b"data: [DONE]\n\n")
+    served = gw.backends["llama"].bodies + gw.backends["llama2"].bodies
+    assert json.loads(served[-1])["model"] == "tiny-llama", "the alias rewritten in Envoy"
+    # a stream_options to merge is the processor's to do: fails closed while it is down
+    options = chat("qwen", stream=True, stream_options={"continuous_usage_stats": True})
+    status, _, raw = await post(gw, options)
+    assert status == 503 and json.loads(raw)["error"]["code"] == "llm_processor_unavailable"
     assert not gw.backends["qwen"].bodies
 
 
@@ -446,6 +472,54 @@ async def test_answers_pass_without_waiting_on_the_processor_per_chunk(
         assert 2 <= processor.reports <= 4, processor.reports
     assert sample(gw, "inferway_llm_tokens_total", route="qwen", type="output") == 26
     assert sample(gw, "gen_ai_server_time_to_first_token_seconds_count", route="qwen") == 1
+
+
+TRICKY_BODIES = [
+    # (body, status, pool, admitted by Envoy itself)
+    (
+        b'{"messages":[{"role":"user","content":"\\"model\\": \\"qwen\\""}],'
+        b'"model":"tiny-llama","max_tokens":2}',
+        200,
+        "llama-pool",
+        True,
+    ),
+    (b'{"\\u006dodel":"qwen","max_tokens":2}', 200, "qwen-pool", False),  # an escaped key
+    (b'{"model":"tiny-llama","model":"qwen","max_tokens":2}', 200, "qwen-pool", False),
+    (b'{"model":"qwen","max_tokens":2,}', 400, "", False),  # not JSON: the processor says so
+    (b'{"model":"qwen","max_tokens":2}  x', 400, "", False),
+    (b'["model","qwen"]', 400, "", False),
+    (b'{"model":"nobody","max_tokens":2}', 404, "", False),
+    (b'{"model":["qwen"],"n":{"a":[1,{"b":"}"}]}}', 400, "", False),
+    (
+        b'{"model" : "qwen" , "stream" : true , "stream_options" : {"include_usage" : true}}',
+        200,
+        "qwen-pool",
+        True,
+    ),
+    (
+        b'{"model":"qwen","stream":true,"stream_options":{"include_usage":false}}',
+        200,
+        "qwen-pool",
+        False,
+    ),  # to merge: the processor
+]
+
+
+@pytest.mark.parametrize(("body", "status", "pool", "local"), TRICKY_BODIES)
+async def test_envoy_admits_only_bodies_it_reads_as_the_processor_would(
+    body: bytes, status: int, pool: str, local: bool
+) -> None:
+    """``transport: http`` without limits: the Lua filter's JSON scanner admits a body only
+    when it finds the top-level model exactly as the processor's parser would; every other
+    body is the processor's, which routes or refuses it with its reason."""
+    async with TrafficGateway(with_llm_ports(POLICY), engines()) as gw:
+        assert gw.gateway is not None and gw.gateway.llm is not None
+        processor = gw.gateway.llm.processor
+        got, headers, raw = await post(gw, body)
+        assert got == status, raw
+        if pool:
+            assert headers["x-inferway-pool"] == pool
+        assert processor.notices == (1 if local else 0)
 
 
 async def test_events_cut_across_chunks_are_counted_and_the_usage_chunk_still_dropped() -> None:

@@ -54,6 +54,7 @@ from inferway.gateway.llm.answers import (
 from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings, LlmStream, counted_so_far
 from inferway.gateway.llm.metrics import Exchange, LlmMetrics
+from inferway.gateway.llm.notice import LOCAL_ID_PREFIX, stream_of_notice
 from inferway.gateway.llm.request import BadRequest, operation_of, prepare_request
 from inferway.xds.translate.llm_stream import (
     FORWARDED_AUTHORIZATION,
@@ -69,6 +70,8 @@ log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("inferway.gateway.llm")
 REPORT_GRACE_S = 1.0
 """How long an answer whose client went away waits for Envoy's in-flight progress reports."""
+NOTICE_WAIT_S = 1.0
+"""How long a report on a stream Envoy admitted itself waits for that stream's notice."""
 OPEN_LIMIT_S = 6 * 3600.0
 """A stream still open after this long is recorded as it stands (its Envoy is gone)."""
 
@@ -113,11 +116,15 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self.foreign = 0
         """Requests outside every openai prefix, let go at their headers."""
         self.reports = 0
+        self.notices = 0
+        """Requests Envoy's Lua filter admitted itself (``transport: http``, no limits)."""
         self.answer_messages = 0
         """ext_proc messages about answers (Envoy sends none: the Lua filter reads them)."""
         """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
         self._open: dict[str, tuple[LlmStream, LlmSettings]] = {}
         self._late: set[asyncio.Future[None]] = set()
+        self._noticed: dict[str, asyncio.Future[None]] = {}
+        """Reports waiting for the notice of a stream Envoy admitted itself."""
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-"
 
@@ -289,6 +296,33 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         self._open[stream.id] = stream, settings
         return None
 
+    def notice(self, forwarded: Mapping[str, str]) -> None:
+        """A request Envoy's Lua filter admitted itself (notice.py): its stream is registered
+        for the reports that follow, as ``admit`` registers one."""
+        stream = stream_of_notice(forwarded, self.settings, self._clock)
+        self.requests += 1
+        self.notices += 1
+        self._open[stream.id] = stream, self.settings
+        waiting = self._noticed.pop(stream.id, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    async def _entry(self, sid: str) -> tuple[LlmStream, LlmSettings] | None:
+        """The open stream ``sid``; for one Envoy admitted itself, its notice may still be on
+        its way (sent without waiting, on another connection): waited for a moment."""
+        entry = self._open.get(sid)
+        if entry is not None or not sid.startswith(LOCAL_ID_PREFIX):
+            return entry
+        waiting = self._noticed.setdefault(sid, asyncio.get_running_loop().create_future())
+        try:
+            async with asyncio.timeout(NOTICE_WAIT_S):
+                await asyncio.shield(waiting)
+        except TimeoutError:
+            return None
+        finally:
+            self._noticed.pop(sid, None)
+        return self._open.get(sid)
+
     async def report(self, raw: bytes) -> None:
         """A report of Envoy's Lua filter on an answer (llm_stream.py, on the reports port:
         a JSON line, then a plain answer's bytes): progress of a stream, or the end of the
@@ -298,7 +332,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         try:
             head, _, plain = raw.partition(b"\n")
             report = orjson.loads(head)
-            entry = self._open.get(str(report.get("id")))
+            entry = await self._entry(str(report.get("id")))
             if entry is not None:
                 stream, settings = entry
                 stream.on_envoy_report(report, plain)
@@ -312,7 +346,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         """A request Envoy's access log says is over while still open here (``llm.transport:
         http``: the client went away before its answer's end): recorded from what the Lua
         filter counted into its ``inferway.llm`` metadata (its first token, then every 16)."""
-        entry = self._open.get(str(tags.get("id")))
+        entry = await self._entry(str(tags.get("id")))
         if entry is None:
             return
         stream, settings = entry

@@ -4,6 +4,8 @@ it here, plain HTTP/1.1 over Envoy's keep-alive connections:
 - ``POST /inferway/llm/admit`` (``llm.transport: http``): a request's whole body, with the
   headers the filter forwards (``x-inferway-path``, the client key); the answer says where it
   goes or what its client gets instead (admission_http.py);
+- ``POST /inferway/llm/notice``: a request Envoy's Lua filter admitted itself
+  (llm_local_admit.py), told without waiting: the processor registers its stream;
 - ``POST /inferway/llm/report``: a report on an answer (a JSON line, then a plain answer's
   bytes). Each gets an empty 200 once the processor has taken it: for a final report, once
   the request is recorded (the Lua filter waits for that before it passes the answer's end
@@ -21,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from inferway.gateway.envoy_http_lane import LaneConnection, LaneServer
+from inferway.xds.translate.llm_local_admit import NOTICE_PATH
 from inferway.xds.translate.llm_stream import ADMIT_PATH, FORWARDED_PREFIX, REPORT_PATH
 
 __all__ = ["ReportLane"]
@@ -32,10 +35,12 @@ _NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
 _FAILED = b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n"
 _PATH = REPORT_PATH.encode()
 _ADMIT = ADMIT_PATH.encode()
+_NOTICE = NOTICE_PATH.encode()
 _FORWARDED = FORWARDED_PREFIX.encode()
 
 Take = Callable[[bytes], Awaitable[None]]
 Admit = Callable[[Mapping[str, str], bytes], Awaitable[bytes]]
+Notice = Callable[[Mapping[str, str]], None]
 
 
 class _Connection(LaneConnection):
@@ -66,6 +71,13 @@ class _Connection(LaneConnection):
         if path == _PATH:
             taken = asyncio.ensure_future(self.lane.take(b"".join(self.body)))
             self._answer(taken, _OK, keep_alive)
+        elif path == _NOTICE and self.lane.notice is not None:
+            try:
+                self.lane.notice(self.forwarded)
+            except Exception:  # the processor's bug: logged; Envoy does not wait for this
+                self.lane.errors += 1
+                log.exception("LLM reports: taking a notice failed")
+            self._answer(None, _OK, keep_alive)
         elif path == _ADMIT and self.lane.admit is not None:
             admitted = asyncio.ensure_future(self.lane.admit(self.forwarded, b"".join(self.body)))
             self._answer(admitted, None, keep_alive)
@@ -118,12 +130,20 @@ class ReportLane(LaneServer):
     """The reports port on ``host:port``, handing each report's body to ``take`` and each
     request to admit to ``admit`` (None: the lane answers 404 there)."""
 
-    def __init__(self, host: str, port: int, take: Take, admit: Admit | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        take: Take,
+        admit: Admit | None = None,
+        notice: Notice | None = None,
+    ) -> None:
         super().__init__(
             host, port, "LLM processor's reports port", "llm.reports_port, default llm.port + 1"
         )
         self.take = take
         self.admit = admit
+        self.notice = notice
 
     def connection(self) -> asyncio.Protocol:
         return _Connection(self)

@@ -89,7 +89,9 @@ class LlmServer:
         self.host = host
         self.port = port
         self.processor = processor
-        self.reports = ReportLane(host, reports_port, processor.report, processor.admit_http)
+        self.reports = ReportLane(
+            host, reports_port, processor.report, processor.admit_http, processor.notice
+        )
         self.closed_by_log = 0
         """Access log entries of requests that ended without a final report."""
         self._server: grpc.aio.Server | None = None

@@ -17,6 +17,8 @@ class LlmRouteIR:
     idle_timeout: float
     timeout: float
     """The whole answer's limit (0: none)."""
+    ask_for_usage: bool = True
+    """Its streams get ``stream_options.include_usage`` when the client did not ask."""
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,6 @@ class LlmGatewayIR:
     Envoy's external processing filter does, over gRPC."""
     client_header: str = "x-api-key"
     """The client key's header (the Lua filter forwards it when it asks)."""
+    limited: bool = False
+    """Token limits are set: every request is asked about before it goes upstream (with
+    ``http``, no admission inside Envoy)."""

@@ -81,12 +81,20 @@ def build_http_connection_manager(
             manager.http_filters.insert(0, build_llm_filter(llm))
         # before it, so answers reach it after the processor has seen their headers (they
         # are on their way to the client when it rewrites a chunk)
+        models: dict[str, str] = {}
+        for route in listener.routes:
+            if route.llm is not None:
+                for name in (route.llm.model, *route.llm.aliases):
+                    models.setdefault(name, route.llm.model)
         stream_filter = build_stream_filter(
             LLM_REPORTS_CLUSTER,
             llm.max_body_bytes,
             admit=admit,
             client_header=llm.client_header,
             admit_timeout_s=llm.timeout,
+            # without token limits, Envoy admits plain requests itself (llm_local_admit.py)
+            local_models=None if llm.limited else models,
+            asking={r.llm.model for r in listener.routes if r.llm and r.llm.ask_for_usage},
         )
         manager.http_filters.insert(0, stream_filter)
         if admit:

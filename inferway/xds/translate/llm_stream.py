@@ -31,6 +31,7 @@ protocol costs a small fraction of that (bench/llm_gateway_overhead.py measures 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
@@ -39,6 +40,7 @@ from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manag
     http_connection_manager_pb2 as hcm_pb2,
 )
 from inferway.xds.translate._protos import pack
+from inferway.xds.translate.llm_local_admit import local_admit_source
 from inferway.xds.translate.served_by import SERVED_BY_HEADERS
 
 __all__ = [
@@ -108,6 +110,8 @@ local SERVED_BY = {@SERVED_BY@}
 local UNREACHABLE = '{"error":{"code":"llm_processor_unavailable","type":"api_error",'
   .. '"message":"the gateway could not ask its LLM processor about this request"}}'
 
+@LOCAL_ADMIT@
+
 local function unquote(s)
   return (string.gsub(s, "%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
 end
@@ -124,6 +128,7 @@ function envoy_on_request(handle)
   if key ~= nil then call["x-inferway-key"] = key end
   local authorization = headers:get("authorization")
   if authorization ~= nil then call["x-inferway-authorization"] = authorization end
+  if admit_here(handle, call) then return end
   local body = handle:body()
   local bytes = ""
   if body == nil then
@@ -337,16 +342,23 @@ def stream_script(
     admit: bool = False,
     client_header: str = "x-api-key",
     admit_timeout_s: float = 5.0,
+    local_models: Mapping[str, str] | None = None,
+    asking: Collection[str] = (),
 ) -> str:
     """The Lua source, reporting to the processor's reports ``cluster``; plain answers of up to
     ``max_plain`` bytes are held whole in Envoy (its buffer limit bounds it) and read.
     ``admit``: the script also asks the processor about each request there
     (``llm.transport: http``), forwarding ``client_header``, waiting up to
-    ``admit_timeout_s``."""
+    ``admit_timeout_s``. ``local_models`` (every name and alias -> the served name; None:
+    never) lets it admit plain requests itself (llm_local_admit.py), adding
+    ``include_usage`` to the streams of the ``asking`` models."""
     if not _HEADER_NAME.fullmatch(client_header):
         raise ValueError(f"client key header {client_header!r} is not a header name")
     return (
-        _SCRIPT.replace("@ADMIT@", ADMIT_PATH if admit else "")
+        _SCRIPT.replace(
+            "@LOCAL_ADMIT@", local_admit_source(local_models if admit else None, asking)
+        )
+        .replace("@ADMIT@", ADMIT_PATH if admit else "")
         .replace("@KEY@", client_header.lower())
         .replace("@ADMIT_TIMEOUT@", str(max(1, round(admit_timeout_s * 1000))))
         .replace("@SERVED_BY@", ", ".join(f'"{name}"' for name in SERVED_BY_HEADERS))
@@ -365,6 +377,8 @@ def build_stream_filter(
     admit: bool = False,
     client_header: str = "x-api-key",
     admit_timeout_s: float = 5.0,
+    local_models: Mapping[str, str] | None = None,
+    asking: Collection[str] = (),
 ) -> hcm_pb2.HttpFilter:
     """``max_plain``: the listener's buffer limit (``llm.max_body_bytes``); the rest as for
     :func:`stream_script`."""
@@ -374,6 +388,8 @@ def build_stream_filter(
         admit=admit,
         client_header=client_header,
         admit_timeout_s=admit_timeout_s,
+        local_models=local_models,
+        asking=asking,
     )
     source = base_pb2.DataSource(inline_string=script)
     config = lua_pb2.Lua(default_source_code=source)
