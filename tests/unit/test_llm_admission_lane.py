@@ -3,23 +3,27 @@ reports port on loopback, asked as Envoy's Lua filter asks (``POST /inferway/llm
 with the forwarded headers and the whole body). The answer routes (the served model,
 percent-encoded; the stream's id; whether the usage chunk is dropped; the rewritten body),
 refuses with the client's status, body and ``Retry-After``, or lets a request of another
-prefix go. A request the access log closes is recorded from the filter's metadata, once."""
+prefix go. A request the access log closes is recorded from the filter's metadata, once. A
+request Envoy admitted itself is registered by its notice, which a report may overtake."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from hashlib import sha256
 from urllib.parse import unquote
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from inferway.gateway.llm import processor as processor_module
 from inferway.gateway.llm.exchange import LlmSettings
 from inferway.gateway.llm.limits import LimitSpec, MemoryBudgetStore, TokenBudget
 from inferway.gateway.llm.metrics import LlmMetrics
 from inferway.gateway.llm.processor import LlmProcessor
 from inferway.gateway.llm.report_lane import ReportLane
+from inferway.xds.translate.llm_local_admit import NOTICE_PATH
 from inferway.xds.translate.llm_stream import (
     ADMIT_PATH,
     ANSWER_DROP_USAGE,
@@ -49,7 +53,9 @@ def _processor(limit: int | None = None) -> LlmProcessor:
 @pytest.fixture
 async def lane() -> AsyncIterator[tuple[ReportLane, LlmProcessor]]:
     processor = _processor(limit=10)
-    started = await ReportLane("127.0.0.1", 0, processor.report, processor.admit_http).start()
+    started = await ReportLane(
+        "127.0.0.1", 0, processor.report, processor.admit_http, processor.notice
+    ).start()
     try:
         yield started, processor
     finally:
@@ -185,3 +191,56 @@ def _sample(processor: LlmProcessor, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+def _notice(sid: str, **extra: str) -> dict[str, str]:
+    return {
+        "x-inferway-id": sid,
+        FORWARDED_PATH: "/v1/chat/completions",
+        FORWARDED_KEY: "sk-1",
+        "x-inferway-requested": "alias",
+        "x-inferway-served": "served%20model%2F%C3%BC",
+        "x-inferway-stream": "1",
+        "x-inferway-drop-usage": "1",
+        "x-inferway-prompt-bytes": "80",
+        **extra,
+    }
+
+
+async def test_a_request_envoy_admitted_is_recorded_from_its_notice_and_final_report(
+    lane: tuple[ReportLane, LlmProcessor],
+) -> None:
+    """The notice (sent without waiting) registers the stream; a final report that overtook
+    it waits for it (``NOTICE_WAIT_S``) and is recorded once it comes."""
+    reports, processor = lane
+    final = {"id": "eabc-1-1", "final": True, "status": 200, "sse": True, "chunks": 3}
+    final |= {"prompt": 9, "completion": 3, "model": "served model/ü", "done": True}
+    report = asyncio.ensure_future(
+        _ask(reports.port, (json.dumps(final) + "\n").encode(), {}, path=REPORT_PATH)
+    )
+    await asyncio.sleep(0.1)
+    assert not report.done(), "the report waits for its stream's notice"
+    status, _, _ = await _ask(reports.port, b"", _notice("eabc-1-1"), path=NOTICE_PATH)
+    assert status == 200 and processor.notices == 1
+    status, _, _ = await asyncio.wait_for(report, 5)
+    assert status == 200
+    labels = {"model": "served model/ü", "client": "key-" + sha256(b"sk-1").hexdigest()[:16]}
+    assert _sample(processor, "inferway_llm_tokens_total", type="output", **labels) == 3
+    assert _sample(processor, "inferway_llm_tokens_total", type="input", estimated="false") == 9
+    stream_label = _sample(processor, "inferway_llm_requests_total", stream="true")
+    assert stream_label == 1
+
+
+async def test_a_report_whose_notice_never_comes_is_dropped_after_a_moment(
+    lane: tuple[ReportLane, LlmProcessor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports, processor = lane
+    monkeypatch.setattr(processor_module, "NOTICE_WAIT_S", 0.2)
+    final = {"id": "eabc-9-9", "final": True, "status": 200}
+    status, _, _ = await asyncio.wait_for(
+        _ask(reports.port, (json.dumps(final) + "\n").encode(), {}, path=REPORT_PATH), 5
+    )
+    assert status == 200 and _sample(processor, "inferway_llm_requests_total") == 0
+    # a notice without an id is not inferway's filter: counted as an error, answered
+    status, _, _ = await _ask(reports.port, b"", _notice(""), path=NOTICE_PATH)
+    assert status == 200 and reports.errors == 1 and processor.notices == 0
