@@ -490,6 +490,8 @@ TRICKY_BODIES = [
     (b'["model","qwen"]', 400, "", False),
     (b'{"model":"nobody","max_tokens":2}', 404, "", False),
     (b'{"model":["qwen"],"n":{"a":[1,{"b":"}"}]}}', 400, "", False),
+    (b'{"model":"qwen","x":"a\\qb"}', 400, "", False),  # an escape JSON does not have
+    (b'{"model":"qwen","x":"a\nb"}', 400, "", False),  # a raw newline in a string
     (
         b'{"model" : "qwen" , "stream" : true , "stream_options" : {"include_usage" : true}}',
         200,

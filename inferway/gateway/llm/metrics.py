@@ -5,11 +5,13 @@ are fixed: cost rules and alerts (deploy/prometheus/) are written against them."
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-__all__ = ["Exchange", "LlmMetrics"]
+__all__ = ["Exchange", "LlmMetrics", "record_span"]
 
 # OpenTelemetry semantic conventions' advised buckets (gen-ai-metrics.md).
 _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
@@ -106,3 +108,25 @@ class LlmMetrics:
             self.ttft.labels(x.route, x.model, x.backend).observe(x.ttft_s)
         if x.time_per_output_token_s is not None:
             self.tpot.labels(x.route, x.model, x.backend).observe(x.time_per_output_token_s)
+
+
+def record_span(tracer: trace.Tracer, x: Exchange, started: float, now: float) -> None:
+    """A ``gen_ai`` span for the request (a no-op unless tracing is set up)."""
+    end_ns = time.time_ns()
+    start_ns = end_ns - int((now - started) * 1e9)
+    span = tracer.start_span(f"{x.operation} {x.model}", start_time=start_ns)
+    span.set_attributes(
+        {
+            "gen_ai.operation.name": x.operation,
+            "gen_ai.request.model": x.requested_model,
+            "gen_ai.response.model": x.response_model,
+            "gen_ai.usage.input_tokens": x.input_tokens,
+            "gen_ai.usage.output_tokens": x.output_tokens,
+            "inferway.llm.route": x.route,
+            "inferway.llm.backend": x.backend,
+            "inferway.llm.client": x.client,
+            "inferway.llm.estimated": x.estimated,
+            "http.response.status_code": x.code,
+        }
+    )
+    span.end(end_time=end_ns)

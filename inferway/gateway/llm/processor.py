@@ -53,7 +53,7 @@ from inferway.gateway.llm.answers import (
 )
 from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings, LlmStream, counted_so_far
-from inferway.gateway.llm.metrics import Exchange, LlmMetrics
+from inferway.gateway.llm.metrics import LlmMetrics, record_span
 from inferway.gateway.llm.notice import LOCAL_ID_PREFIX, stream_of_notice
 from inferway.gateway.llm.request import BadRequest, operation_of, prepare_request
 from inferway.xds.translate.llm_stream import (
@@ -302,6 +302,13 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         stream = stream_of_notice(forwarded, self.settings, self._clock)
         self.requests += 1
         self.notices += 1
+        if (
+            self._open
+            and next(iter(self._open.values()))[0].started < stream.started - OPEN_LIMIT_S
+        ):
+            sweep = asyncio.ensure_future(self._sweep())  # recorded on stop at the latest
+            self._late.add(sweep)
+            sweep.add_done_callback(self._late.discard)
         self._open[stream.id] = stream, self.settings
         waiting = self._noticed.pop(stream.id, None)
         if waiting is not None and not waiting.done():
@@ -364,7 +371,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
             if settings.budget is not None:
                 tokens = usage.input_tokens + usage.output_tokens
                 await settings.budget.debit(stream.client, tokens)
-            _span(self._tracer, exchange, stream.started, self._clock())
+            record_span(self._tracer, exchange, stream.started, self._clock())
         except Exception:
             self.errors += 1
             log.exception("LLM processor: recording a finished request failed")
@@ -374,25 +381,3 @@ def _under(path: str, prefixes: tuple[str, ...]) -> bool:
     """``path`` (query and all) lies under one of ``prefixes`` (``/v1`` holds ``/v1/models``
     and ``/v1?x``, not ``/v1beta``)."""
     return any(p == "/" or path == p or path.startswith((p + "/", p + "?")) for p in prefixes)
-
-
-def _span(tracer: trace.Tracer, x: Exchange, started: float, now: float) -> None:
-    """A ``gen_ai`` span for the request (a no-op unless tracing is set up)."""
-    end_ns = time.time_ns()
-    start_ns = end_ns - int((now - started) * 1e9)
-    span = tracer.start_span(f"{x.operation} {x.model}", start_time=start_ns)
-    span.set_attributes(
-        {
-            "gen_ai.operation.name": x.operation,
-            "gen_ai.request.model": x.requested_model,
-            "gen_ai.response.model": x.response_model,
-            "gen_ai.usage.input_tokens": x.input_tokens,
-            "gen_ai.usage.output_tokens": x.output_tokens,
-            "inferway.llm.route": x.route,
-            "inferway.llm.backend": x.backend,
-            "inferway.llm.client": x.client,
-            "inferway.llm.estimated": x.estimated,
-            "http.response.status_code": x.code,
-        }
-    )
-    span.end(end_time=end_ns)

@@ -67,13 +67,19 @@ local CLOSE = {[123] = 125, [91] = 93}
 local SEQ = 0
 local WORKER = string.match(tostring({}), "0x(%x+)") or "0"
 
--- the quote that ends the string opened at i (nil: unterminated)
+local ESCAPES = {[34] = true, [92] = true, [47] = true, [98] = true, [102] = true,
+  [110] = true, [114] = true, [116] = true, [117] = true}
+
+-- the quote that ends the string opened at i (nil: unterminated, a raw control character,
+-- an escape JSON does not have)
 local function string_end(s, i)
   local j = i + 1
   while true do
-    local k = string.find(s, '["\\]', j)
+    local k = string.find(s, '["\\%c]', j)
     if k == nil then return nil end
-    if string.byte(s, k) == 34 then return k end
+    local b = string.byte(s, k)
+    if b == 34 then return k end
+    if b ~= 92 or not ESCAPES[string.byte(s, k + 1)] then return nil end
     j = k + 2
   end
 end
