@@ -25,7 +25,6 @@ from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.core.v3 import (
     base_pb2,
-    config_source_pb2,
     grpc_service_pb2,
 )
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
@@ -47,6 +46,7 @@ from inferway.resolve.ir.llm import LlmGatewayIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.llm import llm_path
 from inferway.xds.translate._protos import duration, pack
+from inferway.xds.translate.grpc_access_log import grpc_log_common
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 from inferway.xds.translate.llm_stream import BACKEND_HEADER
 
@@ -115,14 +115,7 @@ def build_llm_close_log() -> accesslog_pb2.AccessLog:
     final report never sent: the client or the backend went away); the processor records it
     from what the Lua filter counted into that metadata."""
     config = als_pb2.HttpGrpcAccessLogConfig(
-        common_config=als_pb2.CommonGrpcAccessLogConfig(
-            log_name=LLM_FILTER,
-            grpc_service=grpc_service_pb2.GrpcService(
-                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=LLM_CLUSTER)
-            ),
-            transport_api_version=config_source_pb2.ApiVersion.V3,
-            buffer_flush_interval=duration(CLOSE_LOG_FLUSH_S),
-        ),
+        common_config=grpc_log_common(LLM_FILTER, LLM_CLUSTER, CLOSE_LOG_FLUSH_S),
     )
     still_open = metadata_pb2.MetadataMatcher(
         filter=LLM_NAMESPACE,

@@ -11,11 +11,8 @@ from opentelemetry.proto.common.v1 import common_pb2
 from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.core.v3 import (
-    config_source_pb2,
     extension_pb2,
-    grpc_service_pb2,
 )
-from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from inferway._xds_protos.envoy.extensions.access_loggers.open_telemetry.v3 import (
     logs_service_pb2,
 )
@@ -25,6 +22,7 @@ from inferway._xds_protos.envoy.extensions.formatter.req_without_query.v3 import
 from inferway.resolve.ir.observability import AccessLogIR, MaskSinkIR
 from inferway.xds.translate._protos import pack
 from inferway.xds.translate.access_log import ACCESS_LOG_FIELDS
+from inferway.xds.translate.grpc_access_log import grpc_log_common
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 
 __all__ = [
@@ -51,13 +49,7 @@ def build_masked_access_log(access_log: AccessLogIR) -> accesslog_pb2.AccessLog:
         )
     )
     config = logs_service_pb2.OpenTelemetryAccessLogConfig(
-        common_config=als_pb2.CommonGrpcAccessLogConfig(
-            log_name=MASKED_LOG_NAME,
-            grpc_service=grpc_service_pb2.GrpcService(
-                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=MASK_SINK_CLUSTER)
-            ),
-            transport_api_version=config_source_pb2.ApiVersion.V3,
-        ),
+        common_config=grpc_log_common(MASKED_LOG_NAME, MASK_SINK_CLUSTER),
         body=body,
         formatters=[
             extension_pb2.TypedExtensionConfig(

@@ -68,6 +68,7 @@ from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.resolve.ir.picker import PickerIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.xds.translate._protos import duration, pack
+from inferway.xds.translate.grpc_access_log import grpc_log_common
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 
 __all__ = [
@@ -179,15 +180,8 @@ def _finish_log(picker: PickerIR) -> accesslog_pb2.AccessLog:
     """``transport: http``: Envoy's gRPC access log of each request with a ticket (answered,
     reset or timed out) to the picker's gRPC server, which ends the pick."""
     config = als_pb2.HttpGrpcAccessLogConfig(
-        common_config=als_pb2.CommonGrpcAccessLogConfig(
-            log_name=picker_filter(picker.service),
-            grpc_service=grpc_service_pb2.GrpcService(
-                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(
-                    cluster_name=picker_cluster(picker.service)
-                )
-            ),
-            transport_api_version=config_source_pb2.ApiVersion.V3,
-            buffer_flush_interval=duration(ACCESS_LOG_FLUSH_S),
+        common_config=grpc_log_common(
+            picker_filter(picker.service), picker_cluster(picker.service), ACCESS_LOG_FLUSH_S
         ),
         additional_request_headers_to_log=[TICKET_HEADER],
     )
