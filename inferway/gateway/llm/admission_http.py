@@ -12,6 +12,7 @@ Lua filter (xds/translate/llm_stream.py) does with a request it asked about.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import quote
 
 from inferway.gateway.llm.answers import Refused, error_body
@@ -22,9 +23,12 @@ from inferway.xds.translate.llm_stream import (
     ANSWER_MODEL,
     ANSWER_REFUSAL,
     ANSWER_REWRITTEN,
+    FORWARDED_AUTHORIZATION,
+    FORWARDED_KEY,
+    FORWARDED_PATH,
 )
 
-__all__ = ["admitted", "let_go", "refused"]
+__all__ = ["admitted", "forwarded_headers", "let_go", "refused"]
 
 _REASONS = {
     400: "Bad Request",
@@ -32,6 +36,16 @@ _REASONS = {
     413: "Payload Too Large",
     429: "Too Many Requests",
 }
+
+
+def forwarded_headers(forwarded: Mapping[str, str], client_header: str) -> dict[str, str]:
+    """The request's headers the Lua filter forwards (``x-inferway-*``), under their own
+    names: the path, the client key header, ``Authorization``."""
+    return {
+        ":path": forwarded.get(FORWARDED_PATH, ""),
+        client_header.lower(): forwarded.get(FORWARDED_KEY, ""),
+        "authorization": forwarded.get(FORWARDED_AUTHORIZATION, ""),
+    }
 
 
 def _answer(status: int, headers: list[tuple[str, str]], body: bytes) -> bytes:

@@ -8,13 +8,11 @@ import time
 from collections.abc import Callable, Mapping
 from urllib.parse import unquote
 
+from inferway.gateway.llm.admission_http import forwarded_headers
 from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings, LlmStream
 from inferway.gateway.llm.request import LlmRequest, operation_of
 from inferway.xds.translate.llm_stream import (
-    FORWARDED_AUTHORIZATION,
-    FORWARDED_KEY,
-    FORWARDED_PATH,
     FORWARDED_STARTED,
 )
 
@@ -35,13 +33,9 @@ def stream_of_notice(
     served = unquote(forwarded.get("x-inferway-served", ""))
     if not sid.startswith(LOCAL_ID_PREFIX) or not served:
         raise BadNotice(f"a notice without an id or a model: {sorted(forwarded)}")
-    path = forwarded.get(FORWARDED_PATH, "")
-    headers = {
-        settings.client_header.lower(): forwarded.get(FORWARDED_KEY, ""),
-        "authorization": forwarded.get(FORWARDED_AUTHORIZATION, ""),
-    }
+    headers = forwarded_headers(forwarded, settings.client_header)
     client = client_key(headers, settings.client_header, hashed=settings.hash_client)
-    stream = LlmStream(client, operation_of(path), clock())
+    stream = LlmStream(client, operation_of(headers[":path"]), clock())
     stream.wall_started = time.time()
     stream.started_at_wall(forwarded.get(FORWARDED_STARTED, ""))
     drop = forwarded.get("x-inferway-drop-usage") == "1"

@@ -57,10 +57,7 @@ from inferway.gateway.llm.metrics import LlmMetrics, record_span
 from inferway.gateway.llm.notice import LOCAL_ID_PREFIX, stream_of_notice
 from inferway.gateway.llm.request import BadRequest, operation_of, prepare_request
 from inferway.xds.translate.llm_stream import (
-    FORWARDED_AUTHORIZATION,
-    FORWARDED_KEY,
     FORWARDED_NO_BODY,
-    FORWARDED_PATH,
     FORWARDED_STARTED,
 )
 
@@ -231,11 +228,7 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
     async def admit_http(self, forwarded: Mapping[str, str], body: bytes) -> bytes:
         """The request lane over HTTP (report_lane.py): the headers Envoy's Lua filter
         forwards (llm_stream.py) in, the answer it acts on out (admission_http.py)."""
-        headers = {
-            ":path": forwarded.get(FORWARDED_PATH, ""),
-            self.settings.client_header.lower(): forwarded.get(FORWARDED_KEY, ""),
-            "authorization": forwarded.get(FORWARDED_AUTHORIZATION, ""),
-        }
+        headers = admission_http.forwarded_headers(forwarded, self.settings.client_header)
         no_body = FORWARDED_NO_BODY in forwarded
         stream, refusal = await self.admit(headers, None if no_body else body)
         if stream is not None:  # TTFT from the headers reaching Envoy's filter, not from here
