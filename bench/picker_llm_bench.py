@@ -1,6 +1,8 @@
 """The endpoint picker on real engines, side by side with round robin and least request: real
 Envoy, the gateway, and ``--engines`` llama.cpp servers (llama-cpp-python, the tests' tiny
-model, prompt cache on and small, so a server holds only a few tenants' prompts).
+model, prompt cache on and small, so a server holds only a few tenants' prompts). The picker
+runs both ways: scoring, asked by Envoy (``inferway picker``), and ``process: envoy`` (the
+prompt's prefix hashed in Envoy, Maglev with bounded load: ``picker in Envoy``).
 
 Workload (shared prefix): ``--tenants`` tenants, each a ``--system-chars``-character system
 prompt (about one token a character with the tiny model), short questions, ``--max-tokens``
@@ -64,6 +66,7 @@ POLICIES = {
         "    picker:\n      listen: 127.0.0.1:{picker_port}\n      metrics_path: null\n"
         "      queue_limit: 4\n      timeout: 2s\n"
     ),
+    "picker in Envoy": "    picker:\n      process: envoy\n",
 }
 
 

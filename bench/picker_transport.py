@@ -9,10 +9,15 @@ target a fresh Envoy and picker process, rounds rotated, medians:
   BUFFERED: two messages each way per request);
 * ``http_lane``: ``picker: {transport: http}`` as inferway configures it: the same picker
   process serving Envoy's ``ext_authz`` HTTP service (one HTTP/1.1 request per pick, the body
-  with it) and ending each pick from Envoy's gRPC access log (batched every 10 ms).
+  with it) and ending each pick from Envoy's gRPC access log (batched every 10 ms);
+* ``envoy_hash``: ``picker: {process: envoy}`` as inferway configures it: no picker process,
+  Envoy's Lua filter hashes the prompt's first 1,024 bytes and Maglev with bounded load picks.
 
 Columns: latency p50/p99 (from the scheduled send), added p50/p99 against ``none`` in the same
-round, the picker process's and Envoy's CPU per request (``/proc``), whether Envoy's per-host
+round; the hold, as Envoy's own clock saw it per request (its first byte in to its first byte
+sent upstream: the pick's round trip is inside it), at p50/p99 and its p99 against ``none``;
+Envoy's whole time per request (first byte in to last byte out) at p99 against ``none``; the
+picker process's and Envoy's CPU per request (``/proc``), whether Envoy's per-host
 request counts equal the picker's picks (``override_host`` honoured), and for ``http_lane``
 whether every pick was ended by the access log (nothing left in flight after the run).
 
@@ -47,9 +52,11 @@ from typing import Any
 import psutil
 from _common import environment, free_port, percentile, print_table, write_results
 from _picker_procs import backends_main, chat_payloads, load_main
+from google.protobuf.json_format import MessageToDict
 
 from inferway.gateway.picker.sidecar import STATUS_REQUEST, pools_line
 from inferway.policies.picker import Picker as PickerPolicy
+from inferway.resolve.ir.picker import PickerIR
 from inferway.xds.envoy_binary import find_envoy
 from inferway.xds.translate.picker import (
     ACCESS_LOG_FLUSH_S,
@@ -57,10 +64,12 @@ from inferway.xds.translate.picker import (
     HTTP_PATH_PREFIX,
     TICKET_HEADER,
 )
+from inferway.xds.translate.picker_envoy import prefix_hash_lb, prefix_hash_script
 
 __all__ = ["main"]
 
-TARGETS = ("none", "ext_proc", "http_lane")
+TARGETS = ("none", "ext_proc", "http_lane", "envoy_hash")
+PREFIX_BYTES = 1024
 T = "type.googleapis.com/envoy."
 HEADER = "x-gateway-destination-endpoint"
 
@@ -94,6 +103,7 @@ def _finish_log() -> list[dict[str, Any]]:
 
 
 def _picker_filter(target: str, picker: int) -> list[dict[str, Any]]:
+    config: dict[str, Any]
     if target == "ext_proc":  # as inferway's translator configures it (xds/translate/picker.py)
         mode = {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
                 "request_trailer_mode": "SKIP", "response_header_mode": "SKIP",
@@ -127,6 +137,11 @@ def _picker_filter(target: str, picker: int) -> list[dict[str, Any]]:
                 },
             },
         }  # fmt: skip
+    elif target == "envoy_hash":  # as the translator configures process: envoy
+        config = {
+            "@type": T + "extensions.filters.http.lua.v3.Lua",
+            "default_source_code": {"inline_string": prefix_hash_script(PREFIX_BYTES)},
+        }
     else:
         return []
     return [{"name": "picker", "typed_config": config}]
@@ -140,12 +155,48 @@ def _policy(name: str, config: str) -> dict[str, Any]:
     return {"policies": [{"typed_extension_config": extension}]}
 
 
+HOLD_FORMAT = (
+    "%COMMON_DURATION(DS_RX_BEG:US_TX_BEG:us)% %COMMON_DURATION(DS_RX_BEG:DS_TX_END:us)%\n"
+)
+
+
+def _timing_log(path: Path) -> dict[str, Any]:
+    """A file access log of two durations a request, as Envoy's own clock saw them: its hold
+    (the request's first byte in to its first byte sent upstream: for a picker target, the
+    pick's round trip is in it) and its whole time in Envoy (first byte in to last byte out)."""
+    config = {
+        "@type": T + "extensions.access_loggers.file.v3.FileAccessLog",
+        "path": str(path),
+        "log_format": {"text_format_source": {"inline_string": HOLD_FORMAT}},
+    }
+    return {"name": "envoy.access_loggers.file", "typed_config": config}
+
+
+def _timings(path: Path, count: int) -> tuple[list[float], list[float]]:
+    """The last ``count`` requests' hold and time in Envoy (seconds) from ``_timing_log``."""
+    holds: list[float] = []
+    totals: list[float] = []
+    for line in path.read_text().splitlines()[-count:]:
+        hold, _, total = line.partition(" ")
+        if hold.isdigit() and total.isdigit():
+            holds.append(int(hold) / 1e6)
+            totals.append(int(total) / 1e6)
+    return holds, totals
+
+
 def bootstrap(
-    target: str, listener: int, admin: int, picker: int, upstreams: list[int], grpc_port: int
+    target: str,
+    listener: int,
+    admin: int,
+    picker: int,
+    upstreams: list[int],
+    grpc_port: int,
+    timing_log: Path | None = None,
 ) -> str:
     """Envoy's bootstrap (JSON) for ``target``: the listener, the filter that asks the picker
     (none for ``none``; for ``http_lane`` also the access log to ``grpc_port``) and the
-    service's cluster balanced by ``override_host``."""
+    service's cluster balanced by ``override_host``; with ``timing_log``, the per-request
+    timings there (``_timing_log``)."""
     router = {
         "name": "router",
         "typed_config": {"@type": T + "extensions.filters.http.router.v3.Router"},
@@ -159,8 +210,10 @@ def bootstrap(
         }]},
         "http_filters": [*_picker_filter(target, picker), router],
     }  # fmt: skip
-    if target == "http_lane":
-        manager["access_log"] = _finish_log()
+    manager["access_log"] = [
+        *(_finish_log() if target == "http_lane" else []),
+        *([_timing_log(timing_log)] if timing_log is not None else []),
+    ]
     override = _policy(
         "override_host", "extensions.load_balancing_policies.override_host.v3.OverrideHost"
     )
@@ -179,6 +232,11 @@ def bootstrap(
             "explicit_http_config": {"http2_protocol_options": {}},
         }}}  # fmt: skip
     grpc = [_cluster("picker_grpc", [grpc_port], **h2)] if target == "http_lane" else []
+    lb = {"load_balancing_policy": override}
+    if target == "envoy_hash":
+        hashing = PickerIR("llm", "", 0, False, True, 1.0, "", in_envoy=True,
+                           prefix_bytes=PREFIX_BYTES)  # fmt: skip
+        lb = {"load_balancing_policy": MessageToDict(prefix_hash_lb(hashing))}
     document = {
         "admin": {"address": _address(admin)},
         "static_resources": {
@@ -190,7 +248,7 @@ def bootstrap(
                 }]}],
             }],
             "clusters": [
-                _cluster("llm", upstreams, load_balancing_policy=override),
+                _cluster("llm", upstreams, **lb),
                 _cluster("picker", [picker], **(h2 if target == "ext_proc" else {})),
                 *grpc,
             ],
@@ -262,7 +320,7 @@ def measure(
     endpoints = [f"127.0.0.1:{u}" for u in upstreams]
     workdir = Path(tempfile.mkdtemp(prefix="picker-transport-"))
     (workdir / "envoy.json").write_text(
-        bootstrap(target, listener, admin, port, upstreams, grpc_port)
+        bootstrap(target, listener, admin, port, upstreams, grpc_port, workdir / "timing.log")
     )
     picker = _picker(target, port, grpc_port, endpoints)
     envoy = subprocess.Popen(
@@ -270,6 +328,9 @@ def measure(
          "--base-id", str(port)],
         stdout=(workdir / "envoy.log").open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
+    result: dict[str, Any] | None = None
+    holds: list[float] = []
+    in_envoy: list[float] = []
     try:
         _wait_ready(admin)
         pids = {"envoy": envoy.pid} | ({"picker": picker.pid} if picker is not None else {})
@@ -292,7 +353,10 @@ def measure(
             picker.communicate(timeout=15)  # stdin closes: the picker exits
         envoy.send_signal(signal.SIGTERM)
         envoy.wait(15)
+        if result is not None:
+            holds, in_envoy = _timings(workdir / "timing.log", result["sent"])
         shutil.rmtree(workdir, ignore_errors=True)
+    assert result is not None
     hosts = {
         m.group(1): int(m.group(2))
         for m in re.finditer(r"^llm::(\S+)::rq_total::(\d+)", clusters, re.MULTILINE)
@@ -306,6 +370,10 @@ def measure(
         "statuses": result["statuses"],
         "p50_ms": percentile(latencies, 50) * 1000,
         "p99_ms": percentile(latencies, 99) * 1000,
+        "hold_p50_ms": percentile(holds, 50) * 1000,
+        "hold_p99_ms": percentile(holds, 99) * 1000,
+        "envoy_p50_ms": percentile(in_envoy, 50) * 1000,
+        "envoy_p99_ms": percentile(in_envoy, 99) * 1000,
         "cpu_us": {k: v / requests * 1e6 for k, v in spent.items()},
         "override_honoured": None if picks is None else hosts == {h: picks[h] for h in hosts},
         "left_in_flight": in_flight,
@@ -325,6 +393,14 @@ def summarize(rounds: list[dict[str, Any]], count: int) -> dict[str, dict[str, A
             "p99_ms": statistics.median(r["p99_ms"] for r in mine),
             "added_p50_ms": statistics.median(m["p50_ms"] - b["p50_ms"] for m, b in pairs),
             "added_p99_ms": statistics.median(m["p99_ms"] - b["p99_ms"] for m, b in pairs),
+            "hold_p50_ms": statistics.median(r["hold_p50_ms"] for r in mine),
+            "hold_p99_ms": statistics.median(r["hold_p99_ms"] for r in mine),
+            "added_hold_p99_ms": statistics.median(
+                m["hold_p99_ms"] - b["hold_p99_ms"] for m, b in pairs
+            ),
+            "added_envoy_p99_ms": statistics.median(
+                m["envoy_p99_ms"] - b["envoy_p99_ms"] for m, b in pairs
+            ),
             "picker_cpu_us": statistics.median(r["cpu_us"].get("picker", 0.0) for r in mine),
             "envoy_cpu_us": statistics.median(r["cpu_us"]["envoy"] for r in mine),
             "override_honoured": [r["override_honoured"] for r in mine],
@@ -353,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upstreams = backend_conn.recv()
         for r in range(args.rounds):
-            for target in TARGETS[r % 3 :] + TARGETS[: r % 3]:
+            for target in TARGETS[r % len(TARGETS) :] + TARGETS[: r % len(TARGETS)]:
                 rounds.append(measure(args, target, load_conn, upstreams, r) | {"round": r})
     finally:
         load_conn.send(None)
@@ -364,10 +440,13 @@ def main(argv: list[str] | None = None) -> int:
     print_table(
         f"Asking the picker at {args.rate:.0f} req/s open loop through Envoy "
         f"(medians of {args.rounds} rounds x {args.duration:.0f} s)",
-        ["target", "p50 ms", "p99 ms", "added p50", "added p99", "picker CPU us/req",
+        ["target", "p50 ms", "p99 ms", "added p50", "added p99", "hold p50/p99 ms",
+         "added hold p99", "added in Envoy p99", "picker CPU us/req",
          "envoy CPU us/req", "override honoured", "left in flight", "errors"],
         [[t, f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", f"{s['added_p50_ms']:+.2f}",
-          f"{s['added_p99_ms']:+.2f}", f"{s['picker_cpu_us']:.0f}", f"{s['envoy_cpu_us']:.0f}",
+          f"{s['added_p99_ms']:+.2f}", f"{s['hold_p50_ms']:.2f}/{s['hold_p99_ms']:.2f}",
+          f"{s['added_hold_p99_ms']:+.2f}", f"{s['added_envoy_p99_ms']:+.2f}",
+          f"{s['picker_cpu_us']:.0f}", f"{s['envoy_cpu_us']:.0f}",
           "-" if None in s["override_honoured"] else all(s["override_honoured"]),
           "-" if None in s["left_in_flight"] else max(s["left_in_flight"]), s["errors"]]
          for t, s in summary.items()],

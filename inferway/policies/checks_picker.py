@@ -1,4 +1,6 @@
-"""Semantic checks of services' own pickers with ``transport: http``: an ``http_listen``
+"""Semantic checks of services' own pickers. ``process: envoy`` replaces the service's
+``load_balancing`` (Maglev on the prompt's prefix), so the two together are refused rather
+than one silently ignored. With ``transport: http``: an ``http_listen``
 address is served by one picker process, so the services sharing it must share ``listen``
 (the keeper runs one process per ``listen``), and it must not be another picker's gRPC
 ``listen`` address. Without this, two processes would race to bind it and the loser would
@@ -16,10 +18,20 @@ __all__ = ["check_picker"]
 
 
 def check_picker(policy: Policy) -> Iterator[tuple[Loc, str]]:
+    for index, service in enumerate(policy.services):
+        picker = service.picker
+        if picker is not None and picker.process == "envoy" and service.load_balancing:
+            yield (
+                ("services", index, "load_balancing"),
+                f"service '{service.name}': picker process: envoy balances by Maglev on "
+                "the prompt's prefix, which replaces load_balancing: drop one of them",
+            )
     own = [
         (index, service.name, service.picker)
         for index, service in enumerate(policy.services)
-        if service.picker is not None and service.picker.external is None
+        if service.picker is not None
+        and service.picker.external is None
+        and service.picker.process != "envoy"
     ]
     listens = {split_host_port(p.listen): name for _, name, p in own}
     first: dict[tuple[str, int], tuple[str, str]] = {}

@@ -43,7 +43,7 @@ def _servers(policy: Policy) -> Iterator[tuple[tuple[str, int], _Server]]:
         yield (llm.address, llm.report_port), reports
     for i, service in enumerate(policy.services):
         picker = service.picker
-        if picker is None or picker.external is not None:
+        if picker is None or picker.external is not None or picker.process == "envoy":
             continue
         yield (
             split_host_port(picker.listen),

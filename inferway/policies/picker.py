@@ -11,6 +11,7 @@ request by a picker that scores them (docs/picker.md).
           fail: open            # picker down or slow: open = Envoy's balancing; closed = 503/504
           # transport: http     # ask over ext_authz's HTTP service (less CPU, docs/picker.md)
           # external: epp.internal:9002   # a Gateway API Inference Extension picker instead
+          # process: envoy      # no picker to ask: Envoy hashes the prompt's prefix itself
 
 inferway's own picker listens on ``listen`` (in the gateway's process, or with ``process:
 sidecar`` in a picker process the gateway supervises), scrapes each
@@ -23,6 +24,14 @@ picker that fails loses the cache affinity, never the request.
 ``transport: http`` asks inferway's own picker over Envoy's ``ext_authz`` HTTP service instead
 (one HTTP/1.1 request per pick on ``http_listen``, its end reported by Envoy's gRPC access log):
 about a fifth of the picker's CPU per request of the ext_proc stream (docs/picker.md).
+
+``process: envoy`` asks nobody: Envoy's Lua filter hashes the first ``prefix_bytes`` of the
+request's ``messages`` (or ``prompt``) and Envoy's Maglev consistent hashing with bounded load
+sends it to the replica that hash maps to, unless that replica already has more than
+``load_bound`` times the average of Envoy's requests in flight (then the next one on the
+table). Requests sharing a prompt prefix meet on one replica, from every Envoy alike (the table
+depends only on the replicas); no hop, so nothing added on the request's path but the hash. It
+knows no scraped metrics: no KV-cache, LoRA or session scorer, and no per-pick scores to show.
 """
 
 from __future__ import annotations
@@ -64,7 +73,10 @@ class PickerScorers(_Model):
 _OWN_ONLY = (
     "scorers", "listen", "queue_limit", "kv_cache_limit", "shed", "fallbacks",
     "metrics_path", "scrape_interval", "session_header", "process", "transport", "http_listen",
+    "prefix_bytes", "load_bound",
 )  # fmt: skip
+_IN_ENVOY = ("process", "prefix_bytes", "load_bound")
+"""What ``process: envoy`` takes: there is no picker to listen, scrape, score, time out or fail."""
 
 
 class Picker(_Model):
@@ -87,10 +99,19 @@ class Picker(_Model):
     counts only (servers without metrics)."""
     scrape_interval: Duration = Field(default=1.0, gt=0, le=60)
     session_header: str = Field(default="x-session-id", min_length=1)
-    process: Literal["gateway", "sidecar"] = "gateway"
-    """Where inferway's own picker runs: in the gateway's process, or in a picker process the
+    process: Literal["gateway", "sidecar", "envoy"] = "gateway"
+    """Where inferway's own picker runs: in the gateway's process, in a picker process the
     gateway starts, feeds the resolved endpoints and restarts when it dies (docs/picker.md,
-    bench/picker_overhead.py measures both)."""
+    bench/picker_overhead.py measures both), or in Envoy itself (prefix hashing with bounded
+    load, no hop: bench/picker_transport.py)."""
+    prefix_bytes: int = Field(default=1024, ge=64, le=65536)
+    """``process: envoy``: how much of the prompt (its ``messages`` JSON as sent) the hash
+    covers: requests alike in this much meet on one replica. About 250 tokens by default:
+    shorter than a typical shared system prompt, longer than most one-off questions."""
+    load_bound: float = Field(default=1.25, ge=1.0, le=10.0)
+    """``process: envoy``: a replica with more than this times the average of Envoy's
+    requests in flight is passed over for the next one on the hash table (Envoy's
+    ``hash_balance_factor``, in percent, is this times 100)."""
     transport: Literal["ext_proc", "http"] = "ext_proc"
     """How Envoy asks inferway's own picker: ``ext_proc`` (GAIE's protocol, a gRPC stream per
     request) or ``http`` (Envoy's ext_authz HTTP service on ``http_listen``, the request's end
@@ -106,6 +127,31 @@ class Picker(_Model):
             split_host_port(value)  # raises naming what is wrong
         return value
 
+    def _changed(self, names: tuple[str, ...]) -> list[str]:
+        """Those of ``names`` set to other than their default (a dump writes every field)."""
+        fields = type(self).model_fields
+        return [
+            n for n in names if getattr(self, n) != fields[n].get_default(call_default_factory=True)
+        ]
+
+    @model_validator(mode="after")
+    def _in_envoy_alone(self) -> Picker:
+        asked = ("external", "fail", "timeout", *_OWN_ONLY)
+        others = self._changed(tuple(n for n in asked if n not in _IN_ENVOY))
+        if self.process == "envoy" and others:
+            raise ValueError(
+                f"picker: {', '.join(others)} {'is' if len(others) == 1 else 'are'} for a "
+                "picker Envoy asks; with process: envoy Envoy picks itself (prefix hash, "
+                "bounded load): give only prefix_bytes and load_bound"
+            )
+        mine = self._changed(("prefix_bytes", "load_bound"))
+        if self.process != "envoy" and mine:
+            raise ValueError(
+                f"picker: {', '.join(mine)} only apply with process: envoy (Envoy's prefix "
+                f"hash); this picker's process is {self.process}"
+            )
+        return self
+
     @model_validator(mode="after")
     def _external_alone(self) -> Picker:
         if self.external is not None and self.transport != "ext_proc":
@@ -114,12 +160,7 @@ class Picker(_Model):
                 f"{self.external} is asked over GAIE's ext_proc protocol (drop transport)"
             )
         if self.external is not None:
-            fields = type(self).model_fields
-            own = [
-                n
-                for n in _OWN_ONLY
-                if getattr(self, n) != fields[n].get_default(call_default_factory=True)
-            ]
+            own = self._changed(_OWN_ONLY)
             if own:
                 raise ValueError(
                     f"picker: {', '.join(own)} configure inferway's own picker; with "

@@ -26,4 +26,7 @@ def resolve_picker(service: str, picker: Picker | None) -> PickerIR | None:
         transport=picker.transport,
         http_host=http_host if picker.transport == "http" else "",
         http_port=http_port if picker.transport == "http" else 0,
+        in_envoy=picker.process == "envoy",
+        prefix_bytes=picker.prefix_bytes,
+        load_bound=picker.load_bound,
     )

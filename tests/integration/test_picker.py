@@ -437,3 +437,57 @@ async def test_the_picker_steers_behind_an_openai_route(engines: list[LLMEngine]
         await _wait_healthy(gw)
         served = {(await _chat(gw, "openai-tenant", f"q{i}"))[:2] for i in range(5)}
         assert len(served) == 1 and next(iter(served))[0] == 200, served
+
+
+def _in_envoy_policy(engines: list[LLMEngine], extra: str = "") -> str:
+    return _policy(engines, picker=f"      process: envoy\n{extra}")
+
+
+async def _wait_all_serving(gw: TrafficGateway, count: int) -> None:
+    """Until ``count`` replicas have answered (each passed its first health check): until
+    then Maglev's table, built over the healthy ones, still changes."""
+    served: set[str] = set()
+    deadline = time.monotonic() + 30
+    for i in range(10_000):
+        if len(served) == count:
+            return
+        assert time.monotonic() < deadline, f"only {sorted(served)} answered within 30 s"
+        status, replica, _ = await _chat(gw, f"warm-{i}", "hello", max_tokens=1)
+        if status == 200:
+            served.add(replica)
+
+
+async def test_in_envoy_a_shared_prefix_meets_on_one_engine_and_tenants_spread(
+    engines: list[LLMEngine],
+) -> None:
+    """``process: envoy``: no picker runs; Envoy's prefix hash sends one tenant's requests to
+    one engine, which reuses its prompt, and different tenants over the pool."""
+    async with TrafficGateway(_in_envoy_policy(engines), []) as gw:
+        await _wait_all_serving(gw, len(engines))
+        assert gw.gateway is not None and gw.gateway.pickers is not None
+        assert gw.gateway.pickers.pool("llm") is None and not gw.gateway.pickers.sidecars
+        status, holder, _ = await _chat(gw, "in-envoy", "first question")
+        assert status == 200 and holder
+        engine = next(e for e in engines if holder.endswith(f":{e.port}"))
+        evaluated_before = len(_prompt_evals(engine))
+        for i in range(5):
+            assert (await _chat(gw, "in-envoy", f"question number {i}"))[:2] == (200, holder)
+        evaluated = _prompt_evals(engine)[evaluated_before:]
+        assert len(evaluated) == 5 and max(evaluated) < 40, evaluated
+        served = Counter([(await _chat(gw, f"tenant-{i}", "hi"))[1] for i in range(12)])
+        assert len(served) >= 2 and "" not in served, served
+
+
+async def test_in_envoy_bounded_load_spills_a_busy_holder(engines: list[LLMEngine]) -> None:
+    """``load_bound: 1``: a replica over the average of Envoy's requests in flight is passed
+    over, so six concurrent requests of one tenant do not all queue on its replica."""
+    async with TrafficGateway(_in_envoy_policy(engines, "      load_bound: 1\n"), []) as gw:
+        await _wait_all_serving(gw, len(engines))
+        status, holder, _ = await _chat(gw, "bounded", "prime the cache")
+        assert status == 200
+        results = await asyncio.gather(
+            *(_chat(gw, "bounded", f"concurrent {i}", max_tokens=96) for i in range(6))
+        )
+        assert {r[0] for r in results} == {200}
+        served = Counter(r[1] for r in results)
+        assert served[holder] >= 1 and len(served) >= 2, served

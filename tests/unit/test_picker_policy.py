@@ -13,12 +13,14 @@ from inferway._xds_protos.envoy.config.route.v3 import route_pb2
 from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
+from inferway._xds_protos.envoy.extensions.filters.http.lua.v3 import lua_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from inferway._xds_protos.envoy.extensions.load_balancing_policies.least_request.v3 import (
     least_request_pb2,
 )
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.maglev.v3 import maglev_pb2
 from inferway._xds_protos.envoy.extensions.load_balancing_policies.override_host.v3 import (
     override_host_pb2,
 )
@@ -176,6 +178,11 @@ def test_ext_proc_transport_adds_no_access_log() -> None:
         ("{transport: grpc}", "'ext_proc' or 'http'"),
         ("{transport: http, http_listen: '127.0.0.1:18094'}", "give them different ports"),
         ("{transport: http, http_listen: 'nohost'}", "expected 'host:port'"),
+        ("{process: envoy, listen: '127.0.0.1:1'}", "listen is for a picker Envoy asks"),
+        ("{process: envoy, fail: closed, scorers: {queue: 1}}", "fail, scorers are for"),
+        ("{prefix_bytes: 512}", "only apply with process: envoy"),
+        ("{process: envoy, load_bound: 0.5}", "must be at least 1.0, got 0.5"),
+        ("{process: envoy, prefix_bytes: 8}", "must be at least 64, got 8"),
     ],
 )
 def test_bad_pickers_are_located(picker: str, expected: str) -> None:
@@ -220,3 +227,44 @@ def test_services_sharing_listen_may_share_http_listen() -> None:
     same = '{transport: http, listen: "127.0.0.1:18092", http_listen: "127.0.0.1:18093"}'
     load_policy_text(TWO.replace("PICKER", same), "policy.yaml")
     load_policy_text(TWO.replace("PICKER", '{listen: "127.0.0.1:18094"}'), "policy.yaml")
+
+
+def test_in_envoy_refuses_a_load_balancing_it_would_replace() -> None:
+    with pytest.raises(PolicyError, match=r"policy.yaml:5:.*which replaces load_balancing"):
+        load_policy_text(POLICY.replace("PICKER", "{process: envoy}"), "policy.yaml")
+
+
+def test_in_envoy_hashes_the_prefix_and_balances_by_maglev_with_bounded_load() -> None:
+    text = POLICY.replace("    load_balancing: {policy: least_request, choice_count: 3}\n", "")
+    policy = load_policy_text(
+        text.replace("PICKER", "{process: envoy, prefix_bytes: 2048, load_bound: 1.5}"), "p.yaml"
+    )
+    assert load_policy_text(dump_policy(policy), "again.yaml") == policy
+    resources = translate(resolve_policy(policy))
+    listener = resources.typed(type_urls.LISTENER, listener_pb2.Listener)["edge"]
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    routes = resources.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)["edge"]
+    clusters = resources.typed(type_urls.CLUSTER, cluster_pb2.Cluster)
+    names = [f.name for f in manager.http_filters]
+    assert names[-2:] == ["inferway.picker.llm", "envoy.filters.http.router"]
+    lua = lua_pb2.Lua()
+    manager.http_filters[-2].typed_config.Unpack(lua)
+    script = lua.default_source_code.inline_string
+    assert "local PREFIX = 2048" in script and '"x-inferway-prefix-hash"' in script
+    assert not manager.access_log  # no pick to end
+    assert not [name for name in clusters if name.startswith("inferway_picker")]
+    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
+    assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
+    off = lua_pb2.LuaPerRoute()
+    by_name["rest"].typed_per_filter_config["inferway.picker.llm"].Unpack(off)
+    assert off.disabled
+    llm = clusters["llm"]
+    assert llm.type == cluster_pb2.Cluster.DiscoveryType.EDS and llm.health_checks
+    (balancing,) = llm.load_balancing_policy.policies
+    assert balancing.typed_extension_config.name == "envoy.load_balancing_policies.maglev"
+    maglev = maglev_pb2.Maglev()
+    balancing.typed_extension_config.typed_config.Unpack(maglev)
+    consistent = maglev.consistent_hashing_lb_config
+    assert consistent.hash_balance_factor.value == 150
+    assert [h.header.header_name for h in consistent.hash_policy] == ["x-inferway-prefix-hash"]

@@ -1,7 +1,8 @@
 """Runs inferway's endpoint pickers while the live policy has services with ``picker:`` (not
-``external``): resolves each service's replicas and serves them here (pools.py: one gRPC
-server per ``listen`` address, one pool per service, scraped for load) or, for ``process:
-sidecar``, hands them to a supervised picker process serving that address (sidecar.py).
+``external``, not ``process: envoy``): resolves each service's replicas and serves them here
+(pools.py: one gRPC server per ``listen`` address, one pool per service, scraped for load) or,
+for ``process: sidecar``, hands them to a supervised picker process serving that address
+(sidecar.py).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class PickerKeeper(PolicyFollower):
         services = {
             s.name: s
             for s in resolve_policy(policy, state).services
-            if s.picker is not None and not s.picker.external
+            if s.picker is not None and not s.picker.external and not s.picker.in_envoy
         }
         settings = {s.name: s.picker for s in policy.services if s.name in services}
         here: Wanted = {}

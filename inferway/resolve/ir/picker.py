@@ -1,5 +1,5 @@
 """IR of a service's endpoint picker: where Envoy asks (inferway's own or an external GAIE
-picker) and what Envoy does when it does not answer."""
+picker) and what Envoy does when it does not answer; or, ``in_envoy``, how Envoy picks itself."""
 
 from __future__ import annotations
 
@@ -23,3 +23,8 @@ class PickerIR:
     reports each request's end over its gRPC access log to ``host:port``."""
     http_host: str = ""
     http_port: int = 0
+    in_envoy: bool = False
+    """``process: envoy``: no picker to ask; Envoy hashes ``prefix_bytes`` of the prompt and
+    balances by Maglev with ``load_bound`` (xds/translate/picker_envoy.py)."""
+    prefix_bytes: int = 1024
+    load_bound: float = 1.25

@@ -51,7 +51,7 @@ def translate(ir: IR) -> Resources:
     clusters = [build_cluster(s) for s in ir.services]
     for cluster in clusters:
         if cluster.name in pickers:
-            apply_picker_lb(cluster)
+            apply_picker_lb(cluster, pickers[cluster.name])
     items: dict[str, Iterable[tuple[str, Message]]] = {
         type_urls.LISTENER: [
             (

@@ -22,6 +22,9 @@ go on the request (``override_host`` reads the destination as above), a 503/429 
 the client, and ``fail`` maps to ``failure_mode_allow``/``status_on_error`` the same way. As
 ext_authz says nothing when the request ends, the listener's gRPC access log sends each
 request's ticket to the picker's gRPC address, which ends the pick (docs/picker.md).
+
+``process: envoy`` asks nobody: a Lua filter hashes the prompt's prefix and the cluster is
+balanced by Maglev with bounded load instead of ``override_host`` (picker_envoy.py).
 """
 
 from __future__ import annotations
@@ -70,6 +73,11 @@ from inferway.resolve.ir.route import RouteIR
 from inferway.xds.translate._protos import duration, pack
 from inferway.xds.translate.grpc_access_log import grpc_log_common
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
+from inferway.xds.translate.picker_envoy import (
+    build_prefix_hash_filter,
+    disabled_prefix_hash,
+    prefix_hash_lb,
+)
 
 __all__ = [
     "DESTINATION_HEADER",
@@ -133,6 +141,8 @@ def build_picker_clusters(pickers: Sequence[PickerIR]) -> list[cluster_pb2.Clust
     and, for ``transport: http``, the HTTP/1.1 cluster ext_authz asks."""
     clusters = []
     for p in pickers:
+        if p.in_envoy:
+            continue
         clusters.append(build_inline_http2_cluster(picker_cluster(p.service), p.host, p.port, 1.0))
         if p.transport == "http":
             http = build_inline_http2_cluster(
@@ -196,6 +206,8 @@ def _finish_log(picker: PickerIR) -> accesslog_pb2.AccessLog:
 
 
 def _filter(picker: PickerIR) -> hcm_pb2.HttpFilter:
+    if picker.in_envoy:
+        return build_prefix_hash_filter(picker_filter(picker.service), picker)
     if picker.transport == "http":
         return _http_filter(picker)
     mode = processing_mode_pb2.ProcessingMode
@@ -241,7 +253,7 @@ def apply_picker_filters(
     used = sorted({s for r in routes if (s := _picked_service(r, pickers)) is not None})
     for service in used:
         manager.http_filters.insert(len(manager.http_filters) - 1, _filter(pickers[service]))
-        if pickers[service].transport == "http":
+        if pickers[service].transport == "http" and not pickers[service].in_envoy:
             manager.access_log.append(_finish_log(pickers[service]))
 
 
@@ -257,14 +269,16 @@ def apply_picker_routes(
     disabled = {
         "ext_proc": pack(ext_proc_pb2.ExtProcPerRoute(disabled=True)),
         "http": pack(ext_authz_pb2.ExtAuthzPerRoute(disabled=True)),
+        "envoy": pack(disabled_prefix_hash()),
     }
     for host in config.virtual_hosts:
         for proto in host.routes:
             route = by_name.get(proto.name)
             mine = _picked_service(route, pickers) if route is not None else None
             for service in sorted(used - {mine} if mine else used):
+                picker = pickers[service]
                 proto.typed_per_filter_config[picker_filter(service)].CopyFrom(
-                    disabled[pickers[service].transport]
+                    disabled["envoy" if picker.in_envoy else picker.transport]
                 )
 
 
@@ -288,9 +302,16 @@ def _typed(name: str, cluster: cluster_pb2.Cluster) -> extension_pb2.TypedExtens
     return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
 
 
-def apply_picker_lb(cluster: cluster_pb2.Cluster) -> None:
+def apply_picker_lb(cluster: cluster_pb2.Cluster, picker: PickerIR) -> None:
     """``override_host`` (header, then ``envoy.lb`` metadata) over the cluster's own policy,
-    which stays the fallback (a legacy ``lb_policy`` becomes its typed twin)."""
+    which stays the fallback (a legacy ``lb_policy`` becomes its typed twin); ``process:
+    envoy``: Maglev on the prefix hash instead of the cluster's own policy."""
+    if picker.in_envoy:
+        cluster.ClearField("lb_policy")
+        cluster.ClearField("least_request_lb_config")
+        cluster.common_lb_config.ClearField("locality_weighted_lb_config")
+        cluster.load_balancing_policy.CopyFrom(prefix_hash_lb(picker))
+        return
     if cluster.HasField("load_balancing_policy"):
         fallback = cluster_pb2.LoadBalancingPolicy()
         fallback.CopyFrom(cluster.load_balancing_policy)
