@@ -13,7 +13,12 @@ prompt plus a 100-token question, 100 output tokens) and ``no-shared-prefix`` (e
 unique, 1000 tokens). Policies: round robin; least request (Envoy's: the fewer in-flight of 2
 random choices); inferway's picker (the real core, inferway/gateway/picker/core, weights
 queue 2, kv_cache 2, prefix 3, fed vLLM-style metrics every second and its own in-flight
-counts; prompt blocks hashed from the prompt text as the server does).
+counts; prompt blocks hashed from the prompt text as the server does); and ``picker in Envoy``
+(``process: envoy``): the first 1,024 bytes of the body after ``"messages":``/``"prompt":``
+hashed, consistent hashing with bounded load by Envoy's slot rule (a replica may hold at most
+ceil((in flight + 1) x 1.1 / servers) requests; past it the hash is rehashed to the next
+candidate). Maglev's table is modelled as a uniform hash of the key: the two differ only when
+replicas come and go, which this simulation does not do.
 
 Overhead: the server's per-request work (JSON parse, block hashing, the pick, the finish) on
 64 endpoints with a full prefix index, timed per call; at 500 req/s the CPU share is the mean
@@ -26,8 +31,10 @@ times 500.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import heapq
 import json
+import math
 import random
 import sys
 import time
@@ -46,6 +53,8 @@ from inferway.gateway.picker.core.picker import Picker, PickerConfig
 from inferway.gateway.picker.core.prefix import prompt_text
 
 CHARS_PER_TOKEN = 4
+PREFIX_BYTES = 1024
+LOAD_BOUND = 1.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +190,13 @@ def run_policy(policy: str, requests: list[Request], args: argparse.Namespace) -
 
         def finish(token: Any) -> None:
             return None
+    elif policy == "picker in Envoy":
+
+        def choose(request: Request, now: float) -> tuple[int, Any]:
+            return hashed_choice(request.text, servers, rng), None
+
+        def finish(token: Any) -> None:
+            return None
     else:
         # the index sized like the servers' caches, as GAIE's lruCapacityPerServer is
         blocks = args.cache_tokens * CHARS_PER_TOKEN // PickerConfig().block_chars
@@ -209,6 +225,33 @@ def run_policy(policy: str, requests: list[Request], args: argparse.Namespace) -
     return simulate(
         requests, servers, choose, finish, scrape, args.prefill_tps, args.decode_ms / 1000
     )
+
+
+def prefix_key(body: str) -> bytes | None:
+    """What ``process: envoy``'s Lua filter hashes: ``PREFIX_BYTES`` after the prompt's key."""
+    data = body.encode()
+    for key in (b'"messages": [', b'"prompt":'):
+        at = data.find(key)
+        if at >= 0:
+            start = at + len(key)
+            return data[start : start + PREFIX_BYTES]
+    return None
+
+
+def hashed_choice(body: str, servers: list[Server], rng: random.Random) -> int:
+    """Consistent hashing with bounded load (Envoy's ``hash_balance_factor`` rule); no key:
+    at random, as Maglev without a hash."""
+    key = prefix_key(body)
+    if key is None:
+        return rng.randrange(len(servers))
+    total = sum(s.in_flight for s in servers)
+    slots = max(1, math.ceil(math.ceil((total + 1) * LOAD_BOUND) / len(servers)))
+    for attempt in range(len(servers) * 4):
+        digest = hashlib.blake2b(key, digest_size=8, salt=attempt.to_bytes(8, "little"))
+        index = int.from_bytes(digest.digest(), "little") % len(servers)
+        if servers[index].in_flight < slots:
+            return index
+    return min(range(len(servers)), key=lambda i: servers[i].in_flight)
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,7 +309,7 @@ def main() -> None:
     rows = []
     for kind in ("shared-prefix", "no-shared-prefix"):
         requests = workload(kind, args.rate, args.duration, args.tenants, args.seed)
-        for policy in ("round robin", "least request", "inferway picker"):
+        for policy in ("round robin", "least request", "inferway picker", "picker in Envoy"):
             figures = run_policy(policy, requests, args)
             results[f"{kind} / {policy}"] = figures
             rows.append([kind, policy, figures["requests"], figures["ttft_p50_s"],

@@ -271,8 +271,8 @@ def _picker(
 ) -> subprocess.Popen[str] | None:
     """The picker process for ``target`` (the sidecar of ``process: sidecar``), serving
     ``port`` (for ``http_lane`` the HTTP lane there and gRPC on ``grpc_port``); None for
-    ``none``."""
-    if target == "none":
+    ``none`` and ``envoy_hash`` (no picker process)."""
+    if target in ("none", "envoy_hash"):
         return None
     listen = port if target == "ext_proc" else grpc_port
     command = [sys.executable, "-m", "inferway.gateway.picker", "127.0.0.1", str(listen)]

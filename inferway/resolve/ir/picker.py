@@ -27,4 +27,4 @@ class PickerIR:
     """``process: envoy``: no picker to ask; Envoy hashes ``prefix_bytes`` of the prompt and
     balances by Maglev with ``load_bound`` (xds/translate/picker_envoy.py)."""
     prefix_bytes: int = 1024
-    load_bound: float = 1.25
+    load_bound: float = 1.1
