@@ -64,6 +64,15 @@ def render_status(status: StatusDocument, console: Console, *, now: float | None
             Panel(Text("\n".join(warnings), style="yellow"), title="warnings", expand=False)
         )
     for service, picked in sorted((status.get("pickers") or {}).items()):
+        in_envoy = picked.get("in_envoy")
+        if in_envoy is not None:
+            console.print(
+                f"endpoint picker: {service}: in Envoy, the prompt's first "
+                f"{in_envoy.get('prefix_bytes', 0):g} bytes hashed, Maglev with load bound "
+                f"{in_envoy.get('load_bound', 0):g}x (no per-pick scores: Envoy's access log "
+                "and trace name each request's upstream)"
+            )
+            continue
         console.print(_picker_table(service, picked))
 
 

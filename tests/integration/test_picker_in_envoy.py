@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import httpx
 import pytest
+from rich.console import Console
 
+from inferway.cli.status import render_status
 from inferway.xds.translate.picker_envoy import PREFIX_HASH_HEADER
 from tests.picker_chat import SYSTEM, chat
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
@@ -86,6 +89,16 @@ async def test_one_tenant_meets_on_one_replica_and_tenants_spread() -> None:
         async with gw.session.post(f"{gw.url}/other/x", json={"messages": []}) as response:
             assert response.status == 200
         assert PREFIX_HASH_HEADER not in backends[2].seen[seen_before]
+        # status says the service is picked in Envoy, and how
+        async with httpx.AsyncClient(base_url=gw.gateway.admin.url, timeout=5) as admin:
+            document = (await admin.get("/status")).json()
+        shown = document["pickers"]["llm"]
+        assert shown["in_envoy"] == {"prefix_bytes": 512, "load_bound": 1.1}
+        console = Console(record=True, width=240)
+        render_status(document, console)
+        assert "endpoint picker: llm: in Envoy, the prompt's first 512 bytes" in (
+            console.export_text()
+        )
 
 
 async def test_the_client_cannot_steer_and_bodies_without_a_prompt_are_served() -> None:

@@ -35,6 +35,8 @@ class PickerKeeper(PolicyFollower):
         self.pools = PickerPools()
         """The pickers served in this process."""
         self.sidecars: dict[tuple[str, int], PickerSidecar] = {}
+        self.in_envoy: dict[str, dict[str, float]] = {}
+        """``process: envoy`` services (nothing runs here for them): their settings, for status."""
         self._pending: asyncio.Task[None] | None = None
 
     @property
@@ -51,10 +53,17 @@ class PickerKeeper(PolicyFollower):
         shown = self.pools.status()
         for sidecar in self.sidecars.values():
             shown.update(sidecar.pools_status)
+        for service, settings in self.in_envoy.items():
+            shown[service] = {"endpoints": {}, "last_pick": None, "in_envoy": settings}
         return dict(sorted(shown.items()))
 
     async def follow(self, policy: Policy) -> None:
         state = self._plane.state if self._plane is not None else self._state
+        self.in_envoy = {
+            s.name: {"prefix_bytes": s.picker.prefix_bytes, "load_bound": s.picker.load_bound}
+            for s in policy.services
+            if s.picker is not None and s.picker.process == "envoy"
+        }
         services = {
             s.name: s
             for s in resolve_policy(policy, state).services
