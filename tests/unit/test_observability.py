@@ -106,7 +106,10 @@ def test_tracing_translates_to_an_opentelemetry_tracer_and_an_http2_collector() 
     manager.tracing.provider.typed_config.Unpack(config)
     assert config.grpc_service.envoy_grpc.cluster_name == COLLECTOR_CLUSTER
     assert config.service_name == "inferway-gateway"
-    assert [t.request_header.name for t in manager.tracing.custom_tags] == ["x-request-id"]
+    assert [(t.tag, t.request_header.name) for t in manager.tracing.custom_tags] == [
+        ("request_id", "x-request-id"),
+        ("inferway.picker.prefix_hash", "x-inferway-prefix-hash"),
+    ]
 
     cluster = build_collector_cluster(ir.observability.tracing)  # type: ignore[arg-type]
     options = hpo_pb2.HttpProtocolOptions()

@@ -25,6 +25,7 @@ from inferway._xds_protos.envoy.type.v3 import percent_pb2
 from inferway.resolve.ir.observability import TracingIR
 from inferway.xds.translate._protos import duration, pack
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
+from inferway.xds.translate.picker_envoy import PREFIX_HASH_HEADER
 
 __all__ = [
     "COLLECTOR_CLUSTER",
@@ -39,6 +40,9 @@ __all__ = [
 COLLECTOR_CLUSTER = "inferway_otel_collector"
 OPENTELEMETRY_TRACER = "envoy.tracers.opentelemetry"
 REQUEST_ID_TAG = "request_id"
+PREFIX_HASH_TAG = "inferway.picker.prefix_hash"
+"""``picker: {process: envoy}``: the prompt prefix's hash the request was balanced on (set only
+on such requests); with Envoy's ``upstream_address`` it says where the request went and why."""
 """Span tag holding x-request-id (the backend's request span uses the same attribute key)."""
 
 FAST_FLUSH_RUNTIME: dict[str, int] = {
@@ -61,7 +65,8 @@ def build_layered_runtime(runtime: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_tracing(tracing: TracingIR) -> hcm_pb2.HttpConnectionManager.Tracing:
     """HCM tracing: OpenTelemetry over gRPC to the collector cluster, ``sampling_percent`` of
-    new requests sampled, the request id as a span tag."""
+    new requests sampled, the request id as a span tag (and the prompt prefix's hash, on
+    requests a ``process: envoy`` picker balanced)."""
     config = opentelemetry_pb2.OpenTelemetryConfig(
         grpc_service=grpc_service_pb2.GrpcService(
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=COLLECTOR_CLUSTER),
@@ -76,7 +81,11 @@ def build_tracing(tracing: TracingIR) -> hcm_pb2.HttpConnectionManager.Tracing:
             custom_tag_pb2.CustomTag(
                 tag=REQUEST_ID_TAG,
                 request_header=custom_tag_pb2.CustomTag.Header(name="x-request-id"),
-            )
+            ),
+            custom_tag_pb2.CustomTag(
+                tag=PREFIX_HASH_TAG,
+                request_header=custom_tag_pb2.CustomTag.Header(name=PREFIX_HASH_HEADER),
+            ),
         ],
     )
 
