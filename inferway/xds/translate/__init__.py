@@ -25,6 +25,7 @@ from inferway.xds.translate.llm import (
     LLM_REPORTS_CLUSTER,
     build_llm_cluster,
     build_llm_reports_cluster,
+    drop_llm_filter_configs,
 )
 from inferway.xds.translate.observability import build_observability_clusters
 from inferway.xds.translate.picker import (
@@ -48,6 +49,8 @@ def translate(ir: IR) -> Resources:
     route_configs = [(ln, build_route_configuration(ln)) for ln in ir.listeners]
     for ln, config in route_configs:
         apply_picker_routes(config, ln.routes, pickers)
+        if ir.llm is not None and ir.llm.transport == "http":
+            drop_llm_filter_configs(config)
     clusters = [build_cluster(s) for s in ir.services]
     for cluster in clusters:
         if cluster.name in pickers:

@@ -64,6 +64,7 @@ __all__ = [
     "build_models_route",
     "build_unknown_model_route",
     "disable_llm_filter",
+    "drop_llm_filter_configs",
 ]
 
 LLM_FILTER = "inferway.llm"
@@ -169,6 +170,15 @@ def disable_llm_filter(proto: rc_pb2.Route) -> None:
     proto.typed_per_filter_config[LLM_FILTER].CopyFrom(
         pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
     )
+
+
+def drop_llm_filter_configs(config: rc_pb2.RouteConfiguration) -> None:
+    """``llm.transport: http``: no ``inferway.llm`` ext_proc filter is in the chain, so the
+    routes' settings for it (``disable_llm_filter``) go."""
+    for host in config.virtual_hosts:
+        for proto in host.routes:
+            if LLM_FILTER in proto.typed_per_filter_config:
+                del proto.typed_per_filter_config[LLM_FILTER]
 
 
 def _json_answer(name: str, match: rc_pb2.RouteMatch, status: int, body: object) -> rc_pb2.Route:
