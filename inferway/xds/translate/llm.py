@@ -28,6 +28,7 @@ from inferway._xds_protos.envoy.config.core.v3 import (
     grpc_service_pb2,
 )
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.config.route.v3 import route_pb2
 from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
     ext_proc_pb2,
@@ -172,7 +173,7 @@ def disable_llm_filter(proto: rc_pb2.Route) -> None:
     )
 
 
-def drop_llm_filter_configs(config: rc_pb2.RouteConfiguration) -> None:
+def drop_llm_filter_configs(config: route_pb2.RouteConfiguration) -> None:
     """``llm.transport: http``: no ``inferway.llm`` ext_proc filter is in the chain, so the
     routes' settings for it (``disable_llm_filter``) go."""
     for host in config.virtual_hosts:
