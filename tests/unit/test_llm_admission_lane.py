@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from hashlib import sha256
 from urllib.parse import unquote
@@ -193,6 +194,30 @@ def _sample(processor: LlmProcessor, name: str, **labels: str) -> float:
     return total
 
 
+def _local_id(ago_s: float = 0.0) -> str:
+    """An id as Envoy's Lua filter gives a stream it admits, ``ago_s`` seconds ago."""
+    return f"eabc-{int((time.time() - ago_s) * 1e6)}-1"
+
+
+async def test_a_report_on_a_stream_admitted_before_this_processor_is_dropped_at_once(
+    lane: tuple[ReportLane, LlmProcessor],
+) -> None:
+    """Its notice went to the processor before this one (a restart): nothing to wait for."""
+    reports, processor = lane
+    for sid in (_local_id(ago_s=30), "eabc-not-a-time"):
+        final = {"id": sid, "final": True, "status": 200}
+        began = time.monotonic()
+        status, _, _ = await asyncio.wait_for(
+            _ask(reports.port, (json.dumps(final) + "\n").encode(), {}, path=REPORT_PATH), 5
+        )
+        took = time.monotonic() - began
+        if sid.endswith("-1"):
+            assert status == 200 and took < processor_module.NOTICE_WAIT_S / 2, took
+        else:  # not the filter's id shape: waited for as before
+            assert status == 200 and took >= processor_module.NOTICE_WAIT_S * 0.9, took
+    assert _sample(processor, "inferway_llm_requests_total") == 0
+
+
 def _notice(sid: str, **extra: str) -> dict[str, str]:
     return {
         "x-inferway-id": sid,
@@ -213,14 +238,15 @@ async def test_a_request_envoy_admitted_is_recorded_from_its_notice_and_final_re
     """The notice (sent without waiting) registers the stream; a final report that overtook
     it waits for it (``NOTICE_WAIT_S``) and is recorded once it comes."""
     reports, processor = lane
-    final = {"id": "eabc-1-1", "final": True, "status": 200, "sse": True, "chunks": 3}
+    sid = _local_id()
+    final = {"id": sid, "final": True, "status": 200, "sse": True, "chunks": 3}
     final |= {"prompt": 9, "completion": 3, "model": "served model/ü", "done": True}
     report = asyncio.ensure_future(
         _ask(reports.port, (json.dumps(final) + "\n").encode(), {}, path=REPORT_PATH)
     )
     await asyncio.sleep(0.1)
     assert not report.done(), "the report waits for its stream's notice"
-    status, _, _ = await _ask(reports.port, b"", _notice("eabc-1-1"), path=NOTICE_PATH)
+    status, _, _ = await _ask(reports.port, b"", _notice(sid), path=NOTICE_PATH)
     assert status == 200 and processor.notices == 1
     status, _, _ = await asyncio.wait_for(report, 5)
     assert status == 200
@@ -236,7 +262,7 @@ async def test_a_report_whose_notice_never_comes_is_dropped_after_a_moment(
 ) -> None:
     reports, processor = lane
     monkeypatch.setattr(processor_module, "NOTICE_WAIT_S", 0.2)
-    final = {"id": "eabc-9-9", "final": True, "status": 200}
+    final = {"id": _local_id(), "final": True, "status": 200}
     status, _, _ = await asyncio.wait_for(
         _ask(reports.port, (json.dumps(final) + "\n").encode(), {}, path=REPORT_PATH), 5
     )

@@ -16,10 +16,21 @@ from inferway.xds.translate.llm_stream import (
     FORWARDED_STARTED,
 )
 
-__all__ = ["LOCAL_ID_PREFIX", "stream_of_notice"]
+__all__ = ["LOCAL_ID_PREFIX", "admitted_at", "stream_of_notice"]
 
 LOCAL_ID_PREFIX = "e"
 """The ids the Lua filter gives the streams it admits (the processor's own have its pid)."""
+
+
+def admitted_at(sid: str) -> float | None:
+    """When Envoy admitted the stream ``sid`` (its wall clock, seconds) for one of the Lua
+    filter's ids (``e<worker>-<microseconds>-<sequence>``); None for any other id."""
+    if not sid.startswith(LOCAL_ID_PREFIX):
+        return None
+    parts = sid[len(LOCAL_ID_PREFIX) :].split("-")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return int(parts[1]) / 1e6
 
 
 class BadNotice(ValueError):

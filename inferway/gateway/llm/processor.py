@@ -54,7 +54,7 @@ from inferway.gateway.llm.answers import (
 from inferway.gateway.llm.client_key import client_key
 from inferway.gateway.llm.exchange import LlmSettings, LlmStream, counted_so_far
 from inferway.gateway.llm.metrics import LlmMetrics, record_span
-from inferway.gateway.llm.notice import LOCAL_ID_PREFIX, stream_of_notice
+from inferway.gateway.llm.notice import LOCAL_ID_PREFIX, admitted_at, stream_of_notice
 from inferway.gateway.llm.request import BadRequest, operation_of, prepare_request
 from inferway.xds.translate.llm_stream import (
     FORWARDED_NO_BODY,
@@ -68,6 +68,9 @@ _tracer = trace.get_tracer("inferway.gateway.llm")
 REPORT_GRACE_S = 1.0
 """How long an answer whose client went away waits for Envoy's in-flight progress reports."""
 NOTICE_WAIT_S = 1.0
+NOTICE_SKEW_S = 1.0
+"""A stream Envoy admitted this much before the processor started (clocks apart by up to this
+much) had its notice sent to a processor before this one: nothing is waited for."""
 """How long a report on a stream Envoy admitted itself waits for that stream's notice."""
 OPEN_LIMIT_S = 6 * 3600.0
 """A stream still open after this long is recorded as it stands (its Envoy is gone)."""
@@ -100,24 +103,27 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
         settings: LlmSettings | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         tracer: trace.Tracer | None = None,
     ) -> None:
-        """``tracer``: where the ``gen_ai`` spans go (default: the process's provider)."""
+        """``tracer``: where the ``gen_ai`` spans go (default: the process's provider);
+        ``wall``: the wall clock, compared with the times in Envoy's stream ids."""
         self.metrics = metrics
         self._tracer = tracer or _tracer
         self.settings = settings or LlmSettings()
         self._clock = clock
+        self._started_wall = wall()
         self.requests = 0
         self.errors = 0
         self.refused = 0
         self.foreign = 0
         """Requests outside every openai prefix, let go at their headers."""
         self.reports = 0
+        """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
         self.notices = 0
         """Requests Envoy's Lua filter admitted itself (``transport: http``, no limits)."""
         self.answer_messages = 0
         """ext_proc messages about answers (Envoy sends none: the Lua filter reads them)."""
-        """Reports from Envoy's Lua filter (llm_stream.py), progress and final."""
         self._open: dict[str, tuple[LlmStream, LlmSettings]] = {}
         self._late: set[asyncio.Future[None]] = set()
         self._noticed: dict[str, asyncio.Future[None]] = {}
@@ -309,10 +315,14 @@ class LlmProcessor(ep_grpc.ExternalProcessorServicer):
 
     async def _entry(self, sid: str) -> tuple[LlmStream, LlmSettings] | None:
         """The open stream ``sid``; for one Envoy admitted itself, its notice may still be on
-        its way (sent without waiting, on another connection): waited for a moment."""
+        its way (sent without waiting, on another connection): waited for a moment, unless
+        Envoy admitted it before this processor started (the notice went to the one before)."""
         entry = self._open.get(sid)
         if entry is not None or not sid.startswith(LOCAL_ID_PREFIX):
             return entry
+        admitted = admitted_at(sid)
+        if admitted is not None and admitted < self._started_wall - NOTICE_SKEW_S:
+            return None
         waiting = self._noticed.setdefault(sid, asyncio.get_running_loop().create_future())
         try:
             async with asyncio.timeout(NOTICE_WAIT_S):
