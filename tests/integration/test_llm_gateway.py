@@ -492,6 +492,8 @@ TRICKY_BODIES = [
     (b'{"model":["qwen"],"n":{"a":[1,{"b":"}"}]}}', 400, "", False),
     (b'{"model":"qwen","x":"a\\qb"}', 400, "", False),  # an escape JSON does not have
     (b'{"model":"qwen","x":"a\nb"}', 400, "", False),  # a raw newline in a string
+    (b'{"model":"qwen","x":"\\u12g4"}', 400, "", False),  # a \u without four hex digits
+    (b'{"model":"qwen","x":"\\u00e9\\u00E9","max_tokens":2}', 200, "qwen-pool", True),
     (
         b'{"model" : "qwen" , "stream" : true , "stream_options" : {"include_usage" : true}}',
         200,

@@ -71,7 +71,7 @@ local ESCAPES = {[34] = true, [92] = true, [47] = true, [98] = true, [102] = tru
   [110] = true, [114] = true, [116] = true, [117] = true}
 
 -- the quote that ends the string opened at i (nil: unterminated, a raw control character,
--- an escape JSON does not have)
+-- an escape JSON does not have, a \u without its four hex digits)
 local function string_end(s, i)
   local j = i + 1
   while true do
@@ -79,8 +79,13 @@ local function string_end(s, i)
     if k == nil then return nil end
     local b = string.byte(s, k)
     if b == 34 then return k end
-    if b ~= 92 or not ESCAPES[string.byte(s, k + 1)] then return nil end
+    local e = string.byte(s, k + 1)
+    if b ~= 92 or not ESCAPES[e] then return nil end
     j = k + 2
+    if e == 117 then  -- \u: four hex digits
+      if string.find(s, "^%x%x%x%x", j) == nil then return nil end
+      j = j + 4
+    end
   end
 end
 
