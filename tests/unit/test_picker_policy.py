@@ -268,3 +268,18 @@ def test_in_envoy_hashes_the_prefix_and_balances_by_maglev_with_bounded_load() -
     consistent = maglev.consistent_hashing_lb_config
     assert consistent.hash_balance_factor.value == 150
     assert [h.header.header_name for h in consistent.hash_policy] == ["x-inferway-prefix-hash"]
+
+
+def test_in_envoy_keeps_zone_weights() -> None:
+    text = POLICY.replace("    load_balancing: {policy: least_request, choice_count: 3}\n", "")
+    text = text.replace(
+        'endpoints: ["127.0.0.1:9000", "127.0.0.1:9001"]',
+        'endpoints: [{address: "127.0.0.1:9000", zone: a}, {address: "127.0.0.1:9001", zone: b}]',
+    )
+    policy = load_policy_text(text.replace("PICKER", "{process: envoy}"), "p.yaml")
+    llm = translate(resolve_policy(policy)).typed(type_urls.CLUSTER, cluster_pb2.Cluster)["llm"]
+    assert not llm.common_lb_config.HasField("locality_weighted_lb_config")
+    maglev = maglev_pb2.Maglev()
+    llm.load_balancing_policy.policies[0].typed_extension_config.typed_config.Unpack(maglev)
+    assert maglev.HasField("locality_weighted_lb_config")
+    assert maglev.consistent_hashing_lb_config.hash_balance_factor.value == 110

@@ -307,10 +307,11 @@ def apply_picker_lb(cluster: cluster_pb2.Cluster, picker: PickerIR) -> None:
     which stays the fallback (a legacy ``lb_policy`` becomes its typed twin); ``process:
     envoy``: Maglev on the prefix hash instead of the cluster's own policy."""
     if picker.in_envoy:
+        zoned = cluster.common_lb_config.HasField("locality_weighted_lb_config")
         cluster.ClearField("lb_policy")
         cluster.ClearField("least_request_lb_config")
         cluster.common_lb_config.ClearField("locality_weighted_lb_config")
-        cluster.load_balancing_policy.CopyFrom(prefix_hash_lb(picker))
+        cluster.load_balancing_policy.CopyFrom(prefix_hash_lb(picker, zoned=zoned))
         return
     if cluster.HasField("load_balancing_policy"):
         fallback = cluster_pb2.LoadBalancingPolicy()

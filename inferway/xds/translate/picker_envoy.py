@@ -98,15 +98,18 @@ def disabled_prefix_hash() -> lua_pb2.LuaPerRoute:
     return lua_pb2.LuaPerRoute(disabled=True)
 
 
-def prefix_hash_lb(picker: PickerIR) -> cluster_pb2.LoadBalancingPolicy:
+def prefix_hash_lb(picker: PickerIR, *, zoned: bool = False) -> cluster_pb2.LoadBalancingPolicy:
     """Maglev on the prefix hash header with bounded load (the hash policy is the cluster's
-    own, so no route needs one)."""
+    own, so no route needs one); ``zoned``: the endpoints' zones weigh first (the prefix then
+    meets on one replica of the zone the request is sent to)."""
     hash_policy = route_components_pb2.RouteAction.HashPolicy(
         header=route_components_pb2.RouteAction.HashPolicy.Header(header_name=PREFIX_HASH_HEADER)
     )
     consistent = common_pb2.ConsistentHashingLbConfig(hash_policy=[hash_policy])
     consistent.hash_balance_factor.value = round(picker.load_bound * 100)
     config = maglev_pb2.Maglev(consistent_hashing_lb_config=consistent)
+    if zoned:
+        config.locality_weighted_lb_config.SetInParent()
     typed = extension_pb2.TypedExtensionConfig(name=MAGLEV_POLICY, typed_config=pack(config))
     return cluster_pb2.LoadBalancingPolicy(
         policies=[cluster_pb2.LoadBalancingPolicy.Policy(typed_extension_config=typed)]
