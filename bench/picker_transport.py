@@ -11,7 +11,10 @@ target a fresh Envoy and picker process, rounds rotated, medians:
   process serving Envoy's ``ext_authz`` HTTP service (one HTTP/1.1 request per pick, the body
   with it) and ending each pick from Envoy's gRPC access log (batched every 10 ms);
 * ``envoy_hash``: ``picker: {process: envoy}`` as inferway configures it: no picker process,
-  Envoy's Lua filter hashes the prompt's first 1,024 bytes and Maglev with bounded load picks.
+  Envoy's Lua filter hashes the prompt's first 1,024 bytes and Maglev with bounded load picks;
+* ``http_floor``: ``http_lane``'s ext_authz asking bench/static_http_server.py (uvloop and
+  httptools, a fixed 200 at once: no pick, no access log) instead of the picker: the hop's
+  own cost, what no Python picker behind it can go under.
 
 Columns: latency p50/p99 (from the scheduled send), added p50/p99 against ``none`` in the same
 round; the hold, as Envoy's own clock saw it per request (its first byte in to its first byte
@@ -39,6 +42,7 @@ import multiprocessing as mp
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -68,7 +72,7 @@ from inferway.xds.translate.picker_envoy import prefix_hash_lb, prefix_hash_scri
 
 __all__ = ["main"]
 
-TARGETS = ("none", "ext_proc", "http_lane", "envoy_hash")
+TARGETS = ("none", "ext_proc", "http_lane", "envoy_hash", "http_floor")
 PREFIX_BYTES = 1024
 T = "type.googleapis.com/envoy."
 HEADER = "x-gateway-destination-endpoint"
@@ -118,7 +122,7 @@ def _picker_filter(target: str, picker: int) -> list[dict[str, Any]]:
             "processing_mode": mode,
             "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
         }
-    elif target == "http_lane":  # as the translator configures transport: http
+    elif target in ("http_lane", "http_floor"):  # as the translator configures transport: http
         config = {
             "@type": T + "extensions.filters.http.ext_authz.v3.ExtAuthz",
             "transport_api_version": "V3",
@@ -290,6 +294,22 @@ def _picker(
     return process
 
 
+def _floor(port: int) -> subprocess.Popen[str]:
+    """``http_floor``: bench/static_http_server.py on ``port`` (a fixed 200 at once, no pick,
+    no access log): what the ext_authz hop costs with a picker that does nothing."""
+    script = Path(__file__).with_name("static_http_server.py")
+    process = subprocess.Popen([sys.executable, str(script), str(port)], text=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return process
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("picker transport bench: the floor server did not listen within 10 s")
+
+
 def _picker_stats(process: subprocess.Popen[str]) -> dict[str, dict[str, float]]:
     """The picker process's per-endpoint stats (picks, in flight), asked over its stdin."""
     assert process.stdin is not None and process.stdout is not None
@@ -322,7 +342,8 @@ def measure(
     (workdir / "envoy.json").write_text(
         bootstrap(target, listener, admin, port, upstreams, grpc_port, workdir / "timing.log")
     )
-    picker = _picker(target, port, grpc_port, endpoints)
+    picker = _picker(target, port, grpc_port, endpoints) if target != "http_floor" else None
+    floor = _floor(port) if target == "http_floor" else None
     envoy = subprocess.Popen(
         [find_envoy(), "-c", str(workdir / "envoy.json"), "--concurrency", "1", "-l", "warning",
          "--base-id", str(port)],
@@ -334,6 +355,7 @@ def measure(
     try:
         _wait_ready(admin)
         pids = {"envoy": envoy.pid} | ({"picker": picker.pid} if picker is not None else {})
+        pids |= {"picker": floor.pid} if floor is not None else {}
         before = {k: sum(psutil.Process(p).cpu_times()[:2]) for k, p in pids.items()}
         payloads = chat_payloads(listener, "/v1/chat/completions", args.tenants, args.prefix_chars)
         load.send((payloads, listener, args.rate, args.duration, args.warmup, seed))
@@ -351,6 +373,9 @@ def measure(
     finally:
         if picker is not None:
             picker.communicate(timeout=15)  # stdin closes: the picker exits
+        if floor is not None:
+            floor.terminate()
+            floor.wait(15)
         envoy.send_signal(signal.SIGTERM)
         envoy.wait(15)
         if result is not None:
