@@ -6,6 +6,7 @@ and the gRPC access log that ends picks), and dump round trips."""
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import Message
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
@@ -45,10 +46,14 @@ routes:
 """
 
 
-def _resources(picker: str) -> tuple[
+UNBALANCED = POLICY.replace("    load_balancing: {policy: least_request, choice_count: 3}\n", "")
+"""The policy without the service's own balancing (``process: envoy`` replaces it)."""
+
+
+def _resources(picker: str, text: str = POLICY) -> tuple[
     hcm_pb2.HttpConnectionManager, route_pb2.RouteConfiguration, dict[str, cluster_pb2.Cluster]
 ]:  # fmt: skip
-    policy = load_policy_text(POLICY.replace("PICKER", picker), "policy.yaml")
+    policy = load_policy_text(text.replace("PICKER", picker), "policy.yaml")
     assert load_policy_text(dump_policy(policy), "again.yaml") == policy
     resources = translate(resolve_policy(policy))
     listener = resources.typed(type_urls.LISTENER, listener_pb2.Listener)["edge"]
@@ -56,6 +61,15 @@ def _resources(picker: str) -> tuple[
     listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
     routes = resources.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)["edge"]
     return manager, routes, resources.typed(type_urls.CLUSTER, cluster_pb2.Cluster)
+
+
+def _only_on_chat(routes: route_pb2.RouteConfiguration, off: Message) -> None:
+    """The picker filter runs on the route to its service (``chat``) and is switched off, by
+    ``off``'s per-route type, on the route to another service (``rest``)."""
+    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
+    assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
+    assert by_name["rest"].typed_per_filter_config["inferway.picker.llm"].Unpack(off)
+    assert {f.name: v for f, v in off.ListFields()} == {"disabled": True}
 
 
 def test_own_picker_fail_closed() -> None:
@@ -73,11 +87,7 @@ def test_own_picker_fail_closed() -> None:
         ("x-inferway-picker-service", "llm")
     ]
     assert list(config.metadata_options.receiving_namespaces.untyped) == ["envoy.lb"]
-    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
-    assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
-    disabled = ext_proc_pb2.ExtProcPerRoute()
-    by_name["rest"].typed_per_filter_config["inferway.picker.llm"].Unpack(disabled)
-    assert disabled.disabled
+    _only_on_chat(routes, ext_proc_pb2.ExtProcPerRoute())
     picker_cluster = clusters["inferway_picker_llm"]
     address = picker_cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
     assert (address.socket_address.address, address.socket_address.port_value) == (
@@ -145,11 +155,7 @@ def test_http_transport_asks_over_ext_authz_and_logs_each_end(fail: str) -> None
     assert list(als.additional_request_headers_to_log) == ["x-inferway-picker-ticket"]
     assert als.common_config.grpc_service.envoy_grpc.cluster_name == "inferway_picker_llm"
     assert als.common_config.buffer_flush_interval.ToMilliseconds() == 10
-    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
-    assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
-    disabled = ext_authz_pb2.ExtAuthzPerRoute()
-    assert by_name["rest"].typed_per_filter_config["inferway.picker.llm"].Unpack(disabled)
-    assert disabled.disabled
+    _only_on_chat(routes, ext_authz_pb2.ExtAuthzPerRoute())
     http = clusters["inferway_picker_http_llm"]
     address = http.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
     assert address.socket_address.port_value == 18100
@@ -235,17 +241,9 @@ def test_in_envoy_refuses_a_load_balancing_it_would_replace() -> None:
 
 
 def test_in_envoy_hashes_the_prefix_and_balances_by_maglev_with_bounded_load() -> None:
-    text = POLICY.replace("    load_balancing: {policy: least_request, choice_count: 3}\n", "")
-    policy = load_policy_text(
-        text.replace("PICKER", "{process: envoy, prefix_bytes: 2048, load_bound: 1.5}"), "p.yaml"
+    manager, routes, clusters = _resources(
+        "{process: envoy, prefix_bytes: 2048, load_bound: 1.5}", UNBALANCED
     )
-    assert load_policy_text(dump_policy(policy), "again.yaml") == policy
-    resources = translate(resolve_policy(policy))
-    listener = resources.typed(type_urls.LISTENER, listener_pb2.Listener)["edge"]
-    manager = hcm_pb2.HttpConnectionManager()
-    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
-    routes = resources.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)["edge"]
-    clusters = resources.typed(type_urls.CLUSTER, cluster_pb2.Cluster)
     names = [f.name for f in manager.http_filters]
     assert names[-2:] == ["inferway.picker.llm", "envoy.filters.http.router"]
     lua = lua_pb2.Lua()
@@ -254,11 +252,7 @@ def test_in_envoy_hashes_the_prefix_and_balances_by_maglev_with_bounded_load() -
     assert "local PREFIX = 2048" in script and '"x-inferway-prefix-hash"' in script
     assert not manager.access_log  # no pick to end
     assert not [name for name in clusters if name.startswith("inferway_picker")]
-    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
-    assert "inferway.picker.llm" not in by_name["chat"].typed_per_filter_config
-    off = lua_pb2.LuaPerRoute()
-    by_name["rest"].typed_per_filter_config["inferway.picker.llm"].Unpack(off)
-    assert off.disabled
+    _only_on_chat(routes, lua_pb2.LuaPerRoute())
     llm = clusters["llm"]
     assert llm.type == cluster_pb2.Cluster.DiscoveryType.EDS and llm.health_checks
     (balancing,) = llm.load_balancing_policy.policies
@@ -271,8 +265,7 @@ def test_in_envoy_hashes_the_prefix_and_balances_by_maglev_with_bounded_load() -
 
 
 def test_in_envoy_keeps_zone_weights() -> None:
-    text = POLICY.replace("    load_balancing: {policy: least_request, choice_count: 3}\n", "")
-    text = text.replace(
+    text = UNBALANCED.replace(
         'endpoints: ["127.0.0.1:9000", "127.0.0.1:9001"]',
         'endpoints: [{address: "127.0.0.1:9000", zone: a}, {address: "127.0.0.1:9001", zone: b}]',
     )
