@@ -3,7 +3,10 @@ and balances by Maglev with bounded load; no picker process runs. One tenant's r
 on one replica, tenants spread over the pool, a prompt that differs only after the hashed
 prefix still meets, a client cannot steer with its own hash header, a body without a prompt
 (or no body) is still served, a route to another service is not hashed, and a replica past
-the load bound is passed over. (tests/integration/test_picker.py runs it on llama.cpp.)"""
+the load bound is passed over. (tests/integration/test_picker.py runs it on llama.cpp engines
+too, for the prefix's reuse. The bound is tested here only: it needs requests that overlap in
+Envoy, which backends that hold each answer 0.5 s make sure of and the tiny model, which may end
+an answer after a few tokens, does not.)"""
 
 from __future__ import annotations
 
