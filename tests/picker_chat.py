@@ -9,7 +9,48 @@ import json
 
 from tests.traffic_harness import TrafficGateway
 
-__all__ = ["SYSTEM", "chat"]
+__all__ = ["SYSTEM", "chat", "picker_policy"]
+
+_POLICY = """
+version: 1
+listeners:
+  - name: ingress
+    port: {listener_port}
+services:
+  - name: llm
+    endpoints: ["127.0.0.1:{a}", "127.0.0.1:{b}", "127.0.0.1:{c}"]
+    picker:
+PICKER@OTHER_SERVICE@routes:
+  - name: chat
+    match:
+      path:
+        prefix: /v1/
+    backends:
+      - service: llm
+@OTHER_ROUTE@"""
+_OTHER_SERVICE = """  - name: plain
+    endpoints: ["127.0.0.1:{c}"]
+"""
+_OTHER_ROUTE = """  - name: other
+    match:
+      path:
+        prefix: /other/
+    backends:
+      - service: plain
+"""
+
+
+def picker_policy(picker: str, *, other_route: bool = True) -> str:
+    """A gateway policy (``TrafficGateway``'s placeholders left in) for the three controlled
+    replicas ``a``, ``b``, ``c`` of service ``llm`` with ``picker`` (its lines, indented six
+    spaces) on route ``chat`` (``/v1/``); with ``other_route``, also ``/other/`` to a service
+    without a picker (replica ``c`` again)."""
+    return (
+        _POLICY.replace("PICKER", picker)
+        .replace("@OTHER_SERVICE@", _OTHER_SERVICE if other_route else "")
+        .replace("@OTHER_ROUTE@", _OTHER_ROUTE if other_route else "")
+    )
+
 
 SYSTEM = "You are the careful assistant of tenant {}. " * 60
 """About 2,600 characters per tenant: many prefix blocks."""

@@ -16,47 +16,22 @@ import pytest
 from inferway.gateway.picker.server import PoolPicker
 from inferway.xds.translate.picker import DESTINATION_HEADER, TICKET_HEADER
 from tests.envoy_process import free_port
-from tests.picker_chat import chat
+from tests.picker_chat import chat, picker_policy
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
 
-POLICY = """
-version: 1
-listeners:
-  - name: ingress
-    port: {{listener_port}}
-services:
-  - name: llm
-    endpoints: ["127.0.0.1:{{a}}", "127.0.0.1:{{b}}", "127.0.0.1:{{c}}"]
-    picker:
-      transport: http
-      listen: 127.0.0.1:{port}
-      http_listen: 127.0.0.1:{http_port}
-      process: {process}
-      metrics_path: null
-      timeout: 2s
-      fail: {fail}
-  - name: plain
-    endpoints: ["127.0.0.1:{{c}}"]
-routes:
-  - name: chat
-    match:
-      path:
-        prefix: /v1/
-    backends:
-      - service: llm
-  - name: other
-    match:
-      path:
-        prefix: /other/
-    backends:
-      - service: plain
-"""
-
 
 def _policy(process: str = "gateway", fail: str = "open") -> str:
-    return POLICY.format(port=free_port(), http_port=free_port(), process=process, fail=fail)
+    return _policy_for(free_port(), free_port(), process, fail)
+
+
+def _policy_for(port: int, http_port: int, process: str, fail: str) -> str:
+    return picker_policy(
+        f"      transport: http\n      listen: 127.0.0.1:{port}\n"
+        f"      http_listen: 127.0.0.1:{http_port}\n      process: {process}\n"
+        f"      metrics_path: null\n      timeout: 2s\n      fail: {fail}\n"
+    )
 
 
 def _pool(gw: TrafficGateway) -> PoolPicker:

@@ -19,38 +19,10 @@ from rich.console import Console
 
 from inferway.cli.status import render_status
 from inferway.xds.translate.picker_envoy import PREFIX_HASH_HEADER
-from tests.picker_chat import SYSTEM, chat
+from tests.picker_chat import SYSTEM, chat, picker_policy
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
-
-POLICY = """
-version: 1
-listeners:
-  - name: ingress
-    port: {{listener_port}}
-services:
-  - name: llm
-    endpoints: ["127.0.0.1:{{a}}", "127.0.0.1:{{b}}", "127.0.0.1:{{c}}"]
-    picker:
-      process: envoy
-      prefix_bytes: 512
-{extra}  - name: plain
-    endpoints: ["127.0.0.1:{{c}}"]
-routes:
-  - name: chat
-    match:
-      path:
-        prefix: /v1/
-    backends:
-      - service: llm
-  - name: other
-    match:
-      path:
-        prefix: /other/
-    backends:
-      - service: plain
-"""
 
 
 async def _all_serving(gw: TrafficGateway, count: int) -> None:
@@ -70,7 +42,7 @@ async def _all_serving(gw: TrafficGateway, count: int) -> None:
 
 
 def _policy(extra: str = "") -> str:
-    return POLICY.format(extra=extra)
+    return picker_policy(f"      process: envoy\n      prefix_bytes: 512\n{extra}")
 
 
 async def test_one_tenant_meets_on_one_replica_and_tenants_spread() -> None:

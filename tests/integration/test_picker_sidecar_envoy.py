@@ -16,32 +16,18 @@ import pytest
 
 from inferway.gateway.picker.sidecar import PickerSidecar
 from tests.envoy_process import free_port
-from tests.picker_chat import chat
+from tests.picker_chat import chat, picker_policy
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
 
-POLICY = """
-version: 1
-listeners:
-  - name: ingress
-    port: {{listener_port}}
-services:
-  - name: llm
-    endpoints: ["127.0.0.1:{{a}}", "127.0.0.1:{{b}}", "127.0.0.1:{{c}}"]
-    picker:
-      listen: 127.0.0.1:{port}
-      process: sidecar
-      metrics_path: null
-      timeout: 2s
-routes:
-  - name: chat
-    match:
-      path:
-        prefix: /v1/
-    backends:
-      - service: llm
-"""
+
+def _policy(port: int) -> str:
+    return picker_policy(
+        f"      listen: 127.0.0.1:{port}\n      process: sidecar\n      metrics_path: null\n"
+        "      timeout: 2s\n",
+        other_route=False,
+    )
 
 
 async def _steered(gw: TrafficGateway, tenant: str) -> Counter[str | None]:
@@ -56,7 +42,7 @@ async def _steered(gw: TrafficGateway, tenant: str) -> Counter[str | None]:
 
 async def test_a_sidecar_picker_steers_and_a_killed_one_fails_open_then_returns() -> None:
     backends = [ControlledBackend(name) for name in ("a", "b", "c")]
-    async with TrafficGateway(POLICY.format(port=free_port()), backends) as gw:
+    async with TrafficGateway(_policy(free_port()), backends) as gw:
         assert gw.gateway is not None and gw.gateway.pickers is not None
         assert not gw.gateway.pickers.servers  # nothing picks in the gateway's own process
         (sidecar,) = gw.gateway.pickers.sidecars.values()
