@@ -190,7 +190,18 @@ def test_no_endpoint_is_503_and_all_saturated_sheds_429_or_takes_the_least_bad()
     keeping.observe("b:1", ServerMetrics(waiting=1))
     keeping.observe("c:1", ServerMetrics(waiting=3))
     pick = keeping.pick()
-    assert pick.endpoints[0] == "b:1" and "all: least bad" in pick.reason
+    assert pick.endpoints[0] == "b:1" and "3 saturated (all: least bad)" in pick.reason
+
+
+def test_saturated_endpoints_left_out_are_said_in_the_reason() -> None:
+    picker = _picker(queue_limit=2)
+    picker.observe("a:1", ServerMetrics(waiting=5))
+    picker.observe("b:1", ServerMetrics(waiting=2))
+    picker.observe("c:1", ServerMetrics(waiting=0))
+    pick = picker.pick()
+    assert pick.endpoints[0] == "c:1" and [row[1] for row in pick.rows] == ["c:1"]
+    assert pick.reason.startswith("c:1 total ") and "2 saturated excluded" in pick.reason
+    assert "runner-up" not in pick.reason  # the only candidate
 
 
 def test_a_pick_explains_itself() -> None:

@@ -56,10 +56,35 @@ class Pick:
     status: int
     """200: ``endpoints`` holds the winner then the fallbacks; 503: none; 429: shed."""
     endpoints: tuple[str, ...]
-    reason: str
+    note: str
+    """Why, when the pick says it itself (every 503 and 429); a scored pick's reason is
+    written from its rows only when asked (``reason``): most picks are never explained."""
     rows: tuple[tuple[float, str, tuple[float, ...], float], ...] = ()
     """Every candidate, best first: (total, endpoint, the scores in ``SCORERS`` order, depth)."""
     ticket: int | None = None
+    weights: tuple[tuple[str, float], ...] = ()
+    """The weights the rows were scored with (scorer name, weight), for the reason."""
+    saturated: int = 0
+    """Endpoints found saturated: left out, or, when ``all_saturated``, the least bad won."""
+    all_saturated: bool = False
+
+    @property
+    def reason(self) -> str:
+        """Why this pick: the winner's weighted scores and depth, the runner-up, and how
+        many endpoints were saturated; or the note of a pick that chose nobody."""
+        if self.note or not self.rows:
+            return self.note
+        total, winner, scores, depth = self.rows[0]
+        parts = ", ".join(
+            f"{n} {s:.2f}x{w:g}" for (n, w), s in zip(self.weights, scores, strict=True) if w > 0
+        )
+        text = f"{winner} total {total:.3f} ({parts}; depth {depth:g})"
+        if len(self.rows) > 1:
+            text += f"; runner-up {self.rows[1][1]} {self.rows[1][0]:.3f}"
+        if self.saturated:
+            how = "(all: least bad)" if self.all_saturated else "excluded"
+            text += f"; {self.saturated} saturated {how}"
+        return text
 
     @property
     def scores(self) -> dict[str, dict[str, float]]:
@@ -130,6 +155,7 @@ class Picker:
         self._next_ticket = 0
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._rng = rng or random.Random()
+        self._weights = tuple(self.config.weights.items())
 
     def set_endpoints(self, endpoints: Iterable[str]) -> None:
         """The pool now: new endpoints start empty, removed ones are forgotten."""
@@ -169,12 +195,6 @@ class Picker:
             else:
                 state.done_since_scrape += 1
 
-    def _saturated(self, state: _Endpoint, depth: float) -> bool:
-        used = state.kv_cache(depth)
-        return depth >= self.config.queue_limit or (
-            used is not None and used >= self.config.kv_cache_limit
-        )
-
     def pick(
         self,
         blocks: Sequence[int] = (),
@@ -189,28 +209,34 @@ class Picker:
             why = "no endpoint in the pool" if subset is None else "no pool endpoint in the subset"
             return Pick(503, (), why)
         states = self._endpoints
-        depths = {e: states[e].depth() for e in pool}
-        open_ = [e for e in pool if not self._saturated(states[e], depths[e])]
-        if not open_ and self.config.shed:
+        config = self.config
+        limit, kv_limit = config.queue_limit, config.kv_cache_limit
+        loads = {}  # endpoint -> (depth, KV cache use)
+        open_ = []
+        for endpoint in pool:
+            state = states[endpoint]
+            depth = state.depth()
+            used = state.kv_cache(depth)
+            loads[endpoint] = depth, used
+            if depth < limit and (used is None or used < kv_limit):
+                open_.append(endpoint)
+        if not open_ and config.shed:
             return Pick(429, (), f"all {len(pool)} endpoints saturated: shed", ())
         candidates = open_ or list(pool)
         prefix = self.index.matches(blocks, candidates) if blocks else {}
         sticky = self._sessions.get(session) if session else None
-        w = self.config.weights
+        w = config.weights
         weight_sum = (w.queue + w.kv_cache + w.prefix + w.lora + w.session) or 1.0
-        limit = self.config.queue_limit
         n_blocks = len(blocks)
         rows = []
         jitter = self._rng.random
         for endpoint in candidates:  # one pass: a pick over 64 endpoints stays cheap
-            state = states[endpoint]
-            metrics = state.metrics
-            depth = depths[endpoint]
+            depth, used = loads[endpoint]
             scores = (
                 queue_score(depth, limit),
-                kv_cache_score(state.kv_cache(depth)),
+                kv_cache_score(used),
                 prefix_score(prefix.get(endpoint, 0), n_blocks),
-                lora_score(metrics, lora),
+                lora_score(states[endpoint].metrics, lora),
                 session_score(endpoint, sticky),
             )
             total = (
@@ -219,11 +245,11 @@ class Picker:
             ) / weight_sum  # fmt: skip
             rows.append((total, jitter(), endpoint, scores, depth))
         rows.sort(reverse=True)  # best first; equal totals in random order
-        ranked = tuple((t, e, s, d) for t, _, e, s, d in rows)
-        chosen = tuple(row[1] for row in ranked[: 1 + self.config.fallbacks])
-        winner = chosen[0]
-        reason = self._reason(ranked, len(pool) - len(open_), bool(open_))
-        return Pick(200, chosen, reason, ranked, self._start(winner, blocks, prefix, session))
+        ranked = tuple([(t, e, s, d) for t, _, e, s, d in rows])
+        chosen = tuple([row[1] for row in ranked[: 1 + config.fallbacks]])
+        ticket = self._start(chosen[0], blocks, prefix, session)
+        saturated = len(pool) - len(open_)
+        return Pick(200, chosen, "", ranked, ticket, self._weights, saturated, not open_)
 
     def _start(
         self, winner: str, blocks: Sequence[int], prefix: dict[str, int], session: str | None
@@ -244,22 +270,6 @@ class Picker:
         self._next_ticket += 1
         self._tickets[self._next_ticket] = (winner, state.epoch)
         return self._next_ticket
-
-    def _reason(
-        self, ranked: tuple[tuple[float, str, tuple[float, ...], float], ...],
-        saturated: int, any_open: bool,
-    ) -> str:  # fmt: skip
-        total, winner, scores, depth = ranked[0]
-        weights = self.config.weights.items()
-        parts = ", ".join(
-            f"{n} {s:.2f}x{w:g}" for (n, w), s in zip(weights, scores, strict=True) if w > 0
-        )
-        text = f"{winner} total {total:.3f} ({parts}; depth {depth:g})"
-        if len(ranked) > 1:
-            text += f"; runner-up {ranked[1][1]} {ranked[1][0]:.3f}"
-        if saturated:
-            text += f"; {saturated} saturated " + ("excluded" if any_open else "(all: least bad)")
-        return text
 
     def stats(self) -> dict[str, dict[str, float | None]]:
         """Per endpoint: queue depth, in flight, KV cache use, picks, prefix-hit rate."""

@@ -55,9 +55,8 @@ def prompt_blocks(text: str, block_chars: int = 256, max_blocks: int = 128) -> l
     data = text.encode("utf-8", "surrogatepass")
     hashes: list[int] = []
     previous = 0
-    view = memoryview(data)
     for start in range(0, min(len(data) // block_chars, max_blocks) * block_chars, block_chars):
-        previous = hash((previous, bytes(view[start : start + block_chars])))
+        previous = hash((previous, data[start : start + block_chars]))
         hashes.append(previous)
     return hashes
 
