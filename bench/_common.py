@@ -141,5 +141,5 @@ def environment() -> dict[str, Any]:
 def write_results(name: str, data: Mapping[str, Any], path: Path | None = None) -> Path:
     target = path or RESULTS_DIR / f"{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(dict(data), indent=2, sort_keys=True) + "\n")
+    target.write_text(json.dumps(dict(data), indent=2, sort_keys=True, default=str) + "\n")
     return target

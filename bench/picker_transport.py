@@ -271,7 +271,7 @@ def _start(target: Any, *args: Any) -> tuple[mp.process.BaseProcess, Connection]
 
 
 def _picker(
-    target: str, port: int, grpc_port: int, endpoints: list[str]
+    target: str, port: int, grpc_port: int, endpoints: list[str], profile: Path | None = None
 ) -> subprocess.Popen[str] | None:
     """The picker process for ``target`` (the sidecar of ``process: sidecar``), serving
     ``port`` (for ``http_lane`` the HTTP lane there and gRPC on ``grpc_port``); None for
@@ -280,6 +280,8 @@ def _picker(
         return None
     listen = port if target == "ext_proc" else grpc_port
     command = [sys.executable, "-m", "inferway.gateway.picker", "127.0.0.1", str(listen)]
+    if profile is not None:  # cProfile of the whole process, written when it exits
+        command[1:1] = ["-m", "cProfile", "-o", str(profile)]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert process.stdin is not None and process.stdout is not None
     settings = {"listen": f"127.0.0.1:{listen}", "metrics_path": None}
@@ -342,7 +344,13 @@ def measure(
     (workdir / "envoy.json").write_text(
         bootstrap(target, listener, admin, port, upstreams, grpc_port, workdir / "timing.log")
     )
-    picker = _picker(target, port, grpc_port, endpoints) if target != "http_floor" else None
+    profile = None
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        profile = args.profile / f"{target}-round{seed}.prof"
+    picker = (
+        _picker(target, port, grpc_port, endpoints, profile) if target != "http_floor" else None
+    )
     floor = _floor(port) if target == "http_floor" else None
     envoy = subprocess.Popen(
         [find_envoy(), "-c", str(workdir / "envoy.json"), "--concurrency", "1", "-l", "warning",
@@ -406,10 +414,12 @@ def measure(
     }
 
 
-def summarize(rounds: list[dict[str, Any]], count: int) -> dict[str, dict[str, Any]]:
+def summarize(
+    rounds: list[dict[str, Any]], count: int, targets: tuple[str, ...] = TARGETS
+) -> dict[str, dict[str, Any]]:
     by = {(r["round"], r["target"]): r for r in rounds}
     summary: dict[str, dict[str, Any]] = {}
-    for target in TARGETS:
+    for target in targets:
         mine = [by[(i, target)] for i in range(count)]
         base = [by[(i, "none")] for i in range(count)]
         pairs = list(zip(mine, base, strict=True))
@@ -445,7 +455,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenants", type=int, default=20)
     parser.add_argument("--prefix-chars", type=int, default=4000)
     parser.add_argument("--quick", action="store_true", help="2 rounds of 3 s")
+    parser.add_argument(
+        "--targets", default=",".join(TARGETS), help=f"comma-separated, of {', '.join(TARGETS)}"
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="write cProfile of each picker process here (slows it)"
+    )
     args = parser.parse_args(argv)
+    targets = tuple(t for t in args.targets.split(",") if t)
+    if "none" not in targets:
+        parser.error("--targets: 'none' is the baseline every other target is compared with")
+    if unknown := sorted(set(targets) - set(TARGETS)):
+        parser.error(f"--targets: unknown {', '.join(unknown)} (known: {', '.join(TARGETS)})")
     if args.quick:
         args.rounds, args.duration = 2, 3.0
     backends, backend_conn = _start(backends_main, args.upstreams)
@@ -454,14 +475,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upstreams = backend_conn.recv()
         for r in range(args.rounds):
-            for target in TARGETS[r % len(TARGETS) :] + TARGETS[: r % len(TARGETS)]:
+            for target in targets[r % len(targets) :] + targets[: r % len(targets)]:
                 rounds.append(measure(args, target, load_conn, upstreams, r) | {"round": r})
     finally:
         load_conn.send(None)
         backend_conn.send("stop")
         load.join(10)
         backends.join(10)
-    summary = summarize(rounds, args.rounds)
+    summary = summarize(rounds, args.rounds, targets)
     print_table(
         f"Asking the picker at {args.rate:.0f} req/s open loop through Envoy "
         f"(medians of {args.rounds} rounds x {args.duration:.0f} s)",
