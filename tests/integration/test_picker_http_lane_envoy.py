@@ -76,6 +76,7 @@ async def test_http_lane_picks_are_honoured_and_ended_by_the_access_log() -> Non
         # Envoy honoured the picks: the holder got all 8, and the request it got carried the
         # picker's destination (the holder first) and ticket headers
         (holder,) = served
+        assert holder is not None
         assert {b.name: len(b.hits) - before[b.name] for b in backends if b.name != holder} == {
             b.name: 0 for b in backends if b.name != holder
         }
@@ -154,6 +155,8 @@ async def test_a_sidecar_serves_the_http_lane() -> None:
             if pool is None:
                 return False
             stats = pool["endpoints"].values()
-            return sum(e["picks"] for e in stats) >= 7 and sum(e["in_flight"] for e in stats) == 0
+            return bool(
+                sum(e["picks"] for e in stats) >= 7 and sum(e["in_flight"] for e in stats) == 0
+            )
 
         await poll_until(ended, timeout=5, what="the sidecar's picks, all ended")
