@@ -33,6 +33,7 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,13 +212,10 @@ def pick_for(
     if pool is None:
         return Pick(503, (), "no picker for this service here")
     picker = pool.picker
-    if not is_tracing(tracer):
+    traced = tracer.start_as_current_span("picker.pick") if is_tracing(tracer) else nullcontext()
+    with traced as span:
         pick = picker.pick(picker.blocks(text), lora=model, session=session, subset=subset)
-        pool.recent.append(pick)
-        return pick
-    with tracer.start_as_current_span("picker.pick") as span:
-        pick = picker.pick(picker.blocks(text), lora=model, session=session, subset=subset)
-        if span.is_recording():
+        if span is not None and span.is_recording():
             span.set_attributes(explained(pick))
     pool.recent.append(pick)
     return pick
