@@ -117,7 +117,15 @@ async def test_a_replica_past_the_load_bound_is_passed_over() -> None:
         assert status == 200 and holder is not None
         for backend in backends:
             backend.delay = 0.5  # every request stays in flight a while
-        results = await asyncio.gather(*(chat(gw, "busy", f"at once {i}") for i in range(6)))
+        # Envoy counts a request as active on a replica once it is on a connection there, so
+        # requests in one burst (all waiting for new connections) would see the same counts:
+        # each starts 50 ms after the one before, all still in flight together
+
+        async def later(i: int) -> tuple[int, str | None]:
+            await asyncio.sleep(0.05 * i)
+            return await chat(gw, "busy", f"overlapping {i}")
+
+        results = await asyncio.gather(*(later(i) for i in range(6)))
         assert {status for status, _ in results} == {200}
         served = Counter(backend for _, backend in results)
         assert served[holder] >= 1 and len(served) >= 2, served
