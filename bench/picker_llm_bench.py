@@ -68,7 +68,8 @@ POLICIES = {
     "round robin": "",
     "least request": "    load_balancing:\n      policy: least_request\n",
     "inferway picker": (
-        "    picker:\n      listen: 127.0.0.1:{picker_port}\n      metrics_path: null\n"
+        "    picker:\n      listen: 127.0.0.1:{picker_port}\n"
+        "      http_listen: 127.0.0.1:{http_port}\n      metrics_path: null\n"
         "      queue_limit: 4\n      timeout: 2s\n"
     ),
     "picker in Envoy": "    picker:\n      process: envoy\n",
@@ -127,7 +128,7 @@ async def run_policy(name: str, args: argparse.Namespace, model: Path) -> dict[s
                 verbose=False,
             ))  # fmt: skip
         endpoints = ", ".join(f'"127.0.0.1:{e.port}"' for e in engines)
-        extra = POLICIES[name].format(picker_port=free_port())
+        extra = POLICIES[name].format(picker_port=free_port(), http_port=free_port())
         policy = POLICY.format(endpoints=endpoints, extra=extra.rstrip("\n"))
         async with TrafficGateway(policy, []) as gw:
             url = f"{gw.url}/v1/chat/completions"

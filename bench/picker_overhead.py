@@ -1,13 +1,15 @@
-"""Endpoint picker overhead end to end (issue 35: "< 1 ms p99 per request at 500 req/s"):
-real Envoy configured by a real gateway, fast OpenAI-style upstreams, open-loop Poisson load,
-and the same service with no picker, with the picker in the gateway's process and with the
-picker in a supervised sidecar process (``picker: {process: sidecar}``), side by side in one
-run. Each target is a route of one listener (``/plain/``, ``/gateway/``, ``/sidecar/``) to its
-own service over the same upstreams; rounds rotate the targets' order; figures are medians
-over rounds. Added latency = a picker target's p50/p99 minus ``/plain/``'s in the same round
-(the ext_proc gRPC round trip, the body buffering and the pick). CPU per request: each
-process's CPU seconds over the round / requests sent (``/proc``: the gateway's, the sidecar's
-and Envoy's); added CPU = all three together minus ``/plain/``'s in the same round.
+"""Endpoint picker overhead end to end (issue 35: "< 1 ms p99 per request at 500 req/s"): real
+Envoy configured by a real gateway, fast OpenAI-style upstreams, open-loop Poisson load, and
+the same service with no picker, with the picker in the gateway's process and with the picker
+in a supervised sidecar process (``picker: {process: sidecar}``), side by side in one run,
+every picker asked over ``--transport`` (``http``, the policy's default, or ``ext_proc``,
+GAIE's protocol). Each target is a route of one listener (``/plain/``, ``/gateway/``,
+``/sidecar/``) to its own service over the same upstreams; rounds rotate the targets' order;
+figures are medians over rounds. Added latency = a picker target's p50/p99 minus ``/plain/``'s
+in the same round (the round trip to the picker, the body buffering and the pick). CPU per
+request: each process's CPU seconds over the round / requests sent (``/proc``: the gateway's,
+the sidecar's and Envoy's); added CPU = all three together minus ``/plain/``'s in the same
+round.
 
 Then the same rounds during a policy reload storm (``--storm-rate`` edits/s, each resolved,
 translated, pushed to Envoy and followed by the picker keeper: a busy control plane), where
@@ -46,20 +48,30 @@ SERVICE = """  - name: {name}
 {picker}"""
 PICKER = """    picker:
       listen: 127.0.0.1:{port}
+      http_listen: 127.0.0.1:{http_port}
+      transport: {transport}
       process: {process}
       fail: {fail}
       metrics_path: null
 """
 
 
-def build_policy(listener: int, endpoints: list[int], ports: dict[str, int]) -> str:
-    """One listener; a route and a service per target (and the fail-closed sidecar's)."""
+def build_policy(
+    listener: int, endpoints: list[int], ports: dict[str, int], transport: str = "http"
+) -> str:
+    """One listener; a route and a service per target (and the fail-closed sidecar's), each
+    picker asked over ``transport``."""
     listed = ", ".join(f'"127.0.0.1:{p}"' for p in endpoints)
+
+    def picker(name: str, process: str, fail: str) -> str:
+        return PICKER.format(port=ports[name], http_port=ports[f"{name}_http"],
+                             transport=transport, process=process, fail=fail)  # fmt: skip
+
     pickers = {
         "plain": "",
-        "gateway": PICKER.format(port=ports["gateway"], process="gateway", fail="open"),
-        "sidecar": PICKER.format(port=ports["sidecar"], process="sidecar", fail="open"),
-        "closed": PICKER.format(port=ports["closed"], process="sidecar", fail="closed"),
+        "gateway": picker("gateway", "gateway", "open"),
+        "sidecar": picker("sidecar", "sidecar", "open"),
+        "closed": picker("closed", "sidecar", "closed"),
     }
     services = "".join(
         SERVICE.format(name=name, endpoints=listed, picker=picker)
@@ -165,16 +177,21 @@ def main(argv: list[str] | None = None) -> int:
         "--storm-rate", type=float, default=20.0,
         help="policy edits/s applied during the busy-control-plane rounds (0: none)",
     )  # fmt: skip
+    parser.add_argument(
+        "--transport", choices=("http", "ext_proc"), default="http",
+        help="how Envoy asks the pickers (http: the policy's default; ext_proc: GAIE's)",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="2 rounds of 4 s")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration = 2, 4.0
     args.listener = free_port()
-    ports = {name: free_port() for name in ("gateway", "sidecar", "closed")}
+    names = ("gateway", "sidecar", "closed")
+    ports = {name: free_port() for name in (*names, *(f"{n}_http" for n in names))}
     backends, backend_conn = _start(backends_main, args.upstreams)
     endpoints = backend_conn.recv()
     gateway, gateway_conn = _start(
-        gateway_main, build_policy(args.listener, endpoints, ports), free_port()
+        gateway_main, build_policy(args.listener, endpoints, ports, args.transport), free_port()
     )
     load, load_conn = _start(load_main)
     rounds: list[dict[str, Any]] = []
@@ -217,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         _stop(backends, backend_conn, "stop")
     summary = summarize(rounds, args.rounds)
     stormy = summarize(storm, args.rounds) if storm else {}
-    _table(f"Picker overhead at {args.rate:.0f} req/s open loop through Envoy "
-           f"(medians of {args.rounds} rounds x {args.duration:.0f} s)", summary)  # fmt: skip
+    _table(f"Picker overhead at {args.rate:.0f} req/s open loop through Envoy, transport "
+           f"{args.transport} (medians of {args.rounds} rounds x {args.duration:.0f} s)",
+           summary)  # fmt: skip
     if stormy:
         _table(
             f"The same during a policy reload storm ({args.storm_rate:.0f} edits/s asked; "

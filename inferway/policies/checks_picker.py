@@ -1,6 +1,6 @@
 """Semantic checks of services' own pickers. ``process: envoy`` replaces the service's
 ``load_balancing`` (Maglev on the prompt's prefix), so the two together are refused rather
-than one silently ignored. With ``transport: http``: an ``http_listen``
+than one silently ignored. With ``transport: http`` (the default): an ``http_listen``
 address is served by one picker process, so the services sharing it must share ``listen``
 (the keeper runs one process per ``listen``), and it must not be another picker's gRPC
 ``listen`` address. Without this, two processes would race to bind it and the loser would
@@ -40,11 +40,14 @@ def check_picker(policy: Policy) -> Iterator[tuple[Loc, str]]:
             continue
         loc: Loc = ("services", index, "picker", "http_listen")
         address = split_host_port(picker.http_listen)
+        host, port = split_host_port(picker.listen)
+        derived = " (listen's next port, the default)" if address == (host, port + 1) else ""
         if address in listens:
             yield (
                 loc,
-                f"service '{name}': picker http_listen {picker.http_listen} is the picker "
-                f"listen (gRPC) of service '{listens[address]}': give http_listen its own port",
+                f"service '{name}': picker http_listen {picker.http_listen}{derived} is the "
+                f"picker listen (gRPC) of service '{listens[address]}': give http_listen its "
+                "own port, or space the listen ports two apart",
             )
             continue
         other, other_listen = first.setdefault(address, (name, picker.listen))

@@ -9,21 +9,26 @@ request by a picker that scores them (docs/picker.md).
         picker:
           scorers: {queue: 2, kv_cache: 2, prefix: 3}   # weights; lora, session too (0 = off)
           fail: open            # picker down or slow: open = Envoy's balancing; closed = 503/504
-          # transport: http     # ask over ext_authz's HTTP service (less CPU, docs/picker.md)
+          # transport: ext_proc # ask over GAIE's ext_proc stream (default http: less CPU)
           # external: epp.internal:9002   # a Gateway API Inference Extension picker instead
           # process: envoy      # no picker to ask: Envoy hashes the prompt's prefix itself
 
-inferway's own picker listens on ``listen`` (in the gateway's process, or with ``process:
-sidecar`` in a picker process the gateway supervises), scrapes each
-replica's ``metrics_path`` every ``scrape_interval`` and counts requests in flight itself.
-Envoy asks it (an external processor) before sending a request upstream and sends the request
-to the endpoint it names (Envoy's ``override_host`` load-balancing policy, on the same cluster:
-EDS, health checks and outlier detection stay as they are). The default is ``fail: open``: a
-picker that fails loses the cache affinity, never the request.
+inferway's own picker serves gRPC on ``listen`` and plain HTTP on ``http_listen`` (``listen``'s
+port + 1 unless given), in the gateway's process, or with ``process: sidecar`` in a picker
+process the gateway supervises. It scrapes each replica's ``metrics_path`` every
+``scrape_interval`` and counts requests in flight itself. Envoy asks it before sending a
+request upstream and sends the request to the endpoint it names (Envoy's ``override_host``
+load-balancing policy, on the same cluster: EDS, health checks and outlier detection stay as
+they are). The default is ``fail: open``: a picker that fails loses the cache affinity, never
+the request.
 
-``transport: http`` asks inferway's own picker over Envoy's ``ext_authz`` HTTP service instead
-(one HTTP/1.1 request per pick on ``http_listen``, its end reported by Envoy's gRPC access log):
-about a fifth of the picker's CPU per request of the ext_proc stream (docs/picker.md).
+How Envoy asks (``transport``): ``http`` by default for inferway's own picker, Envoy's
+``ext_authz`` HTTP service (one HTTP/1.1 request per pick on ``http_listen``, its end reported
+by Envoy's gRPC access log to ``listen``), about a fifth of the picker's CPU per request of the
+ext_proc stream and under 1 ms added at p99 at 500 req/s (docs/picker.md); ``ext_proc``, the
+Gateway API Inference Extension's protocol (a gRPC stream per request), the one an
+``external`` picker is always asked over. Either way ``listen`` answers GAIE's ext_proc
+protocol, so other GAIE gateways can ask the same picker.
 
 ``process: envoy`` asks nobody: Envoy's Lua filter hashes the first ``prefix_bytes`` of the
 request's ``messages`` (or ``prompt``) and Envoy's Maglev consistent hashing with bounded load
@@ -42,10 +47,27 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from inferway.policies.types import Duration, split_host_port
 
-__all__ = ["DEFAULT_PICKER_HTTP_LISTEN", "DEFAULT_PICKER_LISTEN", "Picker", "PickerScorers"]
+__all__ = [
+    "DEFAULT_PICKER_HTTP_LISTEN",
+    "DEFAULT_PICKER_LISTEN",
+    "Picker",
+    "PickerScorers",
+    "http_listen_beside",
+]
 
 DEFAULT_PICKER_LISTEN = "127.0.0.1:18094"
 DEFAULT_PICKER_HTTP_LISTEN = "127.0.0.1:18095"
+
+
+def http_listen_beside(listen: str) -> str:
+    """The default ``http_listen`` for a picker on ``listen``: the same host, the next port
+    (``127.0.0.1:18094`` -> ``127.0.0.1:18095``)."""
+    host, port = split_host_port(listen)
+    if port >= 65535:
+        raise ValueError(
+            f"picker: listen {listen} has no next port for http_listen: give http_listen"
+        )
+    return f"[{host}]:{port + 1}" if ":" in host else f"{host}:{port + 1}"
 
 
 class _Model(BaseModel):
@@ -115,13 +137,35 @@ class Picker(_Model):
     servers it kept a shared prefix's requests together (p90 TTFT 7-9x under round robin) and
     unique prompts as even as least request; 1.0 spilled shared prefixes (2x), 1.25 let unique
     prompts queue a little more than least request."""
-    transport: Literal["ext_proc", "http"] = "ext_proc"
-    """How Envoy asks inferway's own picker: ``ext_proc`` (GAIE's protocol, a gRPC stream per
-    request) or ``http`` (Envoy's ext_authz HTTP service on ``http_listen``, the request's end
-    reported over Envoy's gRPC access log to ``listen``): less CPU per pick (docs/picker.md)."""
+    transport: Literal["ext_proc", "http"] = "http"
+    """How Envoy asks the picker: ``http`` (the default for inferway's own: Envoy's ext_authz
+    HTTP service on ``http_listen``, the request's end reported over Envoy's gRPC access log to
+    ``listen``; about a fifth of ext_proc's CPU per pick, docs/picker.md) or ``ext_proc``
+    (GAIE's protocol, a gRPC stream per request: the default, and the only way, for an
+    ``external`` picker; also what carries Envoy's subset hint)."""
     http_listen: str = DEFAULT_PICKER_HTTP_LISTEN
     """Where inferway's own picker serves ``transport: http`` (plain HTTP/1.1: keep it on
-    loopback); ``listen`` still serves gRPC (health, the access log that ends each pick)."""
+    loopback); ``listen`` still serves gRPC (health, the access log that ends each pick, GAIE's
+    ext_proc). Default: ``listen``'s host and next port."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_from_others(cls, data: object) -> object:
+        """``transport`` defaults to ext_proc for an ``external`` picker (http for inferway's
+        own) and ``http_listen`` to the port after ``listen``'s."""
+        if not isinstance(data, dict):
+            return data
+        filled = dict(data)
+        if "transport" not in filled and filled.get("external") is not None:
+            filled["transport"] = "ext_proc"
+        listen = filled.get("listen")
+        if "http_listen" not in filled and isinstance(listen, str):
+            try:
+                split_host_port(listen)
+            except ValueError:
+                return filled  # listen's own validator says what is wrong with it
+            filled["http_listen"] = http_listen_beside(listen)  # raises at port 65535
+        return filled
 
     @field_validator("external", "listen", "http_listen")
     @classmethod
@@ -131,11 +175,16 @@ class Picker(_Model):
         return value
 
     def _changed(self, names: tuple[str, ...]) -> list[str]:
-        """Those of ``names`` set to other than their default (a dump writes every field)."""
+        """Those of ``names`` set to other than their default (a dump writes every field):
+        ``transport`` and ``http_listen`` count against the defaults they take from
+        ``external`` and ``listen``."""
         fields = type(self).model_fields
-        return [
-            n for n in names if getattr(self, n) != fields[n].get_default(call_default_factory=True)
-        ]
+        defaults = {n: fields[n].get_default(call_default_factory=True) for n in names}
+        if "transport" in defaults and self.external is not None:
+            defaults["transport"] = "ext_proc"
+        if "http_listen" in defaults:
+            defaults["http_listen"] = _beside_or_none(self.listen)
+        return [n for n in names if getattr(self, n) != defaults[n]]
 
     @model_validator(mode="after")
     def _in_envoy_alone(self) -> Picker:
@@ -179,3 +228,10 @@ class Picker(_Model):
         if self.metrics_path is not None and not self.metrics_path.startswith("/"):
             raise ValueError(f"metrics_path must start with '/', got {self.metrics_path!r}")
         return self
+
+
+def _beside_or_none(listen: str) -> str | None:
+    try:
+        return http_listen_beside(listen)
+    except ValueError:
+        return None

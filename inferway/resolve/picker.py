@@ -15,6 +15,7 @@ def resolve_picker(service: str, picker: Picker | None) -> PickerIR | None:
         return None
     host, port = split_host_port(picker.external or picker.listen)
     http_host, http_port = split_host_port(picker.http_listen)
+    asked_over_http = picker.transport == "http" and picker.process != "envoy"
     return PickerIR(
         service=service,
         host=host,
@@ -24,8 +25,8 @@ def resolve_picker(service: str, picker: Picker | None) -> PickerIR | None:
         timeout=picker.timeout,
         session_header=picker.session_header,
         transport=picker.transport,
-        http_host=http_host if picker.transport == "http" else "",
-        http_port=http_port if picker.transport == "http" else 0,
+        http_host=http_host if asked_over_http else "",
+        http_port=http_port if asked_over_http else 0,
         in_envoy=picker.process == "envoy",
         prefix_bytes=picker.prefix_bytes,
         load_bound=picker.load_bound,

@@ -1,5 +1,6 @@
-"""The endpoint picker for real (issue 35): real Envoy, the gateway's own picker (an external
-processor answering with GAIE's Endpoint Picker protocol) and three real llama.cpp engines
+"""The endpoint picker for real (issue 35): real Envoy, the gateway's own picker (here mostly
+asked over ext_proc, answering with GAIE's Endpoint Picker protocol; the default ``transport:
+http`` has tests/integration/test_picker_http_lane_envoy.py too) and three real llama.cpp engines
 with their prompt cache on (tests/llm_engine.py). Requests sharing a long prefix go to the
 engine that holds it until it is saturated; concurrent requests spread by queue depth; a dead
 picker fails open (the service's own balancing) or closed (503) without hanging a request;
@@ -71,6 +72,7 @@ services:
       metrics_path: null
       timeout: 2s
       fail: FAIL
+      transport: ext_proc
 routes:
   - name: chat
     match:
@@ -96,12 +98,22 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LLMEngine
             engine.stop()
 
 
-def _policy(engines: list[LLMEngine], *, fail: str = "open", picker: str | None = None) -> str:
+def _policy(
+    engines: list[LLMEngine],
+    *,
+    fail: str = "open",
+    picker: str | None = None,
+    transport: str = "ext_proc",
+) -> str:
     text = (
         POLICY.replace("ENDPOINTS", ", ".join(f'"127.0.0.1:{e.port}"' for e in engines))
         .replace("PICKER_PORT", str(free_port()))
         .replace("FAIL", fail)
     )
+    if transport == "http":  # the default, on a port of its own (not listen's next)
+        text = text.replace(
+            "      transport: ext_proc\n", f"      http_listen: 127.0.0.1:{free_port()}\n"
+        )
     if picker is not None:  # an external picker: the own picker's settings go
         head, _, _ = text.partition("    picker:\n")
         _, _, routes = text.partition("routes:\n")
@@ -284,10 +296,7 @@ async def test_transport_http_steers_by_prefix_and_queue_and_ends_every_pick(
 ) -> None:
     """``transport: http``: the same picks over ext_authz; the access log ends each one, so
     the queue scorer sees every replica idle again after a burst."""
-    policy = _policy(engines).replace(
-        "      fail: open\n",
-        f"      fail: open\n      transport: http\n      http_listen: 127.0.0.1:{free_port()}\n",
-    )
+    policy = _policy(engines, transport="http")
     async with TrafficGateway(policy, []) as gw:
         await _wait_healthy(gw)
         pool = _pool_of(gw)
@@ -428,9 +437,12 @@ async def test_a_hanging_picker_costs_its_timeout_and_no_more(
         await server.stop(0)
 
 
-async def test_the_picker_steers_behind_an_openai_route(engines: list[LLMEngine]) -> None:
+@pytest.mark.parametrize("transport", ["http", "ext_proc"])
+async def test_the_picker_steers_behind_an_openai_route(
+    engines: list[LLMEngine], transport: str
+) -> None:
     """The LLM processor (model routing, token counts) runs first, the picker after it."""
-    head, _, _ = _policy(engines).partition("routes:\n")
+    head, _, _ = _policy(engines, transport=transport).partition("routes:\n")
     policy = head + "routes:\n  - name: chat\n    openai:\n      model: tiny\n"
     policy += "    backends:\n      - service: llm\n"
     async with TrafficGateway(policy, []) as gw:

@@ -1,5 +1,6 @@
-"""``picker: {transport: http}`` for real: real Envoy asks the gateway's picker over ext_authz's
-HTTP service and reports each request's end over its gRPC access log. Requests sharing a prefix
+"""``picker: {transport: http}`` (the default) for real: real Envoy asks the gateway's picker
+over ext_authz's HTTP service and reports each request's end over its gRPC access log.
+Requests sharing a prefix
 go to one replica (Envoy honours every pick: each replica served exactly what the picker
 picked for it); every pick is ended by the access log, a request the client abandons too; with
 the picker's HTTP lane down, ``fail: open`` answers every request with the service's own
@@ -28,7 +29,7 @@ def _policy(process: str = "gateway", fail: str = "open") -> str:
 
 def _policy_for(port: int, http_port: int, process: str, fail: str) -> str:
     return picker_policy(
-        f"      transport: http\n      listen: 127.0.0.1:{port}\n"
+        f"      listen: 127.0.0.1:{port}\n"
         f"      http_listen: 127.0.0.1:{http_port}\n      process: {process}\n"
         f"      metrics_path: null\n      timeout: 2s\n      fail: {fail}\n"
     )

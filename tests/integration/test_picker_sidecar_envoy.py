@@ -24,8 +24,8 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
 
 def _policy(port: int) -> str:
     return picker_policy(
-        f"      listen: 127.0.0.1:{port}\n      process: sidecar\n      metrics_path: null\n"
-        "      timeout: 2s\n",
+        f"      listen: 127.0.0.1:{port}\n      http_listen: 127.0.0.1:{free_port()}\n"
+        "      process: sidecar\n      metrics_path: null\n      timeout: 2s\n",
         other_route=False,
     )
 

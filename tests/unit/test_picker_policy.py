@@ -5,6 +5,8 @@ and the gRPC access log that ends picks), and dump round trips."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from google.protobuf.message import Message
 
@@ -74,7 +76,8 @@ def _only_on_chat(routes: route_pb2.RouteConfiguration, off: Message) -> None:
 
 def test_own_picker_fail_closed() -> None:
     manager, routes, clusters = _resources(
-        "{scorers: {queue: 2, kv_cache: 2, prefix: 3}, fail: closed, timeout: 0.2}"
+        "{scorers: {queue: 2, kv_cache: 2, prefix: 3}, fail: closed, timeout: 0.2,"
+        " transport: ext_proc}"
     )
     names = [f.name for f in manager.http_filters]
     assert names[-2:] == ["inferway.picker.llm", "envoy.filters.http.router"]
@@ -166,8 +169,26 @@ def test_http_transport_asks_over_ext_authz_and_logs_each_end(fail: str) -> None
     )
 
 
+def test_own_picker_is_asked_over_http_beside_listen_by_default() -> None:
+    """inferway's own picker: ext_authz's HTTP service on ``listen``'s next port (gRPC, for
+    the access log that ends picks and for GAIE callers, stays on ``listen``); an external
+    picker: GAIE's ext_proc."""
+    for picker, port in (("{}", 18095), ("{listen: '127.0.0.1:19000'}", 19001)):
+        manager, _, clusters = _resources(picker)
+        assert manager.http_filters[-2].typed_config.Is(ext_authz_pb2.ExtAuthz.DESCRIPTOR)
+        http = clusters["inferway_picker_http_llm"]
+        address = http.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address
+        assert address.socket_address.port_value == port
+        assert [log.name for log in manager.access_log] == ["envoy.access_loggers.http_grpc"]
+    policy = load_policy_text(POLICY.replace("PICKER", "{listen: '[::1]:19000'}"), "p.yaml")
+    assert policy.services[0].picker is not None
+    assert policy.services[0].picker.http_listen == "[::1]:19001"
+    manager, _, _ = _resources("{external: 'epp.internal:9002'}")
+    assert manager.http_filters[-2].typed_config.Is(ext_proc_pb2.ExternalProcessor.DESCRIPTOR)
+
+
 def test_ext_proc_transport_adds_no_access_log() -> None:
-    manager, _, clusters = _resources("{}")
+    manager, _, clusters = _resources("{transport: ext_proc}")
     assert not manager.access_log and "inferway_picker_http_llm" not in clusters
 
 
@@ -189,6 +210,7 @@ def test_ext_proc_transport_adds_no_access_log() -> None:
         ("{prefix_bytes: 512}", "only apply with process: envoy"),
         ("{process: envoy, load_bound: 0.5}", "must be at least 1.0, got 0.5"),
         ("{process: envoy, prefix_bytes: 8}", "must be at least 64, got 8"),
+        ("{listen: '127.0.0.1:65535'}", "no next port for http_listen: give http_listen"),
     ],
 )
 def test_bad_pickers_are_located(picker: str, expected: str) -> None:
@@ -227,6 +249,19 @@ routes:
 def test_http_listen_served_by_two_processes_is_refused(picker: str, expected: str) -> None:
     with pytest.raises(PolicyError, match=rf"policy.yaml:8:.*{expected}"):
         load_policy_text(TWO.replace("PICKER", picker), "policy.yaml")
+
+
+def test_a_default_http_listen_on_a_neighbours_listen_is_refused() -> None:
+    """a's http_listen defaults to its listen's next port, which is b's listen: said on a's
+    picker, naming the default and the way out."""
+    text = TWO.replace(', http_listen: "127.0.0.1:18093"', "").replace("transport: http, ", "")
+    with pytest.raises(PolicyError) as error:
+        load_policy_text(text.replace("PICKER", '{listen: "127.0.0.1:18093"}'), "policy.yaml")
+    assert re.search(
+        r"policy.yaml:5:.*service 'a': picker http_listen 127.0.0.1:18093 \(listen's next "
+        r"port, the default\) is the picker listen \(gRPC\) of service 'b'",
+        str(error.value),
+    )
 
 
 def test_services_sharing_listen_may_share_http_listen() -> None:

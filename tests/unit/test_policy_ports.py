@@ -38,9 +38,9 @@ def _load(text: str) -> None:
             6,
             "service 'a''s picker would listen on 127.0.0.1:18094, which is the LLM processor's",
         ),
-        (  # the reports port's default (port + 1) is the picker's http_listen default
+        (  # the reports port's default (port + 1) is the picker's http_listen
             "llm: {port: 18094}\n",
-            '{transport: http, listen: "127.0.0.1:18097"}',
+            '{listen: "127.0.0.1:18097", http_listen: "127.0.0.1:18095"}',
             6,
             "http_listen would listen on 127.0.0.1:18095, which is the LLM processor's reports",
         ),
