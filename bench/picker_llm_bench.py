@@ -1,7 +1,8 @@
 """The endpoint picker on real engines, side by side with round robin and least request: real
 Envoy, the gateway, and ``--engines`` llama.cpp servers (llama-cpp-python, the tests' tiny
 model, prompt cache on and small, so a server holds only a few tenants' prompts). The picker
-runs both ways: scoring, asked by Envoy (``inferway picker``), and ``process: envoy`` (the
+runs three ways: scoring, asked by Envoy over the default ``transport: http`` (``inferway
+picker``) and over GAIE's ext_proc (``picker over ext_proc``), and ``process: envoy`` (the
 prompt's prefix hashed in Envoy, Maglev with bounded load: ``picker in Envoy``).
 
 Workload (shared prefix): ``--tenants`` tenants, each a ``--system-chars``-character system
@@ -71,6 +72,10 @@ POLICIES = {
         "    picker:\n      listen: 127.0.0.1:{picker_port}\n"
         "      http_listen: 127.0.0.1:{http_port}\n      metrics_path: null\n"
         "      queue_limit: 4\n      timeout: 2s\n"
+    ),
+    "picker over ext_proc": (
+        "    picker:\n      listen: 127.0.0.1:{picker_port}\n      transport: ext_proc\n"
+        "      metrics_path: null\n      queue_limit: 4\n      timeout: 2s\n"
     ),
     "picker in Envoy": "    picker:\n      process: envoy\n",
 }
@@ -177,7 +182,7 @@ async def main_async(args: argparse.Namespace) -> None:
         model = write_test_model(Path(directory))
         results: dict[str, Any] = {"environment": environment(), "settings": vars(args)}
         rows = []
-        for name in POLICIES:
+        for name in args.policies:
             figures = await run_policy(name, args, model)
             results[name] = figures
             rows.append([name, figures["requests"], figures["errors"], figures["ttft_p50_s"],
@@ -201,7 +206,15 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=40.0)
     parser.add_argument("--cache-bytes", type=int, default=6 << 20, help="prompt cache per engine")
     parser.add_argument("--seed", type=int, default=1)
-    asyncio.run(main_async(parser.parse_args()))
+    parser.add_argument(
+        "--policies", default=",".join(POLICIES),
+        help=f"comma-separated, in this order (default all: {', '.join(POLICIES)})",
+    )  # fmt: skip
+    args = parser.parse_args()
+    args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if unknown := [p for p in args.policies if p not in POLICIES]:
+        parser.error(f"--policies: unknown {', '.join(unknown)} (known: {', '.join(POLICIES)})")
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
