@@ -80,7 +80,9 @@ def _picker_table(service: str, picked: PickerStatusRecord) -> Table:
     """One picked service: each endpoint's queue, KV-cache use and prefix-hit rate."""
     last = picked.get("last_pick")
     caption = f"last pick: {last.get('picker.reason', '')}" if last else "no pick yet"
-    table = Table(title=f"endpoint picker: {service}", title_justify="left", caption=caption)
+    asked = picked.get("asked")
+    how = f" (asked over {asked['transport']} at {asked['address']})" if asked else ""
+    table = Table(title=f"endpoint picker: {service}{how}", title_justify="left", caption=caption)
     for column in ("endpoint", "queue", "in flight", "KV cache", "picks", "prefix hits"):
         table.add_column(column, justify="left" if column == "endpoint" else "right")
 

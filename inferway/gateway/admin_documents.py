@@ -154,12 +154,14 @@ class KeeperRecord(TypedDict):
 class PickerStatusRecord(TypedDict):
     """One picked service: per endpoint ``depth``, ``in_flight``, ``kv_cache`` (0-1 or None),
     ``picks`` and ``prefix_hit_rate`` (0-1 or None); ``last_pick``: its explanation
-    (``picker.winner``, ``picker.reason``, ``picker.scores``, ...) or None. ``in_envoy``:
+    (``picker.winner``, ``picker.reason``, ``picker.scores``, ...) or None. ``asked``: how
+    Envoy asks the picker (``transport``: http or ext_proc, and the ``address``). ``in_envoy``:
     set for ``process: envoy`` (``prefix_bytes``, ``load_bound``), which keeps no per-endpoint
     state here (Envoy picks; its access log and trace name each request's upstream)."""
 
     endpoints: dict[str, dict[str, float | None]]
     last_pick: dict[str, Any] | None
+    asked: NotRequired[dict[str, str]]
     in_envoy: NotRequired[dict[str, float]]
 
 

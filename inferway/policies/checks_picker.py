@@ -36,8 +36,8 @@ def check_picker(policy: Policy) -> Iterator[tuple[Loc, str]]:
     listens = {split_host_port(p.listen): name for _, name, p in own}
     first: dict[tuple[str, int], tuple[str, str]] = {}
     for index, name, picker in own:
-        if picker.transport != "http":
-            continue
+        if picker.transport != "http" or split_host_port(picker.http_listen)[1] == 0:
+            continue  # port 0: the OS picks one when it binds, so no two can meet
         loc: Loc = ("services", index, "picker", "http_listen")
         address = split_host_port(picker.http_listen)
         host, port = split_host_port(picker.listen)

@@ -61,8 +61,10 @@ DEFAULT_PICKER_HTTP_LISTEN = "127.0.0.1:18095"
 
 def http_listen_beside(listen: str) -> str:
     """The default ``http_listen`` for a picker on ``listen``: the same host, the next port
-    (``127.0.0.1:18094`` -> ``127.0.0.1:18095``)."""
+    (``127.0.0.1:18094`` -> ``127.0.0.1:18095``); port 0 (the OS picks) stays 0."""
     host, port = split_host_port(listen)
+    if port == 0:
+        return f"[{host}]:0" if ":" in host else f"{host}:0"
     if port >= 65535:
         raise ValueError(
             f"picker: listen {listen} has no next port for http_listen: give http_listen"
@@ -218,9 +220,8 @@ class Picker(_Model):
                     f"picker: {', '.join(own)} configure inferway's own picker; with "
                     f"external: {self.external} give only external, fail and timeout"
                 )
-        if self.transport == "http" and split_host_port(self.http_listen) == split_host_port(
-            self.listen
-        ):
+        lane = split_host_port(self.http_listen)
+        if self.transport == "http" and lane[1] != 0 and lane == split_host_port(self.listen):
             raise ValueError(
                 f"picker: http_listen {self.http_listen} is listen's address: transport http "
                 "serves HTTP there and gRPC on listen, give them different ports"

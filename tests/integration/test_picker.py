@@ -196,10 +196,12 @@ async def test_a_shared_prefix_goes_to_the_engine_holding_it(
     assert shown["endpoints"][holder]["picks"] >= 7 and len(shown["endpoints"]) == len(engines)
     assert shown["endpoints"][holder]["prefix_hit_rate"] > 0.5
     assert shown["last_pick"]["picker.winner"] == holder
+    assert shown["asked"]["transport"] == "ext_proc"
     console = Console(record=True, width=240)
     render_status(document, console)
     text = console.export_text()
-    assert "endpoint picker: llm" in text and holder in text and "last pick:" in text
+    assert f"endpoint picker: llm (asked over ext_proc at {shown['asked']['address']})" in text
+    assert holder in text and "last pick:" in text
 
 
 def _picker_body_streamed(ir: IR) -> Resources:

@@ -155,6 +155,7 @@ async def test_a_sidecar_serves_the_http_lane() -> None:
                 pool = (await admin.get("/status")).json().get("pickers", {}).get("llm")
             if pool is None:
                 return False
+            assert pool["asked"]["transport"] == "http"  # the default, said by the sidecar
             stats = pool["endpoints"].values()
             return bool(
                 sum(e["picks"] for e in stats) >= 7 and sum(e["in_flight"] for e in stats) == 0

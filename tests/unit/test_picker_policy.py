@@ -187,6 +187,16 @@ def test_own_picker_is_asked_over_http_beside_listen_by_default() -> None:
     assert manager.http_filters[-2].typed_config.Is(ext_proc_pb2.ExternalProcessor.DESCRIPTOR)
 
 
+def test_listen_port_0_leaves_http_listen_to_the_os_too() -> None:
+    """``listen`` on port 0 (the OS picks, as tests do): ``http_listen`` is port 0 as well,
+    not port 1, and two such pickers do not collide."""
+    text = TWO.replace(
+        'listen: "127.0.0.1:18092", http_listen: "127.0.0.1:18093"', 'listen: "127.0.0.1:0"'
+    )
+    policy = load_policy_text(text.replace("PICKER", '{listen: "127.0.0.1:0"}'), "policy.yaml")
+    assert [s.picker.http_listen for s in policy.services if s.picker] == ["127.0.0.1:0"] * 2
+
+
 def test_ext_proc_transport_adds_no_access_log() -> None:
     manager, _, clusters = _resources("{transport: ext_proc}")
     assert not manager.access_log and "inferway_picker_http_llm" not in clusters

@@ -74,7 +74,9 @@ async def test_a_killed_picker_process_is_restarted_with_the_latest_pools() -> N
     port = free_port()
     sidecar = await PickerSidecar("127.0.0.1", port).start()
     try:
-        settings = PickerPolicy(process="sidecar", metrics_path=None, fallbacks=1)
+        settings = PickerPolicy(
+            process="sidecar", metrics_path=None, fallbacks=1, transport="ext_proc"
+        )  # asked over ext_proc below (the default http would bind http_listen's 18095 too)
         sidecar.update({"llm": (settings, ENDPOINTS)})
         assert await sidecar.wait_serving(15)
         first = sidecar.pid
@@ -106,7 +108,7 @@ async def test_a_killed_picker_process_is_restarted_with_the_latest_pools() -> N
 
 @pytest.mark.asyncio
 async def test_the_keeper_hands_sidecar_services_to_a_process() -> None:
-    port = free_port()
+    port, lane = free_port(), free_port()
     text = f"""
 version: 1
 listeners:
@@ -115,7 +117,8 @@ listeners:
 services:
   - name: llm
     endpoints: ["127.0.0.1:9001", "127.0.0.1:9002"]
-    picker: {{process: sidecar, listen: "127.0.0.1:{port}", metrics_path: null}}
+    picker: {{process: sidecar, listen: "127.0.0.1:{port}", http_listen: "127.0.0.1:{lane}",
+              metrics_path: null}}
   - name: near
     endpoints: ["127.0.0.1:9003"]
     picker: {{listen: "127.0.0.1:0", metrics_path: null}}
@@ -146,6 +149,9 @@ routes:
         picked = {e for e, s in shown["llm"]["endpoints"].items() if s["picks"] == 1}
         assert len(picked) == 1 and shown["llm"]["last_pick"]["picker.winner"] in picked
         assert set(shown["llm"]["endpoints"]) == {"127.0.0.1:9001", "127.0.0.1:9002"}
+        # how Envoy asks each: the default transport, at the sidecar's lane / the OS's port
+        assert shown["llm"]["asked"] == {"transport": "http", "address": f"127.0.0.1:{lane}"}
+        assert shown["near"]["asked"] == {"transport": "http", "address": "127.0.0.1:0"}
         await keeper.follow(load_policy_text(text.replace("process: sidecar, ", "")))
         assert not keeper.sidecars and keeper.pool("llm") is not None
     finally:

@@ -52,6 +52,15 @@ def picker_config(policy: PickerPolicy) -> PickerConfig:
     )
 
 
+def _asked(settings: PickerPolicy) -> dict[str, str]:
+    """How Envoy asks this picker: its ``transport`` and the address it asks there."""
+    http = settings.transport == "http"
+    return {
+        "transport": settings.transport,
+        "address": settings.http_listen if http else settings.listen,
+    }
+
+
 @dataclass
 class _Pool:
     settings: PickerPolicy
@@ -78,6 +87,7 @@ class PickerPools:
             service: {
                 "endpoints": entry.pool.picker.stats(),
                 "last_pick": entry.pool.last_explained(),
+                "asked": _asked(entry.settings),
             }
             for service, entry in sorted(self._pools.items())
         }
