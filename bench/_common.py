@@ -127,15 +127,48 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
 
 
 def environment() -> dict[str, Any]:
-    """What the figures were measured on (these machines are noisy and shared)."""
+    """What the figures were measured on (these machines are noisy and shared): with the CPU's
+    model, the load average and ``calibration_ms`` (a fixed pure-Python loop, best of 3), so
+    figures from two days can be told apart by the machine's speed as well as the code's."""
     import os
 
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "calibration_ms": round(calibration_ms(), 1),
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def calibration_ms() -> float:
+    """Milliseconds for a fixed pure-Python loop (1M dict updates and string joins), the
+    best of 3: a machine that is 1.4x slower today shows 1.4x here too."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        counts: dict[int, int] = {}
+        parts = []
+        for i in range(1_000_000):
+            counts[i & 1023] = counts.get(i & 1023, 0) + i
+            if i & 4095 == 0:
+                parts.append(str(i))
+        "".join(parts)
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
 
 
 def write_results(name: str, data: Mapping[str, Any], path: Path | None = None) -> Path:
