@@ -9,6 +9,9 @@ lane as well."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections import Counter
 
 import httpx
@@ -23,15 +26,15 @@ from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
 
 
-def _policy(process: str = "gateway", fail: str = "open") -> str:
-    return _policy_for(free_port(), free_port(), process, fail)
+def _policy(process: str = "gateway", fail: str = "open", timeout: str = "2s") -> str:
+    return _policy_for(free_port(), free_port(), process, fail, timeout)
 
 
-def _policy_for(port: int, http_port: int, process: str, fail: str) -> str:
+def _policy_for(port: int, http_port: int, process: str, fail: str, timeout: str = "2s") -> str:
     return picker_policy(
         f"      listen: 127.0.0.1:{port}\n"
         f"      http_listen: 127.0.0.1:{http_port}\n      process: {process}\n"
-        f"      metrics_path: null\n      timeout: 2s\n      fail: {fail}\n"
+        f"      metrics_path: null\n      timeout: {timeout}\n      fail: {fail}\n"
     )
 
 
@@ -127,6 +130,45 @@ async def test_http_lane_down_fails_as_the_policy_says(fail: str) -> None:
             assert statuses == {200: 9} and len(served) == 3, (statuses, served)
         else:
             assert statuses == {503: 9}, statuses
+
+
+@pytest.mark.parametrize(("fail", "expected"), [("open", 200), ("closed", 503)])
+async def test_a_hung_picker_costs_its_timeout_and_no_more(fail: str, expected: int) -> None:
+    """The sidecar stopped (SIGSTOP: its sockets still accept, nothing answers, as in a long
+    pause or a deadlock): each request waits the picker's ``timeout`` and then gets the
+    service's own balancing (open) or a 503 (closed), none hangs; continued, it picks again
+    (stopped past the supervisor's ``hung_after``, it would be killed and restarted:
+    tests/unit/test_picker_sidecar.py)."""
+    backends = [ControlledBackend(name) for name in ("a", "b", "c")]
+    async with TrafficGateway(_policy("sidecar", fail, timeout="300ms"), backends) as gw:
+        assert gw.gateway is not None and gw.gateway.pickers is not None
+        (sidecar,) = gw.gateway.pickers.sidecars.values()
+        assert await sidecar.wait_serving(20) and sidecar.pid is not None
+
+        async def picked() -> bool:
+            status, _ = await chat(gw, "warm-up", "hello")
+            return status == 200
+
+        await poll_until(picked, timeout=15, what="a 200 through the sidecar's HTTP lane")
+        pid = sidecar.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            statuses: Counter[int] = Counter()
+            for i in range(4):
+                started = time.monotonic()
+                status, _ = await chat(gw, "acme", f"while hung {i}", timeout=10)
+                took = time.monotonic() - started
+                statuses[status] += 1
+                assert 0.25 < took < 3.0, took  # the timeout, then on: not a hang
+            assert statuses == {expected: 4}, statuses
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+        async def steered() -> bool:  # one replica for a tenant's prefix: the picker's doing
+            served = {(await chat(gw, "globex", f"after {i}"))[1] for i in range(3)}
+            return len(served) == 1 and None not in served
+
+        await poll_until(steered, timeout=10, what="picks again once the sidecar continues")
 
 
 async def test_a_sidecar_serves_the_http_lane() -> None:

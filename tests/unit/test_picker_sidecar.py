@@ -107,6 +107,43 @@ async def test_a_killed_picker_process_is_restarted_with_the_latest_pools() -> N
 
 
 @pytest.mark.asyncio
+async def test_a_hung_picker_process_is_killed_and_restarted() -> None:
+    """A process that stops answering (SIGSTOP: alive, silent) is killed after ``hung_after``
+    seconds without a status answer and restarted with the latest pools; a short pause is
+    not (the watchdog waits for silence, not for one late answer)."""
+    port = free_port()
+    sidecar = await PickerSidecar("127.0.0.1", port, hung_after=3.0).start()
+    try:
+        settings = PickerPolicy(process="sidecar", metrics_path=None, transport="ext_proc")
+        sidecar.update({"llm": (settings, ENDPOINTS)})
+        assert await sidecar.wait_serving(15)
+        first = sidecar.pid
+        assert first is not None
+        for _ in range(100):  # armed once the process has answered a status request
+            if sidecar.pools_status:
+                break
+            await asyncio.sleep(0.1)
+        assert sidecar.pools_status
+        os.kill(first, signal.SIGSTOP)
+        await asyncio.sleep(1.0)  # a pause shorter than hung_after: left alone
+        os.kill(first, signal.SIGCONT)
+        await asyncio.sleep(1.5)
+        assert (sidecar.pid, sidecar.restarts, sidecar.killed_hung) == (first, 0, 0)
+        os.kill(first, signal.SIGSTOP)  # now for good
+        for _ in range(200):
+            if sidecar.restarts == 1 and await sidecar.wait_serving(0.05):
+                break
+            await asyncio.sleep(0.1)
+        assert sidecar.killed_hung == 1 and sidecar.restarts == 1 and sidecar.pid != first
+        assert sidecar.status()["killed_hung"] == 1
+        assert (await _pick(port, "after the restart")).split(",")[0] in ENDPOINTS
+        with pytest.raises(ProcessLookupError):  # the hung one is gone, not left stopped
+            os.kill(first, 0)
+    finally:
+        await sidecar.stop()
+
+
+@pytest.mark.asyncio
 async def test_the_keeper_hands_sidecar_services_to_a_process() -> None:
     port, lane = free_port(), free_port()
     text = f"""

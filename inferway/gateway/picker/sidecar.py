@@ -14,6 +14,12 @@ stdin closes, so it never outlives the gateway.
 ``status`` in the gateway shows a sidecar's pools too: every ``STATUS_INTERVAL_S`` the
 supervisor asks the process over the same pipe (``{"status": true}``) and keeps its answer,
 so the per-request path never waits on it and a status request never waits on the process.
+
+The same answers tell a hung process from a live one: a process that answered once and then
+answers nothing for ``hung_after`` seconds (a deadlock, a stopped process, an event loop
+blocked) is killed, and so restarted, with an error saying why. Until then each request
+waits the picker's ``timeout`` and gets the ``fail`` mode; a hung process left alone would
+cost every request that wait for as long as it lived.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ STATUS_REQUEST = b'{"status": true}\n'
 """The stdin line that asks the process for its pools' status (it answers ``status <json>``)."""
 STEADY_S = 10.0
 """A process that ran this long before dying is restarted at once, not after a back-off."""
+HUNG_AFTER_S = 5.0
+"""A process silent this long (no status answer; it answers each second) is killed as hung."""
 
 
 def pools_line(pools: dict[str, tuple[PickerPolicy, list[str]]]) -> bytes:
@@ -53,11 +61,16 @@ def pools_line(pools: dict[str, tuple[PickerPolicy, list[str]]]) -> bytes:
 class PickerSidecar:
     """Supervises the picker process serving ``host:port``."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, hung_after: float = HUNG_AFTER_S) -> None:
         self.host = host
         self.port = port
+        self.hung_after = hung_after
         self.pid: int | None = None
         self.restarts = 0
+        self.killed_hung = 0
+        """Processes killed for answering nothing for ``hung_after`` seconds."""
+        self._answered_at: float | None = None
+        """When the running process last answered a status request (None: not yet)."""
         self.last_restart_s: float | None = None
         """From a death seen to the new process serving, the last time."""
         self._line = b""
@@ -82,9 +95,28 @@ class PickerSidecar:
         while not self._stopping:
             process = self._process
             if process is not None and process.stdin is not None and process.returncode is None:
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    process.stdin.write(STATUS_REQUEST)
-            await asyncio.sleep(STATUS_INTERVAL_S)
+                answered = self._answered_at
+                silent = None if answered is None else time.monotonic() - answered
+                if silent is not None and silent > self.hung_after:
+                    self._kill_hung(process, silent)
+                else:
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        process.stdin.write(STATUS_REQUEST)
+            await asyncio.sleep(min(STATUS_INTERVAL_S, self.hung_after / 2))
+
+    def _kill_hung(self, process: asyncio.subprocess.Process, silent: float) -> None:
+        """Kill ``process`` (the supervisor then restarts it): it answered nothing for
+        ``silent`` seconds, so each request to it waits the picker's ``timeout``."""
+        self.killed_hung += 1
+        self._answered_at = None
+        log.error(
+            "endpoint picker process %d on %s:%d answered no status request for %.1f s: "
+            "killing it as hung, to be restarted (Envoy applies each service's fail mode, "
+            "after the picker's timeout, until the new one serves)",
+            process.pid, self.host, self.port, silent,
+        )  # fmt: skip
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
     def update(self, pools: dict[str, tuple[PickerPolicy, list[str]]]) -> None:
         """Serve ``pools`` from now on (sent now when the process runs, else when it starts)."""
@@ -117,6 +149,7 @@ class PickerSidecar:
             )  # fmt: skip
             self._process, self.pid = process, process.pid
             self._sent = self._applied = 0
+            self._answered_at = None  # the watchdog waits for this process's first answer
             assert process.stdin is not None and process.stdout is not None
             if self._line:
                 process.stdin.write(self._line)
@@ -149,6 +182,7 @@ class PickerSidecar:
             await asyncio.sleep(backoff)
 
     def _took_status(self, text: bytes) -> None:
+        self._answered_at = time.monotonic()  # alive, even if the line is bad
         try:
             document = json.loads(text)
         except ValueError as error:
@@ -158,7 +192,12 @@ class PickerSidecar:
             self.pools_status = document
 
     def status(self) -> dict[str, Any]:
-        return {"pid": self.pid, "restarts": self.restarts, "last_restart_s": self.last_restart_s}
+        return {
+            "pid": self.pid,
+            "restarts": self.restarts,
+            "last_restart_s": self.last_restart_s,
+            "killed_hung": self.killed_hung,
+        }
 
     async def stop(self) -> None:
         """Close the process's stdin (it exits), kill it after 2 s, stop supervising."""
