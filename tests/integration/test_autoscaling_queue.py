@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,18 @@ async def _gateway(tmp_path: Path, rule: str) -> AsyncIterator[tuple[Gateway, in
         yield gw, listener
 
 
+async def _routed(session: aiohttp.ClientSession, url: str) -> None:
+    """Until Envoy answers a request 200: the gateway counts a replica ready once it answers
+    its readiness probe, and Envoy has it only once the endpoint update reaches it."""
+
+    async def answered() -> bool:
+        async with session.post(url, json=BODY) as response:
+            await response.read()
+            return response.status == 200
+
+    await poll_until(answered, timeout=20, what="a 200 through Envoy")
+
+
 async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_request(
     gateway: tuple[Gateway, int],
 ) -> None:
@@ -98,8 +111,10 @@ async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_reque
     failures: list[str] = []
     answered = 0
     loading = True
+    began = time.monotonic()
     url = f"http://127.0.0.1:{listener}/v2/models/mlp/infer"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+        await _routed(session, url)
 
         async def user() -> None:  # a closed loop: at most one request in flight each
             nonlocal answered
@@ -107,7 +122,11 @@ async def test_a_queue_in_the_backends_scales_out_then_in_without_a_failed_reque
                 try:
                     async with session.post(url, json=BODY) as response:
                         if response.status != 200:
-                            failures.append(f"{response.status} {await response.text()}")
+                            failures.append(
+                                f"{response.status} {await response.text()} at "
+                                f"{time.monotonic() - began:.2f} s, replicas (desired, ready) "
+                                f"{replica_counts(gw)}"
+                            )
                         else:
                             answered += 1
                 except aiohttp.ClientError as exc:
@@ -154,6 +173,7 @@ async def test_a_queue_wait_rule_holds_while_the_batcher_only_delays(
     loading = True
     url = f"http://127.0.0.1:{listener}/v2/models/mlp/infer"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+        await _routed(session, url)
 
         async def user() -> None:
             while loading:
