@@ -25,9 +25,9 @@ the request.
 How Envoy asks (``transport``): ``http`` by default for inferway's own picker, Envoy's
 ``ext_authz`` HTTP service (one HTTP/1.1 request per pick on ``http_listen``, its end reported
 by Envoy's gRPC access log to ``listen``), about a fifth of the picker's CPU per request of the
-ext_proc stream and under 1 ms added at p99 at 500 req/s (docs/picker.md); ``ext_proc``, the
-Gateway API Inference Extension's protocol (a gRPC stream per request), the one an
-``external`` picker is always asked over. Either way ``listen`` answers GAIE's ext_proc
+ext_proc stream and a fifth to a quarter of its added p99 latency (docs/picker.md);
+``ext_proc``, the Gateway API Inference Extension's protocol (a gRPC stream per request), the
+one an ``external`` picker is always asked over. Either way ``listen`` answers GAIE's ext_proc
 protocol, so other GAIE gateways can ask the same picker.
 
 ``process: envoy`` asks nobody: Envoy's Lua filter hashes the first ``prefix_bytes`` of the
