@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from inferway.policies.model import Policy
+from inferway.policies.picker import default_http_listen
 from inferway.policies.types import split_host_port
 from inferway.policies.yaml_marks import Loc
 
@@ -40,8 +41,9 @@ def check_picker(policy: Policy) -> Iterator[tuple[Loc, str]]:
             continue  # port 0: the OS picks one when it binds, so no two can meet
         loc: Loc = ("services", index, "picker", "http_listen")
         address = split_host_port(picker.http_listen)
-        host, port = split_host_port(picker.listen)
-        derived = " (listen's next port, the default)" if address == (host, port + 1) else ""
+        default = default_http_listen(picker.listen)
+        is_default = default is not None and address == split_host_port(default)
+        derived = " (listen's next port, the default)" if is_default else ""
         if address in listens:
             yield (
                 loc,

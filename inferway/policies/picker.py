@@ -52,14 +52,14 @@ __all__ = [
     "DEFAULT_PICKER_LISTEN",
     "Picker",
     "PickerScorers",
-    "http_listen_beside",
+    "default_http_listen",
 ]
 
 DEFAULT_PICKER_LISTEN = "127.0.0.1:18094"
 DEFAULT_PICKER_HTTP_LISTEN = "127.0.0.1:18095"
 
 
-def http_listen_beside(listen: str) -> str:
+def _next_port(listen: str) -> str:
     """The default ``http_listen`` for a picker on ``listen``: the same host, the next port
     (``127.0.0.1:18094`` -> ``127.0.0.1:18095``); port 0 (the OS picks) stays 0."""
     host, port = split_host_port(listen)
@@ -166,7 +166,7 @@ class Picker(_Model):
                 split_host_port(listen)
             except ValueError:
                 return filled  # listen's own validator says what is wrong with it
-            filled["http_listen"] = http_listen_beside(listen)  # raises at port 65535
+            filled["http_listen"] = _next_port(listen)  # raises at port 65535
         return filled
 
     @field_validator("external", "listen", "http_listen")
@@ -185,7 +185,7 @@ class Picker(_Model):
         if "transport" in defaults and self.external is not None:
             defaults["transport"] = "ext_proc"
         if "http_listen" in defaults:
-            defaults["http_listen"] = _beside_or_none(self.listen)
+            defaults["http_listen"] = default_http_listen(self.listen)
         return [n for n in names if getattr(self, n) != defaults[n]]
 
     @model_validator(mode="after")
@@ -231,8 +231,10 @@ class Picker(_Model):
         return self
 
 
-def _beside_or_none(listen: str) -> str | None:
+def default_http_listen(listen: str) -> str | None:
+    """The ``http_listen`` a picker on ``listen`` gets when it names none (None: ``listen``
+    has no next port)."""
     try:
-        return http_listen_beside(listen)
+        return _next_port(listen)
     except ValueError:
         return None
