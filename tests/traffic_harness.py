@@ -69,11 +69,14 @@ class ControlledBackend:
         self.seen: list[dict[str, str]] = []
         """The headers (lower-cased names) of every non-health request served."""
         self.active = 0
+        self.metrics_text: str | None = None
+        """Served at ``GET /metrics`` (Prometheus text); None: 404. Never counted as a hit."""
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> ControlledBackend:
         app = web.Application()
         app.router.add_get("/v2/health/ready", self._health)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_route("*", "/{tail:.*}", self._answer)
         self._runner, self.port = await start_site(
             app, port=self.port, reuse_address=True, shutdown_timeout=0.05
@@ -97,6 +100,11 @@ class ControlledBackend:
 
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503, text="ready" if self.ready else "")
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        if self.metrics_text is None:
+            return web.Response(status=404)
+        return web.Response(text=self.metrics_text, content_type="text/plain")
 
     async def _answer(self, request: web.Request) -> web.Response:
         self.hits.append(time.monotonic())

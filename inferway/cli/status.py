@@ -72,8 +72,48 @@ def render_status(status: StatusDocument, console: Console, *, now: float | None
                 f"{in_envoy.get('load_bound', 0):g}x (no per-pick scores: Envoy's access log "
                 "and trace name each request's upstream)"
             )
+            if picked.get("endpoints"):
+                console.print(_in_envoy_table(service, picked, now))
             continue
         console.print(_picker_table(service, picked))
+
+
+def _in_envoy_table(service: str, picked: PickerStatusRecord, now: float) -> Table:
+    """A ``process: envoy`` service's replicas as last scraped, and which Envoy leaves out."""
+    changes = picked.get("changes") or []
+    caption = "no replica left out yet"
+    if changes:
+        last = changes[-1]
+        did = "left out" if last.get("left_out") else "taken back"
+        caption = (
+            f"last change: {last.get('endpoint')} {did} {format_age(last.get('at'), now)}: "
+            f"{last.get('reason')}"
+        )
+    kept = picked.get("kept_in_saturated") or 0
+    if kept:
+        caption += f"; {kept} saturated kept in (at most half the pool is left out)"
+    table = Table(
+        title=f"endpoint picker: {service} (replicas' own metrics; saturated ones left out)",
+        title_justify="left",
+        caption=caption,
+    )
+    for column in ("endpoint", "queue", "KV cache", "Envoy"):
+        table.add_column(column, justify="left" if column in ("endpoint", "Envoy") else "right")
+    for endpoint, stats in sorted(picked.get("endpoints", {}).items()):
+        depth, used = stats.get("depth"), stats.get("kv_cache")
+        if stats.get("left_out"):
+            state = "[yellow]left out (saturated)[/yellow]"
+        elif stats.get("saturated"):
+            state = "[yellow]in (saturated, cap)[/yellow]"
+        else:
+            state = "in"
+        table.add_row(
+            endpoint,
+            "-" if depth is None else f"{depth:g}",
+            "-" if used is None else f"{100 * float(used):.0f}%",
+            state,
+        )
+    return table
 
 
 def _picker_table(service: str, picked: PickerStatusRecord) -> Table:

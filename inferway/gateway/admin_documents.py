@@ -156,13 +156,19 @@ class PickerStatusRecord(TypedDict):
     ``picks`` and ``prefix_hit_rate`` (0-1 or None); ``last_pick``: its explanation
     (``picker.winner``, ``picker.reason``, ``picker.scores``, ...) or None. ``asked``: how
     Envoy asks the picker (``transport``: http or ext_proc, and the ``address``). ``in_envoy``:
-    set for ``process: envoy`` (``prefix_bytes``, ``load_bound``), which keeps no per-endpoint
-    state here (Envoy picks; its access log and trace name each request's upstream)."""
+    set for ``process: envoy`` (``prefix_bytes``, ``load_bound``): Envoy picks (its access log
+    and trace name each request's upstream), and ``endpoints`` holds each replica's last scrape
+    (``depth``, ``kv_cache``) with ``saturated`` and ``left_out`` (sent to Envoy as DEGRADED);
+    ``changes``: the recent left-out / taken-back decisions (``at``, ``endpoint``,
+    ``left_out``, ``reason``, ``depth``, ``kv_cache``); ``kept_in_saturated``: saturated
+    replicas kept in by the cap (at most half the pool is left out)."""
 
-    endpoints: dict[str, dict[str, float | None]]
+    endpoints: dict[str, dict[str, float | bool | None]]
     last_pick: dict[str, Any] | None
     asked: NotRequired[dict[str, str]]
     in_envoy: NotRequired[dict[str, float]]
+    changes: NotRequired[list[dict[str, Any]]]
+    kept_in_saturated: NotRequired[int]
 
 
 class StatusDocument(TypedDict):

@@ -99,8 +99,12 @@ _OWN_ONLY = (
     "metrics_path", "scrape_interval", "session_header", "process", "transport", "http_listen",
     "prefix_bytes", "load_bound",
 )  # fmt: skip
-_IN_ENVOY = ("process", "prefix_bytes", "load_bound")
-"""What ``process: envoy`` takes: there is no picker to listen, scrape, score, time out or fail."""
+_IN_ENVOY = (
+    "process", "prefix_bytes", "load_bound", "queue_limit", "kv_cache_limit", "metrics_path",
+    "scrape_interval",
+)  # fmt: skip
+"""What ``process: envoy`` takes: there is no picker to listen, score, time out or fail; the
+gateway still scrapes the replicas and has Envoy leave out saturated ones."""
 
 
 class Picker(_Model):
@@ -196,7 +200,8 @@ class Picker(_Model):
             raise ValueError(
                 f"picker: {', '.join(others)} {'is' if len(others) == 1 else 'are'} for a "
                 "picker Envoy asks; with process: envoy Envoy picks itself (prefix hash, "
-                "bounded load): give only prefix_bytes and load_bound"
+                "bounded load, saturated replicas left out): give only prefix_bytes, "
+                "load_bound, queue_limit, kv_cache_limit, metrics_path and scrape_interval"
             )
         mine = self._changed(("prefix_bytes", "load_bound"))
         if self.process != "envoy" and mine:

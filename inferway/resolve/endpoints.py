@@ -30,12 +30,15 @@ def resolve_endpoints(service: Service, state: State) -> list[Endpoint]:
 
 
 def resolve_localities(
-    endpoints: list[Endpoint], zone_weights: Mapping[str, int] | None
+    endpoints: list[Endpoint],
+    zone_weights: Mapping[str, int] | None,
+    degraded: frozenset[tuple[str, int]] = frozenset(),
 ) -> tuple[LocalityIR, ...]:
     """Localities sorted by (priority, zone), endpoints by (host, port): reordering replicas
     does not change the content hash. A zone's weight is its configured one, else the sum of
     its endpoints' weights (a zone the policy does not name also gets the sum: endpoints can
-    come from a source the policy file never saw)."""
+    come from a source the policy file never saw). Endpoints whose (host, port) is in
+    ``degraded`` are marked so."""
 
     def locality_key(e: Endpoint) -> tuple[int, str]:
         return e.priority, e.zone or ""
@@ -45,7 +48,9 @@ def resolve_localities(
     localities: list[LocalityIR] = []
     for (priority, zone), group in groupby(ordered, key=locality_key):
         listed = list(group)
-        members = tuple(EndpointIR(host=e.host, port=e.port, weight=e.weight) for e in listed)
+        members = tuple(
+            EndpointIR(e.host, e.port, e.weight, (e.host, e.port) in degraded) for e in listed
+        )
         localities.append(
             LocalityIR(
                 priority=priority,

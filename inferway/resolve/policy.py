@@ -119,7 +119,9 @@ def resolve_service(service: Service, state: State, *, health_path: str | None =
         name=service.name,
         protocol=service.protocol,
         connect_timeout=service.connect_timeout,
-        localities=resolve_localities(endpoints, zones),
+        localities=resolve_localities(
+            endpoints, zones, state.saturated.get(service.name, frozenset())
+        ),
         load_balancing=resolve_load_balancing(service, endpoints),
         health_check=resolve_health_check(service.protocol, service.health_check, health_path),
         outlier_detection=resolve_outlier_detection(service.outlier_detection),

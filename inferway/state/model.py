@@ -60,3 +60,7 @@ class State:
     rate_shares: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)  # type: ignore[arg-type]
     """Route name -> {Envoy node id: tokens per fill}: each Envoy's share of the route's
     fleet-wide rate limit (the fleet leader's split, from each Envoy's offered load)."""
+    saturated: Mapping[str, frozenset[tuple[str, int]]] = field(default_factory=_empty)  # type: ignore[arg-type]
+    """Service name -> the (host, port) of its replicas Envoy leaves out for now (sent as
+    DEGRADED): a ``process: envoy`` picker's replicas the servers' own metrics show saturated
+    (inferway/gateway/picker/in_envoy.py)."""

@@ -129,3 +129,56 @@ async def test_a_replica_past_the_load_bound_is_passed_over() -> None:
         assert {status for status, _ in results} == {200}
         served = Counter(backend for _, backend in results)
         assert served[holder] >= 1 and len(served) >= 2, served
+
+
+def _llamacpp(deferred: int) -> str:
+    """llama.cpp's queue metrics, as its server exposes them."""
+    return (
+        "# TYPE llamacpp:requests_deferred gauge\n"
+        f"llamacpp:requests_deferred {deferred}\n"
+        "# TYPE llamacpp:requests_processing gauge\n"
+        "llamacpp:requests_processing 1\n"
+    )
+
+
+async def test_a_replica_its_metrics_show_saturated_is_left_out_then_taken_back() -> None:
+    backends = [ControlledBackend(name) for name in ("a", "b", "c")]
+    for backend in backends:
+        backend.metrics_text = _llamacpp(0)
+    limits = "      queue_limit: 4\n      scrape_interval: 200ms\n"
+    async with TrafficGateway(_policy(limits), backends) as gw:
+        assert gw.gateway is not None and gw.gateway.pickers is not None
+        await _all_serving(gw, 3)
+        status, holder = await chat(gw, "acme", "prime")
+        assert status == 200 and holder is not None
+        busy = next(b for b in backends if b.name == holder)
+        busy.metrics_text = _llamacpp(7)  # 7 waiting + 1 running >= 4
+
+        async def elsewhere() -> bool:  # Envoy has the replica as DEGRADED: off the table
+            served = [(await chat(gw, "acme", f"q{i}"))[1] for i in range(4)]
+            return holder not in served and None not in served
+
+        await poll_until(elsewhere, timeout=15, what=f"acme's requests off saturated {holder}")
+        moved = Counter([(await chat(gw, "acme", f"again {i}"))[1] for i in range(6)])
+        assert len(moved) == 1 and holder not in moved, moved  # the prefix meets on the next
+        async with httpx.AsyncClient(base_url=gw.gateway.admin.url, timeout=5) as admin:
+            document = (await admin.get("/status")).json()
+        shown = document["pickers"]["llm"]
+        busy_endpoint = f"127.0.0.1:{busy.port}"
+        assert shown["endpoints"][busy_endpoint]["left_out"] is True
+        assert shown["changes"][-1]["reason"] == "queue 8 >= queue_limit 4"
+        console = Console(record=True, width=240)
+        render_status(document, console)
+        text = " ".join(console.export_text().split())  # the caption may wrap
+        assert "left out (saturated)" in text and "queue 8 >= queue_limit 4" in text
+        busy.metrics_text = _llamacpp(0)  # drained: taken back after 2 scrape intervals
+
+        async def back() -> bool:
+            served = [(await chat(gw, "acme", f"b{i}"))[1] for i in range(3)]
+            return served == [holder] * 3
+
+        await poll_until(back, timeout=15, what=f"acme's requests back on {holder}")
+        async with httpx.AsyncClient(base_url=gw.gateway.admin.url, timeout=5) as admin:
+            shown = (await admin.get("/status")).json()["pickers"]["llm"]
+        assert shown["changes"][-1]["left_out"] is False
+        assert shown["changes"][-1]["reason"].startswith("under both limits")

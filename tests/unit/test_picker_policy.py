@@ -6,11 +6,14 @@ and the gRPC access log that ends picks), and dump round trips."""
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 
 import pytest
 from google.protobuf.message import Message
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
+from inferway._xds_protos.envoy.config.core.v3 import health_check_pb2
+from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway._xds_protos.envoy.config.listener.v3 import listener_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_pb2
 from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
@@ -30,6 +33,7 @@ from inferway._xds_protos.envoy.extensions.load_balancing_policies.override_host
 from inferway.policies import PolicyError, load_policy_text
 from inferway.policies.dump import dump_policy
 from inferway.resolve import resolve_policy
+from inferway.state.model import State
 from inferway.xds import type_urls
 from inferway.xds.translate import translate
 
@@ -321,3 +325,28 @@ def test_in_envoy_keeps_zone_weights() -> None:
     llm.load_balancing_policy.policies[0].typed_extension_config.typed_config.Unpack(maglev)
     assert maglev.HasField("locality_weighted_lb_config")
     assert maglev.consistent_hashing_lb_config.hash_balance_factor.value == 110
+
+
+def test_in_envoy_takes_the_saturation_limits_and_sends_saturated_replicas_degraded() -> None:
+    picker = "{process: envoy, queue_limit: 4, kv_cache_limit: 0.9, scrape_interval: 500ms}"
+    policy = load_policy_text(UNBALANCED.replace("PICKER", picker), "p.yaml")
+    assert load_policy_text(dump_policy(policy), "again.yaml") == policy
+    (llm, _) = policy.services
+    assert llm.picker is not None
+    assert (llm.picker.queue_limit, llm.picker.kv_cache_limit) == (4, 0.9)
+    state = State(saturated=MappingProxyType({"llm": frozenset({("127.0.0.1", 9001)})}))
+    resources = translate(resolve_policy(policy, state))
+    assignment = resources.typed(type_urls.ENDPOINT, endpoint_pb2.ClusterLoadAssignment)["llm"]
+    health = {
+        e.endpoint.address.socket_address.port_value: e.health_status
+        for group in assignment.endpoints
+        for e in group.lb_endpoints
+    }
+    unknown, degraded = (
+        health_check_pb2.HealthStatus.UNKNOWN,
+        health_check_pb2.HealthStatus.DEGRADED,
+    )
+    assert health == {9000: unknown, 9001: degraded}
+    # the scoring picker's own settings are still refused with process: envoy
+    with pytest.raises(PolicyError, match="fallbacks is for a picker Envoy asks"):
+        load_policy_text(UNBALANCED.replace("PICKER", "{process: envoy, fallbacks: 1}"), "p.yaml")

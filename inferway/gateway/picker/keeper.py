@@ -1,8 +1,9 @@
 """Runs inferway's endpoint pickers while the live policy has services with ``picker:`` (not
-``external``, not ``process: envoy``): resolves each service's replicas and serves them here
-(pools.py: one gRPC server per ``listen`` address, one pool per service, scraped for load) or,
-for ``process: sidecar``, hands them to a supervised picker process serving that address
-(sidecar.py).
+``external``): resolves each service's replicas and serves them here (pools.py: one gRPC
+server per ``listen`` address, one pool per service, scraped for load) or, for ``process:
+sidecar``, hands them to a supervised picker process serving that address (sidecar.py). For
+``process: envoy`` nothing serves picks: the replicas are scraped and the saturated ones are
+put in the control plane's State, for Envoy to leave out (in_envoy.py).
 """
 
 from __future__ import annotations
@@ -10,9 +11,16 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
-from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
+from inferway.gateway.control_plane import (
+    AppliedPolicy,
+    ControlPlane,
+    PolicyFollower,
+)
+from inferway.gateway.picker.in_envoy import InEnvoyLoad, Saturated, Watched
 from inferway.gateway.picker.pools import PickerPools, Wanted, endpoint_address, picker_config
 from inferway.gateway.picker.server import PickerServer, PoolPicker
 from inferway.gateway.picker.sidecar import PickerSidecar
@@ -36,7 +44,9 @@ class PickerKeeper(PolicyFollower):
         """The pickers served in this process."""
         self.sidecars: dict[tuple[str, int], PickerSidecar] = {}
         self.in_envoy: dict[str, dict[str, float]] = {}
-        """``process: envoy`` services (nothing runs here for them): their settings, for status."""
+        """``process: envoy`` services (no picker runs for them): their settings, for status."""
+        self.envoy_load = InEnvoyLoad(self._publish_saturated)
+        """Scrapes ``process: envoy`` replicas; the saturated ones go to Envoy as DEGRADED."""
         self._pending: asyncio.Task[None] | None = None
 
     @property
@@ -53,20 +63,51 @@ class PickerKeeper(PolicyFollower):
         shown = self.pools.status()
         for sidecar in self.sidecars.values():
             shown.update(sidecar.pools_status)
+        load = self.envoy_load.status()
         for service, settings in self.in_envoy.items():
-            shown[service] = {"endpoints": {}, "last_pick": None, "in_envoy": settings}
+            watched = load.get(service, {})
+            shown[service] = {
+                "endpoints": watched.get("endpoints", {}),
+                "last_pick": None,
+                "in_envoy": settings,
+                "changes": watched.get("changes", []),
+                "kept_in_saturated": watched.get("kept_in_saturated", 0),
+            }
         return dict(sorted(shown.items()))
+
+    def _publish_saturated(self, saturated: Saturated) -> None:
+        """The replicas Envoy should leave out now, into the control plane's State (a
+        re-push). Raises PolicyRefusedError when that cannot be pushed (InEnvoyLoad logs it
+        and tries again on its next round)."""
+        if self._plane is None:
+            return
+        state = replace(self._plane.state, saturated=MappingProxyType(dict(saturated)))
+        self._plane.update_state(state, "picker: saturated replicas")  # raises when refused
 
     async def follow(self, policy: Policy) -> None:
         state = self._plane.state if self._plane is not None else self._state
-        self.in_envoy = {
-            s.name: {"prefix_bytes": s.picker.prefix_bytes, "load_bound": s.picker.load_bound}
+        in_envoy = {
+            s.name: s.picker
             for s in policy.services
             if s.picker is not None and s.picker.process == "envoy"
         }
+        self.in_envoy = {
+            name: {"prefix_bytes": p.prefix_bytes, "load_bound": p.load_bound}
+            for name, p in in_envoy.items()
+        }
+        resolved = resolve_policy(policy, state).services
+        watched: Watched = {
+            s.name: (
+                in_envoy[s.name],
+                {endpoint_address(e.host, e.port): (e.host, e.port) for e in s.endpoints},
+            )
+            for s in resolved
+            if s.name in in_envoy
+        }
+        self.envoy_load.follow(watched)
         services = {
             s.name: s
-            for s in resolve_policy(policy, state).services
+            for s in resolved
             if s.picker is not None and not s.picker.external and not s.picker.in_envoy
         }
         settings = {s.name: s.picker for s in policy.services if s.name in services}
@@ -111,6 +152,7 @@ class PickerKeeper(PolicyFollower):
         if self._pending is not None:
             await self._pending
         await self.pools.stop()
+        await self.envoy_load.stop()
         for sidecar in self.sidecars.values():
             await sidecar.stop()
         self.sidecars.clear()

@@ -12,23 +12,21 @@ counts and prefix index stay); new settings start a fresh picker.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from inferway.gateway.picker.core.metrics import ServerMetrics, parse_metrics
+from inferway.gateway.picker.core.metrics import ServerMetrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
 from inferway.gateway.picker.core.scorers import Weights
 from inferway.gateway.picker.http_lane import PickerHttpServer
+from inferway.gateway.picker.scrape import scrape_metrics
 from inferway.gateway.picker.server import PickerServer, PoolPicker
 from inferway.policies.picker import Picker as PickerPolicy
 from inferway.policies.types import split_host_port
 
 __all__ = ["PickerPools", "Wanted", "endpoint_address", "picker_config"]
-
-log = logging.getLogger(__name__)
 
 Wanted = dict[tuple[str, int], dict[str, tuple[PickerPolicy, list[str]]]]
 """Listen address -> service -> (its picker settings, its replicas as ``ip:port``)."""
@@ -145,12 +143,7 @@ class PickerPools:
         timeout = entry.settings.scrape_interval
 
         async def one(endpoint: str) -> None:
-            try:
-                answer = await self._client.get(f"http://{endpoint}{path}", timeout=timeout)
-                metrics = parse_metrics(answer.text) if answer.status_code == 200 else None
-            except (httpx.HTTPError, ValueError) as error:
-                log.debug("picker: scraping %s%s: %s", endpoint, path, error)
-                metrics = None
+            metrics = await scrape_metrics(self._client, endpoint, path, timeout)
             # unknown (no metrics endpoint, down): the picker's own in-flight count decides
             entry.pool.picker.observe(endpoint, metrics or ServerMetrics())
 

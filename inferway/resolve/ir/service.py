@@ -25,6 +25,9 @@ class EndpointIR:
     host: str
     port: int
     weight: int
+    degraded: bool = False
+    """Sent to Envoy as DEGRADED: left out of a hash table's replicas while others are
+    healthy (a ``process: envoy`` picker's replica its own metrics show saturated)."""
 
 
 @dataclass(frozen=True)

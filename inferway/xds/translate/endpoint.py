@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway._xds_protos.envoy.config.core.v3 import address_pb2, base_pb2
+from inferway._xds_protos.envoy.config.core.v3 import address_pb2, base_pb2, health_check_pb2
 from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_components_pb2 as ec_pb2
 from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
 from inferway.resolve.ir.service import EndpointIR, LocalityIR, ServiceIR
@@ -67,7 +67,7 @@ def build_locality_endpoints(locality: LocalityIR) -> ec_pb2.LocalityLbEndpoints
 
 
 def build_lb_endpoint(endpoint: EndpointIR) -> ec_pb2.LbEndpoint:
-    return ec_pb2.LbEndpoint(
+    lb_endpoint = ec_pb2.LbEndpoint(
         endpoint=ec_pb2.Endpoint(
             address=address_pb2.Address(
                 socket_address=address_pb2.SocketAddress(
@@ -79,3 +79,6 @@ def build_lb_endpoint(endpoint: EndpointIR) -> ec_pb2.LbEndpoint:
         ),
         load_balancing_weight=uint32_value(endpoint.weight),
     )
+    if endpoint.degraded:  # Envoy's hash tables leave it out while others are healthy
+        lb_endpoint.health_status = health_check_pb2.HealthStatus.DEGRADED
+    return lb_endpoint

@@ -1,0 +1,178 @@
+"""Which replicas of a ``process: envoy`` service Envoy should leave out for now: those the
+model servers' own metrics show saturated (requests waiting + running at ``queue_limit``, or
+KV cache at ``kv_cache_limit``), as the scoring picker skips them, decided once per scrape.
+
+Envoy picks each request itself there (prefix hash, Maglev, bounded load on its own in-flight
+counts); what it cannot see is the servers' queues and caches. The gateway scrapes those and
+sends a saturated replica to Envoy as DEGRADED: Maglev's table is built over the healthy
+replicas only, so that replica's prefixes move to the next replicas on the table until it
+is taken back, and nothing else moves.
+
+Rules (pure: the caller scrapes and passes the time):
+
+* A replica is saturated on a scrape at or over either limit; it is taken back after
+  ``hold_s`` of scrapes under both (a replica hovering at its limit does not flap the table
+  on every scrape). A replica whose metrics are unknown (no metrics, down) is never left out
+  for them: health checks and outlier detection are Envoy's for a replica that is down.
+* At most ``max_share`` of the pool (half, rounded down) is left out, the most loaded first:
+  the replicas left in take the whole pool's traffic, and with every replica out Envoy
+  would have no table at all. When more are saturated, the rest stay in and the reason says
+  so.
+
+Every change is recorded with its inputs (the scrape that decided it) and its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from inferway.gateway.picker.core.metrics import ServerMetrics
+
+__all__ = ["SaturationChange", "SaturationGate", "SaturationLimits"]
+
+HISTORY = 64
+"""Changes kept for status."""
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationLimits:
+    queue_limit: float = 8.0
+    """Requests waiting + running at which a replica is saturated."""
+    kv_cache_limit: float = 0.95
+    """KV-cache use (0..1) at which a replica is saturated."""
+    hold_s: float = 2.0
+    """How long a saturated replica's scrapes must stay under both limits before it is
+    taken back."""
+    max_share: float = 0.5
+    """At most this share of the pool (rounded down) is left out at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationChange:
+    """A replica left out or taken back: when, why, and the scrape that decided it."""
+
+    at: float
+    endpoint: str
+    left_out: bool
+    reason: str
+    depth: float | None
+    kv_cache: float | None
+
+
+@dataclass(slots=True)
+class _Replica:
+    metrics: ServerMetrics | None = None
+    saturated: bool = False
+    under_since: float | None = None
+    """When its scrapes went under both limits (None: over, or never saturated)."""
+
+
+def _depth(metrics: ServerMetrics | None) -> float | None:
+    if metrics is None or (metrics.waiting is None and metrics.running is None):
+        return None
+    return (metrics.waiting or 0.0) + (metrics.running or 0.0)
+
+
+@dataclass
+class SaturationGate:
+    """One service's replicas and which of them Envoy leaves out now (``left_out``)."""
+
+    limits: SaturationLimits = field(default_factory=SaturationLimits)
+    history: deque[SaturationChange] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    _replicas: dict[str, _Replica] = field(default_factory=dict)
+    _left_out: frozenset[str] = frozenset()
+    _capped: int = 0
+
+    def set_endpoints(self, endpoints: Iterable[str]) -> None:
+        """The pool now: new replicas start in, removed ones are forgotten."""
+        wanted = list(dict.fromkeys(endpoints))
+        self._replicas = {e: self._replicas.get(e) or _Replica() for e in wanted}
+        self._left_out = self._left_out & set(wanted)
+
+    def endpoints(self) -> list[str]:
+        return list(self._replicas)
+
+    def _over(self, metrics: ServerMetrics | None) -> str | None:
+        """Why ``metrics`` are at a limit (None: under both, or unknown)."""
+        depth = _depth(metrics)
+        limits = self.limits
+        if depth is not None and depth >= limits.queue_limit:
+            return f"queue {depth:g} >= queue_limit {limits.queue_limit:g}"
+        used = None if metrics is None else metrics.kv_cache
+        if used is not None and used >= limits.kv_cache_limit:
+            return f"KV cache {used:.0%} >= kv_cache_limit {limits.kv_cache_limit:.0%}"
+        return None
+
+    def observe(self, endpoint: str, metrics: ServerMetrics | None, now: float) -> None:
+        """One scrape of ``endpoint`` (None: it could not be read) at ``now``."""
+        replica = self._replicas.get(endpoint)
+        if replica is None:
+            return
+        replica.metrics = metrics
+        if self._over(metrics) is not None:
+            replica.saturated, replica.under_since = True, None
+        elif replica.saturated:
+            if replica.under_since is None:
+                replica.under_since = now
+            if now - replica.under_since >= self.limits.hold_s:
+                replica.saturated, replica.under_since = False, None
+
+    def decide(self, now: float) -> frozenset[str]:
+        """After a round of scrapes: the replicas to leave out now, each change recorded."""
+        saturated = [e for e, r in self._replicas.items() if r.saturated]
+        room = math.floor(len(self._replicas) * self.limits.max_share)
+
+        def load(endpoint: str) -> tuple[float, float]:
+            metrics = self._replicas[endpoint].metrics
+            used = None if metrics is None else metrics.kv_cache
+            return _depth(metrics) or 0.0, used or 0.0
+
+        ranked = sorted(saturated, key=lambda e: (*load(e), e), reverse=True)
+        wanted = frozenset(ranked[:room])
+        capped = len(saturated) - len(wanted)
+        for endpoint in sorted(wanted - self._left_out):
+            why = self._over(self._replicas[endpoint].metrics) or "saturated"
+            self._record(now, endpoint, True, why)
+        for endpoint in sorted(self._left_out - wanted):
+            replica = self._replicas.get(endpoint)
+            if replica is None:
+                continue
+            if replica.saturated:
+                why = (
+                    f"still saturated, but at most {room} of {len(self._replicas)} replicas "
+                    "are left out: more loaded ones are"
+                )
+            else:
+                why = f"under both limits for {self.limits.hold_s:g} s"
+            self._record(now, endpoint, False, why)
+        self._left_out, self._capped = wanted, capped
+        return wanted
+
+    @property
+    def left_out(self) -> frozenset[str]:
+        return self._left_out
+
+    @property
+    def capped(self) -> int:
+        """Saturated replicas kept in on the last decision (the cap on how many go out)."""
+        return self._capped
+
+    def _record(self, now: float, endpoint: str, left_out: bool, reason: str) -> None:
+        metrics = self._replicas[endpoint].metrics
+        kv = None if metrics is None else metrics.kv_cache
+        self.history.append(SaturationChange(now, endpoint, left_out, reason, _depth(metrics), kv))
+
+    def stats(self) -> dict[str, dict[str, float | bool | None]]:
+        """Per replica: the last scrape's queue depth and KV-cache use, saturated, left out."""
+        return {
+            e: {
+                "depth": _depth(r.metrics),
+                "kv_cache": None if r.metrics is None else r.metrics.kv_cache,
+                "saturated": r.saturated,
+                "left_out": e in self._left_out,
+            }
+            for e, r in self._replicas.items()
+        }
