@@ -3,7 +3,10 @@ Envoy, the gateway, and ``--engines`` llama.cpp servers (llama-cpp-python, the t
 model, prompt cache on and small, so a server holds only a few tenants' prompts). The picker
 runs three ways: scoring, asked by Envoy over the default ``transport: http`` (``inferway
 picker``) and over GAIE's ext_proc (``picker over ext_proc``), and ``process: envoy`` (the
-prompt's prefix hashed in Envoy, Maglev with bounded load: ``picker in Envoy``).
+prompt's prefix hashed in Envoy, Maglev with bounded load, and the engines the gateway's
+scrape of their ``llamacpp:*`` metrics finds at ``queue_limit`` left out: ``picker in
+Envoy``). The scoring pickers count their own requests in flight (``metrics_path: null``);
+every picker has ``queue_limit: 4``.
 
 Workload (shared prefix): ``--tenants`` tenants, each a ``--system-chars``-character system
 prompt (about one token a character with the tiny model), short questions, ``--max-tokens``
@@ -77,7 +80,7 @@ POLICIES = {
         "    picker:\n      listen: 127.0.0.1:{picker_port}\n      transport: ext_proc\n"
         "      metrics_path: null\n      queue_limit: 4\n      timeout: 2s\n"
     ),
-    "picker in Envoy": "    picker:\n      process: envoy\n",
+    "picker in Envoy": "    picker:\n      process: envoy\n      queue_limit: 4\n",
 }
 
 

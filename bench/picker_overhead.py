@@ -1,10 +1,12 @@
 """Endpoint picker overhead end to end (issue 35: "< 1 ms p99 per request at 500 req/s"): real
 Envoy configured by a real gateway, fast OpenAI-style upstreams, open-loop Poisson load, and
-the same service with no picker, with the picker in the gateway's process and with the picker
-in a supervised sidecar process (``picker: {process: sidecar}``), side by side in one run,
-every picker asked over ``--transport`` (``http``, the policy's default, or ``ext_proc``,
-GAIE's protocol). Each target is a route of one listener (``/plain/``, ``/gateway/``,
-``/sidecar/``) to its own service over the same upstreams; rounds rotate the targets' order;
+the same service with no picker, with the picker in the gateway's process, with the picker
+in a supervised sidecar process (``picker: {process: sidecar}``), every picker asked over
+``--transport`` (``http``, the policy's default, or ``ext_proc``, GAIE's protocol), and picked
+in Envoy (``picker: {process: envoy}``: prefix hash and Maglev, the gateway scraping the
+upstreams and leaving saturated ones out), side by side in one run. Each target is a route of
+one listener (``/plain/``, ``/gateway/``, ``/sidecar/``, ``/envoy/``) to its own service over
+the same upstreams; rounds rotate the targets' order;
 figures are medians over rounds. Added latency = a picker target's p50/p99 minus ``/plain/``'s
 in the same round (the round trip to the picker, the body buffering and the pick). CPU per
 request: each process's CPU seconds over the round / requests sent (``/proc``: the gateway's,
@@ -42,7 +44,7 @@ from _picker_procs import STORM_ENDPOINT, backends_main, chat_payloads, gateway_
 
 __all__ = ["main"]
 
-TARGETS = ("plain", "gateway", "sidecar")
+TARGETS = ("plain", "gateway", "sidecar", "envoy")
 SERVICE = """  - name: {name}
     endpoints: [{endpoints}]
 {picker}"""
@@ -72,6 +74,8 @@ def build_policy(
         "gateway": picker("gateway", "gateway", "open"),
         "sidecar": picker("sidecar", "sidecar", "open"),
         "closed": picker("closed", "sidecar", "closed"),
+        # Envoy picks (prefix hash, Maglev); the gateway scrapes the upstreams every second
+        "envoy": "    picker:\n      process: envoy\n",
     }
     services = "".join(
         SERVICE.format(name=name, endpoints=listed, picker=picker)
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in (*TARGETS, "closed")
         }  # fmt: skip
         for r in range(args.rounds):
-            order = TARGETS[r % 3 :] + TARGETS[: r % 3]
+            order = TARGETS[r % len(TARGETS) :] + TARGETS[: r % len(TARGETS)]
             for target in order:
                 rounds.append(measure_round(args, load_conn, payloads, cpu_pids, target, r))
                 rounds[-1]["round"] = r
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             gateway_conn.send(f"storm {args.storm_rate}")
             gateway_conn.recv()
             for r in range(args.rounds):
-                order = TARGETS[r % 3 :] + TARGETS[: r % 3]
+                order = TARGETS[r % len(TARGETS) :] + TARGETS[: r % len(TARGETS)]
                 for target in order:
                     storm.append(measure_round(args, load_conn, payloads, cpu_pids, target, r))
                     storm[-1]["round"] = r

@@ -117,7 +117,8 @@ class Picker(_Model):
     listen: str = DEFAULT_PICKER_LISTEN
     """Where inferway's own picker serves (gRPC, plaintext: keep it on loopback)."""
     queue_limit: float = Field(default=8, gt=0)
-    """A replica with this many requests waiting or running is saturated: skipped."""
+    """A replica with this many requests waiting or running is saturated: skipped (with
+    ``process: envoy``, by its scraped metrics: left out of Envoy's table for a while)."""
     kv_cache_limit: float = Field(default=0.95, gt=0, le=1)
     shed: bool = False
     """Every replica saturated: 429 (shed) instead of the least loaded one."""
