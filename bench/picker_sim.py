@@ -17,8 +17,10 @@ counts; prompt blocks hashed from the prompt text as the server does); and ``pic
 (``process: envoy``): the first 1,024 bytes of the body after ``"messages":``/``"prompt":``
 hashed, consistent hashing with bounded load by Envoy's slot rule (a replica may hold at most
 ceil((in flight + 1) x 1.1 / servers) requests; past it the hash is rehashed to the next
-candidate). Maglev's table is modelled as a uniform hash of the key: the two differ only when
-replicas come and go, which this simulation does not do.
+candidate), fed the same scrapes as the picker every second: the replicas the gateway's
+saturation gate leaves out (waiting + running at 8, or KV cache at 95%; at most half the pool)
+are skipped. Maglev's table is modelled as a uniform hash of the key: the two differ only in
+which keys move when replicas come and go.
 
 Overhead: the server's per-request work (JSON parse, block hashing, the pick, the finish) on
 64 endpoints with a full prefix index, timed per call; at 500 req/s the CPU share is the mean
@@ -51,6 +53,7 @@ from _common import environment, percentile, print_table, write_results
 from inferway.gateway.picker.core.metrics import ServerMetrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
 from inferway.gateway.picker.core.prefix import prompt_text
+from inferway.gateway.picker.core.saturation import SaturationGate, SaturationLimits
 
 CHARS_PER_TOKEN = 4
 PREFIX_BYTES = 1024
@@ -191,12 +194,23 @@ def run_policy(policy: str, requests: list[Request], args: argparse.Namespace) -
         def finish(token: Any) -> None:
             return None
     elif policy == "picker in Envoy":
+        # the gateway's scrape: saturated replicas go to Envoy as DEGRADED, off the table
+        gate = SaturationGate(SaturationLimits(hold_s=2.0))
+        gate.set_endpoints(s.name for s in servers)
+        left_out: set[int] = set()
+        index_of = {s.name: i for i, s in enumerate(servers)}
 
         def choose(request: Request, now: float) -> tuple[int, Any]:
-            return hashed_choice(request.text, servers, rng), None
+            return hashed_choice(request.text, servers, rng, left_out), None
 
         def finish(token: Any) -> None:
             return None
+
+        def scrape(now: float) -> None:
+            for server in servers:
+                gate.observe(server.name, server_metrics(server, now, args.kv_tokens), now)
+            left_out.clear()
+            left_out.update(index_of[e] for e in gate.decide(now))
     else:
         # the index sized like the servers' caches, as GAIE's lruCapacityPerServer is
         blocks = args.cache_tokens * CHARS_PER_TOKEN // PickerConfig().block_chars
@@ -212,18 +226,22 @@ def run_policy(policy: str, requests: list[Request], args: argparse.Namespace) -
         def finish(token: Any) -> None:
             picker.finish(token)
 
-        def scrape(now: float) -> None:  # vLLM's gauges, as a /metrics scrape reads them
+        def scrape(now: float) -> None:
             for server in servers:
-                server.prefill_ends = [t for t in server.prefill_ends if t > now]
-                waiting = len(server.prefill_ends)
-                used = min(1.0, server.in_flight * 4200 / args.kv_tokens)
-                picker.observe(server.name, ServerMetrics(
-                    waiting=float(waiting), running=float(server.in_flight - waiting),
-                    kv_cache=used,
-                ))  # fmt: skip
+                picker.observe(server.name, server_metrics(server, now, args.kv_tokens))
 
     return simulate(
         requests, servers, choose, finish, scrape, args.prefill_tps, args.decode_ms / 1000
+    )
+
+
+def server_metrics(server: Server, now: float, kv_tokens: int) -> ServerMetrics:
+    """vLLM's gauges, as a ``/metrics`` scrape at ``now`` reads them."""
+    server.prefill_ends = [t for t in server.prefill_ends if t > now]
+    waiting = len(server.prefill_ends)
+    used = min(1.0, server.in_flight * 4200 / kv_tokens)
+    return ServerMetrics(
+        waiting=float(waiting), running=float(server.in_flight - waiting), kv_cache=used
     )
 
 
@@ -238,20 +256,25 @@ def prefix_key(body: str) -> bytes | None:
     return None
 
 
-def hashed_choice(body: str, servers: list[Server], rng: random.Random) -> int:
-    """Consistent hashing with bounded load (Envoy's ``hash_balance_factor`` rule); no key:
-    at random, as Maglev without a hash."""
+def hashed_choice(
+    body: str, servers: list[Server], rng: random.Random, left_out: set[int] | None = None
+) -> int:
+    """Consistent hashing with bounded load (Envoy's ``hash_balance_factor`` rule) over the
+    replicas not ``left_out`` (DEGRADED: off Maglev's table; a key whose replica is out goes
+    on to the next candidate); no key: at random, as Maglev without a hash."""
+    out = left_out or set()
+    table = [i for i in range(len(servers)) if i not in out]
     key = prefix_key(body)
     if key is None:
-        return rng.randrange(len(servers))
-    total = sum(s.in_flight for s in servers)
-    slots = max(1, math.ceil(math.ceil((total + 1) * LOAD_BOUND) / len(servers)))
+        return rng.choice(table)
+    total = sum(servers[i].in_flight for i in table)
+    slots = max(1, math.ceil(math.ceil((total + 1) * LOAD_BOUND) / len(table)))
     for attempt in range(len(servers) * 4):
         digest = hashlib.blake2b(key, digest_size=8, salt=attempt.to_bytes(8, "little"))
         index = int.from_bytes(digest.digest(), "little") % len(servers)
-        if servers[index].in_flight < slots:
+        if index not in out and servers[index].in_flight < slots:
             return index
-    return min(range(len(servers)), key=lambda i: servers[i].in_flight)
+    return min(table, key=lambda i: servers[i].in_flight)
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:

@@ -91,7 +91,8 @@ def _in_envoy_table(service: str, picked: PickerStatusRecord, now: float) -> Tab
         )
     kept = picked.get("kept_in_saturated") or 0
     if kept:
-        caption += f"; {kept} saturated kept in (at most half the pool is left out)"
+        why = picked.get("no_room") or "at most half the pool is left out"
+        caption += f"; {kept} saturated kept in ({why})"
     table = Table(
         title=f"endpoint picker: {service} (replicas' own metrics; saturated ones left out)",
         title_justify="left",

@@ -161,7 +161,8 @@ class PickerStatusRecord(TypedDict):
     (``depth``, ``kv_cache``) with ``saturated`` and ``left_out`` (sent to Envoy as DEGRADED);
     ``changes``: the recent left-out / taken-back decisions (``at``, ``endpoint``,
     ``left_out``, ``reason``, ``depth``, ``kv_cache``); ``kept_in_saturated``: saturated
-    replicas kept in by the cap (at most half the pool is left out)."""
+    replicas kept in (the pool had no room, or at most half the pool is left out);
+    ``no_room``: why the pool had no room for a saturated replica's traffic (None: it had)."""
 
     endpoints: dict[str, dict[str, float | bool | None]]
     last_pick: dict[str, Any] | None
@@ -169,6 +170,7 @@ class PickerStatusRecord(TypedDict):
     in_envoy: NotRequired[dict[str, float]]
     changes: NotRequired[list[dict[str, Any]]]
     kept_in_saturated: NotRequired[int]
+    no_room: NotRequired[str | None]
 
 
 class StatusDocument(TypedDict):

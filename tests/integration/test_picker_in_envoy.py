@@ -166,7 +166,7 @@ async def test_a_replica_its_metrics_show_saturated_is_left_out_then_taken_back(
         shown = document["pickers"]["llm"]
         busy_endpoint = f"127.0.0.1:{busy.port}"
         assert shown["endpoints"][busy_endpoint]["left_out"] is True
-        assert shown["changes"][-1]["reason"] == "queue 8 >= queue_limit 4"
+        assert shown["changes"][-1]["reason"] == "queue 8 >= queue_limit 4, the pool has room"
         console = Console(record=True, width=240)
         render_status(document, console)
         text = " ".join(console.export_text().split())  # the caption may wrap

@@ -35,11 +35,12 @@ def test_a_replica_at_its_queue_limit_is_left_out_and_taken_back_after_the_hold(
     gate = _gate()
     a, b = "10.0.0.0:8000", "10.0.0.1:8000"
     for e in gate.endpoints():
-        gate.observe(e, _load(1), 0.0)
+        gate.observe(e, _load(1, kv=0.1), 0.0)
     gate.observe(a, _load(6, 2), 0.0)  # waiting + running = 8: at the limit
     assert gate.decide(0.0) == {a}
     (change,) = gate.history
-    assert change.left_out and change.reason == "queue 8 >= queue_limit 8" and change.depth == 8
+    assert change.left_out and change.depth == 8
+    assert change.reason == "queue 8 >= queue_limit 8, the pool has room"
     gate.observe(a, _load(1), 1.0)  # under: held
     assert gate.decide(1.0) == {a}
     gate.observe(a, _load(9), 1.5)  # over again: the hold starts over
@@ -50,7 +51,7 @@ def test_a_replica_at_its_queue_limit_is_left_out_and_taken_back_after_the_hold(
     assert gate.history[-1].reason == "under both limits for 2 s"
     gate.observe(b, _load(0, kv=0.95), 5.0)
     assert gate.decide(5.0) == {b}
-    assert gate.history[-1].reason == "KV cache 95% >= kv_cache_limit 90%"
+    assert gate.history[-1].reason == "KV cache 95% >= kv_cache_limit 90%, the pool has room"
 
 
 def test_unknown_metrics_never_leave_a_replica_out() -> None:
@@ -60,28 +61,45 @@ def test_unknown_metrics_never_leave_a_replica_out() -> None:
     assert gate.decide(0.0) == frozenset() and not gate.history
 
 
-def test_at_most_half_the_pool_goes_out_the_most_loaded_first() -> None:
+def test_a_pool_loaded_as_a_whole_keeps_every_replica_in() -> None:
     gate = _gate(5)
-    depths = {"10.0.0.0:8000": 9, "10.0.0.1:8000": 20, "10.0.0.2:8000": 12, "10.0.0.3:8000": 3}
-    for e in gate.endpoints():
-        gate.observe(e, _load(depths.get(e, 30)), 0.0)
-    assert gate.decide(0.0) == {"10.0.0.4:8000", "10.0.0.1:8000"}  # 2 of 5; depth 30 and 20
-    assert gate.capped == 2
-    # held (still saturated for 2 s), but it reads empty now: the cap goes to the most
-    # loaded by the latest scrapes
-    gate.observe("10.0.0.4:8000", _load(0), 1.0)
-    gate.observe("10.0.0.0:8000", _load(40), 1.0)
-    assert gate.decide(1.0) == {"10.0.0.0:8000", "10.0.0.1:8000"}
+    depths = [9, 20, 12, 3, 2]  # the median replica (9) is over half the limit: no room
+    for e, depth in zip(gate.endpoints(), depths, strict=True):
+        gate.observe(e, _load(depth), 0.0)
+    assert gate.decide(0.0) == frozenset() and gate.kept_in == 3 and not gate.history
+    assert gate.no_room == "the pool's median queue 9 >= 0.5 x queue_limit 8"
+    gate.observe("10.0.0.0:8000", _load(3), 1.0)  # now the median is 3: room for the deep two
+    assert gate.decide(1.0) == {"10.0.0.1:8000", "10.0.0.2:8000"} and gate.no_room is None
+    kv = _gate(3)
+    for e, used in zip(kv.endpoints(), [0.95, 0.5, 0.4], strict=True):
+        kv.observe(e, _load(0, kv=used), 0.0)
+    assert kv.decide(0.0) == frozenset() and kv.kept_in == 1
+    assert kv.no_room == "the pool's median KV cache 50% >= 0.5 x kv_cache_limit 90%"
+
+
+def test_at_most_half_the_pool_is_out_the_most_loaded_first() -> None:
+    gate = _gate(5)
+    a, b, c = "10.0.0.0:8000", "10.0.0.1:8000", "10.0.0.2:8000"
+    for e, depth in zip(gate.endpoints(), [9, 20, 0, 0, 0], strict=True):
+        gate.observe(e, _load(depth), 0.0)
+    assert gate.decide(0.0) == {a, b}
+    # both out and held (they read 0 now); c turns saturated with room on the table: three
+    # saturated, room for two, the most loaded by the latest scrapes stay out
+    gate.observe(a, _load(0), 1.0)
+    gate.observe(b, _load(1), 1.0)
+    gate.observe(c, _load(12), 1.0)
+    assert gate.decide(1.0) == {b, c} and gate.kept_in == 1
     back = gate.history[-1]
-    assert back.endpoint == "10.0.0.4:8000" and not back.left_out
+    assert back.endpoint == a and not back.left_out
     assert back.reason.startswith("still saturated, but at most 2 of 5 replicas are left out")
 
 
 def test_a_pool_of_one_is_never_emptied_and_removed_replicas_are_forgotten() -> None:
     gate = _gate(1)
     gate.observe("10.0.0.0:8000", _load(50), 0.0)
-    assert gate.decide(0.0) == frozenset() and gate.capped == 1
+    assert gate.decide(0.0) == frozenset() and gate.kept_in == 1
     gate = _gate(2)
+    gate.observe("10.0.0.0:8000", _load(0), 0.0)
     gate.observe("10.0.0.1:8000", _load(50), 0.0)
     assert gate.decide(0.0) == {"10.0.0.1:8000"}
     gate.set_endpoints(["10.0.0.0:8000"])
@@ -113,8 +131,12 @@ def test_left_out_is_saturated_within_the_cap_and_every_change_recorded(
         assert len(left) <= size // 2
         assert all(stats[e]["saturated"] for e in left)
         assert len(gate.history) - changes == len(left ^ before)  # each change recorded once
-        if len(left) < size // 2:  # room left: every saturated replica is out
-            assert left == {e for e, s in stats.items() if s["saturated"]}
+        saturated = {e for e, s in stats.items() if s["saturated"]}
+        newly = saturated - before
+        if gate.no_room is not None:  # no room: nobody new goes out
+            assert not (left - before)
+        elif len(left) < size // 2:  # room, and under the cap: every saturated one is out
+            assert left == saturated, (left, saturated, newly)
 
 
 async def _metrics_server(text: dict[str, str]) -> tuple[web.AppRunner, int]:
@@ -156,7 +178,7 @@ async def test_the_watch_scrapes_real_servers_and_publishes_changes_only() -> No
         assert len(published) == 1
         shown = watch.status()["llm"]
         assert shown["endpoints"][f"127.0.0.1:{busy[1]}"]["left_out"] is True
-        assert shown["changes"][-1]["reason"] == "queue 6 >= queue_limit 4"
+        assert shown["changes"][-1]["reason"] == "queue 6 >= queue_limit 4, the pool has room"
         texts[1]["now"] = _llamacpp(0)
         clock[0] += 1
         await watch.watch_once()  # under, held (2 scrape intervals)

@@ -102,7 +102,8 @@ class InEnvoyLoad:
                     }
                     for c in service.gate.history
                 ],
-                "kept_in_saturated": service.gate.capped,
+                "kept_in_saturated": service.gate.kept_in,
+                "no_room": service.gate.no_room,
             }
             for name, service in sorted(self._services.items())
         }

@@ -72,6 +72,7 @@ class PickerKeeper(PolicyFollower):
                 "in_envoy": settings,
                 "changes": watched.get("changes", []),
                 "kept_in_saturated": watched.get("kept_in_saturated", 0),
+                "no_room": watched.get("no_room"),
             }
         return dict(sorted(shown.items()))
 

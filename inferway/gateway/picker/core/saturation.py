@@ -14,10 +14,14 @@ Rules (pure: the caller scrapes and passes the time):
   ``hold_s`` of scrapes under both (a replica hovering at its limit does not flap the table
   on every scrape). A replica whose metrics are unknown (no metrics, down) is never left out
   for them: health checks and outlier detection are Envoy's for a replica that is down.
-* At most ``max_share`` of the pool (half, rounded down) is left out, the most loaded first:
-  the replicas left in take the whole pool's traffic, and with every replica out Envoy
-  would have no table at all. When more are saturated, the rest stay in and the reason says
-  so.
+* A saturated replica goes out only while the pool has room for its traffic: the median
+  replica still on the table (the lower median, of those with metrics) under ``room`` (half)
+  of each limit. A pool loaded as a whole keeps every replica in: moving a queue around the
+  pool would only cost the moved prefixes their cache (bench/picker_sim.py measured it), and
+  Envoy's bounded load already evens its own traffic. What is left is what Envoy cannot see:
+  one replica far deeper than its peers (other Envoys' traffic, long prompts, a slow card).
+* At most ``max_share`` of the pool (half, rounded down) is out at once, the most loaded
+  first: with every replica out Envoy would have no table at all.
 
 Every change is recorded with its inputs (the scrape that decided it) and its reason.
 """
@@ -28,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from statistics import median_low
 
 from inferway.gateway.picker.core.metrics import ServerMetrics
 
@@ -48,6 +53,9 @@ class SaturationLimits:
     taken back."""
     max_share: float = 0.5
     """At most this share of the pool (rounded down) is left out at once."""
+    room: float = 0.5
+    """A saturated replica goes out only while the pool's median replica is under this share
+    of each limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +92,8 @@ class SaturationGate:
     history: deque[SaturationChange] = field(default_factory=lambda: deque(maxlen=HISTORY))
     _replicas: dict[str, _Replica] = field(default_factory=dict)
     _left_out: frozenset[str] = frozenset()
-    _capped: int = 0
+    _kept_in: int = 0
+    _no_room: str | None = None
 
     def set_endpoints(self, endpoints: Iterable[str]) -> None:
         """The pool now: new replicas start in, removed ones are forgotten."""
@@ -123,42 +132,69 @@ class SaturationGate:
     def decide(self, now: float) -> frozenset[str]:
         """After a round of scrapes: the replicas to leave out now, each change recorded."""
         saturated = [e for e, r in self._replicas.items() if r.saturated]
-        room = math.floor(len(self._replicas) * self.limits.max_share)
+        room = self._room()
+        self._no_room = room
+        # out already and still saturated: stays (its hold); newly saturated: only with room
+        movable = [e for e in saturated if e in self._left_out or room is None]
+        cap = math.floor(len(self._replicas) * self.limits.max_share)
 
         def load(endpoint: str) -> tuple[float, float]:
             metrics = self._replicas[endpoint].metrics
             used = None if metrics is None else metrics.kv_cache
             return _depth(metrics) or 0.0, used or 0.0
 
-        ranked = sorted(saturated, key=lambda e: (*load(e), e), reverse=True)
-        wanted = frozenset(ranked[:room])
-        capped = len(saturated) - len(wanted)
+        ranked = sorted(movable, key=lambda e: (*load(e), e), reverse=True)
+        wanted = frozenset(ranked[:cap])
         for endpoint in sorted(wanted - self._left_out):
             why = self._over(self._replicas[endpoint].metrics) or "saturated"
-            self._record(now, endpoint, True, why)
+            self._record(now, endpoint, True, f"{why}, the pool has room")
         for endpoint in sorted(self._left_out - wanted):
             replica = self._replicas.get(endpoint)
             if replica is None:
                 continue
             if replica.saturated:
                 why = (
-                    f"still saturated, but at most {room} of {len(self._replicas)} replicas "
+                    f"still saturated, but at most {cap} of {len(self._replicas)} replicas "
                     "are left out: more loaded ones are"
                 )
             else:
                 why = f"under both limits for {self.limits.hold_s:g} s"
             self._record(now, endpoint, False, why)
-        self._left_out, self._capped = wanted, capped
+        self._left_out = wanted
+        self._kept_in = len(saturated) - len(wanted)
         return wanted
+
+    def _room(self) -> str | None:
+        """None when the pool has room for a saturated replica's traffic; else why not."""
+        on_table = [r.metrics for e, r in self._replicas.items() if e not in self._left_out]
+        depths = [d for m in on_table if (d := _depth(m)) is not None]
+        used = [m.kv_cache for m in on_table if m is not None and m.kv_cache is not None]
+        limits, share = self.limits, self.limits.room
+        if depths and median_low(depths) >= limits.queue_limit * share:
+            return (
+                f"the pool's median queue {median_low(depths):g} >= {share:g} x "
+                f"queue_limit {limits.queue_limit:g}"
+            )
+        if used and median_low(used) >= limits.kv_cache_limit * share:
+            return (
+                f"the pool's median KV cache {median_low(used):.0%} >= {share:g} x "
+                f"kv_cache_limit {limits.kv_cache_limit:.0%}"
+            )
+        return None
 
     @property
     def left_out(self) -> frozenset[str]:
         return self._left_out
 
     @property
-    def capped(self) -> int:
-        """Saturated replicas kept in on the last decision (the cap on how many go out)."""
-        return self._capped
+    def kept_in(self) -> int:
+        """Saturated replicas kept in on the last decision (no room, or the cap)."""
+        return self._kept_in
+
+    @property
+    def no_room(self) -> str | None:
+        """Why the pool had no room on the last decision (None: it had)."""
+        return self._no_room
 
     def _record(self, now: float, endpoint: str, left_out: bool, reason: str) -> None:
         metrics = self._replicas[endpoint].metrics
