@@ -163,6 +163,9 @@ async def run_policy(name: str, args: argparse.Namespace, model: Path) -> dict[s
 
                 results = await asyncio.gather(*(at(d, t, n) for d, t, n in trace(args)))
                 elapsed = time.perf_counter() - began
+            pickers = gw.gateway.pickers if gw.gateway is not None else None
+            shown = pickers.status().get("llm", {}) if pickers is not None else {}
+            left_out = [c for c in shown.get("changes", []) if c["left_out"]]
     finally:
         for engine in engines:
             engine.stop()
@@ -173,6 +176,7 @@ async def run_policy(name: str, args: argparse.Namespace, model: Path) -> dict[s
         "ttft_p50_s": round(percentile(ttfts, 50), 4),
         "ttft_p90_s": round(percentile(ttfts, 90), 4),
         "tokens_per_s": round(sum(r[1] for r in results) / elapsed, 1),
+        "left_out": len(left_out),  # process: envoy: replicas left out as saturated, times
         "per_engine": sorted(
             {r[2]: sum(1 for x in results if x[2] == r[2]) for r in results}.values()
         ),
@@ -188,12 +192,22 @@ async def main_async(args: argparse.Namespace) -> None:
         for name in args.policies:
             figures = await run_policy(name, args, model)
             results[name] = figures
+            engines = "/".join(map(str, figures["per_engine"]))
             rows.append([name, figures["requests"], figures["errors"], figures["ttft_p50_s"],
-                         figures["ttft_p90_s"], figures["tokens_per_s"],
-                         "/".join(map(str, figures["per_engine"]))])  # fmt: skip
+                         figures["ttft_p90_s"], figures["tokens_per_s"], engines,
+                         figures["left_out"]])  # fmt: skip
     print_table(
         f"{args.engines} llama.cpp engines, {args.tenants} tenants, {args.rate:g} req/s",
-        ["policy", "requests", "errors", "TTFT p50 s", "TTFT p90 s", "tokens/s", "per engine"],
+        [
+            "policy",
+            "requests",
+            "errors",
+            "TTFT p50 s",
+            "TTFT p90 s",
+            "tokens/s",
+            "per engine",
+            "left out",
+        ],
         rows,
     )
     print(f"results: {write_results('picker_llm_bench', results)}")
