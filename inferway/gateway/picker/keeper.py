@@ -15,11 +15,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from inferway.gateway.control_plane import (
-    AppliedPolicy,
-    ControlPlane,
-    PolicyFollower,
-)
+from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
 from inferway.gateway.picker.in_envoy import InEnvoyLoad, Saturated, Watched
 from inferway.gateway.picker.pools import PickerPools, Wanted, endpoint_address, picker_config
 from inferway.gateway.picker.server import PickerServer, PoolPicker
