@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
@@ -91,17 +91,7 @@ class InEnvoyLoad:
         return {
             name: {
                 "endpoints": service.gate.stats(),
-                "changes": [
-                    {
-                        "at": c.at,
-                        "endpoint": c.endpoint,
-                        "left_out": c.left_out,
-                        "reason": c.reason,
-                        "depth": c.depth,
-                        "kv_cache": c.kv_cache,
-                    }
-                    for c in service.gate.history
-                ],
+                "changes": [asdict(c) for c in service.gate.history],
                 "kept_in_saturated": service.gate.kept_in,
                 "no_room": service.gate.no_room,
             }
