@@ -65,6 +65,18 @@ def render_status(status: StatusDocument, console: Console, *, now: float | None
         )
     for service, picked in sorted((status.get("pickers") or {}).items()):
         in_envoy = picked.get("in_envoy")
+        if in_envoy is not None and in_envoy.get("pick") == "score":
+            weights = ", ".join(
+                f"{name} {weight:g}" for name, weight in (in_envoy.get("scorers") or {}).items()
+            )
+            console.print(
+                f"endpoint picker: {service}: scored in Envoy's Lua filter, per worker "
+                f"({weights}); each pick's winner and reason in the access log and trace "
+                "(inferway.picker)"
+            )
+            if picked.get("endpoints"):
+                console.print(_in_envoy_table(service, picked, now, scored=True))
+            continue
         if in_envoy is not None:
             console.print(
                 f"endpoint picker: {service}: in Envoy, the prompt's first "
@@ -78,8 +90,27 @@ def render_status(status: StatusDocument, console: Console, *, now: float | None
         console.print(_picker_table(service, picked))
 
 
-def _in_envoy_table(service: str, picked: PickerStatusRecord, now: float) -> Table:
-    """A ``process: envoy`` service's replicas as last scraped, and which Envoy leaves out."""
+def _in_envoy_table(
+    service: str, picked: PickerStatusRecord, now: float, *, scored: bool = False
+) -> Table:
+    """A ``process: envoy`` service's replicas as last scraped, and which Envoy leaves out
+    (``scored``: as pushed to Envoy's Lua picker, which leaves saturated ones out itself)."""
+    if scored:
+        table = Table(
+            title=f"endpoint picker: {service} (replicas' own metrics, as Envoy's picker has them)",
+            title_justify="left",
+        )
+        for column in ("endpoint", "queue", "KV cache", "Envoy"):
+            table.add_column(column, justify="left" if column in ("endpoint", "Envoy") else "right")
+        for endpoint, stats in sorted(picked.get("endpoints", {}).items()):
+            depth, used = stats.get("depth"), stats.get("kv_cache")
+            table.add_row(
+                endpoint,
+                "-" if depth is None else f"{depth:g}",
+                "-" if used is None else f"{100 * float(used):.0f}%",
+                "[yellow]saturated: skipped[/yellow]" if stats.get("saturated") else "scored",
+            )
+        return table
     changes = picked.get("changes") or []
     caption = "no replica left out yet"
     if changes:

@@ -154,20 +154,22 @@ class KeeperRecord(TypedDict):
 class PickerStatusRecord(TypedDict):
     """One picked service: per endpoint ``depth``, ``in_flight``, ``kv_cache`` (0-1 or None),
     ``picks`` and ``prefix_hit_rate`` (0-1 or None); ``last_pick``: its explanation
-    (``picker.winner``, ``picker.reason``, ``picker.scores``, ...) or None. ``asked``: how
-    Envoy asks the picker (``transport``: http or ext_proc, and the ``address``). ``in_envoy``:
-    set for ``process: envoy`` (``prefix_bytes``, ``load_bound``): Envoy picks (its access log
-    and trace name each request's upstream), and ``endpoints`` holds each replica's last scrape
+    (``picker.winner``, ``picker.reason``, ``picker.scores``, ...) or None. ``asked``: how Envoy
+    asks the picker (``transport``: http or ext_proc, and the ``address``). ``in_envoy``: set
+    for ``process: envoy``: ``prefix_bytes`` and ``load_bound`` (``pick: hash``), or ``pick``:
+    "score" and the ``scorers``' weights (Envoy's Lua picker scores each request: its winner and
+    reason go to the access log and trace, ``inferway.picker``); Envoy picks (its access log and
+    trace name each request's upstream), and ``endpoints`` holds each replica's last scrape
     (``depth``, ``kv_cache``) with ``saturated`` and ``left_out`` (sent to Envoy as DEGRADED);
-    ``changes``: the recent left-out / taken-back decisions (``at``, ``endpoint``,
-    ``left_out``, ``reason``, ``depth``, ``kv_cache``); ``kept_in_saturated``: saturated
-    replicas kept in (the pool had no room, or at most half the pool is left out);
-    ``no_room``: why the pool had no room for a saturated replica's traffic (None: it had)."""
+    ``changes``: the recent left-out / taken-back decisions (``at``, ``endpoint``, ``left_out``,
+    ``reason``, ``depth``, ``kv_cache``); ``kept_in_saturated``: saturated replicas kept in (the
+    pool had no room, or at most half the pool is left out); ``no_room``: why the pool had no
+    room for a saturated replica's traffic (None: it had)."""
 
     endpoints: dict[str, dict[str, float | bool | None]]
     last_pick: dict[str, Any] | None
     asked: NotRequired[dict[str, str]]
-    in_envoy: NotRequired[dict[str, float]]
+    in_envoy: NotRequired[dict[str, Any]]
     changes: NotRequired[list[dict[str, Any]]]
     kept_in_saturated: NotRequired[int]
     no_room: NotRequired[str | None]

@@ -27,7 +27,7 @@ from inferway.policies.checks_route_traffic import check_route_traffic
 from inferway.policies.checks_tls import check_tls
 from inferway.policies.checks_traffic import check_traffic
 from inferway.policies.model import Listener, Policy, Route
-from inferway.policies.types import RESERVED_NAME_PREFIX
+from inferway.policies.types import RESERVED_NAME_PREFIX, join_host_port
 from inferway.policies.yaml_marks import Loc, format_loc
 
 __all__ = ["SemanticIssue", "check_policy"]
@@ -195,7 +195,7 @@ def _endpoints(policy: Policy) -> Iterator[SemanticIssue]:
 
 
 def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return join_host_port(host, port)
 
 
 def _retries(policy: Policy) -> Iterator[SemanticIssue]:

@@ -1,10 +1,11 @@
-"""Semantic checks of services' own pickers. ``process: envoy`` replaces the service's
-``load_balancing`` (Maglev on the prompt's prefix), so the two together are refused rather
-than one silently ignored. With ``transport: http`` (the default): an ``http_listen``
-address is served by one picker process, so the services sharing it must share ``listen``
-(the keeper runs one process per ``listen``), and it must not be another picker's gRPC
-``listen`` address. Without this, two processes would race to bind it and the loser would
-keep failing (Envoy applying each service's ``fail`` mode all along)."""
+"""Semantic checks of services' own pickers. ``process: envoy`` (``pick: hash``) replaces the
+service's ``load_balancing`` (Maglev on the prompt's prefix), so the two together are refused
+rather than one silently ignored (``pick: score`` keeps it as the fallback). With ``transport:
+http`` (the default): an ``http_listen`` address is served by one picker process, so the
+services sharing it must share ``listen`` (the keeper runs one process per ``listen``), and it
+must not be another picker's gRPC ``listen`` address. Without this, two processes would race to
+bind it and the loser would keep failing (Envoy applying each service's ``fail`` mode all
+along)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ __all__ = ["check_picker"]
 def check_picker(policy: Policy) -> Iterator[tuple[Loc, str]]:
     for index, service in enumerate(policy.services):
         picker = service.picker
-        if picker is not None and picker.process == "envoy" and service.load_balancing:
+        hashed = picker is not None and picker.process == "envoy" and picker.pick == "hash"
+        if hashed and service.load_balancing:
             yield (
                 ("services", index, "load_balancing"),
                 f"service '{service.name}': picker process: envoy balances by Maglev on "

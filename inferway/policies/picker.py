@@ -12,6 +12,7 @@ request by a picker that scores them (docs/picker.md).
           # transport: ext_proc # ask over GAIE's ext_proc stream (default http: less CPU)
           # external: epp.internal:9002   # a Gateway API Inference Extension picker instead
           # process: envoy      # no picker to ask: Envoy hashes the prompt's prefix itself
+          # pick: score         # ... or scores each request itself, in its Lua filter
 
 inferway's own picker serves gRPC on ``listen`` and plain HTTP on ``http_listen`` (``listen``'s
 port + 1 unless given), in the gateway's process, or with ``process: sidecar`` in a picker
@@ -36,7 +37,15 @@ sends it to the replica that hash maps to, unless that replica already has more 
 ``load_bound`` times the average of Envoy's requests in flight (then the next one on the
 table). Requests sharing a prompt prefix meet on one replica, from every Envoy alike (the table
 depends only on the replicas); no hop, so nothing added on the request's path but the hash. It
-knows no scraped metrics: no KV-cache, LoRA or session scorer, and no per-pick scores to show.
+has no KV-cache, LoRA or session scorer, and no per-pick scores to show.
+
+``process: envoy`` with ``pick: score`` runs the scoring picker itself in Envoy's Lua filter:
+the same scorers and weights, the same saturation and shedding, the same ``x-gateway-
+destination-endpoint`` answer to the same ``override_host`` policy, and no hop. Each Envoy
+worker thread keeps its own prefix index and in-flight counts; the gateway scrapes the
+replicas and pushes their queue, KV-cache use and LoRA adapters with the routes when they
+change. Each pick's winner and reason go in the request's dynamic metadata (``inferway.picker``)
+and on its trace span.
 """
 
 from __future__ import annotations
@@ -97,14 +106,21 @@ class PickerScorers(_Model):
 _OWN_ONLY = (
     "scorers", "listen", "queue_limit", "kv_cache_limit", "shed", "fallbacks",
     "metrics_path", "scrape_interval", "session_header", "process", "transport", "http_listen",
-    "prefix_bytes", "load_bound",
+    "prefix_bytes", "load_bound", "pick",
 )  # fmt: skip
 _IN_ENVOY = (
-    "process", "prefix_bytes", "load_bound", "queue_limit", "kv_cache_limit", "metrics_path",
-    "scrape_interval",
+    "process", "pick", "prefix_bytes", "load_bound", "queue_limit", "kv_cache_limit",
+    "metrics_path", "scrape_interval",
 )  # fmt: skip
-"""What ``process: envoy`` takes: there is no picker to listen, score, time out or fail; the
-gateway still scrapes the replicas and has Envoy leave out saturated ones."""
+"""What ``process: envoy`` (``pick: hash``) takes: there is no picker to listen, score, time
+out or fail; the gateway still scrapes the replicas and has Envoy leave out saturated ones."""
+_IN_ENVOY_SCORED = (
+    "process", "pick", "scorers", "queue_limit", "kv_cache_limit", "shed", "fallbacks",
+    "metrics_path", "scrape_interval", "session_header",
+)  # fmt: skip
+"""What ``process: envoy`` with ``pick: score`` takes: the scoring picker's own settings, run
+in Envoy's Lua filter; nothing to listen, ask, time out or fail (a Lua error falls back to the
+service's own balancing, as ``fail: open`` does)."""
 
 
 class Picker(_Model):
@@ -144,6 +160,12 @@ class Picker(_Model):
     servers it kept a shared prefix's requests together (p90 TTFT 7-9x under round robin) and
     unique prompts as even as least request; 1.0 spilled shared prefixes (2x), 1.25 let unique
     prompts queue a little more than least request."""
+    pick: Literal["hash", "score"] = "hash"
+    """``process: envoy``: how Envoy picks. ``hash``: the prompt prefix's hash, Maglev with
+    bounded load (every Envoy alike, no state). ``score``: the scoring picker's scorers (queue,
+    KV cache, prefix, LoRA, session) run per request in Envoy's Lua filter, each Envoy worker
+    with its own prefix index and in-flight counts, the replicas' scraped metrics pushed to it
+    with the routes (xds/translate/picker_score.py)."""
     transport: Literal["ext_proc", "http"] = "http"
     """How Envoy asks the picker: ``http`` (the default for inferway's own: Envoy's ext_authz
     HTTP service on ``http_listen``, the request's end reported over Envoy's gRPC access log to
@@ -196,13 +218,28 @@ class Picker(_Model):
     @model_validator(mode="after")
     def _in_envoy_alone(self) -> Picker:
         asked = ("external", "fail", "timeout", *_OWN_ONLY)
-        others = self._changed(tuple(n for n in asked if n not in _IN_ENVOY))
+        scored = self.pick == "score"
+        allowed = _IN_ENVOY_SCORED if scored else _IN_ENVOY
+        others = self._changed(tuple(n for n in asked if n not in allowed))
         if self.process == "envoy" and others:
+            what = (
+                "scores each request in its Lua filter): give only scorers, queue_limit, "
+                "kv_cache_limit, shed, fallbacks, session_header, metrics_path and "
+                "scrape_interval"
+                if scored
+                else "prefix hash, bounded load, saturated replicas left out): give only "
+                "prefix_bytes, load_bound, queue_limit, kv_cache_limit, metrics_path and "
+                "scrape_interval"
+            )
             raise ValueError(
                 f"picker: {', '.join(others)} {'is' if len(others) == 1 else 'are'} for a "
-                "picker Envoy asks; with process: envoy Envoy picks itself (prefix hash, "
-                "bounded load, saturated replicas left out): give only prefix_bytes, "
-                "load_bound, queue_limit, kv_cache_limit, metrics_path and scrape_interval"
+                f"picker Envoy asks; with process: envoy, pick: {self.pick} Envoy picks "
+                f"itself ({what}"
+            )
+        if self.process != "envoy" and scored:
+            raise ValueError(
+                f"picker: pick: score is how Envoy picks with process: envoy; this picker's "
+                f"process is {self.process} (it always scores)"
             )
         mine = self._changed(("prefix_bytes", "load_bound"))
         if self.process != "envoy" and mine:

@@ -16,6 +16,7 @@ __all__ = [
     "Duration",
     "FilePath",
     "Name",
+    "join_host_port",
     "parse_duration",
     "split_host_port",
 ]
@@ -72,6 +73,11 @@ def _file_path(value: str) -> str:
 
 FilePath = Annotated[str, AfterValidator(_file_path)]
 """A path to a file the gateway reads (relative to the policy file's directory)."""
+
+
+def join_host_port(host: str, port: int) -> str:
+    """``(host, port)`` -> ``"10.0.0.1:80"`` / ``"[::1]:80"`` (split_host_port's inverse)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def split_host_port(address: object) -> tuple[str, int]:

@@ -128,5 +128,7 @@ def resolve_service(service: Service, state: State, *, health_path: str | None =
         circuit_breakers=resolve_circuit_breakers(service.circuit_breakers),
         tls=resolve_upstream_tls(service),
         tcp_keepalive=resolve_tcp_keepalive(service.tcp_keepalive),
-        picker=resolve_picker(service.name, service.picker),
+        picker=resolve_picker(
+            service.name, service.picker, endpoints, state.picker_load.get(service.name)
+        ),
     )

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from inferway.policies.model import Endpoint
 
-__all__ = ["ServiceEndpoints", "State", "TlsMaterial", "WeightOverrides"]
+__all__ = ["ReplicaLoad", "ServiceEndpoints", "State", "TlsMaterial", "WeightOverrides"]
 
 ServiceEndpoints = Mapping[str, tuple[Endpoint, ...]]
 """Service name -> its endpoints."""
@@ -42,6 +42,21 @@ class TlsMaterial:
         return f"TlsMaterial({', '.join(parts)})"
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """One model server's load as its own metrics last showed it (a ``process: envoy``,
+    ``pick: score`` picker's replicas, pushed to Envoy's Lua picker with the routes). None:
+    not known (the server does not say)."""
+
+    depth: float | None = None
+    """Requests waiting plus running."""
+    kv_cache: float | None = None
+    """KV-cache use, 0..1."""
+    loras_running: frozenset[str] = frozenset()
+    loras_waiting: frozenset[str] = frozenset()
+    max_lora: int | None = None
+
+
 @dataclass(frozen=True)
 class State:
     """Everything besides the policy file that shapes the config."""
@@ -64,3 +79,6 @@ class State:
     """Service name -> the (host, port) of its replicas Envoy leaves out for now (sent as
     DEGRADED): a ``process: envoy`` picker's replicas the servers' own metrics show saturated
     (inferway/gateway/picker/in_envoy.py)."""
+    picker_load: Mapping[str, Mapping[str, ReplicaLoad]] = field(default_factory=_empty)  # type: ignore[arg-type]
+    """Service name -> ``ip:port`` -> that replica's load as last scraped, for a ``process:
+    envoy``, ``pick: score`` picker (Envoy's Lua picker reads it from its route's metadata)."""

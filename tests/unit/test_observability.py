@@ -109,7 +109,12 @@ def test_tracing_translates_to_an_opentelemetry_tracer_and_an_http2_collector() 
     assert [(t.tag, t.request_header.name) for t in manager.tracing.custom_tags] == [
         ("request_id", "x-request-id"),
         ("inferway.picker.prefix_hash", "x-inferway-prefix-hash"),
+        ("inferway.picker.winner", ""),
+        ("inferway.picker.reason", ""),
     ]
+    picked = manager.tracing.custom_tags[3].metadata  # a pick: score picker's, in Lua
+    assert picked.kind.HasField("request") and picked.metadata_key.key == "inferway.picker"
+    assert [p.key for p in picked.metadata_key.path] == ["reason"]
 
     cluster = build_collector_cluster(ir.observability.tracing)  # type: ignore[arg-type]
     options = hpo_pb2.HttpProtocolOptions()

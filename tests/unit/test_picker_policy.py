@@ -9,6 +9,7 @@ import re
 from types import MappingProxyType
 
 import pytest
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
@@ -33,7 +34,7 @@ from inferway._xds_protos.envoy.extensions.load_balancing_policies.override_host
 from inferway.policies import PolicyError, load_policy_text
 from inferway.policies.dump import dump_policy
 from inferway.resolve import resolve_policy
-from inferway.state.model import State
+from inferway.state.model import ReplicaLoad, State
 from inferway.xds import type_urls
 from inferway.xds.translate import translate
 
@@ -222,6 +223,10 @@ def test_ext_proc_transport_adds_no_access_log() -> None:
         ("{process: envoy, listen: '127.0.0.1:1'}", "listen is for a picker Envoy asks"),
         ("{process: envoy, fail: closed, scorers: {queue: 1}}", "fail, scorers are for"),
         ("{prefix_bytes: 512}", "only apply with process: envoy"),
+        ("{pick: score}", "pick: score is how Envoy picks with process: envoy"),
+        ("{process: envoy, pick: score, prefix_bytes: 512}", "prefix_bytes is for a picker"),
+        ("{process: envoy, pick: score, timeout: 1s}", "scores each request in its Lua"),
+        ("{process: envoy, pick: random}", "'hash' or 'score'"),
         ("{process: envoy, load_bound: 0.5}", "must be at least 1.0, got 0.5"),
         ("{process: envoy, prefix_bytes: 8}", "must be at least 64, got 8"),
         ("{listen: '127.0.0.1:65535'}", "no next port for http_listen: give http_listen"),
@@ -350,3 +355,58 @@ def test_in_envoy_takes_the_saturation_limits_and_sends_saturated_replicas_degra
     # the scoring picker's own settings are still refused with process: envoy
     with pytest.raises(PolicyError, match="fallbacks is for a picker Envoy asks"):
         load_policy_text(UNBALANCED.replace("PICKER", "{process: envoy, fallbacks: 1}"), "p.yaml")
+
+
+def test_in_envoy_scored_runs_the_lua_picker_with_override_host_and_the_load_in_routes() -> None:
+    """``pick: score``: the scoring picker's settings go into the Lua filter's code, the
+    service's own balancing stays (override_host's fallback), and each route to the service
+    carries the replicas' scraped load in its metadata, under the filter's name."""
+    picker = (
+        "{process: envoy, pick: score, scorers: {queue: 1, prefix: 5, session: 2}, "
+        "queue_limit: 4, shed: true, fallbacks: 1}"
+    )
+    policy = load_policy_text(POLICY.replace("PICKER", picker), "p.yaml")
+    assert load_policy_text(dump_policy(policy), "again.yaml") == policy
+    load = MappingProxyType(
+        {"llm": MappingProxyType({"127.0.0.1:9001": ReplicaLoad(depth=3, kv_cache=0.42)})}
+    )
+    resources = translate(resolve_policy(policy, State(picker_load=load)))
+    listener = resources.typed(type_urls.LISTENER, listener_pb2.Listener)["edge"]
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    assert [f.name for f in manager.http_filters][-2] == "inferway.picker.llm"
+    lua = lua_pb2.Lua()
+    manager.http_filters[-2].typed_config.Unpack(lua)
+    script = lua.default_source_code.inline_string
+    for line in ("W_PREFIX = 5.0", "W_KV = 2.0", "QUEUE_LIMIT = 4.0", "SHED = true",
+                 "FALLBACKS = 1", 'SESSION_HEADER = "x-session-id"'):  # fmt: skip
+        assert f"local {line}\n" in script, line
+    assert "function envoy_on_request" in script and not manager.access_log
+    clusters = resources.typed(type_urls.CLUSTER, cluster_pb2.Cluster)
+    assert not [name for name in clusters if name.startswith("inferway_picker")]
+    (balancing,) = clusters["llm"].load_balancing_policy.policies
+    assert balancing.typed_extension_config.name.endswith("override_host")
+    override = override_host_pb2.OverrideHost()
+    balancing.typed_extension_config.typed_config.Unpack(override)
+    fallback = override.fallback_policy.policies[0].typed_extension_config
+    assert fallback.name.endswith("least_request")  # the service's own, kept
+    routes = resources.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)["edge"]
+    _only_on_chat(routes, lua_pb2.LuaPerRoute())
+    by_name = {r.name: r for r in routes.virtual_hosts[0].routes}
+    meta = MessageToDict(by_name["chat"].metadata.filter_metadata["inferway.picker.llm"])
+    assert meta["e"] == ["127.0.0.1:9000", "127.0.0.1:9001"]
+    assert (meta["d"], meta["k"]) == ([-1, 3], [-1, 0.4])
+    assert "inferway.picker.llm" not in by_name["rest"].metadata.filter_metadata
+    # the load moved: the version with it; the same load: the same version (no push)
+    again = translate(resolve_policy(policy, State(picker_load=load)))
+    same = again.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)["edge"]
+    assert same == routes
+    moved = MappingProxyType({"llm": MappingProxyType({"127.0.0.1:9001": ReplicaLoad(depth=4)})})
+    other = translate(resolve_policy(policy, State(picker_load=moved)))
+    changed = other.typed(type_urls.ROUTE, route_pb2.RouteConfiguration)["edge"]
+
+    def version(config: route_pb2.RouteConfiguration) -> float:
+        chat = next(r for r in config.virtual_hosts[0].routes if r.name == "chat")
+        return float(MessageToDict(chat.metadata.filter_metadata["inferway.picker.llm"])["v"])
+
+    assert version(routes) != version(changed)

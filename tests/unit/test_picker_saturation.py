@@ -16,6 +16,7 @@ from inferway.gateway.picker.core.metrics import ServerMetrics
 from inferway.gateway.picker.core.saturation import SaturationGate, SaturationLimits
 from inferway.gateway.picker.in_envoy import InEnvoyLoad
 from inferway.policies.picker import Picker as PickerPolicy
+from inferway.state.model import ReplicaLoad
 from tests.aiohttp_sites import start_site
 
 LIMITS = SaturationLimits(queue_limit=8, kv_cache_limit=0.9, hold_s=2.0)
@@ -163,7 +164,12 @@ async def test_the_watch_scrapes_real_servers_and_publishes_changes_only() -> No
     sites = [await _metrics_server(t) for t in texts]
     published: list[Mapping[str, frozenset[tuple[str, int]]]] = []
     clock = [100.0]
-    watch = InEnvoyLoad(published.append, clock=lambda: clock[0])
+
+    def publish(saturated: Mapping[str, frozenset[tuple[str, int]]], loads: object) -> None:
+        assert loads == {}  # no pick: score service
+        published.append(saturated)
+
+    watch = InEnvoyLoad(publish, clock=lambda: clock[0])
     settings_ = PickerPolicy(process="envoy", queue_limit=4, scrape_interval=60)
     replicas = {f"127.0.0.1:{port}": ("127.0.0.1", port) for _, port in sites}
     try:
@@ -188,13 +194,13 @@ async def test_the_watch_scrapes_real_servers_and_publishes_changes_only() -> No
         # a failing publish is logged, kept unpublished, and tried again next round
         texts[2]["now"] = _llamacpp(9)
 
-        def refuse(_saturated: Mapping[str, frozenset[tuple[str, int]]]) -> None:
+        def refuse(_saturated: Mapping[str, frozenset[tuple[str, int]]], _loads: object) -> None:
             raise RuntimeError("refused")
 
         watch._publish = refuse
         await watch.watch_once()
         assert watch.failed_publishes == 1 and watch.published == {}
-        watch._publish = published.append
+        watch._publish = publish
         await watch.watch_once()
         assert published[-1] == {"llm": frozenset({("127.0.0.1", sites[2][1])})}
         watch.follow({})  # the service is gone: nothing left out anywhere
@@ -204,3 +210,34 @@ async def test_the_watch_scrapes_real_servers_and_publishes_changes_only() -> No
         for runner, _ in sites:
             await runner.cleanup()
         await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+async def test_a_scored_services_load_is_published_when_it_changes_and_nothing_left_out() -> None:
+    """``pick: score``: Envoy's Lua picker leaves saturated replicas out itself; the watch
+    only tells it each replica's queue, KV cache (to 0.05) and adapters, when they change."""
+    texts = [{"now": _llamacpp(0)} for _ in range(2)]
+    sites = [await _metrics_server(t) for t in texts]
+    calls: list[tuple[object, object]] = []
+    watch = InEnvoyLoad(lambda s, loads: calls.append((s, loads)), clock=lambda: 100.0)
+    settings_ = PickerPolicy(process="envoy", pick="score", queue_limit=4, scrape_interval=60)
+    replicas = {f"127.0.0.1:{port}": ("127.0.0.1", port) for _, port in sites}
+    busy = f"127.0.0.1:{sites[1][1]}"
+    try:
+        watch.follow({"llm": (settings_, replicas)})  # not scraped yet: nothing known
+        assert calls[-1] == ({}, {"llm": {e: ReplicaLoad() for e in replicas}})
+        await watch.watch_once()
+        idle = {e: ReplicaLoad(depth=1.0) for e in replicas}
+        assert calls[-1] == ({}, {"llm": idle})
+        kv = "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio {}\n"
+        texts[1]["now"] = _llamacpp(9) + kv.format(0.512)  # past queue_limit: not left out
+        await watch.watch_once()
+        assert calls[-1] == ({}, {"llm": {**idle, busy: ReplicaLoad(depth=10.0, kv_cache=0.5)}})
+        count = len(calls)
+        texts[1]["now"] = _llamacpp(9) + kv.format(0.49)  # the same to 0.05: not published
+        await watch.watch_once()
+        assert len(calls) == count and watch.status()["llm"]["changes"] == []
+    finally:
+        await watch.stop()
+        for runner, _ in sites:
+            await runner.cleanup()

@@ -31,12 +31,17 @@ from inferway.xds.resources import Resources
 from inferway.xds.snapshot import Snapshot
 from inferway.xds.translate import translate as translate_ir
 
-__all__ = ["DEGRADED_REJECTED", "ControlPlane"]
+__all__ = ["DEGRADED_REJECTED", "REPLICA_LOAD_SOURCE", "ROUTINE_SOURCES", "ControlPlane"]
 
 log = logging.getLogger("inferway.gateway.control_plane")
 _tracer = trace.get_tracer("inferway.gateway")
 
 DEGRADED_REJECTED = "degraded: last edit rejected by Envoy"
+REPLICA_LOAD_SOURCE = "picker: replica load"
+"""A ``process: envoy`` picker's replicas' load and saturation (gateway/picker/keeper.py)."""
+ROUTINE_SOURCES = frozenset({REPLICA_LOAD_SOURCE})
+"""Sources whose pushes come every few seconds in normal running (a ``pick: score`` picker's
+replicas' load, at most once a scrape): logged at DEBUG, not INFO."""
 _KEPT_APPLIED = 8  # applied policies remembered, so a rejected one can go back to a good one
 
 
@@ -219,7 +224,8 @@ class ControlPlane:
         for version in list(self._applied)[: max(0, len(self._applied) - _KEPT_APPLIED)]:
             if good is None or version != good.version:  # the last good one is never dropped
                 del self._applied[version]
-        log.info(
+        log.log(
+            logging.DEBUG if source in ROUTINE_SOURCES else logging.INFO,
             "policy from %s pushed as snapshot %s%s",
             source,
             snapshot.version,

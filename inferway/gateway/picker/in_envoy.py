@@ -1,10 +1,14 @@
 """The gateway's watch over the replicas of ``process: envoy`` pickers: Envoy picks each
-request itself (prefix hash, Maglev with bounded load on its own in-flight counts) and cannot
-see the model servers' queues or KV caches; this scrapes them every ``scrape_interval`` and,
-when a replica turns saturated or is taken back (core/saturation.py decides, with the
-reason), hands the services' replicas to leave out to ``publish`` (the keeper puts them in
-the control plane's State, and Envoy gets them as DEGRADED endpoints). No per-request work is
-added: a pick stays inside Envoy.
+request itself and cannot see the model servers' queues or KV caches; this scrapes them every
+``scrape_interval`` and hands ``publish`` what Envoy should know (the keeper puts it in the
+control plane's State). No per-request work is added: a pick stays inside Envoy.
+
+- ``pick: hash`` (prefix hash, Maglev with bounded load on Envoy's own in-flight counts): when
+  a replica turns saturated or is taken back (core/saturation.py decides, with the reason),
+  the replicas to leave out (Envoy gets them as DEGRADED endpoints).
+- ``pick: score`` (the scoring picker in Envoy's Lua filter, which leaves saturated replicas
+  out itself): each replica's queue, KV-cache use (to ``KV_STEP``) and adapters, when they
+  changed (Envoy gets them in the route's metadata).
 
 A round that fails is logged and the next one runs; the last published set stays meanwhile.
 """
@@ -20,17 +24,30 @@ from typing import Any
 
 import httpx
 
-from inferway.gateway.picker.core.saturation import SaturationGate, SaturationLimits
+from inferway.gateway.picker.core.metrics import ServerMetrics
+from inferway.gateway.picker.core.saturation import SaturationGate, SaturationLimits, queue_depth
 from inferway.gateway.picker.scrape import scrape_metrics
 from inferway.policies.picker import Picker as PickerPolicy
+from inferway.state.model import ReplicaLoad
+from inferway.xds.translate.picker_score import KV_STEP
 
-__all__ = ["InEnvoyLoad", "Publish", "Saturated", "Watched", "saturation_limits"]
+__all__ = [
+    "InEnvoyLoad",
+    "Loads",
+    "Publish",
+    "Saturated",
+    "Watched",
+    "replica_load",
+    "saturation_limits",
+]
 
 log = logging.getLogger(__name__)
 
 Saturated = Mapping[str, frozenset[tuple[str, int]]]
 """Service -> the (host, port) of its replicas Envoy leaves out now."""
-Publish = Callable[[Saturated], None]
+Loads = Mapping[str, Mapping[str, ReplicaLoad]]
+"""Service -> ``ip:port`` -> its replica's load as last scraped (``pick: score`` services)."""
+Publish = Callable[[Saturated, Loads], None]
 Watched = dict[str, tuple[PickerPolicy, dict[str, tuple[str, int]]]]
 """Service -> (its picker settings, its replicas: ``ip:port`` -> (host, port))."""
 
@@ -46,11 +63,32 @@ def saturation_limits(settings: PickerPolicy) -> SaturationLimits:
     )
 
 
+def replica_load(metrics: ServerMetrics | None) -> ReplicaLoad:
+    """What Envoy's Lua picker is told of one replica: KV-cache use to ``KV_STEP`` (a decoding
+    server's moves every scrape; less would not change a pick, and would push routes for
+    nothing)."""
+    if metrics is None:
+        return ReplicaLoad()
+    kv = metrics.kv_cache
+    return ReplicaLoad(
+        depth=queue_depth(metrics),
+        kv_cache=None if kv is None else round(round(kv / KV_STEP) * KV_STEP, 2),
+        loras_running=metrics.loras_running,
+        loras_waiting=metrics.loras_waiting,
+        max_lora=metrics.max_lora,
+    )
+
+
 @dataclass
 class _Service:
     settings: PickerPolicy
     gate: SaturationGate
     replicas: dict[str, tuple[str, int]]
+
+    @property
+    def scored(self) -> bool:
+        """``pick: score``: Envoy's Lua picker gets the load; nothing is left out here."""
+        return self.settings.pick == "score"
 
 
 class InEnvoyLoad:
@@ -62,6 +100,8 @@ class InEnvoyLoad:
         self._client = httpx.AsyncClient(trust_env=False)
         self.published: dict[str, frozenset[tuple[str, int]]] = {}
         """What ``publish`` was last given (services with none left out are absent)."""
+        self.published_loads: dict[str, dict[str, ReplicaLoad]] = {}
+        """The loads ``publish`` was last given (``pick: score`` services)."""
         self.rounds = 0
         self.failed_rounds = 0
         self.failed_publishes = 0
@@ -126,6 +166,8 @@ class InEnvoyLoad:
         await asyncio.gather(*(one(s, e) for s in services for e in s.replicas))
         now = self._clock()
         for service in services:
+            if service.scored:
+                continue
             before = service.gate.left_out
             after = service.gate.decide(now)
             if after != before:
@@ -143,17 +185,23 @@ class InEnvoyLoad:
         wanted = {
             name: frozenset(s.replicas[e] for e in s.gate.left_out if e in s.replicas)
             for name, s in sorted(self._services.items())
+            if not s.scored
         }
         wanted = {name: out for name, out in wanted.items() if out}
-        if wanted == self.published:
+        loads = {
+            name: {e: replica_load(m) for e, m in s.gate.metrics().items()}
+            for name, s in sorted(self._services.items())
+            if s.scored
+        }
+        if wanted == self.published and loads == self.published_loads:
             return
         try:
-            self._publish(wanted)
+            self._publish(wanted, loads)
         except Exception as error:  # the last published set stays; the next round tries again
             self.failed_publishes += 1
-            log.error("picker (process: envoy): leaving out saturated replicas failed: %s", error)
+            log.error("picker (process: envoy): telling Envoy the replicas' load failed: %s", error)
             return
-        self.published = wanted
+        self.published, self.published_loads = wanted, loads
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -2,8 +2,9 @@
 ``external``): resolves each service's replicas and serves them here (pools.py: one gRPC
 server per ``listen`` address, one pool per service, scraped for load) or, for ``process:
 sidecar``, hands them to a supervised picker process serving that address (sidecar.py). For
-``process: envoy`` nothing serves picks: the replicas are scraped and the saturated ones are
-put in the control plane's State, for Envoy to leave out (in_envoy.py).
+``process: envoy`` nothing serves picks: the replicas are scraped and the saturated ones
+(``pick: hash``), or every replica's load (``pick: score``), are put in the control plane's
+State, for Envoy (in_envoy.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from types import MappingProxyType
 from typing import Any
 
 from inferway.gateway.control_plane import AppliedPolicy, ControlPlane, PolicyFollower
-from inferway.gateway.picker.in_envoy import InEnvoyLoad, Saturated, Watched
+from inferway.gateway.control_plane.plane import REPLICA_LOAD_SOURCE
+from inferway.gateway.picker.in_envoy import InEnvoyLoad, Loads, Saturated, Watched
 from inferway.gateway.picker.pools import PickerPools, Wanted, endpoint_address, picker_config
 from inferway.gateway.picker.server import PickerServer, PoolPicker
 from inferway.gateway.picker.sidecar import PickerSidecar
@@ -39,10 +41,11 @@ class PickerKeeper(PolicyFollower):
         self.pools = PickerPools()
         """The pickers served in this process."""
         self.sidecars: dict[tuple[str, int], PickerSidecar] = {}
-        self.in_envoy: dict[str, dict[str, float]] = {}
+        self.in_envoy: dict[str, dict[str, Any]] = {}
         """``process: envoy`` services (no picker runs for them): their settings, for status."""
-        self.envoy_load = InEnvoyLoad(self._publish_saturated)
-        """Scrapes ``process: envoy`` replicas; the saturated ones go to Envoy as DEGRADED."""
+        self.envoy_load = InEnvoyLoad(self._publish_load)
+        """Scrapes ``process: envoy`` replicas: the saturated ones go to Envoy as DEGRADED
+        (``pick: hash``), their load to Envoy's Lua picker (``pick: score``)."""
         self._pending: asyncio.Task[None] | None = None
 
     @property
@@ -72,14 +75,18 @@ class PickerKeeper(PolicyFollower):
             }
         return dict(sorted(shown.items()))
 
-    def _publish_saturated(self, saturated: Saturated) -> None:
-        """The replicas Envoy should leave out now, into the control plane's State (a
-        re-push). Raises PolicyRefusedError when that cannot be pushed (InEnvoyLoad logs it
-        and tries again on its next round)."""
+    def _publish_load(self, saturated: Saturated, loads: Loads) -> None:
+        """The replicas Envoy should leave out now and the load its Lua pickers read, into
+        the control plane's State (a re-push). Raises PolicyRefusedError when that cannot be
+        pushed (InEnvoyLoad logs it and tries again on its next round)."""
         if self._plane is None:
             return
-        state = replace(self._plane.state, saturated=MappingProxyType(dict(saturated)))
-        self._plane.update_state(state, "picker: saturated replicas")  # raises when refused
+        state = replace(
+            self._plane.state,
+            saturated=MappingProxyType(dict(saturated)),
+            picker_load=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in loads.items()}),
+        )
+        self._plane.update_state(state, REPLICA_LOAD_SOURCE)  # raises when refused
 
     async def follow(self, policy: Policy) -> None:
         state = self._plane.state if self._plane is not None else self._state
@@ -89,7 +96,11 @@ class PickerKeeper(PolicyFollower):
             if s.picker is not None and s.picker.process == "envoy"
         }
         self.in_envoy = {
-            name: {"prefix_bytes": p.prefix_bytes, "load_bound": p.load_bound}
+            name: (
+                {"pick": "score", "scorers": p.scorers.model_dump()}
+                if p.pick == "score"
+                else {"prefix_bytes": p.prefix_bytes, "load_bound": p.load_bound}
+            )
             for name, p in in_envoy.items()
         }
         resolved = resolve_policy(policy, state).services
@@ -137,6 +148,8 @@ class PickerKeeper(PolicyFollower):
             self._plane.add_observer(self)
 
     def on_applied(self, applied: AppliedPolicy, changed: bool) -> None:
+        if applied.source == REPLICA_LOAD_SOURCE:  # its own push: the replicas are as they were
+            return
         self._pending = asyncio.get_running_loop().create_task(self._follow(applied.policy))
 
     async def _follow(self, policy: Policy) -> None:

@@ -24,7 +24,7 @@ from inferway.gateway.picker.http_lane import PickerHttpServer
 from inferway.gateway.picker.scrape import scrape_metrics
 from inferway.gateway.picker.server import PickerServer, PoolPicker
 from inferway.policies.picker import Picker as PickerPolicy
-from inferway.policies.types import split_host_port
+from inferway.policies.types import join_host_port, split_host_port
 
 __all__ = ["PickerPools", "Wanted", "endpoint_address", "picker_config"]
 
@@ -34,7 +34,7 @@ Wanted = dict[tuple[str, int], dict[str, tuple[PickerPolicy, list[str]]]]
 
 def endpoint_address(host: str, port: int) -> str:
     """GAIE's ``ip:port`` (an IPv6 address in brackets), as Envoy's override_host reads it."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return join_host_port(host, port)
 
 
 def picker_config(policy: PickerPolicy) -> PickerConfig:

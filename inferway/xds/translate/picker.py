@@ -24,7 +24,10 @@ ext_authz says nothing when the request ends, the listener's gRPC access log sen
 request's ticket to the picker's gRPC address, which ends the pick (docs/picker.md).
 
 ``process: envoy`` asks nobody: a Lua filter hashes the prompt's prefix and the cluster is
-balanced by Maglev with bounded load instead of ``override_host`` (picker_envoy.py).
+balanced by Maglev with bounded load instead of ``override_host`` (picker_envoy.py); with
+``pick: score`` the Lua filter scores the replicas itself and answers with the destination
+header, for ``override_host`` as above, its replicas' scraped load in the metadata of each
+route that sends to the service (picker_score.py).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ from inferway.xds.translate.picker_envoy import (
     disabled_prefix_hash,
     prefix_hash_lb,
 )
+from inferway.xds.translate.picker_score import build_score_filter, load_metadata
 
 __all__ = [
     "DESTINATION_HEADER",
@@ -206,6 +210,8 @@ def _finish_log(picker: PickerIR) -> accesslog_pb2.AccessLog:
 
 
 def _filter(picker: PickerIR) -> hcm_pb2.HttpFilter:
+    if picker.scored_in_envoy:
+        return build_score_filter(picker_filter(picker.service), picker)
     if picker.in_envoy:
         return build_prefix_hash_filter(picker_filter(picker.service), picker)
     if picker.transport == "http":
@@ -263,7 +269,8 @@ def apply_picker_routes(
     pickers: Mapping[str, PickerIR],
 ) -> None:
     """Disable each picker filter on the routes that do not send to its service (the 413
-    and reject twins included: they answer without an upstream)."""
+    and reject twins included: they answer without an upstream); give a ``pick: score``
+    picker's Lua filter its replicas' load in the metadata of the routes that do."""
     by_name = {r.name: r for r in routes}
     used = {s for r in routes if (s := _picked_service(r, pickers)) is not None}
     disabled = {
@@ -275,6 +282,10 @@ def apply_picker_routes(
         for proto in host.routes:
             route = by_name.get(proto.name)
             mine = _picked_service(route, pickers) if route is not None else None
+            if mine is not None and pickers[mine].scored_in_envoy:
+                proto.metadata.filter_metadata[picker_filter(mine)].CopyFrom(
+                    load_metadata(pickers[mine])
+                )
             for service in sorted(used - {mine} if mine else used):
                 picker = pickers[service]
                 proto.typed_per_filter_config[picker_filter(service)].CopyFrom(
@@ -305,8 +316,8 @@ def _typed(name: str, cluster: cluster_pb2.Cluster) -> extension_pb2.TypedExtens
 def apply_picker_lb(cluster: cluster_pb2.Cluster, picker: PickerIR) -> None:
     """``override_host`` (header, then ``envoy.lb`` metadata) over the cluster's own policy,
     which stays the fallback (a legacy ``lb_policy`` becomes its typed twin); ``process:
-    envoy``: Maglev on the prefix hash instead of the cluster's own policy."""
-    if picker.in_envoy:
+    envoy``, ``pick: hash``: Maglev on the prefix hash instead of the cluster's own policy."""
+    if picker.hashed_in_envoy:
         zoned = cluster.common_lb_config.HasField("locality_weighted_lb_config")
         cluster.ClearField("lb_policy")
         cluster.ClearField("least_request_lb_config")

@@ -20,12 +20,14 @@ from inferway._xds_protos.envoy.config.trace.v3 import http_tracer_pb2, opentele
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from inferway._xds_protos.envoy.type.metadata.v3 import metadata_pb2
 from inferway._xds_protos.envoy.type.tracing.v3 import custom_tag_pb2
 from inferway._xds_protos.envoy.type.v3 import percent_pb2
 from inferway.resolve.ir.observability import TracingIR
 from inferway.xds.translate._protos import duration, pack
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 from inferway.xds.translate.picker_envoy import PREFIX_HASH_HEADER
+from inferway.xds.translate.picker_score import NAMESPACE as PICK_NAMESPACE
 
 __all__ = [
     "COLLECTOR_CLUSTER",
@@ -40,10 +42,13 @@ __all__ = [
 COLLECTOR_CLUSTER = "inferway_otel_collector"
 OPENTELEMETRY_TRACER = "envoy.tracers.opentelemetry"
 REQUEST_ID_TAG = "request_id"
+"""Span tag holding x-request-id (the backend's request span uses the same attribute key)."""
 PREFIX_HASH_TAG = "inferway.picker.prefix_hash"
 """``picker: {process: envoy}``: the prompt prefix's hash the request was balanced on (set only
 on such requests); with Envoy's ``upstream_address`` it says where the request went and why."""
-"""Span tag holding x-request-id (the backend's request span uses the same attribute key)."""
+PICK_TAGS = ("winner", "reason")
+"""``picker: {process: envoy, pick: score}``: the pick's winner and reason, from the request's
+``inferway.picker`` dynamic metadata, as span tags ``inferway.picker.winner`` / ``.reason``."""
 
 FAST_FLUSH_RUNTIME: dict[str, int] = {
     "tracing.opentelemetry.flush_interval_ms": 100,
@@ -66,7 +71,8 @@ def build_layered_runtime(runtime: Mapping[str, Any]) -> dict[str, Any]:
 def build_tracing(tracing: TracingIR) -> hcm_pb2.HttpConnectionManager.Tracing:
     """HCM tracing: OpenTelemetry over gRPC to the collector cluster, ``sampling_percent`` of
     new requests sampled, the request id as a span tag (and the prompt prefix's hash, on
-    requests a ``process: envoy`` picker balanced)."""
+    requests a ``process: envoy`` picker balanced; the winner and reason of a ``pick: score``
+    picker's pick)."""
     config = opentelemetry_pb2.OpenTelemetryConfig(
         grpc_service=grpc_service_pb2.GrpcService(
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=COLLECTOR_CLUSTER),
@@ -86,7 +92,20 @@ def build_tracing(tracing: TracingIR) -> hcm_pb2.HttpConnectionManager.Tracing:
                 tag=PREFIX_HASH_TAG,
                 request_header=custom_tag_pb2.CustomTag.Header(name=PREFIX_HASH_HEADER),
             ),
+            *(_pick_tag(key) for key in PICK_TAGS),
         ],
+    )
+
+
+def _pick_tag(key: str) -> custom_tag_pb2.CustomTag:
+    return custom_tag_pb2.CustomTag(
+        tag=f"{PICK_NAMESPACE}.{key}",
+        metadata=custom_tag_pb2.CustomTag.Metadata(
+            kind=metadata_pb2.MetadataKind(request=metadata_pb2.MetadataKind.Request()),
+            metadata_key=metadata_pb2.MetadataKey(
+                key=PICK_NAMESPACE, path=[metadata_pb2.MetadataKey.PathSegment(key=key)]
+            ),
+        ),
     )
 
 

@@ -36,7 +36,7 @@ from statistics import median_low
 
 from inferway.gateway.picker.core.metrics import ServerMetrics
 
-__all__ = ["SaturationChange", "SaturationGate", "SaturationLimits"]
+__all__ = ["SaturationChange", "SaturationGate", "SaturationLimits", "queue_depth"]
 
 HISTORY = 64
 """Changes kept for status."""
@@ -78,7 +78,8 @@ class _Replica:
     """When its scrapes went under both limits (None: over, or never saturated)."""
 
 
-def _depth(metrics: ServerMetrics | None) -> float | None:
+def queue_depth(metrics: ServerMetrics | None) -> float | None:
+    """Requests waiting plus running, as ``metrics`` show them (None: not known)."""
     if metrics is None or (metrics.waiting is None and metrics.running is None):
         return None
     return (metrics.waiting or 0.0) + (metrics.running or 0.0)
@@ -106,7 +107,7 @@ class SaturationGate:
 
     def _over(self, metrics: ServerMetrics | None) -> str | None:
         """Why ``metrics`` are at a limit (None: under both, or unknown)."""
-        depth = _depth(metrics)
+        depth = queue_depth(metrics)
         limits = self.limits
         if depth is not None and depth >= limits.queue_limit:
             return f"queue {depth:g} >= queue_limit {limits.queue_limit:g}"
@@ -141,7 +142,7 @@ class SaturationGate:
         def load(endpoint: str) -> tuple[float, float]:
             metrics = self._replicas[endpoint].metrics
             used = None if metrics is None else metrics.kv_cache
-            return _depth(metrics) or 0.0, used or 0.0
+            return queue_depth(metrics) or 0.0, used or 0.0
 
         ranked = sorted(movable, key=lambda e: (*load(e), e), reverse=True)
         wanted = frozenset(ranked[:cap])
@@ -167,7 +168,7 @@ class SaturationGate:
     def _room(self) -> str | None:
         """None when the pool has room for a saturated replica's traffic; else why not."""
         on_table = [r.metrics for e, r in self._replicas.items() if e not in self._left_out]
-        depths = [d for m in on_table if (d := _depth(m)) is not None]
+        depths = [d for m in on_table if (d := queue_depth(m)) is not None]
         used = [m.kv_cache for m in on_table if m is not None and m.kv_cache is not None]
         limits, share = self.limits, self.limits.room
         if depths and median_low(depths) >= limits.queue_limit * share:
@@ -199,13 +200,19 @@ class SaturationGate:
     def _record(self, now: float, endpoint: str, left_out: bool, reason: str) -> None:
         metrics = self._replicas[endpoint].metrics
         kv = None if metrics is None else metrics.kv_cache
-        self.history.append(SaturationChange(now, endpoint, left_out, reason, _depth(metrics), kv))
+        self.history.append(
+            SaturationChange(now, endpoint, left_out, reason, queue_depth(metrics), kv)
+        )
+
+    def metrics(self) -> dict[str, ServerMetrics | None]:
+        """Each replica's last scrape (None: not read yet, or unreadable)."""
+        return {e: r.metrics for e, r in self._replicas.items()}
 
     def stats(self) -> dict[str, dict[str, float | bool | None]]:
         """Per replica: the last scrape's queue depth and KV-cache use, saturated, left out."""
         return {
             e: {
-                "depth": _depth(r.metrics),
+                "depth": queue_depth(r.metrics),
                 "kv_cache": None if r.metrics is None else r.metrics.kv_cache,
                 "saturated": r.saturated,
                 "left_out": e in self._left_out,

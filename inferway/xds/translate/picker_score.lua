@@ -1,0 +1,339 @@
+-- inferway's scoring picker run in Envoy (picker: {process: envoy, pick: score}).
+-- picker_score.py writes the settings above this line and explains the design; the pick is
+-- the one gateway/picker/core/picker.py makes, per Envoy worker thread (each has its own Lua
+-- state: this file's locals are that worker's prefix index, in-flight counts and sessions).
+
+local tobit, bxor, lshift, rshift = bit.tobit, bit.bxor, bit.lshift, bit.rshift
+local byte, find, match, format, concat = string.byte, string.find, string.match, string.format, table.concat
+local sort, floor, now_s = table.sort, math.floor, os.time
+
+local HEADER = "x-gateway-destination-endpoint"
+local W_SUM = W_QUEUE + W_KV + W_PREFIX + W_LORA + W_SESSION
+if W_SUM <= 0 then W_SUM = 1 end
+
+-- the pool, as the route's metadata last said (its "v" changes whenever anything in it does)
+local version = nil
+local pool = {}        -- endpoint names, in the metadata's order
+local eps = {}         -- name -> its state
+-- the prefix index: block hash -> {endpoint name -> stamp}; each endpoint's blocks in a ring
+local holders = {}
+local stamp = 0
+-- requests picked and not yet finished: ticket -> {state, epoch, started}; FIFO for expiry
+local tickets = {}
+local order, head, tail = {}, 1, 0
+local next_ticket = 0
+-- sessions: two generations, the older dropped when the newer fills (a bound, roughly LRU)
+local sessions, old_sessions, n_sessions = {}, {}, 0
+
+local function name_hash(s)
+  local h = tobit(2166136261)
+  for i = 1, #s do
+    h = bxor(h, byte(s, i))
+    h = tobit(lshift(h, 24) + h * 403)
+  end
+  return h
+end
+
+local function split_set(s)
+  local set, n = {}, 0
+  if s ~= nil and s ~= "" then
+    for item in string.gmatch(s, "[^,]+") do set[item] = true; n = n + 1 end
+  end
+  return set, n
+end
+
+local function forget_blocks(state)
+  for i = 1, BLOCKS_PER_ENDPOINT do
+    local block = state.ring[i]
+    if block ~= nil then
+      local held = holders[block]
+      if held ~= nil then
+        held[state.name] = nil
+        if next(held) == nil then holders[block] = nil end
+      end
+    end
+  end
+  state.ring, state.stamps, state.pos = {}, {}, 0
+end
+
+local function refresh(handle)
+  local meta = handle:metadata()
+  local v = meta:get("v")
+  if v == nil or v == version then return end
+  version = v
+  local names = meta:get("e") or {}
+  local depth, kv = meta:get("d") or {}, meta:get("k") or {}
+  local running, waiting, max_lora = meta:get("r") or {}, meta:get("w") or {}, meta:get("m") or {}
+  local wanted = {}
+  pool = {}
+  for i, name in ipairs(names) do
+    wanted[name] = true
+    pool[i] = name
+    local state = eps[name]
+    if state == nil then
+      state = {name = name, hash = name_hash(name), in_flight = 0, since = 0, done_since = 0,
+               epoch = 0, picks = 0, ring = {}, stamps = {}, pos = 0}
+      eps[name] = state
+    end
+    local d, k, m = depth[i], kv[i], max_lora[i]
+    state.scraped = (d ~= nil and d >= 0) and d or nil
+    state.kv = (k ~= nil and k >= 0) and k or nil
+    state.max_lora = (m ~= nil and m >= 0) and m or nil
+    local run, n_loaded = split_set(running[i])
+    local wait = split_set(waiting[i])
+    for lora in pairs(wait) do
+      if not run[lora] then n_loaded = n_loaded + 1 end
+    end
+    state.loras_running, state.loras_waiting, state.n_loaded = run, wait, n_loaded
+    -- a fresh scrape sees what was picked before it: the counts since restart
+    state.since, state.done_since, state.epoch = 0, 0, state.epoch + 1
+  end
+  for name, state in pairs(eps) do
+    if not wanted[name] then
+      forget_blocks(state)
+      eps[name] = nil
+    end
+  end
+end
+
+local function depth_of(state)
+  if state.scraped == nil then return state.in_flight end
+  local counted = state.scraped - state.done_since
+  if counted < 0 then counted = 0 end
+  counted = counted + state.since
+  if state.in_flight > counted then return state.in_flight end
+  return counted
+end
+
+local function kv_of(state, depth)
+  local used, scraped = state.kv, state.scraped
+  if used == nil or scraped == nil or scraped <= 0 then return used end
+  used = used + (depth - scraped) * used / scraped
+  if used < 0 then return 0 end
+  if used > 1 then return 1 end
+  return used
+end
+
+local function lora_score(state, lora)
+  if lora == nil then return 1 end
+  if state.loras_running[lora] then return 1 end
+  if state.loras_waiting[lora] then return 0.8 end
+  if state.max_lora == nil or state.n_loaded < state.max_lora then return 0.5 end
+  return 0
+end
+
+-- the prompt's blocks: a running FNV-1a over the body from the messages/prompt on, its value
+-- at the end of each whole block (so a block matches only with everything before it)
+local function prompt_blocks(s, n)
+  local _, at = find(s, '"messages"%s*:%s*%[')
+  if at == nil then _, at = find(s, '"prompt"%s*:') end
+  if at == nil or at > SCAN_BYTES then return {} end
+  local whole = floor((n - at) / BLOCK_BYTES)
+  if whole > MAX_BLOCKS then whole = MAX_BLOCKS end
+  local blocks = {}
+  local h = tobit(2166136261)
+  local i = at + 1
+  for b = 1, whole do
+    for j = i, i + BLOCK_BYTES - 1 do
+      h = bxor(h, byte(s, j))
+      h = tobit(lshift(h, 24) + h * 403)
+    end
+    i = i + BLOCK_BYTES
+    blocks[b] = h
+  end
+  return blocks
+end
+
+local function record(state, blocks)
+  local name, ring, stamps = state.name, state.ring, state.stamps
+  for b = 1, #blocks do
+    local block = blocks[b]
+    stamp = stamp + 1
+    local pos = state.pos % BLOCKS_PER_ENDPOINT + 1
+    state.pos = pos
+    local old = ring[pos]
+    if old ~= nil then
+      local held = holders[old]
+      if held ~= nil and held[name] == stamps[pos] then
+        held[name] = nil
+        if next(held) == nil then holders[old] = nil end
+      end
+    end
+    ring[pos], stamps[pos] = block, stamp
+    local held = holders[block]
+    if held == nil then held = {}; holders[block] = held end
+    held[name] = stamp
+  end
+end
+
+local function matches(blocks)
+  local matched = {}
+  for b = 1, #blocks do
+    local held = holders[blocks[b]]
+    if held == nil then break end
+    for name in pairs(held) do matched[name] = b end
+  end
+  return matched
+end
+
+local function finish(ticket)
+  local t = tickets[ticket]
+  if t == nil then return end
+  tickets[ticket] = nil
+  local state = t[1]
+  if state.in_flight > 0 then state.in_flight = state.in_flight - 1 end
+  if state.epoch == t[2] then
+    if state.since > 0 then state.since = state.since - 1 end
+  else
+    state.done_since = state.done_since + 1
+  end
+end
+
+local function expire(now)
+  while head <= tail do
+    local ticket = order[head]
+    local t = tickets[ticket]
+    if t ~= nil and now - t[3] < IN_FLIGHT_EXPIRY_S then return end
+    if t ~= nil then finish(ticket) end
+    order[head] = nil
+    head = head + 1
+  end
+end
+
+local function remember_session(session, name)
+  if sessions[session] == nil then
+    n_sessions = n_sessions + 1
+    if n_sessions > MAX_SESSIONS then
+      old_sessions, sessions, n_sessions = sessions, {}, 1
+    end
+  end
+  sessions[session] = name
+end
+
+local function by_total(a, b)
+  if a[1] ~= b[1] then return a[1] > b[1] end
+  return a[6] > b[6]
+end
+
+-- one pick: nil when there is nothing to choose from; else status (200 or 429), rows (best
+-- first: {total, state, scores, depth, matched, tie}), the number saturated, all saturated
+local function pick(blocks, lora, session)
+  local n_pool = #pool
+  if n_pool == 0 then return nil end
+  local open, loads = {}, {}
+  for i = 1, n_pool do
+    local state = eps[pool[i]]
+    local depth = depth_of(state)
+    local used = kv_of(state, depth)
+    loads[state] = {depth, used}
+    if depth < QUEUE_LIMIT and (used == nil or used < KV_CACHE_LIMIT) then
+      open[#open + 1] = state
+    end
+  end
+  local saturated = n_pool - #open
+  if #open == 0 then
+    if SHED then return 429, nil, saturated, true end
+    for i = 1, n_pool do open[i] = eps[pool[i]] end
+  end
+  local n_blocks = #blocks
+  local matched = n_blocks > 0 and matches(blocks) or {}
+  local sticky = nil
+  if session ~= nil then sticky = sessions[session] or old_sessions[session] end
+  local first = blocks[1] or 0
+  local rows = {}
+  for i = 1, #open do
+    local state = open[i]
+    local load = loads[state]
+    local depth, used = load[1], load[2]
+    local q = 1 / (1 + depth / QUEUE_LIMIT)
+    local k = 0.5
+    if used ~= nil then k = 1 - used; if k < 0 then k = 0 elseif k > 1 then k = 1 end end
+    local hit = matched[state.name] or 0
+    local p = n_blocks > 0 and hit / n_blocks or 0
+    local l = lora_score(state, lora)
+    local s = (state.name == sticky) and 1 or 0
+    local total = (W_QUEUE * q + W_KV * k + W_PREFIX * p + W_LORA * l + W_SESSION * s) / W_SUM
+    -- equal totals: the same order in every worker for this prompt (its first block)
+    local tie = bxor(state.hash, first)
+    tie = tobit(lshift(tie, 24) + tie * 403)
+    tie = bxor(tie, rshift(tie, 15))
+    rows[i] = {total, state, {q, k, p, l, s}, depth, hit, tie}
+  end
+  sort(rows, by_total)
+  return 200, rows, saturated, saturated == n_pool
+end
+
+local NAMES = {"queue", "kv_cache", "prefix", "lora", "session"}
+local WEIGHTS = {W_QUEUE, W_KV, W_PREFIX, W_LORA, W_SESSION}
+
+local function reason(rows, saturated, all_saturated)
+  local total, state, scores, depth = rows[1][1], rows[1][2], rows[1][3], rows[1][4]
+  local parts = {}
+  for i = 1, 5 do
+    if WEIGHTS[i] > 0 then parts[#parts + 1] = format("%s %.2fx%g", NAMES[i], scores[i], WEIGHTS[i]) end
+  end
+  local text = format("%s total %.3f (%s; depth %g)", state.name, total, concat(parts, ", "), depth)
+  if rows[2] ~= nil then text = text .. format("; runner-up %s %.3f", rows[2][2].name, rows[2][1]) end
+  if saturated > 0 then
+    text = text .. format("; %d saturated %s", saturated, all_saturated and "(all: least bad)" or "excluded")
+  end
+  return text
+end
+
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  headers:remove(HEADER)  -- the client's own never steers
+  refresh(handle)
+  if #pool == 0 then return end  -- nothing known: the service's own balancing
+  local blocks, lora = {}, nil
+  local body = handle:body()  -- waits for the whole body: headers taken before are stale
+  headers = handle:headers()
+  if body ~= nil then
+    local n = body:length()
+    if n > SCAN_BYTES + BLOCK_BYTES * MAX_BLOCKS then n = SCAN_BYTES + BLOCK_BYTES * MAX_BLOCKS end
+    if n > 0 then
+      local s = body:getBytes(0, n)
+      blocks = prompt_blocks(s, n)
+      lora = match(s, '"model"%s*:%s*"([^"]*)"')
+    end
+  end
+  local session = SESSION_HEADER ~= "" and headers:get(SESSION_HEADER) or nil
+  local now = now_s()
+  expire(now)
+  local status, rows, saturated, all_saturated = pick(blocks, lora, session)
+  local meta = handle:streamInfo():dynamicMetadata()
+  if status == 429 then
+    meta:set(NAMESPACE, "reason", format("all %d endpoints saturated: shed", saturated))
+    handle:respond({[":status"] = "429", ["content-type"] = "application/json"},
+      format('{"error":{"message":"all %d replicas are saturated","type":"overloaded"}}', saturated))
+    return
+  end
+  local winner = rows[1][2]
+  local chosen = {winner.name}
+  for i = 2, 1 + FALLBACKS do
+    if rows[i] == nil then break end
+    chosen[i] = rows[i][2].name
+  end
+  headers:replace(HEADER, concat(chosen, ","))
+  winner.in_flight = winner.in_flight + 1
+  winner.since = winner.since + 1
+  winner.picks = winner.picks + 1
+  if #blocks > 0 then record(winner, blocks) end
+  if session ~= nil then remember_session(session, winner.name) end
+  next_ticket = next_ticket + 1
+  tickets[next_ticket] = {winner, winner.epoch, now}
+  tail = tail + 1
+  order[tail] = next_ticket
+  meta:set(NAMESPACE, "ticket", next_ticket)
+  meta:set(NAMESPACE, "winner", winner.name)
+  meta:set(NAMESPACE, "reason", reason(rows, saturated, all_saturated))
+  meta:set(NAMESPACE, "blocks", #blocks)
+  meta:set(NAMESPACE, "hit", rows[1][5])
+end
+
+function envoy_on_response(handle)
+  local meta = handle:streamInfo():dynamicMetadata():get(NAMESPACE)
+  if meta == nil or meta.ticket == nil then return end
+  for _ in handle:bodyChunks() do end  -- in flight until its last byte (a stream's too)
+  finish(meta.ticket)
+end
