@@ -5,8 +5,10 @@ runs three ways: scoring, asked by Envoy over the default ``transport: http`` (`
 picker``) and over GAIE's ext_proc (``picker over ext_proc``), and ``process: envoy`` (the
 prompt's prefix hashed in Envoy, Maglev with bounded load, and the engines the gateway's
 scrape of their ``llamacpp:*`` metrics finds at ``queue_limit`` left out: ``picker in
-Envoy``). The scoring pickers count their own requests in flight (``metrics_path: null``);
-every picker has ``queue_limit: 4``.
+Envoy``), and the scoring picker run in Envoy's Lua filter (``process: envoy, pick: score``:
+``picker scored in Envoy``, each Envoy worker counting its own requests). The scoring pickers
+count their own requests in flight (``metrics_path: null``); every picker has ``queue_limit:
+4``.
 
 Workload (shared prefix): ``--tenants`` tenants, each a ``--system-chars``-character system
 prompt (about one token a character with the tiny model), short questions, ``--max-tokens``
@@ -81,6 +83,10 @@ POLICIES = {
         "      metrics_path: null\n      queue_limit: 4\n      timeout: 2s\n"
     ),
     "picker in Envoy": "    picker:\n      process: envoy\n      queue_limit: 4\n",
+    "picker scored in Envoy": (
+        "    picker:\n      process: envoy\n      pick: score\n      metrics_path: null\n"
+        "      queue_limit: 4\n"
+    ),
 }
 
 

@@ -4,8 +4,9 @@ the same service with no picker, with the picker in the gateway's process, with 
 in a supervised sidecar process (``picker: {process: sidecar}``), every picker asked over
 ``--transport`` (``http``, the policy's default, or ``ext_proc``, GAIE's protocol), and picked
 in Envoy (``picker: {process: envoy}``: prefix hash and Maglev, the gateway scraping the
-upstreams and leaving saturated ones out), side by side in one run. Each target is a route of
-one listener (``/plain/``, ``/gateway/``, ``/sidecar/``, ``/envoy/``) to its own service over
+upstreams and leaving saturated ones out), and scored in Envoy (``pick: score``: the scoring
+picker in Envoy's Lua filter), side by side in one run. Each target is a route of one listener
+(``/plain/``, ``/gateway/``, ``/sidecar/``, ``/envoy/``, ``/scored/``) to its own service over
 the same upstreams; rounds rotate the targets' order;
 figures are medians over rounds. Added latency = a picker target's p50/p99 minus ``/plain/``'s
 in the same round (the round trip to the picker, the body buffering and the pick). CPU per
@@ -44,7 +45,7 @@ from _picker_procs import STORM_ENDPOINT, backends_main, chat_payloads, gateway_
 
 __all__ = ["main"]
 
-TARGETS = ("plain", "gateway", "sidecar", "envoy")
+TARGETS = ("plain", "gateway", "sidecar", "envoy", "scored")
 SERVICE = """  - name: {name}
     endpoints: [{endpoints}]
 {picker}"""
@@ -76,6 +77,8 @@ def build_policy(
         "closed": picker("closed", "sidecar", "closed"),
         # Envoy picks (prefix hash, Maglev); the gateway scrapes the upstreams every second
         "envoy": "    picker:\n      process: envoy\n",
+        # the scoring picker in Envoy's Lua filter; the load scraped and pushed the same way
+        "scored": "    picker:\n      process: envoy\n      pick: score\n",
     }
     services = "".join(
         SERVICE.format(name=name, endpoints=listed, picker=picker)
@@ -186,9 +189,19 @@ def main(argv: list[str] | None = None) -> int:
         help="how Envoy asks the pickers (http: the policy's default; ext_proc: GAIE's)",
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="2 rounds of 4 s")
+    parser.add_argument(
+        "--targets",
+        default=",".join(TARGETS),
+        help=f"comma-separated, plain always included (default all: {', '.join(TARGETS)}); "
+        "the kill test runs when sidecar is among them",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration = 2, 4.0
+    asked = [t.strip() for t in args.targets.split(",") if t.strip()]
+    if unknown := [t for t in asked if t not in TARGETS]:
+        parser.error(f"--targets: unknown {', '.join(unknown)} (known: {', '.join(TARGETS)})")
+    targets = tuple(t for t in TARGETS if t == "plain" or t in asked)
     args.listener = free_port()
     names = ("gateway", "sidecar", "closed")
     ports = {name: free_port() for name in (*names, *(f"{n}_http" for n in names))}
@@ -215,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in (*TARGETS, "closed")
         }  # fmt: skip
         for r in range(args.rounds):
-            order = TARGETS[r % len(TARGETS) :] + TARGETS[: r % len(TARGETS)]
+            order = targets[r % len(targets) :] + targets[: r % len(targets)]
             for target in order:
                 rounds.append(measure_round(args, load_conn, payloads, cpu_pids, target, r))
                 rounds[-1]["round"] = r
@@ -223,21 +236,21 @@ def main(argv: list[str] | None = None) -> int:
             gateway_conn.send(f"storm {args.storm_rate}")
             gateway_conn.recv()
             for r in range(args.rounds):
-                order = TARGETS[r % len(TARGETS) :] + TARGETS[: r % len(TARGETS)]
+                order = targets[r % len(targets) :] + targets[: r % len(targets)]
                 for target in order:
                     storm.append(measure_round(args, load_conn, payloads, cpu_pids, target, r))
                     storm[-1]["round"] = r
             gateway_conn.send("storm 0")
             storm_edits = gateway_conn.recv()
-        for target in ("sidecar", "closed"):
+        for target in ("sidecar", "closed") if "sidecar" in targets else ():
             kills.append(robustness(args, load_conn, gateway_conn, payloads, pids, target,
                                     ports[target]))  # fmt: skip
     finally:
         _stop(load, load_conn, None)
         _stop(gateway, gateway_conn, "stop")
         _stop(backends, backend_conn, "stop")
-    summary = summarize(rounds, args.rounds)
-    stormy = summarize(storm, args.rounds) if storm else {}
+    summary = summarize(rounds, args.rounds, targets)
+    stormy = summarize(storm, args.rounds, targets) if storm else {}
     _table(f"Picker overhead at {args.rate:.0f} req/s open loop through Envoy, transport "
            f"{args.transport} (medians of {args.rounds} rounds x {args.duration:.0f} s)",
            summary)  # fmt: skip
@@ -247,13 +260,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{storm_edits['edits']} applied, {storm_edits['versions']} distinct versions)",
             stormy,
         )
-    print_table(
-        "A picker process SIGKILLed under load",
-        ["service", "sent", "statuses", "no answer", "slowest 200 ms", "restart s"],
-        [[k["target"], k["sent"], k["statuses"], k["unanswered"],
-          f"{k['max_ok_ms']:.1f}" if k["max_ok_ms"] is not None else "-",
-          f"{k['restart_s']:.2f}" if k["restart_s"] is not None else "-"] for k in kills],
-    )  # fmt: skip
+    if kills:
+        print_table(
+            "A picker process SIGKILLed under load",
+            ["service", "sent", "statuses", "no answer", "slowest 200 ms", "restart s"],
+            [[k["target"], k["sent"], k["statuses"], k["unanswered"],
+              f"{k['max_ok_ms']:.1f}" if k["max_ok_ms"] is not None else "-",
+              f"{k['restart_s']:.2f}" if k["restart_s"] is not None else "-"] for k in kills],
+        )  # fmt: skip
     path = write_results(
         "picker_overhead",
         {"environment": environment(), "args": {k: v for k, v in vars(args).items()},
@@ -281,11 +295,13 @@ def _table(title: str, summary: dict[str, dict[str, Any]]) -> None:
     )  # fmt: skip
 
 
-def summarize(rounds: list[dict[str, Any]], count: int) -> dict[str, dict[str, Any]]:
+def summarize(
+    rounds: list[dict[str, Any]], count: int, targets: tuple[str, ...] = TARGETS
+) -> dict[str, dict[str, Any]]:
     """Per target: medians over rounds, the added latency paired with /plain/ per round."""
     by = {(r["round"], r["target"]): r for r in rounds}
     summary: dict[str, dict[str, Any]] = {}
-    for target in TARGETS:
+    for target in targets:
         mine = [by[(i, target)] for i in range(count)]
         plain = [by[(i, "plain")] for i in range(count)]
         summary[target] = {

@@ -7,6 +7,7 @@ The clock is the test's (``os.time``)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +18,8 @@ from inferway.resolve.ir.picker import PickerIR, ReplicaLoadIR
 from inferway.xds.translate.picker_score import load_metadata, score_script
 
 _HANDLE = r"""
-return function(body, headers, route_meta)
-  local h = {hdrs = headers, dm = {}, responded = nil}
+return function(body, headers, route_meta, dm)
+  local h = {hdrs = headers, dm = dm or {}, responded = nil, chunks = 0}
   local hdr = {}
   function hdr:get(k) return h.hdrs[k] end
   function hdr:replace(k, v) h.hdrs[k] = v end
@@ -41,7 +42,13 @@ return function(body, headers, route_meta)
   function info:dynamicMetadata() return dyn end
   function h:streamInfo() return info end
   function h:respond(hs, b) h.responded = {hs[":status"], b} end
-  function h:bodyChunks() return function() return nil end end
+  function h:bodyChunks()  -- the response's body: two chunks, counted as they are read
+    return function()
+      if h.chunks >= 2 then return nil end
+      h.chunks = h.chunks + 1
+      return h.chunks
+    end
+  end
   return h
 end
 """
@@ -107,17 +114,24 @@ class LuaPicker:
         responded = handle.responded
         meta_table = handle.dm["inferway.picker"]
         meta = dict(meta_table) if meta_table is not None else {}
+        found = re.search(r"prefix (\d+)/(\d+) blocks", str(meta.get("reason", "")))
+        if found:
+            meta["hit"], meta["blocks"] = int(found[1]), int(found[2])
         if responded is not None:
             return Picked(int(responded[1]), [], meta, None, handle)
         value = handle.hdrs["x-gateway-destination-endpoint"]
         if value is None:
             return Picked(0, [], meta, None, handle)
-        ticket = meta.get("ticket")
+        ticket = handle.dm["inferway.picker.ticket"]["t"]
         return Picked(200, str(value).split(","), meta, int(ticket), handle)
 
-    def finish(self, picked: Picked) -> None:
-        """The response's end (its last byte), on the pick's own handle."""
-        self.lua.globals().envoy_on_response(picked._handle)
+    def finish(self, picked: Picked, content_type: str = "application/json") -> int:
+        """The answer (its headers, and a stream's body to its end) on a response handle
+        sharing the pick's dynamic metadata; returns the body chunks the filter read."""
+        headers = self.lua.table_from({"content-type": content_type})
+        response = self._handle(None, headers, self._meta, picked._handle.dm)
+        self.lua.globals().envoy_on_response(response)
+        return int(response.chunks)
 
     def rows(self, lora: str | None = None) -> dict[str, float]:
         """Endpoint -> total, for a request without blocks (the test's hook on ``pick``;

@@ -298,9 +298,11 @@ def test_a_session_sticks_when_its_scorer_counts() -> None:
 def test_a_request_counts_until_its_response_ends_or_expires() -> None:
     picker = LuaPicker(_ir(1))
     done = picker.request(chat_body([("user", "a")]))
+    stream = picker.request(chat_body([("user", "s")]))
     lost = picker.request(chat_body([("user", "b")]))  # its client goes: no response
-    assert picker.state("10.0.0.1:8000")["in_flight"] == 2
-    picker.finish(done)
+    assert picker.state("10.0.0.1:8000")["in_flight"] == 3
+    assert picker.finish(stream, "text/event-stream; charset=utf-8") == 2  # read to its end
+    assert picker.finish(done) == 0  # whole once its headers come
     picker.finish(done)  # a second end of one request counts once
     assert picker.state("10.0.0.1:8000")["in_flight"] == 1
     picker.now += IN_FLIGHT_EXPIRY_S + 1

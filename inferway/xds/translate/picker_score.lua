@@ -3,7 +3,7 @@
 -- the one gateway/picker/core/picker.py makes, per Envoy worker thread (each has its own Lua
 -- state: this file's locals are that worker's prefix index, in-flight counts and sessions).
 
-local tobit, bxor, lshift, rshift = bit.tobit, bit.bxor, bit.lshift, bit.rshift
+local tobit, bxor, lshift, rshift, rol = bit.tobit, bit.bxor, bit.lshift, bit.rshift, bit.rol
 local byte, find, match, format, concat = string.byte, string.find, string.match, string.format, table.concat
 local sort, floor, now_s = table.sort, math.floor, os.time
 
@@ -122,11 +122,25 @@ local function lora_score(state, lora)
   return 0
 end
 
--- the prompt's blocks: a running FNV-1a over the body from the messages/prompt on, its value
--- at the end of each whole block (so a block matches only with everything before it)
+-- the prompt's blocks: a running hash over the body from the messages/prompt on, four bytes
+-- a step, its value at the end of each whole block (so a block matches only with everything
+-- before it, as a server's KV cache does)
+local function start_of_prompt(s)
+  local at = find(s, '"messages"', 1, true)
+  if at ~= nil then
+    local _, stop = find(s, '^"messages"%s*:%s*%[', at)
+    if stop ~= nil then return stop end
+  end
+  at = find(s, '"prompt"', 1, true)
+  if at ~= nil then
+    local _, stop = find(s, '^"prompt"%s*:', at)
+    return stop
+  end
+  return nil
+end
+
 local function prompt_blocks(s, n)
-  local _, at = find(s, '"messages"%s*:%s*%[')
-  if at == nil then _, at = find(s, '"prompt"%s*:') end
+  local at = start_of_prompt(s)
   if at == nil or at > SCAN_BYTES then return {} end
   local whole = floor((n - at) / BLOCK_BYTES)
   if whole > MAX_BLOCKS then whole = MAX_BLOCKS end
@@ -134,14 +148,21 @@ local function prompt_blocks(s, n)
   local h = tobit(2166136261)
   local i = at + 1
   for b = 1, whole do
-    for j = i, i + BLOCK_BYTES - 1 do
-      h = bxor(h, byte(s, j))
-      h = tobit(lshift(h, 24) + h * 403)
+    for j = i, i + BLOCK_BYTES - 4, 4 do
+      local w1, w2, w3, w4 = byte(s, j, j + 3)
+      h = bxor(h, w1 + lshift(w2, 8) + lshift(w3, 16) + lshift(w4, 24))
+      h = tobit(rol(h, 13) * 5 + 1801774052)
     end
     i = i + BLOCK_BYTES
     blocks[b] = h
   end
   return blocks
+end
+
+local function model_of(s)
+  local at = find(s, '"model"', 1, true)
+  if at == nil then return nil end
+  return match(s, '^"model"%s*:%s*"([^"]*)"', at)
 end
 
 local function record(state, blocks)
@@ -266,13 +287,15 @@ end
 local NAMES = {"queue", "kv_cache", "prefix", "lora", "session"}
 local WEIGHTS = {W_QUEUE, W_KV, W_PREFIX, W_LORA, W_SESSION}
 
-local function reason(rows, saturated, all_saturated)
-  local total, state, scores, depth = rows[1][1], rows[1][2], rows[1][3], rows[1][4]
+local function reason(rows, saturated, all_saturated, n_blocks)
+  local first = rows[1]
+  local scores = first[3]
   local parts = {}
   for i = 1, 5 do
     if WEIGHTS[i] > 0 then parts[#parts + 1] = format("%s %.2fx%g", NAMES[i], scores[i], WEIGHTS[i]) end
   end
-  local text = format("%s total %.3f (%s; depth %g)", state.name, total, concat(parts, ", "), depth)
+  local text = format("%s total %.3f (%s; depth %g; prefix %d/%d blocks)", first[2].name, first[1],
+    concat(parts, ", "), first[4], first[5], n_blocks)
   if rows[2] ~= nil then text = text .. format("; runner-up %s %.3f", rows[2][2].name, rows[2][1]) end
   if saturated > 0 then
     text = text .. format("; %d saturated %s", saturated, all_saturated and "(all: least bad)" or "excluded")
@@ -294,7 +317,7 @@ function envoy_on_request(handle)
     if n > 0 then
       local s = body:getBytes(0, n)
       blocks = prompt_blocks(s, n)
-      lora = match(s, '"model"%s*:%s*"([^"]*)"')
+      lora = model_of(s)
     end
   end
   local session = SESSION_HEADER ~= "" and headers:get(SESSION_HEADER) or nil
@@ -324,16 +347,20 @@ function envoy_on_request(handle)
   tickets[next_ticket] = {winner, winner.epoch, now}
   tail = tail + 1
   order[tail] = next_ticket
-  meta:set(NAMESPACE, "ticket", next_ticket)
+  meta:set(TICKETS, "t", next_ticket)
   meta:set(NAMESPACE, "winner", winner.name)
-  meta:set(NAMESPACE, "reason", reason(rows, saturated, all_saturated))
-  meta:set(NAMESPACE, "blocks", #blocks)
-  meta:set(NAMESPACE, "hit", rows[1][5])
+  meta:set(NAMESPACE, "reason", reason(rows, saturated, all_saturated, #blocks))
 end
 
 function envoy_on_response(handle)
-  local meta = handle:streamInfo():dynamicMetadata():get(NAMESPACE)
-  if meta == nil or meta.ticket == nil then return end
-  for _ in handle:bodyChunks() do end  -- in flight until its last byte (a stream's too)
-  finish(meta.ticket)
+  local mine = handle:streamInfo():dynamicMetadata():get(TICKETS)
+  if mine == nil then return end
+  local ticket = mine.t
+  -- in flight until its last byte: a stream's (server-sent events) is read to its end; any
+  -- other answer is whole once its headers come (an LLM server answers after generating)
+  local kind = handle:headers():get("content-type")
+  if kind ~= nil and find(kind, "text/event-stream", 1, true) then
+    for _ in handle:bodyChunks() do end
+  end
+  finish(ticket)
 end

@@ -16,22 +16,26 @@ What differs from the picker process, and why it is acceptable:
   there; equal scores are broken the same way on every worker (by the prompt's first block),
   so with an idle pool the workers still agree where a new prefix goes. The scraped queue is
   the whole server's, every worker's and every Envoy's traffic together.
-- **The prompt's blocks** are hashed over the request body as sent (FNV-1a, 32 bits, chained:
-  a block matches only with everything before it) from its ``messages`` or ``prompt`` on, not
+- **The prompt's blocks** are hashed over the request body as sent (32 bits, chained: a block
+  matches only with everything before it) from its ``messages`` or ``prompt`` on, not
   over the parsed text: the same prompt sent the same way matches; the LoRA scorer reads the
   body's ``model``.
 - **Scraped load reaches Envoy with the routes.** The gateway scrapes the replicas
   (gateway/picker/in_envoy.py) and, when a replica's queue, KV-cache use (to 0.05) or adapters
   change, pushes them as the route's metadata under the filter's name (``v`` changes whenever
   anything does; the filter rereads the rest only then): one route update per scrape at most.
-- **A request is in flight** from its pick to its response's last byte; one that ends without
-  a response (the client gone) is counted until ``IN_FLIGHT_EXPIRY_S``, and a scrape corrects
-  the queue meanwhile.
-- **Explained** in the request's dynamic metadata (``inferway.picker``: ``winner``, ``reason``,
-  ``blocks``, ``hit``), which the trace span carries as ``picker.winner`` / ``picker.reason``.
+- **A request is in flight** from its pick to its answer: a stream's (server-sent events) last
+  byte, any other answer's headers (an LLM server sends them once it has generated). One that
+  ends without an answer (the client gone) is counted until ``IN_FLIGHT_EXPIRY_S``, and a
+  scrape corrects the queue meanwhile.
+- **Explained** in the request's dynamic metadata (``inferway.picker``: ``winner``, and
+  ``reason``: the winner's weighted scores, depth and prefix blocks matched, the runner-up,
+  how many were saturated), which the trace span carries as ``inferway.picker.winner`` /
+  ``.reason`` and an access log can write (``%DYNAMIC_METADATA(inferway.picker:reason)%``).
 
 The index is bounded: ``BLOCKS_PER_ENDPOINT`` blocks per replica per worker (a ring: the
-oldest go first, a block sent again moves to the front), about 100 bytes each in Lua.
+oldest go first, a block sent again moves to the front), about 100 bytes each in Lua. The
+prompt is hashed four bytes a step (a 4 KB prompt in about 6 us on LuaJIT).
 """
 
 from __future__ import annotations
@@ -56,13 +60,18 @@ __all__ = [
     "IN_FLIGHT_EXPIRY_S",
     "MAX_BLOCKS",
     "NAMESPACE",
+    "TICKETS",
     "build_score_filter",
     "load_metadata",
     "score_script",
 ]
 
 NAMESPACE = "inferway.picker"
-"""The dynamic metadata namespace each pick is written to (and its trace tags read)."""
+"""The dynamic metadata namespace each pick is written to (``winner``, ``reason``; the trace
+tags and an access log read them)."""
+TICKETS = "inferway.picker.ticket"
+"""The pick's ticket (``t``), for the response to end it: a namespace of its own, so reading
+it back converts one number, not the reason."""
 BLOCK_BYTES = 256
 MAX_BLOCKS = 128
 """The prompt's first 32 KiB count for prefix affinity (the picker process's bound too)."""
@@ -99,6 +108,7 @@ def score_script(picker: PickerIR) -> str:
         "SHED": picker.shed,
         "SESSION_HEADER": picker.session_header.lower() if session > 0 else "",
         "NAMESPACE": NAMESPACE,
+        "TICKETS": TICKETS,
         "BLOCK_BYTES": BLOCK_BYTES,
         "MAX_BLOCKS": MAX_BLOCKS,
         "BLOCKS_PER_ENDPOINT": BLOCKS_PER_ENDPOINT,
