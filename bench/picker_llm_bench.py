@@ -14,8 +14,9 @@ Workload (shared prefix): ``--tenants`` tenants, each a ``--system-chars``-chara
 prompt (about one token a character with the tiny model), short questions, ``--max-tokens``
 streamed tokens, open-loop Poisson arrivals at ``--rate`` for ``--duration`` seconds; tenants
 drawn uniformly. Each policy gets freshly started engines (empty caches) and the same arrival
-trace. Reported: TTFT p50/p90 (first content chunk, measured by the client through Envoy),
-completion tokens/s over the run, errors.
+trace, through an Envoy with ``--envoy-concurrency`` workers (1 by default, for every policy).
+Reported: TTFT p50/p90 (first content chunk, measured by the client through Envoy), completion
+tokens/s over the run, errors.
 
     .venv/bin/python bench/picker_llm_bench.py                 # 4 engines, 40 s per policy
     .venv/bin/python bench/picker_llm_bench.py --duration 10   # quicker
@@ -144,7 +145,7 @@ async def run_policy(name: str, args: argparse.Namespace, model: Path) -> dict[s
         endpoints = ", ".join(f'"127.0.0.1:{e.port}"' for e in engines)
         extra = POLICIES[name].format(picker_port=free_port(), http_port=free_port())
         policy = POLICY.format(endpoints=endpoints, extra=extra.rstrip("\n"))
-        async with TrafficGateway(policy, []) as gw:
+        async with TrafficGateway(policy, [], envoy_concurrency=args.envoy_concurrency) as gw:
             url = f"{gw.url}/v1/chat/completions"
             systems = [
                 (f"Tenant {t} policy: " + "be precise and kind. " * args.system_chars)[
@@ -229,6 +230,11 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=40.0)
     parser.add_argument("--cache-bytes", type=int, default=6 << 20, help="prompt cache per engine")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--envoy-concurrency", type=int, default=1,
+        help="Envoy's worker threads, for every policy (the scored-in-Envoy picker keeps its "
+        "prefix index per worker; an LLM pool's request rate needs one)",
+    )  # fmt: skip
     parser.add_argument(
         "--policies", default=",".join(POLICIES),
         help=f"comma-separated, in this order (default all: {', '.join(POLICIES)})",

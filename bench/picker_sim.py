@@ -20,7 +20,10 @@ ceil((in flight + 1) x 1.1 / servers) requests; past it the hash is rehashed to 
 candidate), fed the same scrapes as the picker every second: the replicas the gateway's
 saturation gate leaves out (waiting + running at 8, or KV cache at 95%; at most half the pool)
 are skipped. Maglev's table is modelled as a uniform hash of the key: the two differ only in
-which keys move when replicas come and go.
+which keys move when replicas come and go. And ``picker scored in Envoy`` (``process: envoy,
+pick: score``): the Lua script Envoy runs (on LuaJIT, through lupa: tests/lua_picker.py), one
+per Envoy worker (``--envoy-workers``, each request to a random one, as connections spread over
+workers), fed the same scrapes (pushed to every worker) and the prompt as the request body.
 
 Overhead: the server's per-request work (JSON parse, block hashing, the pick, the finish) on
 64 endpoints with a full prefix index, timed per call; at 500 req/s the CPU share is the mean
@@ -46,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # inferway from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # inferway, tests/ from here
 
 from _common import environment, percentile, print_table, write_results
 
@@ -56,6 +59,9 @@ from inferway.gateway.picker.core.prefix import prompt_text
 from inferway.gateway.picker.core.saturation import SaturationGate, SaturationLimits
 
 CHARS_PER_TOKEN = 4
+POLICIES = (
+    "round robin", "least request", "inferway picker", "picker in Envoy", "picker scored in Envoy"
+)  # fmt: skip
 PREFIX_BYTES = 1024
 LOAD_BOUND = 1.1
 
@@ -193,6 +199,8 @@ def run_policy(policy: str, requests: list[Request], args: argparse.Namespace) -
 
         def finish(token: Any) -> None:
             return None
+    elif policy == "picker scored in Envoy":
+        choose, finish, scrape = _scored_in_envoy(servers, args, rng)
     elif policy == "picker in Envoy":
         # the gateway's scrape: saturated replicas go to Envoy as DEGRADED, off the table
         gate = SaturationGate(SaturationLimits(hold_s=2.0))
@@ -233,6 +241,41 @@ def run_policy(policy: str, requests: list[Request], args: argparse.Namespace) -
     return simulate(
         requests, servers, choose, finish, scrape, args.prefill_tps, args.decode_ms / 1000
     )
+
+
+def _scored_in_envoy(
+    servers: list[Server], args: argparse.Namespace, rng: random.Random
+) -> tuple[Choose, Callable[[Any], None], Callable[[float], None]]:
+    from inferway.gateway.picker.in_envoy import replica_load
+    from inferway.resolve.ir.picker import PickerIR, ReplicaLoadIR
+    from tests.lua_picker import LuaPicker
+
+    ir = PickerIR("llm", "127.0.0.1", 1, False, True, 0.5, "x-session-id", in_envoy=True,
+                  pick="score", replicas=tuple(ReplicaLoadIR(s.name) for s in servers),
+                  load_bound=args.load_bound)  # fmt: skip
+    blocks = args.cache_tokens * CHARS_PER_TOKEN // 256  # the index sized like the caches
+    sized = {"local BLOCKS_PER_ENDPOINT = 4096": f"local BLOCKS_PER_ENDPOINT = {blocks}"}
+    workers = [LuaPicker(ir, replace=sized) for _ in range(args.envoy_workers)]
+    index_of = {s.name: i for i, s in enumerate(servers)}
+
+    def choose(request: Request, now: float) -> tuple[int, Any]:
+        worker = workers[rng.randrange(len(workers))]
+        picked = worker.request(request.text)
+        return index_of[picked.destination[0]], (worker, picked)
+
+    def finish(token: Any) -> None:
+        worker, picked = token
+        worker.finish(picked)
+
+    def scrape(now: float) -> None:
+        loads = []
+        for server in servers:
+            load = replica_load(server_metrics(server, now, args.kv_tokens))
+            loads.append(ReplicaLoadIR(server.name, load.depth, load.kv_cache))
+        for worker in workers:
+            worker.set_replicas(loads)
+
+    return choose, finish, scrape
 
 
 def server_metrics(server: Server, now: float, kv_tokens: int) -> ServerMetrics:
@@ -324,15 +367,31 @@ def main() -> None:
     parser.add_argument("--kv-tokens", type=int, default=100000)
     parser.add_argument("--overhead-picks", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--envoy-workers", type=int, default=2,
+        help="picker scored in Envoy: workers, each its own Lua picker",
+    )  # fmt: skip
+    parser.add_argument(
+        "--load-bound", type=float, default=1.1,
+        help="picker scored in Envoy: a new prompt's home has at most this x the least "
+        "loaded's depth + 1 (the policy's load_bound; 0: no home, as the picker process)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--policies", default=",".join(POLICIES),
+        help=f"comma-separated (default all: {', '.join(POLICIES)})",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if unknown := [p for p in args.policies if p not in POLICIES]:
+        parser.error(f"--policies: unknown {', '.join(unknown)} (known: {', '.join(POLICIES)})")
     if args.quick:
         args.duration, args.overhead_picks = 60.0, 5000
     results: dict[str, Any] = {"environment": environment(), "settings": vars(args)}
     rows = []
     for kind in ("shared-prefix", "no-shared-prefix"):
         requests = workload(kind, args.rate, args.duration, args.tenants, args.seed)
-        for policy in ("round robin", "least request", "inferway picker", "picker in Envoy"):
+        for policy in args.policies:
             figures = run_policy(policy, requests, args)
             results[f"{kind} / {policy}"] = figures
             rows.append([kind, policy, figures["requests"], figures["ttft_p50_s"],

@@ -56,7 +56,7 @@ end
 # the script's locals, reachable by the test (appended to the chunk, so in their scope)
 _HOOK = (
     "\n_G.inferway_test = {pick = pick, refresh = refresh, eps = function() return eps end,"
-    " holders = function() return holders end}\n"
+    " holders = function() return holders end, record = record, matches = matches}\n"
 )
 
 
@@ -145,6 +145,16 @@ class LuaPicker:
     def state(self, endpoint: str) -> dict[str, float]:
         s = self.lua.globals().inferway_test.eps()[endpoint]
         return {k: s[k] for k in ("in_flight", "since", "done_since", "epoch", "picks")}
+
+    def record(self, endpoint: str, blocks: Sequence[int]) -> None:
+        """The index only: ``endpoint`` was sent ``blocks``."""
+        hook = self.lua.globals().inferway_test
+        hook.record(hook.eps()[endpoint], self.lua.table_from(list(blocks)))
+
+    def matches(self, blocks: Sequence[int]) -> dict[str, int]:
+        """The index only: per endpoint holding the first block, how many leading blocks."""
+        found = self.lua.globals().inferway_test.matches(self.lua.table_from(list(blocks)))
+        return {str(k): int(v) for k, v in found.items()}
 
     def blocks_held(self) -> int:
         held = self.lua.globals().inferway_test.holders()

@@ -213,11 +213,16 @@ class TrafficGateway:
         backends: Iterable[ControlledBackend],
         *,
         translate: Callable[[IR], Resources] | None = None,
+        envoy_concurrency: int | None = None,
     ) -> None:
         """``translate``: what the gateway pushes with (None: the real translator), for a
-        test that changes one thing of what Envoy gets."""
+        test that changes one thing of what Envoy gets; ``envoy_concurrency``: Envoy's worker
+        threads (None: one per core)."""
         self.template = policy_template
         self._translate = translate
+        self._envoy_args = (
+            [] if envoy_concurrency is None else ["--concurrency", str(envoy_concurrency)]
+        )
         self.backends = {b.name: b for b in backends}
         self.listener_port = free_port()
         self._dir = tempfile.TemporaryDirectory(prefix="inferway-traffic-")
@@ -254,7 +259,9 @@ class TrafficGateway:
             bootstrap = build_bootstrap(
                 node_id=NODE_ID, xds_port=self.gateway.xds.port, admin_port=0
             )
-            self.envoy = await EnvoyProcess(bootstrap).start(wait="ready", timeout=20.0)
+            self.envoy = await EnvoyProcess(bootstrap, extra_args=self._envoy_args).start(
+                wait="ready", timeout=20.0
+            )
             connector = aiohttp.TCPConnector(limit=64)
             self.session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=10)

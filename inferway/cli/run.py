@@ -100,6 +100,15 @@ def run(
     log_level: Annotated[str, typer.Option(help="inferway log level.")] = "info",
     log_format: LogFormatOption = None,
     envoy_log_level: Annotated[str, typer.Option(help="Envoy's --log-level.")] = "warning",
+    envoy_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Envoy's worker threads (--concurrency; default: one per core). A picker "
+            "scored in Envoy (process: envoy, pick: score) keeps its prefix index per worker: "
+            "1 gives the pool one (docs/picker.md).",
+        ),
+    ] = None,
     xds_protocol: Annotated[
         XdsProtocolChoice,
         typer.Option(help="How Envoy speaks ADS: sotw (state of the world) or delta."),
@@ -194,6 +203,7 @@ def run(
         with_envoy=not no_envoy,
         workdir=workdir,
         envoy_log_level=envoy_log_level,
+        envoy_concurrency=envoy_concurrency,
         xds_protocol=xds_protocol.value,
         endpoints_file=endpoints_file,
         admin_address=admin_address,

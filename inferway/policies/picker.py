@@ -116,7 +116,7 @@ _IN_ENVOY = (
 out or fail; the gateway still scrapes the replicas and has Envoy leave out saturated ones."""
 _IN_ENVOY_SCORED = (
     "process", "pick", "scorers", "queue_limit", "kv_cache_limit", "shed", "fallbacks",
-    "metrics_path", "scrape_interval", "session_header",
+    "metrics_path", "scrape_interval", "session_header", "load_bound",
 )  # fmt: skip
 """What ``process: envoy`` with ``pick: score`` takes: the scoring picker's own settings, run
 in Envoy's Lua filter; nothing to listen, ask, time out or fail (a Lua error falls back to the
@@ -159,7 +159,10 @@ class Picker(_Model):
     ``hash_balance_factor``, in percent, is this times 100). 1.1 by bench/picker_sim.py: on 64
     servers it kept a shared prefix's requests together (p90 TTFT 7-9x under round robin) and
     unique prompts as even as least request; 1.0 spilled shared prefixes (2x), 1.25 let unique
-    prompts queue a little more than least request."""
+    prompts queue a little more than least request. With ``pick: score``: a prompt no open
+    replica holds (new to an Envoy worker, or its holders saturated) goes to its home, the
+    first replica in the prompt's own hash order whose depth is at most this times the least
+    loaded's plus one (so workers and Envoys that see the pool alike cache it once)."""
     pick: Literal["hash", "score"] = "hash"
     """``process: envoy``: how Envoy picks. ``hash``: the prompt prefix's hash, Maglev with
     bounded load (every Envoy alike, no state). ``score``: the scoring picker's scorers (queue,
@@ -224,8 +227,8 @@ class Picker(_Model):
         if self.process == "envoy" and others:
             what = (
                 "scores each request in its Lua filter): give only scorers, queue_limit, "
-                "kv_cache_limit, shed, fallbacks, session_header, metrics_path and "
-                "scrape_interval"
+                "kv_cache_limit, shed, fallbacks, session_header, load_bound, metrics_path "
+                "and scrape_interval"
                 if scored
                 else "prefix hash, bounded load, saturated replicas left out): give only "
                 "prefix_bytes, load_bound, queue_limit, kv_cache_limit, metrics_path and "

@@ -128,6 +128,8 @@ def test_run_serves_status_and_stops_envoy_on_sigterm(tmp_path: Path) -> None:
         "cli-test",
         "--workdir",
         str(tmp_path / "envoy"),
+        "--envoy-concurrency",
+        "1",
     ]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -146,6 +148,8 @@ def test_run_serves_status_and_stops_envoy_on_sigterm(tmp_path: Path) -> None:
         assert status["nodes"][0]["node_id"] == "cli-test" and status["nodes"][0]["in_sync"]
         envoy_pid = status["envoy"]["pid"]
         assert psutil.pid_exists(envoy_pid)
+        cmdline = psutil.Process(envoy_pid).cmdline()
+        assert cmdline[cmdline.index("--concurrency") + 1] == "1"  # --envoy-concurrency
 
         shown = subprocess.run(
             [*INFERWAY, "status", "--admin", f"http://127.0.0.1:{admin}"],

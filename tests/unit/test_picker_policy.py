@@ -363,7 +363,7 @@ def test_in_envoy_scored_runs_the_lua_picker_with_override_host_and_the_load_in_
     carries the replicas' scraped load in its metadata, under the filter's name."""
     picker = (
         "{process: envoy, pick: score, scorers: {queue: 1, prefix: 5, session: 2}, "
-        "queue_limit: 4, shed: true, fallbacks: 1}"
+        "queue_limit: 4, shed: true, fallbacks: 1, load_bound: 1.5}"
     )
     policy = load_policy_text(POLICY.replace("PICKER", picker), "p.yaml")
     assert load_policy_text(dump_policy(policy), "again.yaml") == policy
@@ -379,6 +379,7 @@ def test_in_envoy_scored_runs_the_lua_picker_with_override_host_and_the_load_in_
     manager.http_filters[-2].typed_config.Unpack(lua)
     script = lua.default_source_code.inline_string
     for line in ("W_PREFIX = 5.0", "W_KV = 2.0", "QUEUE_LIMIT = 4.0", "SHED = true",
+                 "HOME_LOAD_BOUND = 1.5",
                  "FALLBACKS = 1", 'SESSION_HEADER = "x-session-id"'):  # fmt: skip
         assert f"local {line}\n" in script, line
     assert "function envoy_on_request" in script and not manager.access_log

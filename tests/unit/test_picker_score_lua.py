@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from inferway.gateway.picker.core.metrics import ServerMetrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
+from inferway.gateway.picker.core.prefix import PrefixIndex
 from inferway.gateway.picker.core.scorers import Weights
 from inferway.resolve.ir.picker import PickerIR, ReplicaLoadIR
 from inferway.xds.translate.picker_score import IN_FLIGHT_EXPIRY_S
@@ -153,6 +154,35 @@ def test_every_candidate_scores_as_in_the_picker_process(
         assert state["in_flight"] == 0 and state["since"] == 0
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    cap=st.integers(1, 6),
+    ops=st.lists(
+        st.tuples(
+            st.integers(0, 2), st.lists(st.integers(1, 9), min_size=1, max_size=8, unique=True)
+        ),
+        max_size=40,
+    ),
+)
+def test_the_prefix_index_is_the_picker_processes_lru(
+    cap: int, ops: list[tuple[int, list[int]]]
+) -> None:
+    """Block by block: what each replica holds, and the least recently sent going first."""
+    lua = LuaPicker(
+        _ir(3), replace={"local BLOCKS_PER_ENDPOINT = 4096": f"local BLOCKS_PER_ENDPOINT = {cap}"}
+    )
+    py = PrefixIndex(blocks_per_endpoint=cap)
+    names = [r.address for r in lua.picker.replicas]
+    for who, blocks in ops:
+        lua.record(names[who], blocks)
+        py.record(names[who], blocks)
+        for probe in ([b] for b in range(1, 10)):
+            expected = {e: n for e, n in py.matches(probe, names).items() if n}
+            assert lua.matches(probe) == expected, (probe, who, blocks)
+        assert lua.matches(blocks) == {e: n for e, n in py.matches(blocks, names).items() if n}
+    assert lua.blocks_held() == len(py)
+
+
 # -- the prompt, from the raw body ----------------------------------------------------------
 
 
@@ -168,6 +198,32 @@ def test_a_tenants_requests_meet_where_its_prefix_went_and_tenants_spread() -> N
             assert again.meta["hit"] == again.meta["blocks"] > 0
             assert "prefix 1.00x3" in again.meta["reason"]
     assert len(set(homes.values())) >= 3, homes  # load spreads the new tenants
+
+
+def test_workers_put_a_new_prompt_at_its_home_and_spill_it_alike() -> None:
+    """Each Envoy worker has its own index; a prompt none of them has seen goes to its home
+    (the prompt's own order of the replicas, among the least loaded), so two workers that see
+    the pool alike cache it once, and spill it to the same next replica when it saturates."""
+    workers = [LuaPicker(_ir(8)), LuaPicker(_ir(8))]
+    homes = {}
+    for tenant in [f"tenant-{i}" for i in range(12)]:
+        picked = [_tenant(w, tenant, "first") for w in workers]
+        assert picked[0].destination[0] == picked[1].destination[0], tenant
+        assert "new here: its home" in picked[0].meta["reason"]
+        for w, p in zip(workers, picked, strict=True):
+            w.finish(p)
+        homes[tenant] = picked[0].destination[0]
+    assert len(set(homes.values())) >= 5, homes  # the prompts' own orders differ
+    home = homes["tenant-0"]
+    loads = tuple(
+        ReplicaLoadIR(r.address, 8.0 if r.address == home else 0.0)
+        for r in workers[0].picker.replicas
+    )
+    spilled = []
+    for w in workers:
+        w.set_replicas(loads)  # the home saturated (queue_limit 8)
+        spilled.append(_tenant(w, "tenant-0", "again").destination[0])
+    assert spilled[0] == spilled[1] != home
 
 
 def test_a_prompt_sharing_part_of_a_prefix_scores_that_part() -> None:

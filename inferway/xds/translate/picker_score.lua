@@ -15,9 +15,9 @@ if W_SUM <= 0 then W_SUM = 1 end
 local version = nil
 local pool = {}        -- endpoint names, in the metadata's order
 local eps = {}         -- name -> its state
--- the prefix index: block hash -> {endpoint name -> stamp}; each endpoint's blocks in a ring
+-- the prefix index: block hash -> {endpoint name -> true}; each endpoint's blocks in an LRU
+-- list (newer/older links by block; a block sent again moves to the front)
 local holders = {}
-local stamp = 0
 -- requests picked and not yet finished: ticket -> {state, epoch, started}; FIFO for expiry
 local tickets = {}
 local order, head, tail = {}, 1, 0
@@ -42,18 +42,17 @@ local function split_set(s)
   return set, n
 end
 
-local function forget_blocks(state)
-  for i = 1, BLOCKS_PER_ENDPOINT do
-    local block = state.ring[i]
-    if block ~= nil then
-      local held = holders[block]
-      if held ~= nil then
-        held[state.name] = nil
-        if next(held) == nil then holders[block] = nil end
-      end
-    end
+local function drop(block, name)
+  local held = holders[block]
+  if held ~= nil then
+    held[name] = nil
+    if next(held) == nil then holders[block] = nil end
   end
-  state.ring, state.stamps, state.pos = {}, {}, 0
+end
+
+local function forget_blocks(state)
+  for block in pairs(state.older) do drop(block, state.name) end
+  state.newer, state.older, state.newest, state.oldest, state.n_blocks = {}, {}, nil, nil, 0
 end
 
 local function refresh(handle)
@@ -72,7 +71,7 @@ local function refresh(handle)
     local state = eps[name]
     if state == nil then
       state = {name = name, hash = name_hash(name), in_flight = 0, since = 0, done_since = 0,
-               epoch = 0, picks = 0, ring = {}, stamps = {}, pos = 0}
+               epoch = 0, picks = 0, newer = {}, older = {}, n_blocks = 0}
       eps[name] = state
     end
     local d, k, m = depth[i], kv[i], max_lora[i]
@@ -165,25 +164,42 @@ local function model_of(s)
   return match(s, '^"model"%s*:%s*"([^"]*)"', at)
 end
 
+-- LRU links: older[b] is the block sent before b (false: none), newer[b] the one after
+local function unlink(state, block)
+  local before, after = state.older[block], state.newer[block]
+  if before then state.newer[before] = after else state.oldest = after or nil end
+  if after then state.older[after] = before else state.newest = before or nil end
+  state.older[block], state.newer[block] = nil, nil
+end
+
 local function record(state, blocks)
-  local name, ring, stamps = state.name, state.ring, state.stamps
+  local name, older, newer = state.name, state.older, state.newer
   for b = 1, #blocks do
     local block = blocks[b]
-    stamp = stamp + 1
-    local pos = state.pos % BLOCKS_PER_ENDPOINT + 1
-    state.pos = pos
-    local old = ring[pos]
-    if old ~= nil then
-      local held = holders[old]
-      if held ~= nil and held[name] == stamps[pos] then
-        held[name] = nil
-        if next(held) == nil then holders[old] = nil end
+    if older[block] ~= nil then
+      if state.newest ~= block then
+        unlink(state, block)
+        state.n_blocks = state.n_blocks - 1
+      else
+        block = nil  -- already the newest
       end
     end
-    ring[pos], stamps[pos] = block, stamp
-    local held = holders[block]
-    if held == nil then held = {}; holders[block] = held end
-    held[name] = stamp
+    if block ~= nil then
+      local newest = state.newest
+      older[block], newer[block] = newest or false, false
+      if newest then newer[newest] = block else state.oldest = block end
+      state.newest = block
+      state.n_blocks = state.n_blocks + 1
+      local held = holders[block]
+      if held == nil then held = {}; holders[block] = held end
+      held[name] = true
+      if state.n_blocks > BLOCKS_PER_ENDPOINT then
+        local oldest = state.oldest
+        unlink(state, oldest)
+        state.n_blocks = state.n_blocks - 1
+        drop(oldest, name)
+      end
+    end
   end
 end
 
@@ -231,6 +247,14 @@ local function remember_session(session, name)
   sessions[session] = name
 end
 
+-- the prompt's own order of the replicas (a hash of its first block and the replica's name):
+-- the same in every worker and every Envoy
+local function order_of(state, first)
+  local rank = bxor(state.hash, first)
+  rank = tobit(lshift(rank, 24) + rank * 403)
+  return bxor(rank, rshift(rank, 15))
+end
+
 local function by_total(a, b)
   if a[1] ~= b[1] then return a[1] > b[1] end
   return a[6] > b[6]
@@ -258,9 +282,36 @@ local function pick(blocks, lora, session)
   end
   local n_blocks = #blocks
   local matched = n_blocks > 0 and matches(blocks) or {}
+  local matched_any = false  -- an open candidate holds part of the prompt (here)
+  for i = 1, #open do
+    if matched[open[i].name] ~= nil then matched_any = true; break end
+  end
   local sticky = nil
   if session ~= nil then sticky = sessions[session] or old_sessions[session] end
   local first = blocks[1] or 0
+  -- a prompt no open candidate holds here (new to this worker, or its holders saturated)
+  -- goes to its home: the first replica in the prompt's own order (a hash of its first block)
+  -- with room (a depth at most HOME_LOAD_BOUND times the least loaded's, plus one), scored as
+  -- if it held the prefix. Workers and Envoys that see the pool alike put the prompt there,
+  -- and spill it to the same next one, so it is cached once; the room keeps new prompts on
+  -- the least loaded replicas (a unique prompt is one too)
+  local home = nil
+  if n_blocks > 0 and HOME_LOAD_BOUND > 0 and matched_any == false then
+    local least = nil
+    for i = 1, #open do
+      local depth = loads[open[i]][1]
+      if least == nil or depth < least then least = depth end
+    end
+    local room = least * HOME_LOAD_BOUND + 1
+    local best = nil
+    for i = 1, #open do
+      local state = open[i]
+      if loads[state][1] < room then
+        local rank = order_of(state, first)
+        if best == nil or rank > best then best, home = rank, state end
+      end
+    end
+  end
   local rows = {}
   for i = 1, #open do
     local state = open[i]
@@ -271,14 +322,12 @@ local function pick(blocks, lora, session)
     if used ~= nil then k = 1 - used; if k < 0 then k = 0 elseif k > 1 then k = 1 end end
     local hit = matched[state.name] or 0
     local p = n_blocks > 0 and hit / n_blocks or 0
+    if state == home then p = 1 end
     local l = lora_score(state, lora)
     local s = (state.name == sticky) and 1 or 0
     local total = (W_QUEUE * q + W_KV * k + W_PREFIX * p + W_LORA * l + W_SESSION * s) / W_SUM
     -- equal totals: the same order in every worker for this prompt (its first block)
-    local tie = bxor(state.hash, first)
-    tie = tobit(lshift(tie, 24) + tie * 403)
-    tie = bxor(tie, rshift(tie, 15))
-    rows[i] = {total, state, {q, k, p, l, s}, depth, hit, tie}
+    rows[i] = {total, state, {q, k, p, l, s}, depth, hit, order_of(state, first), state == home}
   end
   sort(rows, by_total)
   return 200, rows, saturated, saturated == n_pool
@@ -294,8 +343,9 @@ local function reason(rows, saturated, all_saturated, n_blocks)
   for i = 1, 5 do
     if WEIGHTS[i] > 0 then parts[#parts + 1] = format("%s %.2fx%g", NAMES[i], scores[i], WEIGHTS[i]) end
   end
-  local text = format("%s total %.3f (%s; depth %g; prefix %d/%d blocks)", first[2].name, first[1],
-    concat(parts, ", "), first[4], first[5], n_blocks)
+  local held = format("prefix %d/%d blocks%s", first[5], n_blocks, first[7] and ", new here: its home" or "")
+  local text = format("%s total %.3f (%s; depth %g; %s)", first[2].name, first[1],
+    concat(parts, ", "), first[4], held)
   if rows[2] ~= nil then text = text .. format("; runner-up %s %.3f", rows[2][2].name, rows[2][1]) end
   if saturated > 0 then
     text = text .. format("; %d saturated %s", saturated, all_saturated and "(all: least bad)" or "excluded")

@@ -115,6 +115,7 @@ def score_script(picker: PickerIR) -> str:
         "MAX_SESSIONS": MAX_SESSIONS,
         "IN_FLIGHT_EXPIRY_S": IN_FLIGHT_EXPIRY_S,
         "SCAN_BYTES": SCAN_BYTES,
+        "HOME_LOAD_BOUND": picker.load_bound,
     }
     head = "".join(f"local {name} = {_lua(value)}\n" for name, value in settings.items())
     body = resources.files("inferway.xds.translate").joinpath("picker_score.lua").read_text()
