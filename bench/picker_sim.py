@@ -355,6 +355,41 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def lua_overhead(args: argparse.Namespace) -> dict[str, Any]:
+    """The same for the Lua picker Envoy runs (``pick: score``), on LuaJIT through lupa, with
+    a stand-in for Envoy's handle: the body's blocks, the pick, its reason, the finish. An
+    upper bound of its share of Envoy's CPU: lupa's calls and the stand-in count here too,
+    Envoy's own calls into and out of Lua do not (bench/picker_overhead.py measures those)."""
+    from inferway.resolve.ir.picker import PickerIR, ReplicaLoadIR
+    from tests.lua_picker import LuaPicker
+
+    requests = workload("shared-prefix", 500.0, args.overhead_picks / 500.0, args.tenants, 7)
+    replicas = tuple(ReplicaLoadIR(f"10.0.0.{i}:8000") for i in range(args.servers))
+    ir = PickerIR("llm", "127.0.0.1", 1, False, True, 0.5, "x-session-id", in_envoy=True,
+                  pick="score", replicas=replicas)  # fmt: skip
+    lua = LuaPicker(ir)
+    cpu: list[float] = []
+    opened: list[Any] = []
+    for request in requests:
+        began = time.thread_time_ns()
+        picked = lua.request(request.text)
+        opened.append(picked)
+        if len(opened) > 200:
+            lua.finish(opened.pop(0))
+        cpu.append((time.thread_time_ns() - began) / 1000)
+    cpu = cpu[1000:]
+    mean = sum(cpu) / len(cpu)
+    return {
+        "picks": len(cpu),
+        "cpu_p50_us": round(percentile(cpu, 50), 1),
+        "cpu_p99_us": round(percentile(cpu, 99), 1),
+        "cpu_mean_us": round(mean, 1),
+        "cpu_share_at_500_rps": round(mean * 500 / 1e6, 4),
+        "index_blocks": lua.blocks_held(),
+        "lua_memory_kib": round(lua.memory_kib()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, default=64)
@@ -413,6 +448,17 @@ def main() -> None:
           cost["cpu_p99_us"], cost["cpu_mean_us"], cost["cpu_share_at_500_rps"],
           cost["index_blocks"]]],
     )  # fmt: skip
+    if "picker scored in Envoy" in args.policies:
+        lua = lua_overhead(args)
+        results["lua_overhead"] = lua
+        print_table(
+            f"the Lua picker (pick: score) per request ({args.servers} endpoints, warm index, "
+            "through lupa)",
+            ["picks", "CPU p50 us", "CPU p99 us", "CPU mean us", "CPU share at 500 req/s",
+             "blocks", "Lua memory KiB"],
+            [[lua["picks"], lua["cpu_p50_us"], lua["cpu_p99_us"], lua["cpu_mean_us"],
+              lua["cpu_share_at_500_rps"], lua["index_blocks"], lua["lua_memory_kib"]]],
+        )  # fmt: skip
     print(f"results: {write_results('picker_sim', results)}")
 
 
