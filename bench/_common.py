@@ -6,6 +6,7 @@ Benchmarks are not tests: they print what they measured and write it to
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import platform
@@ -77,6 +78,25 @@ def build_bench_policy(
             )
         )
     return Policy(listeners=listener_models, services=service_models, routes=routes)
+
+
+def add_choice_list(
+    parser: argparse.ArgumentParser, flag: str, known: Sequence[str], what: str
+) -> None:
+    """``flag``: a comma-separated subset of ``known`` (default all), in the order given."""
+    parser.add_argument(
+        flag, default=",".join(known), help=f"{what} (default all: {', '.join(known)})"
+    )
+
+
+def choice_list(
+    parser: argparse.ArgumentParser, flag: str, value: str, known: Sequence[str]
+) -> list[str]:
+    """``value`` split on commas; a name not in ``known`` is a usage error naming ``flag``."""
+    chosen = [v.strip() for v in value.split(",") if v.strip()]
+    if unknown := [v for v in chosen if v not in known]:
+        parser.error(f"{flag}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    return chosen
 
 
 def percentile(values: Sequence[float], q: float) -> float:

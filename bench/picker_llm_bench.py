@@ -45,7 +45,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # inferway, tests/ from here
 
 import aiohttp
-from _common import environment, percentile, print_table, write_results
+from _common import (
+    add_choice_list,
+    choice_list,
+    environment,
+    percentile,
+    print_table,
+    write_results,
+)
 
 from tests.envoy_process import free_port
 from tests.llm_engine import LLMEngine, require_llm_engine, start_llm_engine, write_test_model
@@ -235,14 +242,9 @@ def main() -> None:
         help="Envoy's worker threads, for every policy (the scored-in-Envoy picker keeps its "
         "prefix index per worker; an LLM pool's request rate needs one)",
     )  # fmt: skip
-    parser.add_argument(
-        "--policies", default=",".join(POLICIES),
-        help=f"comma-separated, in this order (default all: {', '.join(POLICIES)})",
-    )  # fmt: skip
+    add_choice_list(parser, "--policies", list(POLICIES), "comma-separated, run in this order")
     args = parser.parse_args()
-    args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if unknown := [p for p in args.policies if p not in POLICIES]:
-        parser.error(f"--policies: unknown {', '.join(unknown)} (known: {', '.join(POLICIES)})")
+    args.policies = choice_list(parser, "--policies", args.policies, list(POLICIES))
     asyncio.run(main_async(args))
 
 

@@ -40,7 +40,15 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import psutil
-from _common import environment, free_port, percentile, print_table, write_results
+from _common import (
+    add_choice_list,
+    choice_list,
+    environment,
+    free_port,
+    percentile,
+    print_table,
+    write_results,
+)
 from _picker_procs import STORM_ENDPOINT, backends_main, chat_payloads, gateway_main, load_main
 
 __all__ = ["main"]
@@ -189,18 +197,16 @@ def main(argv: list[str] | None = None) -> int:
         help="how Envoy asks the pickers (http: the policy's default; ext_proc: GAIE's)",
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="2 rounds of 4 s")
-    parser.add_argument(
+    add_choice_list(
+        parser,
         "--targets",
-        default=",".join(TARGETS),
-        help=f"comma-separated, plain always included (default all: {', '.join(TARGETS)}); "
-        "the kill test runs when sidecar is among them",
+        TARGETS,
+        "comma-separated, plain always included; the kill test runs when sidecar is among them",
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration = 2, 4.0
-    asked = [t.strip() for t in args.targets.split(",") if t.strip()]
-    if unknown := [t for t in asked if t not in TARGETS]:
-        parser.error(f"--targets: unknown {', '.join(unknown)} (known: {', '.join(TARGETS)})")
+    asked = choice_list(parser, "--targets", args.targets, TARGETS)
     targets = tuple(t for t in TARGETS if t == "plain" or t in asked)
     args.listener = free_port()
     names = ("gateway", "sidecar", "closed")

@@ -51,7 +51,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # inferway, tests/ from here
 
-from _common import environment, percentile, print_table, write_results
+from _common import (
+    add_choice_list,
+    choice_list,
+    environment,
+    percentile,
+    print_table,
+    write_results,
+)
 
 from inferway.gateway.picker.core.metrics import ServerMetrics
 from inferway.gateway.picker.core.picker import Picker, PickerConfig
@@ -403,7 +410,7 @@ def main() -> None:
     parser.add_argument("--overhead-picks", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--envoy-workers", type=int, default=2,
+        "--envoy-workers", type=int, default=1,
         help="picker scored in Envoy: workers, each its own Lua picker",
     )  # fmt: skip
     parser.add_argument(
@@ -411,15 +418,10 @@ def main() -> None:
         help="picker scored in Envoy: a new prompt's home has at most this x the least "
         "loaded's depth + 1 (the policy's load_bound; 0: no home, as the picker process)",
     )  # fmt: skip
-    parser.add_argument(
-        "--policies", default=",".join(POLICIES),
-        help=f"comma-separated (default all: {', '.join(POLICIES)})",
-    )  # fmt: skip
+    add_choice_list(parser, "--policies", POLICIES, "comma-separated policies")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if unknown := [p for p in args.policies if p not in POLICIES]:
-        parser.error(f"--policies: unknown {', '.join(unknown)} (known: {', '.join(POLICIES)})")
+    args.policies = choice_list(parser, "--policies", args.policies, POLICIES)
     if args.quick:
         args.duration, args.overhead_picks = 60.0, 5000
     results: dict[str, Any] = {"environment": environment(), "settings": vars(args)}

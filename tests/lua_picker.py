@@ -56,7 +56,8 @@ end
 # the script's locals, reachable by the test (appended to the chunk, so in their scope)
 _HOOK = (
     "\n_G.inferway_test = {pick = pick, refresh = refresh, eps = function() return eps end,"
-    " holders = function() return holders end, record = record, matches = matches}\n"
+    " holders = function() return holders end, record = record, matches = matches,"
+    " keep = function(n) local old = KEEP; KEEP = n; return old end}\n"
 )
 
 
@@ -134,13 +135,18 @@ class LuaPicker:
         return int(response.chunks)
 
     def rows(self, lora: str | None = None) -> dict[str, float]:
-        """Endpoint -> total, for a request without blocks (the test's hook on ``pick``;
-        nothing is recorded)."""
-        result = self.lua.globals().inferway_test.pick(self.lua.table_from([]), lora, None)
+        """Endpoint -> total of every candidate, for a request without blocks (the test's hook
+        on ``pick``, keeping all candidates; nothing is recorded)."""
+        hook = self.lua.globals().inferway_test
+        kept = hook.keep(1 << 20)
+        try:
+            result = hook.pick(self.lua.table_from([]), lora, None)
+        finally:
+            hook.keep(kept)
         status, rows = result[0], result[1]
         if status != 200:
             return {}
-        return {str(row[2]["name"]): float(row[1]) for row in rows.values()}
+        return {str(row[3]["name"]): float(row[1]) for row in rows.values()}
 
     def state(self, endpoint: str) -> dict[str, float]:
         s = self.lua.globals().inferway_test.eps()[endpoint]

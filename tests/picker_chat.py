@@ -9,7 +9,7 @@ import json
 
 from tests.traffic_harness import TrafficGateway
 
-__all__ = ["SYSTEM", "chat", "picker_policy"]
+__all__ = ["SYSTEM", "chat", "llamacpp_metrics", "picker_policy"]
 
 _POLICY = """
 version: 1
@@ -49,6 +49,16 @@ def picker_policy(picker: str, *, other_route: bool = True) -> str:
         _POLICY.replace("PICKER", picker)
         .replace("@OTHER_SERVICE@", _OTHER_SERVICE if other_route else "")
         .replace("@OTHER_ROUTE@", _OTHER_ROUTE if other_route else "")
+    )
+
+
+def llamacpp_metrics(deferred: int) -> str:
+    """llama.cpp's queue metrics, as its server exposes them (one request running)."""
+    return (
+        "# TYPE llamacpp:requests_deferred gauge\n"
+        f"llamacpp:requests_deferred {deferred}\n"
+        "# TYPE llamacpp:requests_processing gauge\n"
+        "llamacpp:requests_processing 1\n"
     )
 
 

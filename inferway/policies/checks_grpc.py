@@ -9,11 +9,11 @@ refused, not quietly weakened.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 from collections.abc import Iterator
 
 from inferway.policies.grpc_targets import GrpcTarget
 from inferway.policies.model import Policy, Service
+from inferway.policies.types import is_ip_address
 from inferway.policies.yaml_marks import Loc
 
 __all__ = ["check_grpc_targets"]
@@ -81,18 +81,10 @@ def _check_service(loc: Loc, service: Service) -> Iterator[tuple[Loc, str]]:
             "proxyless client would connect in plaintext. Expose a service without tls",
         )
     for e, endpoint in enumerate(service.endpoints):
-        if not _is_ip(endpoint.host):
+        if not is_ip_address(endpoint.host):
             yield (
                 loc,
                 f"service '{service.name}' endpoints[{e}] is the hostname '{endpoint.host}'; "
                 "proxyless clients take IP addresses only (EDS), give an IP address",
             )
             break
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

@@ -4,6 +4,7 @@ them without an import cycle."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from typing import Annotated
@@ -16,6 +17,7 @@ __all__ = [
     "Duration",
     "FilePath",
     "Name",
+    "is_ip_address",
     "join_host_port",
     "parse_duration",
     "split_host_port",
@@ -73,6 +75,15 @@ def _file_path(value: str) -> str:
 
 FilePath = Annotated[str, AfterValidator(_file_path)]
 """A path to a file the gateway reads (relative to the policy file's directory)."""
+
+
+def is_ip_address(host: str) -> bool:
+    """An IPv4 or IPv6 address (not a name to resolve)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def join_host_port(host: str, port: int) -> str:

@@ -3,24 +3,15 @@ fails."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 
 from inferway.policies.model import Endpoint
 from inferway.policies.picker import Picker
-from inferway.policies.types import join_host_port, split_host_port
+from inferway.policies.types import is_ip_address, join_host_port, split_host_port
 from inferway.resolve.ir.picker import PickerIR, ReplicaLoadIR
 from inferway.state.model import ReplicaLoad
 
 __all__ = ["resolve_picker"]
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _replicas(
@@ -30,7 +21,7 @@ def _replicas(
     address Envoy matches), with their last scraped load."""
     out = []
     for endpoint in endpoints:
-        if not _is_ip(endpoint.host):
+        if not is_ip_address(endpoint.host):
             continue
         address = join_host_port(endpoint.host, endpoint.port)  # GAIE's ip:port
         seen = load.get(address, ReplicaLoad())

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from inferway.cli.status import render_status
 from inferway.xds.translate.picker_envoy import PREFIX_HASH_HEADER
-from tests.picker_chat import SYSTEM, chat, picker_policy
+from tests.picker_chat import SYSTEM, chat, llamacpp_metrics, picker_policy
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
@@ -131,20 +131,10 @@ async def test_a_replica_past_the_load_bound_is_passed_over() -> None:
         assert served[holder] >= 1 and len(served) >= 2, served
 
 
-def _llamacpp(deferred: int) -> str:
-    """llama.cpp's queue metrics, as its server exposes them."""
-    return (
-        "# TYPE llamacpp:requests_deferred gauge\n"
-        f"llamacpp:requests_deferred {deferred}\n"
-        "# TYPE llamacpp:requests_processing gauge\n"
-        "llamacpp:requests_processing 1\n"
-    )
-
-
 async def test_a_replica_its_metrics_show_saturated_is_left_out_then_taken_back() -> None:
     backends = [ControlledBackend(name) for name in ("a", "b", "c")]
     for backend in backends:
-        backend.metrics_text = _llamacpp(0)
+        backend.metrics_text = llamacpp_metrics(0)
     limits = "      queue_limit: 4\n      scrape_interval: 200ms\n"
     async with TrafficGateway(_policy(limits), backends) as gw:
         assert gw.gateway is not None and gw.gateway.pickers is not None
@@ -152,7 +142,7 @@ async def test_a_replica_its_metrics_show_saturated_is_left_out_then_taken_back(
         status, holder = await chat(gw, "acme", "prime")
         assert status == 200 and holder is not None
         busy = next(b for b in backends if b.name == holder)
-        busy.metrics_text = _llamacpp(7)  # 7 waiting + 1 running >= 4
+        busy.metrics_text = llamacpp_metrics(7)  # 7 waiting + 1 running >= 4
 
         async def elsewhere() -> bool:  # Envoy has the replica as DEGRADED: off the table
             served = [(await chat(gw, "acme", f"q{i}"))[1] for i in range(4)]
@@ -171,7 +161,7 @@ async def test_a_replica_its_metrics_show_saturated_is_left_out_then_taken_back(
         render_status(document, console)
         text = " ".join(console.export_text().split())  # the caption may wrap
         assert "left out (saturated)" in text and "queue 8 >= queue_limit 4" in text
-        busy.metrics_text = _llamacpp(0)  # drained: taken back after 2 scrape intervals
+        busy.metrics_text = llamacpp_metrics(0)  # drained: taken back after 2 scrape intervals
 
         async def back() -> bool:
             served = [(await chat(gw, "acme", f"b{i}"))[1] for i in range(3)]

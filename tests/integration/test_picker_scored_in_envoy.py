@@ -19,22 +19,12 @@ from rich.console import Console
 
 from inferway.cli.status import render_status
 from inferway.devtools.otlp_receiver import ReceivedSpan, start_otlp_receiver
-from tests.picker_chat import chat, picker_policy
+from tests.picker_chat import chat, llamacpp_metrics, picker_policy
 from tests.traffic_harness import ControlledBackend, TrafficGateway, poll_until
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.integration]
 
 DESTINATION = "x-gateway-destination-endpoint"
-
-
-def _llamacpp(deferred: int) -> str:
-    """llama.cpp's queue metrics, as its server exposes them."""
-    return (
-        "# TYPE llamacpp:requests_deferred gauge\n"
-        f"llamacpp:requests_deferred {deferred}\n"
-        "# TYPE llamacpp:requests_processing gauge\n"
-        "llamacpp:requests_processing 1\n"
-    )
 
 
 def _policy(extra: str = "", observability: str = "") -> str:
@@ -111,12 +101,12 @@ async def test_a_tenant_meets_on_one_replica_tenants_spread_and_picks_are_explai
 async def test_a_deep_queue_gets_nothing_and_all_saturated_sheds() -> None:
     backends = [ControlledBackend(name) for name in ("a", "b", "c")]
     for backend in backends:
-        backend.metrics_text = _llamacpp(0)
+        backend.metrics_text = llamacpp_metrics(0)
     async with TrafficGateway(_policy("      queue_limit: 4\n      shed: true\n"), backends) as gw:
         status, holder = await chat(gw, "acme", "prime")
         assert status == 200 and holder is not None
         busy = next(b for b in backends if b.name == holder)
-        busy.metrics_text = _llamacpp(7)  # 7 waiting + 1 running >= 4: saturated
+        busy.metrics_text = llamacpp_metrics(7)  # 7 waiting + 1 running >= 4: saturated
 
         async def elsewhere() -> bool:  # the scrape reached Envoy with the routes
             served = [(await chat(gw, "acme", f"q{i}"))[1] for i in range(4)]
@@ -126,14 +116,14 @@ async def test_a_deep_queue_gets_nothing_and_all_saturated_sheds() -> None:
         moved = Counter([(await chat(gw, "acme", f"again {i}"))[1] for i in range(6)])
         assert len(moved) == 1 and holder not in moved, moved  # the prefix meets again
         for backend in backends:
-            backend.metrics_text = _llamacpp(9)
+            backend.metrics_text = llamacpp_metrics(9)
 
         async def shed() -> bool:
             return (await chat(gw, "acme", "x"))[0] == 429
 
         await poll_until(shed, timeout=15, what="429 with every replica saturated")
         for backend in backends:
-            backend.metrics_text = _llamacpp(0)
+            backend.metrics_text = llamacpp_metrics(0)
 
         async def served() -> bool:
             return (await chat(gw, "acme", "y"))[0] == 200

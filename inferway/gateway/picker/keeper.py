@@ -10,7 +10,6 @@ State, for Envoy (in_envoy.py).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from dataclasses import replace
 from types import MappingProxyType
@@ -23,7 +22,7 @@ from inferway.gateway.picker.pools import PickerPools, Wanted, endpoint_address,
 from inferway.gateway.picker.server import PickerServer, PoolPicker
 from inferway.gateway.picker.sidecar import PickerSidecar
 from inferway.policies.model import Policy
-from inferway.policies.types import split_host_port
+from inferway.policies.types import is_ip_address, split_host_port
 from inferway.resolve import resolve_policy
 from inferway.state.model import State
 
@@ -125,7 +124,7 @@ class PickerKeeper(PolicyFollower):
             own = settings[name]
             assert own is not None  # resolved with a picker: the policy has one
             endpoints = [
-                endpoint_address(e.host, e.port) for e in service.endpoints if _is_ip(e.host)
+                endpoint_address(e.host, e.port) for e in service.endpoints if is_ip_address(e.host)
             ]
             wanted = away if own.process == "sidecar" else here
             wanted.setdefault(split_host_port(own.listen), {})[name] = (own, endpoints)
@@ -166,11 +165,3 @@ class PickerKeeper(PolicyFollower):
         for sidecar in self.sidecars.values():
             await sidecar.stop()
         self.sidecars.clear()
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

@@ -6,12 +6,11 @@ sends each zone its share. grpcio's xDS client also requires locality weights (E
 
 from __future__ import annotations
 
-import ipaddress
-
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.core.v3 import address_pb2, base_pb2, health_check_pb2
 from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_components_pb2 as ec_pb2
 from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
+from inferway.policies.types import is_ip_address
 from inferway.resolve.ir.service import EndpointIR, LocalityIR, ServiceIR
 from inferway.xds.translate._protos import uint32_value
 from inferway.xds.translate.load_balancing import build_assignment_policy
@@ -28,14 +27,6 @@ __all__ = [
 HOSTNAME_DNS_LOOKUP_FAMILY = cluster_pb2.Cluster.DnsLookupFamily.V4_PREFERRED
 """How every DNS cluster resolves a hostname: IPv4 first, so "localhost" reaches a server
 bound to 127.0.0.1 only (Envoy's default, AUTO, tries IPv6 first)."""
-
-
-def is_ip_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def uses_hostnames(service: ServiceIR) -> bool:

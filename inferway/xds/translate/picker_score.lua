@@ -5,7 +5,7 @@
 
 local tobit, bxor, lshift, rshift, rol = bit.tobit, bit.bxor, bit.lshift, bit.rshift, bit.rol
 local byte, find, match, format, concat = string.byte, string.find, string.match, string.format, table.concat
-local sort, floor, now_s = table.sort, math.floor, os.time
+local floor, now_s = math.floor, os.time
 
 local HEADER = "x-gateway-destination-endpoint"
 local W_SUM = W_QUEUE + W_KV + W_PREFIX + W_LORA + W_SESSION
@@ -255,22 +255,39 @@ local function order_of(state, first)
   return bxor(rank, rshift(rank, 15))
 end
 
-local function by_total(a, b)
-  if a[1] ~= b[1] then return a[1] > b[1] end
-  return a[6] > b[6]
+
+-- one candidate's weighted total and its five scores, in SCORERS order
+local function score(state, p, lora, sticky)
+  local q = 1 / (1 + state.depth / QUEUE_LIMIT)
+  local k = 0.5
+  local used = state.used
+  if used ~= nil then k = 1 - used; if k < 0 then k = 0 elseif k > 1 then k = 1 end end
+  local l = lora_score(state, lora)
+  local s = (state.name == sticky) and 1 or 0
+  local total = (W_QUEUE * q + W_KV * k + W_PREFIX * p + W_LORA * l + W_SESSION * s) / W_SUM
+  return total, q, k, l, s
 end
 
--- one pick: nil when there is nothing to choose from; else status (200 or 429), rows (best
--- first: {total, state, scores, depth, matched, tie}), the number saturated, all saturated
+local function sticky_of(session)
+  if session == nil then return nil end
+  return sessions[session] or old_sessions[session]
+end
+
+local KEEP = FALLBACKS + 1
+if KEEP < 2 then KEEP = 2 end  -- the runner-up is in every reason
+
+-- one pick: nil when there is nothing to choose from; else status (200 or 429), the best
+-- KEEP candidates best first ({total, tie, state, prefix score, hit, home}), the number
+-- saturated, all saturated. Each candidate's depth and KV use are left on its state.
 local function pick(blocks, lora, session)
   local n_pool = #pool
   if n_pool == 0 then return nil end
-  local open, loads = {}, {}
+  local open = {}
   for i = 1, n_pool do
     local state = eps[pool[i]]
     local depth = depth_of(state)
     local used = kv_of(state, depth)
-    loads[state] = {depth, used}
+    state.depth, state.used = depth, used
     if depth < QUEUE_LIMIT and (used == nil or used < KV_CACHE_LIMIT) then
       open[#open + 1] = state
     end
@@ -280,14 +297,14 @@ local function pick(blocks, lora, session)
     if SHED then return 429, nil, saturated, true end
     for i = 1, n_pool do open[i] = eps[pool[i]] end
   end
+  local n_open = #open
   local n_blocks = #blocks
   local matched = n_blocks > 0 and matches(blocks) or {}
   local matched_any = false  -- an open candidate holds part of the prompt (here)
-  for i = 1, #open do
+  for i = 1, n_open do
     if matched[open[i].name] ~= nil then matched_any = true; break end
   end
-  local sticky = nil
-  if session ~= nil then sticky = sessions[session] or old_sessions[session] end
+  local sticky = sticky_of(session)
   local first = blocks[1] or 0
   -- a prompt no open candidate holds here (new to this worker, or its holders saturated)
   -- goes to its home: the first replica in the prompt's own order (a hash of its first block)
@@ -297,56 +314,61 @@ local function pick(blocks, lora, session)
   -- the least loaded replicas (a unique prompt is one too)
   local home = nil
   if n_blocks > 0 and HOME_LOAD_BOUND > 0 and matched_any == false then
-    local least = nil
-    for i = 1, #open do
-      local depth = loads[open[i]][1]
-      if least == nil or depth < least then least = depth end
+    local least = open[1].depth
+    for i = 2, n_open do
+      if open[i].depth < least then least = open[i].depth end
     end
     local room = least * HOME_LOAD_BOUND + 1
     local best = nil
-    for i = 1, #open do
+    for i = 1, n_open do
       local state = open[i]
-      if loads[state][1] < room then
+      if state.depth < room then
         local rank = order_of(state, first)
         if best == nil or rank > best then best, home = rank, state end
       end
     end
   end
-  local rows = {}
-  for i = 1, #open do
+  -- the best KEEP, by total then the prompt's own order (equal totals: the same choice in
+  -- every worker); one pass, no table per candidate
+  local rows, n_rows = {}, 0
+  for i = 1, n_open do
     local state = open[i]
-    local load = loads[state]
-    local depth, used = load[1], load[2]
-    local q = 1 / (1 + depth / QUEUE_LIMIT)
-    local k = 0.5
-    if used ~= nil then k = 1 - used; if k < 0 then k = 0 elseif k > 1 then k = 1 end end
     local hit = matched[state.name] or 0
     local p = n_blocks > 0 and hit / n_blocks or 0
     if state == home then p = 1 end
-    local l = lora_score(state, lora)
-    local s = (state.name == sticky) and 1 or 0
-    local total = (W_QUEUE * q + W_KV * k + W_PREFIX * p + W_LORA * l + W_SESSION * s) / W_SUM
-    -- equal totals: the same order in every worker for this prompt (its first block)
-    rows[i] = {total, state, {q, k, p, l, s}, depth, hit, order_of(state, first), state == home}
+    local total = score(state, p, lora, sticky)
+    local last = rows[n_rows]
+    if n_rows < KEEP or total > last[1] or (total == last[1] and order_of(state, first) > last[2]) then
+      local tie = order_of(state, first)
+      local row = {total, tie, state, p, hit, state == home}
+      local at = n_rows < KEEP and n_rows + 1 or KEEP
+      if n_rows < KEEP then n_rows = n_rows + 1 end
+      while at > 1 and (rows[at - 1][1] < total or (rows[at - 1][1] == total and rows[at - 1][2] < tie)) do
+        rows[at] = rows[at - 1]
+        at = at - 1
+      end
+      rows[at] = row
+    end
   end
-  sort(rows, by_total)
   return 200, rows, saturated, saturated == n_pool
 end
 
 local NAMES = {"queue", "kv_cache", "prefix", "lora", "session"}
 local WEIGHTS = {W_QUEUE, W_KV, W_PREFIX, W_LORA, W_SESSION}
 
-local function reason(rows, saturated, all_saturated, n_blocks)
+local function reason(rows, saturated, all_saturated, n_blocks, lora, sticky)
   local first = rows[1]
-  local scores = first[3]
+  local state = first[3]
+  local total, q, k, l, sc = score(state, first[4], lora, sticky)
+  local scores = {q, k, first[4], l, sc}
   local parts = {}
   for i = 1, 5 do
     if WEIGHTS[i] > 0 then parts[#parts + 1] = format("%s %.2fx%g", NAMES[i], scores[i], WEIGHTS[i]) end
   end
-  local held = format("prefix %d/%d blocks%s", first[5], n_blocks, first[7] and ", new here: its home" or "")
-  local text = format("%s total %.3f (%s; depth %g; %s)", first[2].name, first[1],
-    concat(parts, ", "), first[4], held)
-  if rows[2] ~= nil then text = text .. format("; runner-up %s %.3f", rows[2][2].name, rows[2][1]) end
+  local held = format("prefix %d/%d blocks%s", first[5], n_blocks, first[6] and ", new here: its home" or "")
+  local text = format("%s total %.3f (%s; depth %g; %s)", state.name, total,
+    concat(parts, ", "), state.depth, held)
+  if rows[2] ~= nil then text = text .. format("; runner-up %s %.3f", rows[2][3].name, rows[2][1]) end
   if saturated > 0 then
     text = text .. format("; %d saturated %s", saturated, all_saturated and "(all: least bad)" or "excluded")
   end
@@ -381,11 +403,12 @@ function envoy_on_request(handle)
       format('{"error":{"message":"all %d replicas are saturated","type":"overloaded"}}', saturated))
     return
   end
-  local winner = rows[1][2]
+  local why = reason(rows, saturated, all_saturated, #blocks, lora, sticky_of(session))
+  local winner = rows[1][3]
   local chosen = {winner.name}
   for i = 2, 1 + FALLBACKS do
     if rows[i] == nil then break end
-    chosen[i] = rows[i][2].name
+    chosen[i] = rows[i][3].name
   end
   headers:replace(HEADER, concat(chosen, ","))
   winner.in_flight = winner.in_flight + 1
@@ -399,7 +422,7 @@ function envoy_on_request(handle)
   order[tail] = next_ticket
   meta:set(TICKETS, "t", next_ticket)
   meta:set(NAMESPACE, "winner", winner.name)
-  meta:set(NAMESPACE, "reason", reason(rows, saturated, all_saturated, #blocks))
+  meta:set(NAMESPACE, "reason", why)
 end
 
 function envoy_on_response(handle)
