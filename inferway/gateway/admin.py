@@ -36,6 +36,7 @@ from inferway.gateway.control_plane import DEGRADED_REJECTED, ControlPlane, Refu
 from inferway.gateway.control_plane_metrics import CONTENT_TYPE, ControlPlaneMetrics
 from inferway.gateway.fleet.fleet_limits import local_limit_warnings
 from inferway.gateway.keeper_state import KeeperView
+from inferway.gateway.picker.keeper import worker_warnings
 from inferway.gateway.supervisor import EnvoySupervisor
 from inferway.policies import dump_policy
 from inferway.policies.redact import build_redacted_policy
@@ -217,6 +218,9 @@ async def _status(request: web.Request) -> web.Response:
         1 for n in plane.cache.node_status() if n.connected and parse_group(n.group).kind == "envoy"
     )
     warnings = local_limit_warnings(plane.policy, envoys)
+    supervisor = app.get(SUPERVISOR)
+    if supervisor is not None:  # the Envoy this gateway runs (with --no-envoy: not known)
+        warnings += worker_warnings(plane.policy, supervisor.concurrency)
     if warnings:
         document["warnings"] = warnings
     watchers = app.get(WATCHERS)

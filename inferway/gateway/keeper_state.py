@@ -61,11 +61,15 @@ def write_keeper_state(path: Path, state: KeeperState) -> None:
 class KeeperView:
     """The admin API's view of the keeper's Envoy: the attributes ``EnvoySupervisor`` offers
     (``pid``, ``running``, ``restarts``, ``last_exit_code``, ``admin_port``), read from the
-    file on each access, plus the control plane's own record."""
+    file on each access, plus the control plane's own record, and ``concurrency`` (the
+    keeper's ``--envoy-concurrency``; None: Envoy's default)."""
 
-    def __init__(self, path: Path, *, envoy_admin_port: int) -> None:
+    def __init__(
+        self, path: Path, *, envoy_admin_port: int, concurrency: int | None = None
+    ) -> None:
         self.path = path
         self._admin_port = envoy_admin_port
+        self.concurrency = concurrency
 
     def read(self) -> dict[str, Any]:
         """The file's content; empty while the keeper has not written it (or it is unreadable)."""

@@ -85,7 +85,11 @@ def _keeper_view(options: WiringOptions) -> KeeperView | None:
     """The keeper's Envoy, for the admin API of its control-plane process."""
     if options.keeper_state_file is None:
         return None
-    return KeeperView(options.keeper_state_file, envoy_admin_port=options.envoy_admin_port)
+    return KeeperView(
+        options.keeper_state_file,
+        envoy_admin_port=options.envoy_admin_port,
+        concurrency=options.envoy_concurrency,
+    )
 
 
 @dataclass

@@ -31,6 +31,7 @@ from inferway._xds_protos.envoy.extensions.load_balancing_policies.maglev.v3 imp
 from inferway._xds_protos.envoy.extensions.load_balancing_policies.override_host.v3 import (
     override_host_pb2,
 )
+from inferway.gateway.picker.keeper import worker_warnings
 from inferway.policies import PolicyError, load_policy_text
 from inferway.policies.dump import dump_policy
 from inferway.resolve import resolve_policy
@@ -411,3 +412,16 @@ def test_in_envoy_scored_runs_the_lua_picker_with_override_host_and_the_load_in_
         return float(MessageToDict(chat.metadata.filter_metadata["inferway.picker.llm"])["v"])
 
     assert version(routes) != version(changed)
+
+
+def test_status_warns_of_a_scored_in_envoy_picker_behind_several_envoy_workers() -> None:
+    scored = load_policy_text(
+        UNBALANCED.replace("PICKER", "{process: envoy, pick: score}"), "p.yaml"
+    )
+    (warning,) = worker_warnings(scored, None)
+    assert "service llm" in warning and "one per core" in warning
+    assert "--envoy-concurrency 1" in warning
+    assert "4 workers" in worker_warnings(scored, 4)[0]
+    assert worker_warnings(scored, 1) == []
+    hashed = load_policy_text(UNBALANCED.replace("PICKER", "{process: envoy}"), "p.yaml")
+    assert worker_warnings(hashed, None) == [] and worker_warnings(None, None) == []

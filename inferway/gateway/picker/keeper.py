@@ -26,9 +26,25 @@ from inferway.policies.types import is_ip_address, split_host_port
 from inferway.resolve import resolve_policy
 from inferway.state.model import State
 
-__all__ = ["PickerKeeper", "endpoint_address", "picker_config"]
+__all__ = ["PickerKeeper", "endpoint_address", "picker_config", "worker_warnings"]
 
 log = logging.getLogger(__name__)
+
+
+def worker_warnings(policy: Policy | None, concurrency: int | None) -> list[str]:
+    """``status``'s warning for each service scored in Envoy (``process: envoy, pick:
+    score``) while the Envoy this gateway runs has more than one worker (``concurrency``; None:
+    Envoy's default, one per core): each worker keeps its own prefix index and counts."""
+    if policy is None or concurrency == 1:
+        return []
+    workers = "one per core (Envoy's default)" if concurrency is None else f"{concurrency}"
+    return [
+        f"service {s.name}: its picker scores in Envoy (process: envoy, pick: score), whose "
+        f"workers each keep their own prefix index and in-flight counts, and Envoy runs "
+        f"{workers} workers: start it with --envoy-concurrency 1 (docs/picker.md)"
+        for s in policy.services
+        if s.picker is not None and s.picker.process == "envoy" and s.picker.pick == "score"
+    ]
 
 
 class PickerKeeper(PolicyFollower):
