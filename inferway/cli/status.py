@@ -100,7 +100,7 @@ def _in_envoy_table(
             title=f"endpoint picker: {service} (replicas' own metrics, as Envoy's picker has them)",
             title_justify="left",
         )
-        for column in ("endpoint", "queue", "KV cache", "Envoy"):
+        for column in ("endpoint", "queue", "KV cache", "prefix hits", "Envoy"):
             table.add_column(column, justify="left" if column in ("endpoint", "Envoy") else "right")
         for endpoint, stats in sorted(picked.get("endpoints", {}).items()):
             depth, used = stats.get("depth"), stats.get("kv_cache")
@@ -108,6 +108,7 @@ def _in_envoy_table(
                 endpoint,
                 "-" if depth is None else f"{depth:g}",
                 "-" if used is None else f"{100 * float(used):.0f}%",
+                _percent(stats.get("prefix_hit_rate")),
                 "[yellow]saturated: skipped[/yellow]" if stats.get("saturated") else "scored",
             )
         return table
@@ -129,7 +130,7 @@ def _in_envoy_table(
         title_justify="left",
         caption=caption,
     )
-    for column in ("endpoint", "queue", "KV cache", "Envoy"):
+    for column in ("endpoint", "queue", "KV cache", "prefix hits", "Envoy"):
         table.add_column(column, justify="left" if column in ("endpoint", "Envoy") else "right")
     for endpoint, stats in sorted(picked.get("endpoints", {}).items()):
         depth, used = stats.get("depth"), stats.get("kv_cache")
@@ -143,9 +144,15 @@ def _in_envoy_table(
             endpoint,
             "-" if depth is None else f"{depth:g}",
             "-" if used is None else f"{100 * float(used):.0f}%",
+            _percent(stats.get("prefix_hit_rate")),
             state,
         )
     return table
+
+
+def _percent(value: object) -> str:
+    """A 0..1 share as a percentage; "-" when not known."""
+    return "-" if not isinstance(value, int | float) else f"{100 * float(value):.0f}%"
 
 
 def _picker_table(service: str, picked: PickerStatusRecord) -> Table:

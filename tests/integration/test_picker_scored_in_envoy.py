@@ -36,6 +36,11 @@ async def test_a_tenant_meets_on_one_replica_tenants_spread_and_picks_are_explai
     tmp_path: Path,
 ) -> None:
     backends = [ControlledBackend(name) for name in ("a", "b", "c")]
+    for backend in backends:  # vLLM's own prefix-cache counters: 75% of lookups hit
+        backend.metrics_text = (
+            "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n"
+            "vllm:prefix_cache_queries_total 200\nvllm:prefix_cache_hits_total 150\n"
+        )
     log = tmp_path / "access.log"
     receiver = await start_otlp_receiver()
     observability = (
@@ -91,9 +96,12 @@ async def test_a_tenant_meets_on_one_replica_tenants_spread_and_picks_are_explai
                 document = (await admin.get("/status")).json()
             shown = document["pickers"]["llm"]
             assert shown["in_envoy"]["pick"] == "score"
+            replica = shown["endpoints"][f"127.0.0.1:{backends[0].port}"]
+            assert replica["prefix_hit_rate"] == 0.75 and replica["depth"] == 0
             console = Console(record=True, width=240)
             render_status(document, console)
-            assert "scored in Envoy's Lua filter" in console.export_text()
+            text = console.export_text()
+            assert "scored in Envoy's Lua filter" in text and "75%" in text
     finally:
         await receiver.stop()
 

@@ -47,6 +47,24 @@ def test_metrics_in_each_dialect() -> None:
         "llamacpp", 4, 1, 0.25,
     )  # fmt: skip
     assert parse_metrics("other_metric 1\n") == ServerMetrics()  # unknown, never zero
+    assert vllm.prefix_hit_rate is None and llama.prefix_hit_rate is None  # not said
+
+
+def test_the_servers_own_prefix_cache_hit_rate_in_each_dialect() -> None:
+    v1 = (
+        "# TYPE vllm:prefix_cache_queries counter\n"
+        'vllm:prefix_cache_queries_total{model_name="m",engine="0"} 300.0\n'
+        'vllm:prefix_cache_queries_total{model_name="m",engine="1"} 100.0\n'
+        "# TYPE vllm:prefix_cache_hits counter\n"
+        'vllm:prefix_cache_hits_total{model_name="m",engine="0"} 250.0\n'
+        'vllm:prefix_cache_hits_total{model_name="m",engine="1"} 50.0\n'
+    )
+    assert parse_metrics(VLLM + v1).prefix_hit_rate == 0.75  # every engine's, summed
+    none_yet = v1.replace("300.0", "0").replace("100.0", "0")
+    assert parse_metrics(VLLM + none_yet).prefix_hit_rate is None  # no lookup yet
+    v0 = "# TYPE vllm:gpu_prefix_cache_hit_rate gauge\nvllm:gpu_prefix_cache_hit_rate 0.4\n"
+    assert parse_metrics(VLLM + v0).prefix_hit_rate == 0.4
+    assert parse_metrics(SGLANG + "sglang:cache_hit_rate 0.9\n").prefix_hit_rate == 0.9
 
 
 def test_prompt_text_from_chat_and_completions() -> None:

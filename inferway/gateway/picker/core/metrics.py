@@ -1,6 +1,8 @@
 """Model servers' own load metrics, read from their Prometheus text, under the names the
 Gateway API Inference Extension's model-server protocol lists (vLLM, SGLang) and llama.cpp's
-``llamacpp:*``: the queue, the running batch, KV-cache use and the LoRA adapters loaded.
+``llamacpp:*``: the queue, the running batch, KV-cache use and the LoRA adapters loaded; and,
+for status, the server's own prefix-cache hit rate where it says it (vLLM v1's
+``prefix_cache_hits``/``prefix_cache_queries`` counters, vLLM v0's and SGLang's gauges).
 
 One server speaks one dialect; the first family found decides which. Missing metrics stay
 ``None`` (unknown), never zero: a scorer treats unknown as neutral, not as idle.
@@ -23,6 +25,8 @@ _KV_CACHE = (
     "llamacpp:kv_cache_usage_ratio",
 )
 _LORA = "vllm:lora_requests_info"
+_PREFIX_HITS, _PREFIX_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+_PREFIX_HIT_RATE = ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,9 @@ class ServerMetrics:
     loras_waiting: frozenset[str] = frozenset()
     max_lora: int | None = None
     dialect: str = "none"
+    prefix_hit_rate: float | None = None
+    """The server's own prefix-cache hits over lookups (0..1) since it started, where it says
+    it; shown in status, never scored."""
 
 
 def _adapters(value: str | None) -> frozenset[str]:
@@ -51,7 +58,11 @@ def parse_metrics(text: str) -> ServerMetrics:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
-            if name in _QUEUE or name in _RUNNING or name in _KV_CACHE:
+            if name in (_PREFIX_HITS, _PREFIX_QUERIES):
+                found[name] = found.get(name, 0.0) + float(sample.value)
+            elif name in _PREFIX_HIT_RATE:
+                found.setdefault(name, float(sample.value))
+            elif name in _QUEUE or name in _RUNNING or name in _KV_CACHE:
                 found[name] = found.get(name, 0.0) + float(sample.value)
             elif name == _LORA and float(sample.value) > lora_stamp:
                 lora_stamp, lora = float(sample.value), dict(sample.labels)  # the latest wins
@@ -62,6 +73,11 @@ def parse_metrics(text: str) -> ServerMetrics:
     def first(names: tuple[str, ...]) -> float | None:
         return next((found[n] for n in names if n in found), None)
 
+    queries = found.get(_PREFIX_QUERIES)
+    if queries:
+        hit_rate: float | None = found.get(_PREFIX_HITS, 0.0) / queries
+    else:
+        hit_rate = first(_PREFIX_HIT_RATE)
     max_lora = lora.get("max_lora", "")
     return ServerMetrics(
         waiting=first(_QUEUE),
@@ -71,4 +87,5 @@ def parse_metrics(text: str) -> ServerMetrics:
         loras_waiting=_adapters(lora.get("waiting_lora_adapters")),
         max_lora=int(max_lora) if max_lora.strip().isdigit() else None,
         dialect=dialect,
+        prefix_hit_rate=hit_rate,
     )

@@ -209,11 +209,13 @@ class SaturationGate:
         return {e: r.metrics for e, r in self._replicas.items()}
 
     def stats(self) -> dict[str, dict[str, float | bool | None]]:
-        """Per replica: the last scrape's queue depth and KV-cache use, saturated, left out."""
+        """Per replica: the last scrape's queue depth, KV-cache use and the server's own
+        prefix-cache hit rate (None: not said), saturated, left out."""
         return {
             e: {
                 "depth": queue_depth(r.metrics),
                 "kv_cache": None if r.metrics is None else r.metrics.kv_cache,
+                "prefix_hit_rate": None if r.metrics is None else r.metrics.prefix_hit_rate,
                 "saturated": r.saturated,
                 "left_out": e in self._left_out,
             }
