@@ -160,11 +160,12 @@ class PickerStatusRecord(TypedDict):
     "score" and the ``scorers``' weights (Envoy's Lua picker scores each request: its winner and
     reason go to the access log and trace, ``inferway.picker``); Envoy picks (its access log and
     trace name each request's upstream), and ``endpoints`` holds each replica's last scrape
-    (``depth``, ``kv_cache``, the server's own ``prefix_hit_rate`` where it says it) with ``saturated`` and ``left_out`` (sent to Envoy as DEGRADED);
-    ``changes``: the recent left-out / taken-back decisions (``at``, ``endpoint``, ``left_out``,
-    ``reason``, ``depth``, ``kv_cache``); ``kept_in_saturated``: saturated replicas kept in (the
-    pool had no room, or at most half the pool is left out); ``no_room``: why the pool had no
-    room for a saturated replica's traffic (None: it had)."""
+    (``depth``, ``kv_cache``, the server's own ``prefix_hit_rate`` where it says it) with
+    ``saturated`` and ``left_out`` (sent to Envoy as DEGRADED); ``changes``: the recent left-out
+    / taken-back decisions (``at``, ``endpoint``, ``left_out``, ``reason``, ``depth``,
+    ``kv_cache``); ``kept_in_saturated``: saturated replicas kept in (the pool had no room, or
+    at most half the pool is left out); ``no_room``: why the pool had no room for a saturated
+    replica's traffic (None: it had)."""
 
     endpoints: dict[str, dict[str, float | bool | None]]
     last_pick: dict[str, Any] | None
