@@ -12,10 +12,13 @@ fallback, as with ``fail: open``).
 What differs from the picker process, and why it is acceptable:
 
 - **Per worker.** Each Envoy worker thread has its own Lua state, so its own prefix index,
-  in-flight counts and sessions. A prompt's first request on another worker finds no prefix
-  there; equal scores are broken the same way on every worker (by the prompt's first block),
-  so with an idle pool the workers still agree where a new prefix goes. The scraped queue is
-  the whole server's, every worker's and every Envoy's traffic together.
+  in-flight counts and sessions. A prompt no open replica holds in a worker's index goes to
+  its home (the first replica in the prompt's own hash order with a depth at most
+  ``load_bound`` times the least loaded's, plus one), so workers and Envoys that see the pool
+  alike put it in one place; equal totals are broken by the same order. Between scrapes each
+  worker counts only its own requests, so one worker is the configuration to run in front of
+  an LLM pool (``inferway run --envoy-concurrency 1``; status warns otherwise). The scraped
+  queue is the whole server's, every worker's and every Envoy's traffic together.
 - **The prompt's blocks** are hashed over the request body as sent (32 bits, chained: a block
   matches only with everything before it) from its ``messages`` or ``prompt`` on, not
   over the parsed text: the same prompt sent the same way matches; the LoRA scorer reads the
@@ -33,9 +36,9 @@ What differs from the picker process, and why it is acceptable:
   how many were saturated), which the trace span carries as ``inferway.picker.winner`` /
   ``.reason`` and an access log can write (``%DYNAMIC_METADATA(inferway.picker:reason)%``).
 
-The index is bounded: ``BLOCKS_PER_ENDPOINT`` blocks per replica per worker (a ring: the
-oldest go first, a block sent again moves to the front), about 100 bytes each in Lua. The
-prompt is hashed four bytes a step.
+The index is bounded: ``BLOCKS_PER_ENDPOINT`` blocks per replica per worker, least recently
+sent first out (the picker process's LRU order), about 280 bytes a block in Lua. The prompt is
+hashed four bytes a step. Only the best ``fallbacks + 1`` candidates are kept per pick.
 """
 
 from __future__ import annotations
