@@ -150,7 +150,7 @@ class LuaPicker:
 
     def state(self, endpoint: str) -> dict[str, float]:
         s = self.lua.globals().inferway_test.eps()[endpoint]
-        return {k: s[k] for k in ("in_flight", "since", "done_since", "epoch", "picks")}
+        return {k: s[k] for k in ("in_flight", "since", "done_since", "epoch")}
 
     def record(self, endpoint: str, blocks: Sequence[int]) -> None:
         """The index only: ``endpoint`` was sent ``blocks``."""

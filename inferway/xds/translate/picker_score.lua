@@ -71,7 +71,7 @@ local function refresh(handle)
     local state = eps[name]
     if state == nil then
       state = {name = name, hash = name_hash(name), in_flight = 0, since = 0, done_since = 0,
-               epoch = 0, picks = 0, newer = {}, older = {}, n_blocks = 0}
+               epoch = 0, newer = {}, older = {}, n_blocks = 0}
       eps[name] = state
     end
     local d, k, m = depth[i], kv[i], max_lora[i]
@@ -338,8 +338,10 @@ local function pick(blocks, lora, session)
     if state == home then p = 1 end
     local total = score(state, p, lora, sticky)
     local last = rows[n_rows]
-    if n_rows < KEEP or total > last[1] or (total == last[1] and order_of(state, first) > last[2]) then
-      local tie = order_of(state, first)
+    local tie = nil
+    if n_rows == KEEP and total == last[1] then tie = order_of(state, first) end
+    if n_rows < KEEP or total > last[1] or (tie ~= nil and tie > last[2]) then
+      tie = tie or order_of(state, first)
       local row = {total, tie, state, p, hit, state == home}
       local at = n_rows < KEEP and n_rows + 1 or KEEP
       if n_rows < KEEP then n_rows = n_rows + 1 end
@@ -413,7 +415,6 @@ function envoy_on_request(handle)
   headers:replace(HEADER, concat(chosen, ","))
   winner.in_flight = winner.in_flight + 1
   winner.since = winner.since + 1
-  winner.picks = winner.picks + 1
   if #blocks > 0 then record(winner, blocks) end
   if session ~= nil then remember_session(session, winner.name) end
   next_ticket = next_ticket + 1
