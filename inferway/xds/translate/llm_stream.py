@@ -305,19 +305,36 @@ function envoy_on_response(handle)
     local data = tail
     if size > 0 then data = tail .. chunk:getBytes(0, size) end
     local now = handle:timestampString(EnvoyTimestampResolution.MICROSECOND)
-    local kept = {}
+    local kept, dropped = drop and {} or nil, false
+    local lf_only = string.find(data, "\r", 1, true) == nil  -- the usual "\n\n" events
     local pos = 1
     while true do
-      local a, b = boundary(data, pos)
+      local a, b
+      if lf_only then
+        a, b = string.find(data, "\n\n", pos, true)
+      else
+        a, b = boundary(data, pos)
+      end
       if a == nil then break end
-      local event = string.sub(data, pos, b)
-      if not (account(t, event, now) and drop) then kept[#kept + 1] = event end
+      local event = (pos == 1 and b == #data) and data or string.sub(data, pos, b)
+      if account(t, event, now) and drop then
+        dropped = true
+      elseif drop then
+        kept[#kept + 1] = event
+      end
       pos = b + 1
     end
-    tail = string.sub(data, pos)
+    local carried = tail ~= ""
+    tail = pos > #data and "" or string.sub(data, pos)
     if drop then
-      last_out = table.concat(kept)
-      chunk:setBytes(last_out)
+      -- only whole events go on (a usage chunk may come split): the chunk is rewritten when
+      -- an event was dropped or one is split across chunks, and passed as it is otherwise
+      if dropped or carried or tail ~= "" then
+        last_out = table.concat(kept)
+        chunk:setBytes(last_out)
+      else
+        last_out = data
+      end
     end
     last = chunk
     if t.chunks > reported and (reported == 0 or t.chunks - reported >= EVERY) then
