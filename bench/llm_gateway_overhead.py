@@ -168,7 +168,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                         envoy_admin_port=free_port(),
                         workdir=Path(workdir) / f"gw-{transport}",
                         envoy_log_level="error",
-                        envoy_concurrency=1,
+                        envoy_concurrency=args.envoy_concurrency,
                     )
                 )
             envoy_pids: dict[str, int | None] = {"direct": None}
@@ -290,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-token-ms", type=float, default=20.0)
     parser.add_argument("--token-ms", type=float, default=20.0)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument(
+        "--envoy-concurrency",
+        type=int,
+        default=None,
+        help="the gateways' Envoy worker threads (default: one per core, as `inferway run`)",
+    )
     parser.add_argument("--quick", action="store_true", help="2 s per target, one round")
     parser.add_argument(
         "--no-freeze-heap",
@@ -304,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     load = Path("/proc/loadavg").read_text().split()[:3]
     result = run_event_loop(measure(args))  # the gateway's loop, as `inferway run` runs it
     result["loadavg"] = {"before": load, "after": Path("/proc/loadavg").read_text().split()[:3]}
+    result["envoy_concurrency"] = args.envoy_concurrency or os.cpu_count()
     columns = [
         "target",
         "c",
@@ -367,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"(Envoy alone: {_envoy_alone(result['rows'], r['concurrency'])} ms)"
             )
     print(
-        f"load average before / after: {result['loadavg']['before']} / {result['loadavg']['after']}"
+        f"Envoy workers {result['envoy_concurrency']}; load average before / after: "
+        f"{result['loadavg']['before']} / {result['loadavg']['after']}"
     )
     path = write_results(
         "llm_gateway_overhead",
