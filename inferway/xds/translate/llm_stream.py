@@ -86,13 +86,13 @@ ANSWER_DROP_USAGE = "x-inferway-llm-drop-usage"
 ANSWER_REWRITTEN = "x-inferway-llm-rewritten"
 ANSWER_REFUSAL = "x-inferway-llm-refusal"
 PROGRESS_EVERY = 16
+"""Tokens between two progress reports (the first token is always reported)."""
 BACKEND_HEADER = "x-inferway-llm-backend"
 """Added by an openai route to its answers (``%UPSTREAM_CLUSTER%``); the script reads it for
 the ``backend`` label and removes it before the client sees it."""
 MAX_PLAIN_ANSWER = 16 * 1024 * 1024
 """A plain (non-streamed) answer is sent to the processor for its ``usage`` up to this size
 (embeddings can be large); past it the answer still passes whole, its tokens estimated."""
-"""Tokens between two progress reports (the first token is always reported)."""
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 
