@@ -42,11 +42,11 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check inferway tests bench
 	$(BIN)/mypy
-	$(BIN)/ruff format --check inferway tests bench
+	$(BIN)/ruff format --check inferway tests bench docs README.md
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix inferway tests bench
-	$(BIN)/ruff format inferway tests bench
+	$(BIN)/ruff format inferway tests bench docs README.md
 
 golden: $(STAMP)
 	INFERWAY_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/golden tests/unit/test_policy_broken.py tests/unit/test_layering.py -q
