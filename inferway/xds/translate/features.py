@@ -30,14 +30,10 @@ from google.protobuf import struct_pb2
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.core.v3 import (
     base_pb2,
-    grpc_service_pb2,
     substitution_format_string_pb2,
 )
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
-from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
-    ext_proc_pb2,
-    processing_mode_pb2,
-)
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -51,7 +47,8 @@ from inferway._xds_protos.envoy.type.matcher.v3 import (
 from inferway._xds_protos.envoy.type.v3 import range_pb2
 from inferway.resolve.ir.features import FeatureRouterIR, FeaturesIR, FieldMatchIR, RangeIR
 from inferway.resolve.ir.route import PathMatchIR, RouteIR
-from inferway.xds.translate._protos import duration, pack
+from inferway.xds.translate._protos import pack
+from inferway.xds.translate.ext_proc_request import request_body_processor
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 
 __all__ = [
@@ -96,30 +93,12 @@ MALFORMED_SUFFIX = "_malformed"
 
 
 def build_feature_router_filter(router: FeatureRouterIR) -> hcm_pb2.HttpFilter:
-    mode = processing_mode_pb2.ProcessingMode
-    config = ext_proc_pb2.ExternalProcessor(
-        grpc_service=grpc_service_pb2.GrpcService(
-            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=FEATURE_ROUTER_CLUSTER),
-            initial_metadata=[
-                base_pb2.HeaderValue(key=FIELDS_METADATA_KEY, value=json.dumps(router.fields))
-            ],
-        ),
-        failure_mode_allow=True,
-        message_timeout=duration(router.timeout),
-        processing_mode=mode(
-            # headers must be sent too: with them skipped, Envoy routes before the body
-            request_header_mode=mode.SEND,
-            request_body_mode=mode.BUFFERED,
-            request_trailer_mode=mode.SKIP,
-            response_header_mode=mode.SKIP,
-            response_body_mode=mode.NONE,
-            response_trailer_mode=mode.SKIP,
-        ),
-        metadata_options=ext_proc_pb2.MetadataOptions(
-            receiving_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
-                untyped=[FEATURES_NAMESPACE]
-            )
-        ),
+    config = request_body_processor(
+        FEATURE_ROUTER_CLUSTER,
+        FEATURES_NAMESPACE,
+        router.timeout,
+        fail_open=True,
+        metadata=(FIELDS_METADATA_KEY, json.dumps(router.fields)),
     )
     return hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(config))
 

@@ -23,17 +23,11 @@ from collections.abc import Sequence
 
 from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
-from inferway._xds_protos.envoy.config.core.v3 import (
-    base_pb2,
-    grpc_service_pb2,
-)
+from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_pb2
 from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
-from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
-    ext_proc_pb2,
-    processing_mode_pb2,
-)
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -47,6 +41,7 @@ from inferway.resolve.ir.llm import LlmGatewayIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.resolve.llm import llm_path
 from inferway.xds.translate._protos import duration, pack
+from inferway.xds.translate.ext_proc_request import request_body_processor
 from inferway.xds.translate.grpc_access_log import grpc_log_common
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 from inferway.xds.translate.llm_stream import BACKEND_HEADER
@@ -79,31 +74,11 @@ UNKNOWN_MODEL_ROUTE = "llm_unknown_model_"
 
 
 def build_llm_filter(gateway: LlmGatewayIR) -> hcm_pb2.HttpFilter:
-    mode = processing_mode_pb2.ProcessingMode
-    config = ext_proc_pb2.ExternalProcessor(
-        grpc_service=grpc_service_pb2.GrpcService(
-            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=LLM_CLUSTER)
-        ),
-        failure_mode_allow=False,
-        # a request outside every openai prefix (no route of this processor) is let go at
-        # its headers: the processor answers with a mode override that skips its body
-        allow_mode_override=True,
-        message_timeout=duration(gateway.timeout),
-        processing_mode=mode(
-            request_header_mode=mode.SEND,
-            request_body_mode=mode.BUFFERED,
-            request_trailer_mode=mode.SKIP,
-            # answers are read by Envoy's Lua filter (llm_stream.py), which reports here
-            response_header_mode=mode.SKIP,
-            response_body_mode=mode.NONE,
-            response_trailer_mode=mode.SKIP,
-        ),
-        metadata_options=ext_proc_pb2.MetadataOptions(
-            receiving_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
-                untyped=[LLM_NAMESPACE]
-            )
-        ),
-    )
+    config = request_body_processor(LLM_CLUSTER, LLM_NAMESPACE, gateway.timeout, fail_open=False)
+    # answers are read by Envoy's Lua filter (llm_stream.py), which reports to the processor;
+    # a request outside every openai prefix (no route of this processor) is let go at its
+    # headers: the processor answers with a mode override that skips its body
+    config.allow_mode_override = True
     return hcm_pb2.HttpFilter(name=LLM_FILTER, typed_config=pack(config))
 
 

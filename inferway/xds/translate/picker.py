@@ -37,19 +37,14 @@ from collections.abc import Mapping, Sequence
 from inferway._xds_protos.envoy.config.accesslog.v3 import accesslog_pb2
 from inferway._xds_protos.envoy.config.cluster.v3 import cluster_pb2
 from inferway._xds_protos.envoy.config.core.v3 import (
-    base_pb2,
     config_source_pb2,
     extension_pb2,
-    grpc_service_pb2,
     http_uri_pb2,
 )
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2, route_pb2
 from inferway._xds_protos.envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from inferway._xds_protos.envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
-from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import (
-    ext_proc_pb2,
-    processing_mode_pb2,
-)
+from inferway._xds_protos.envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -62,9 +57,7 @@ from inferway._xds_protos.envoy.extensions.load_balancing_policies.override_host
     override_host_pb2,
 )
 from inferway._xds_protos.envoy.extensions.load_balancing_policies.random.v3 import random_pb2
-from inferway._xds_protos.envoy.extensions.load_balancing_policies.ring_hash.v3 import (
-    ring_hash_pb2,
-)
+from inferway._xds_protos.envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
 from inferway._xds_protos.envoy.extensions.load_balancing_policies.round_robin.v3 import (
     round_robin_pb2,
 )
@@ -74,6 +67,7 @@ from inferway._xds_protos.envoy.type.v3 import http_status_pb2
 from inferway.resolve.ir.picker import PickerIR
 from inferway.resolve.ir.route import RouteIR
 from inferway.xds.translate._protos import duration, pack
+from inferway.xds.translate.ext_proc_request import request_body_processor
 from inferway.xds.translate.grpc_access_log import grpc_log_common
 from inferway.xds.translate.inline_cluster import build_inline_http2_cluster
 from inferway.xds.translate.picker_envoy import (
@@ -216,29 +210,13 @@ def _filter(picker: PickerIR) -> hcm_pb2.HttpFilter:
         return build_prefix_hash_filter(picker_filter(picker.service), picker)
     if picker.transport == "http":
         return _http_filter(picker)
-    mode = processing_mode_pb2.ProcessingMode
-    config = ext_proc_pb2.ExternalProcessor(
-        grpc_service=grpc_service_pb2.GrpcService(
-            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(
-                cluster_name=picker_cluster(picker.service)
-            ),
-            initial_metadata=[base_pb2.HeaderValue(key=SERVICE_METADATA_KEY, value=picker.service)],
-        ),
-        failure_mode_allow=picker.fail_open,
-        message_timeout=duration(picker.timeout),
-        processing_mode=mode(
-            request_header_mode=mode.SEND,
-            request_body_mode=mode.BUFFERED,  # the prompt: prefix affinity needs it
-            request_trailer_mode=mode.SKIP,
-            response_header_mode=mode.SKIP,
-            response_body_mode=mode.NONE,
-            response_trailer_mode=mode.SKIP,
-        ),
-        metadata_options=ext_proc_pb2.MetadataOptions(
-            receiving_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
-                untyped=[LB_NAMESPACE]
-            )
-        ),
+    # the body is the prompt: prefix affinity needs it
+    config = request_body_processor(
+        picker_cluster(picker.service),
+        LB_NAMESPACE,
+        picker.timeout,
+        fail_open=picker.fail_open,
+        metadata=(SERVICE_METADATA_KEY, picker.service),
     )
     if not picker.fail_open:
         config.status_on_error.code = http_status_pb2.StatusCode.ServiceUnavailable
