@@ -15,10 +15,13 @@ The engine is ``--engine synthetic`` (default: a paced OpenAI-compatible SSE ser
 here, bench/_llm_engine.py), ``--engine llama`` (the test engine of docs/llm.md:
 llama-cpp-python's server on the tiny random-weight model, started here through
 tests/llm_engine.py; it computes one request at a time, so keep ``--concurrency`` low) or the
-URL of a running one (``--engine http://127.0.0.1:8080 --model tiny``). The inferway arm is Envoy
-with a plain prefix route to the engine (stream-friendly 300 s timeout; SSE passes through
-chunk by chunk); the gateway's token accounting on OpenAI routes is not in this arm yet.
-LiteLLM is installed by this script in its own venv (bench/_litellm.py), never by inferway.
+URL of a running one (``--engine http://127.0.0.1:8080 --model tiny``). Two arms go through one
+inferway gateway: ``plain``, Envoy on a plain prefix route to the engine (stream-friendly 300 s
+timeout; SSE passes through chunk by chunk), and ``inferway``, its ``openai`` route (the LLM
+processor and Envoy's stream filter counting tokens). Envoy runs one worker here
+(``--envoy-concurrency``, default 1) against LiteLLM's one worker (``--litellm-workers``): one
+each; ``inferway run`` gives Envoy one per core. LiteLLM is installed by this script in its own
+venv (bench/_litellm.py), never by inferway.
 
     .venv/bin/python bench/llm_stream.py                      # 100 streams, 10 s, 3 rounds
     .venv/bin/python bench/llm_stream.py --quick              # 3 s, 1 round
@@ -340,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         default="direct,plain,inferway,litellm",
         help="direct, plain (Envoy, a plain route), inferway (the openai route), litellm",
     )
-    parser.add_argument("--envoy-concurrency", type=int, default=1, help="Envoy workers")
+    parser.add_argument(
+        "--envoy-concurrency", type=int, default=1, help="Envoy workers (1: as LiteLLM's one)"
+    )
     parser.add_argument("--litellm-workers", type=int, default=1, help="LiteLLM's workers")
     parser.add_argument("--litellm-spec", default="litellm[proxy]", help="what pip installs")
     parser.add_argument(
