@@ -5,18 +5,13 @@ decisions the store holds are one unbroken sequence, each made once, terms never
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from inferway.gateway.fleet.store_url import open_store
 from tests.etcd_cluster import EtcdCluster
-from tests.fleet_replica import spawn_replica
+from tests.fleet_replica import assert_handed_over, kill_the_leader
 
 pytestmark = pytest.mark.needs_binary("etcd", "a real 3-member etcd cluster")
 
@@ -29,35 +24,8 @@ async def test_a_killed_leader_hands_over_within_ttl_and_no_decision_is_made_twi
     async with EtcdCluster(tmp_path, members=3) as cluster:
         url = cluster.url + "/election-test"
         store = open_store(url, workdir=tmp_path)
-        replicas = {
-            name: spawn_replica(url, name, TTL, tmp_path / f"{name}.log")
-            for name in ("r1", "r2", "r3")
-        }
         try:
-            deadline = time.monotonic() + 30
-            while (first := await store.leader("loops")) is None:
-                assert time.monotonic() < deadline, "no replica was elected"
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(1.5)  # decisions made by the first leader
-            os.kill(replicas[first].pid, signal.SIGKILL)
-            killed = time.monotonic()
-            while (leader := await store.leader("loops")) in (None, first):
-                assert time.monotonic() - killed < 3 * TTL, "nobody took over"
-                await asyncio.sleep(0.02)
-            took = time.monotonic() - killed
-            assert took < TTL + 1.0, f"failover took {took:.2f}s"
-            await asyncio.sleep(1.5)  # decisions made by the second leader
+            handover = await kill_the_leader(store, url, TTL, tmp_path)
         finally:
-            for process in replicas.values():
-                process.kill()
-                process.wait(timeout=10)
-        decisions = [json.loads(r.value) for r in await store.list("decisions/")]
-        await store.close()
-    numbers = [d["n"] for d in decisions]
-    assert numbers == list(range(1, len(numbers) + 1)), "a decision was skipped or repeated"
-    terms = [d["term"] for d in decisions]
-    assert terms == sorted(terms), "a deposed leader decided after the new one"
-    makers = {d["term"]: d["by"] for d in decisions}
-    assert len({d["by"] for d in decisions if d["term"] == terms[0]}) == 1
-    assert makers[terms[0]] == first and makers[terms[-1]] == leader
-    assert len(set(terms)) == 2 and len(decisions) > 20
+            await store.close()
+    assert_handed_over(handover, TTL)
