@@ -13,34 +13,14 @@ from inferway.gateway.control_plane import (
     Refusal,
 )
 from inferway.policies.errors import PolicyError, PolicyIssue
-from inferway.policies.model import Endpoint, Policy
+from inferway.policies.model import Endpoint
 from inferway.resolve import IR, resolve_policy
 from inferway.state import State, TlsMaterial
 from inferway.xds import type_urls
 from inferway.xds.cache import SnapshotCache
 from inferway.xds.resources import Resources
 from inferway.xds.translate import translate
-
-
-def make_policy(canary_weight: float) -> Policy:
-    return Policy.model_validate(
-        {
-            "listeners": [{"name": "public", "port": 10000}],
-            "services": [
-                {"name": "v1", "endpoints": ["127.0.0.1:8001"]},
-                {"name": "v2", "endpoints": ["127.0.0.1:8002"]},
-            ],
-            "routes": [
-                {
-                    "name": "model",
-                    "backends": [
-                        {"service": "v1", "weight": 100 - canary_weight},
-                        {"service": "v2", "weight": canary_weight},
-                    ],
-                }
-            ],
-        }
-    )
+from tests.canary_policy import make_policy
 
 
 class Clock:

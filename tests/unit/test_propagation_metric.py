@@ -8,29 +8,8 @@ from __future__ import annotations
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
-from inferway.policies.model import Policy
 from inferway.xds.cache import SnapshotCache, StreamHandle
-
-
-def _policy(canary: float) -> Policy:
-    return Policy.model_validate(
-        {
-            "listeners": [{"name": "public", "port": 10000}],
-            "services": [
-                {"name": "v1", "endpoints": ["127.0.0.1:8001"]},
-                {"name": "v2", "endpoints": ["127.0.0.1:8002"]},
-            ],
-            "routes": [
-                {
-                    "name": "model",
-                    "backends": [
-                        {"service": "v1", "weight": 100 - canary},
-                        {"service": "v2", "weight": canary},
-                    ],
-                }
-            ],
-        }
-    )
+from tests.canary_policy import make_policy
 
 
 class _Clock:
@@ -62,12 +41,12 @@ def test_observed_once_when_the_last_envoy_is_in_sync_including_one_that_joined(
     cache, clock = SnapshotCache(), _Clock()
     plane = ControlPlane(cache)
     metrics = ControlPlaneMetrics.attach(plane, clock=clock)
-    plane.apply_policy(_policy(10), "policy.yaml")
+    plane.apply_policy(make_policy(10), "policy.yaml")
     a, b = _connect(cache, "a"), _connect(cache, "b")
     _ack_all(cache, a)
     _ack_all(cache, b)
 
-    plane.apply_policy(_policy(20), "policy.yaml")
+    plane.apply_policy(make_policy(20), "policy.yaml")
     clock.now = 101.0
     _ack_all(cache, a)
     late = _connect(cache, "late")  # joined while the change propagates: it counts too
@@ -85,14 +64,14 @@ def test_an_envoy_that_leaves_is_not_waited_for_and_a_superseded_change_is_not_o
     cache, clock = SnapshotCache(), _Clock()
     plane = ControlPlane(cache)
     metrics = ControlPlaneMetrics.attach(plane, clock=clock)
-    plane.apply_policy(_policy(10), "policy.yaml")
+    plane.apply_policy(make_policy(10), "policy.yaml")
     a, b = _connect(cache, "a"), _connect(cache, "b")
     _ack_all(cache, a)
     _ack_all(cache, b)
 
-    plane.apply_policy(_policy(20), "policy.yaml")
+    plane.apply_policy(make_policy(20), "policy.yaml")
     clock.now = 101.0
-    plane.apply_policy(_policy(30), "policy.yaml")  # supersedes 20 before anyone ACKed it
+    plane.apply_policy(make_policy(30), "policy.yaml")  # supersedes 20 before anyone ACKed it
     clock.now = 102.0
     _ack_all(cache, a)
     assert _observed(metrics) == (0.0, 0.0)

@@ -15,7 +15,7 @@ from inferway.gateway.control_plane import ControlPlane
 from inferway.gateway.keeper_state import KeeperState, KeeperView, ProcessRecord, write_keeper_state
 from inferway.policies import PolicyError, PolicyIssue
 from inferway.xds.cache import SnapshotCache
-from tests.unit.test_gateway_control_plane import make_policy
+from tests.canary_policy import make_policy
 
 
 class Clock:
