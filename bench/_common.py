@@ -108,6 +108,31 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+MIN_ROUNDS_FOR_INTERVAL = 5
+
+
+def median_interval(values: Sequence[float]) -> list[float] | None:
+    """A 95% interval for the median of ``values`` (one a round), by resampling whole rounds
+    (bootstrap, percentile method): a round is the unit the machine's drift moves, so the
+    interval says how far another run's median may land. None under five rounds, or when
+    every round gave the same figure."""
+    if len(values) < MIN_ROUNDS_FOR_INTERVAL or len(set(values)) == 1:
+        return None
+    import numpy as np
+    from scipy import stats
+
+    result = stats.bootstrap(
+        (np.asarray(values, dtype=float),),
+        np.median,
+        confidence_level=0.95,
+        method="percentile",
+        n_resamples=4000,
+        rng=np.random.default_rng(0),
+    )
+    low, high = result.confidence_interval
+    return [round(float(low), 3), round(float(high), 3)]
+
+
 def summarize(values_s: Sequence[float]) -> dict[str, float]:
     """p50/p99/max/mean in milliseconds (NaNs, i.e. missing measurements, left out)."""
     values_s = [v for v in values_s if not math.isnan(v)]

@@ -11,7 +11,9 @@ Per stream two figures: time to first token (TTFT, client send to the first chun
 content) and the path time (TTFT less the engine's own wait between having the request and
 writing its first chunk, from CLOCK_MONOTONIC stamps the engine sends back; bench/_llm_fast.py):
 what the path between client and engine costs, without the engine's timer lateness. "Added"
-is a target's figure less direct's, per round, then the median over rounds. Plus the
+is a target's figure less direct's, per round, then the median over rounds; with five rounds
+or more, the table gives a 95% interval for the added TTFT p99 (rounds resampled: a round is
+what the machine's drift moves, so it says where another run's median may land). Plus the
 gateway's CPU per stream: the processor (this process: control plane + LLM processor) and
 Envoy, each less its idle rate.
 
@@ -36,7 +38,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import environment, free_port, percentile, print_table, write_results
+from _common import (
+    environment,
+    free_port,
+    median_interval,
+    percentile,
+    print_table,
+    write_results,
+)
 from _llm_fast import client_main, engine_main
 from gateway_overhead import spawn_server, stop_server
 
@@ -268,6 +277,8 @@ def _report(
         for key in ("ttft_p50_ms", "ttft_p99_ms", "path_p50_ms", "path_p99_ms"):
             added = [f[key] - d[key] for f, d in zip(figures, direct, strict=True)]
             row["added_" + key] = round(statistics.median(added), 3)
+            row["added_" + key + "_rounds"] = [round(a, 3) for a in added]
+            row["added_" + key + "_ci95"] = median_interval(added)
         row["gateway_cpu_ms_per_stream"] = round(
             row["processor_cpu_ms_per_stream"] * name.startswith("inferway")
             + row["envoy_cpu_ms_per_stream"] * (name != "direct"),
@@ -321,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         "path p99",
         "+TTFT p50",
         "+TTFT p99",
+        "95% interval",
         "+path p50",
         "+path p99",
         "tok/s",
@@ -341,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["path_p99_ms"],
                 r["added_ttft_p50_ms"],
                 r["added_ttft_p99_ms"],
+                _interval_text(r["added_ttft_p99_ms_ci95"]),
                 r["added_path_p50_ms"],
                 r["added_path_p99_ms"],
                 r["tokens_per_s"],
@@ -388,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {path}")
     return 0
+
+
+def _interval_text(interval: list[float] | None) -> str:
+    return "-" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
 def _envoy_alone(rows: list[dict[str, Any]], concurrency: int) -> float:
