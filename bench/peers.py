@@ -27,7 +27,9 @@ the aiohttp yardstick: ONNX Runtime's). Servers:
 - ``pytriton``: Triton's server and dynamic batcher through PyTriton (same limits), its venv;
 - ``floor``: ``static_http_server.py``, the same fixed answer to every request, no model: what
   each client kind can do against a server that costs (almost) nothing, the ceiling for any
-  server on these cores (its answers are not checked).
+  server on these cores (its answers are not checked);
+- ``floor-close``: the same, closing a connection whose request asked for ``Connection: close``
+  after the answer, as RFC 9112 requires (the client closes first against ``floor``).
 
 Mosec and PyTriton are installed into their own venvs (``--venvs``, default
 ``~/.cache/inferway-bench/peers``) on first use, so their dependencies never meet inferway's.
@@ -84,6 +86,7 @@ SERVERS = (
     "mosec",
     "pytriton",
     "floor",
+    "floor-close",
 )
 MAX_BATCH, MAX_WAIT_MS = 64, 5
 CLIENTS = ("loadgen", "threads")
@@ -151,11 +154,13 @@ def _start(name: str, root: Path, onnx: Path, venvs: Path, logs: Path, intra: in
         peer = Peer(name, workers.http_port, f"/v2/models/{model}/infer", workers.stop)
         peer.pid = workers.process.pid
         return peer
-    if name == "floor":
+    if name in ("floor", "floor-close"):
         port = free_port()
         command = [sys.executable, str(HERE / "static_http_server.py"), str(port)]
-        process = PeerProcess(command, None, logs / "floor.log")
-        wait_http(f"http://127.0.0.1:{port}/", process.proc, 30, "floor")
+        if name == "floor-close":
+            command.append("--close")
+        process = PeerProcess(command, None, logs / f"{name}.log")
+        wait_http(f"http://127.0.0.1:{port}/", process.proc, 30, name)
         return Peer(name, port, "/v2/models/mlp/infer", process.stop, pid=process.proc.pid)
     python = ensure_venv(venvs / name, PEER_PACKAGES[name])
     env = dict(os.environ, PEER_MODEL=str(onnx), PEER_MAX_BATCH=str(MAX_BATCH))
@@ -327,7 +332,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "aiohttp" not in servers:
         servers.insert(0, "aiohttp")  # every ratio needs it
     if args.server_defaults:
-        servers += [s + DEFAULTS for s in servers if not s.endswith(DEFAULTS) and s != "floor"]
+        servers += [
+            s + DEFAULTS for s in servers if not s.endswith(DEFAULTS) and not s.startswith("floor")
+        ]
     levels = [int(c) for c in args.concurrency.split(",")]
     connections = [c for c in args.connections.split(",") if c]
     kinds = [(client, mode) for client in args.clients.split(",") if client for mode in connections]
@@ -345,7 +352,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"starting {name}...", flush=True)
                 peer = start_peer(name, roots, onnx, args.venvs, logs, args.ort_threads)
                 peers.append(peer)
-                if name != "floor":  # a fixed answer, by design
+                if not name.startswith("floor"):  # a fixed answer, by design
                     check_answer(peer, onnx)
             for round_ in range(args.rounds):
                 order = peers[round_ % len(peers) :] + peers[: round_ % len(peers)]

@@ -73,6 +73,8 @@ def batch_histogram(port: int) -> dict[float, float]:
             text = answer.read().decode()
     except OSError:
         return {}
+    if not text.startswith("#"):  # a server without /metrics (the floors answer anything)
+        return {}
     buckets: dict[float, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.servers.split(","):
                 peer = start_peer(name, roots, onnx, args.venvs, Path(scratch), args.ort_threads)
                 try:
-                    check_answer(peer, onnx)
+                    if not name.startswith("floor"):  # a fixed answer, by design
+                        check_answer(peer, onnx)
                     for kind in args.kinds.split(","):
                         client, mode = kind.split(":")
                         client_pid = (

@@ -2,7 +2,11 @@
 KServe v2 JSON body at once (no model, no batching), for measuring what a load generator
 itself adds to the latencies it reports. httptools parses, uvloop runs the loop.
 
-    python bench/static_http_server.py PORT
+With ``--close`` a request that asks for ``Connection: close`` is answered with it and the
+connection closed, as RFC 9112 (9.6) requires of a server and as every real server does;
+without it the client closes first.
+
+    python bench/static_http_server.py PORT [--close]
 """
 
 from __future__ import annotations
@@ -23,9 +27,13 @@ _RESPONSE = (
     + b"\r\n\r\n"
     + _BODY
 )
+_RESPONSE_CLOSE = _RESPONSE.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)
 
 
 class _Connection(asyncio.Protocol):
+    close = False
+    """Close a connection whose request asked for it, after answering (``--close``)."""
+
     def __init__(self) -> None:
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -41,7 +49,12 @@ class _Connection(asyncio.Protocol):
                 self._transport.close()
 
     def on_message_complete(self) -> None:
-        if self._transport is not None:
+        if self._transport is None:
+            return
+        if self.close and not self._parser.should_keep_alive():
+            self._transport.write(_RESPONSE_CLOSE)
+            self._transport.close()
+        else:
             self._transport.write(_RESPONSE)
 
 
@@ -53,8 +66,9 @@ async def _serve(port: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: static_http_server.py PORT")
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--close"]):
+        raise SystemExit("usage: static_http_server.py PORT [--close]")
+    _Connection.close = sys.argv[2:] == ["--close"]
     uvloop.run(_serve(int(sys.argv[1])))
 
 
