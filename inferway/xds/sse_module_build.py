@@ -1,0 +1,109 @@
+"""Builds inferway's SSE reader for Envoy (``sse_module/``: a dynamic module, a C shared
+object with Envoy 1.40's module ABI) with the host's C compiler, once per source version.
+
+Envoy loads it as ``lib<name>.so`` from ``ENVOY_DYNAMIC_MODULES_SEARCH_PATH``; inferway sets
+that variable for every Envoy it starts and says so in the Envoy's node metadata
+(:data:`MODULES_METADATA_KEY`), so the control plane gives only those Envoys the native filter
+(``xds/node_groups.py``); every other Envoy reads streams with the Lua filter. The object is
+cached under ``$XDG_CACHE_HOME/inferway/envoy-modules/<hash of the sources and compiler>/``
+(``INFERWAY_ENVOY_MODULES_DIR`` overrides the root); concurrent builds each write a
+temporary file and rename it, so a reader never sees half an object. Without a compiler
+(``CC``, else ``cc``, ``gcc``, ``clang`` on ``PATH``) :func:`build_sse_module` raises
+:class:`ModuleUnavailable` with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+__all__ = [
+    "MODULES_METADATA_KEY",
+    "SEARCH_PATH_ENV",
+    "SSE_MODULE",
+    "ModuleUnavailable",
+    "build_sse_module",
+    "c_compiler",
+    "module_sources",
+]
+
+SSE_MODULE = "inferway_sse"
+"""The module's name: Envoy loads ``libinferway_sse.so``."""
+SEARCH_PATH_ENV = "ENVOY_DYNAMIC_MODULES_SEARCH_PATH"
+MODULES_METADATA_KEY = "INFERWAY_ENVOY_MODULES"
+"""Node metadata: the inferway modules an Envoy can load (a list, or a comma-separated
+string)."""
+CACHE_ENV = "INFERWAY_ENVOY_MODULES_DIR"
+_SOURCES = ("sse_core.h", "sse_core.c", "envoy_abi.h", "sse_filter.c")
+_COMPILED = ("sse_core.c", "sse_filter.c")
+_FLAGS = ("-O2", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall")
+_TIMEOUT_S = 120.0
+
+
+class ModuleUnavailable(RuntimeError):
+    """The module cannot be built here; the message says why."""
+
+
+def module_sources() -> Path:
+    """The folder of the module's C sources (package data)."""
+    return Path(str(resources.files("inferway.xds").joinpath("sse_module")))
+
+
+def c_compiler() -> str | None:
+    """``CC`` when set (a path or a name on ``PATH``), else the first of cc, gcc, clang."""
+    named = os.environ.get("CC", "").strip()
+    for name in [named] if named else ["cc", "gcc", "clang"]:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _cache_root() -> Path:
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "inferway" / "envoy-modules"
+
+
+def build_sse_module(cache: Path | None = None) -> Path:
+    """The folder holding ``libinferway_sse.so`` (Envoy's module search path), built now
+    unless a build of the same sources by the same compiler is cached."""
+    compiler = c_compiler()
+    if compiler is None:
+        raise ModuleUnavailable("no C compiler found (set CC, or install cc, gcc or clang)")
+    sources = module_sources()
+    digest = hashlib.sha256(compiler.encode())
+    digest.update(" ".join(_FLAGS).encode())
+    for name in _SOURCES:
+        digest.update(name.encode() + b"\0" + (sources / name).read_bytes())
+    folder = (cache or _cache_root()) / digest.hexdigest()[:16]
+    target = folder / f"lib{SSE_MODULE}.so"
+    if target.is_file():
+        return folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ModuleUnavailable(f"cannot create {folder}: {error.strerror}") from error
+    handle, partial = tempfile.mkstemp(dir=folder, prefix=".building-", suffix=".so")
+    os.close(handle)
+    command = [compiler, *_FLAGS, "-o", partial, *(str(sources / n) for n in _COMPILED)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise ModuleUnavailable(f"{Path(compiler).name} failed ({done.returncode}): {last}")
+        os.replace(partial, target)
+    except subprocess.TimeoutExpired as error:
+        raise ModuleUnavailable(f"{compiler} ran over {_TIMEOUT_S:.0f} s") from error
+    except OSError as error:
+        raise ModuleUnavailable(f"building {target} failed: {error}") from error
+    finally:
+        Path(partial).unlink(missing_ok=True)
+    return folder
