@@ -49,9 +49,14 @@ from _common import (
 from _llm_fast import client_main, engine_main
 from gateway_overhead import spawn_server, stop_server
 
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
 from inferway.backends.process_tuning import freeze_startup_heap
 from inferway.gateway.foreground import run_event_loop
 from inferway.gateway.runtime import GatewayOptions, start_gateway
+from inferway.xds import type_urls
+from inferway.xds.translate.llm_stream import SSE_MODULE_FILTER
 
 __all__ = ["main"]
 
@@ -64,6 +69,7 @@ llm:
   port: {llm_port}
   reports_port: {reports_port}
   transport: {transport}
+  stream_reader: {reader}
 services:
   - name: engine
     endpoints: ["127.0.0.1:{engine_port}"]
@@ -82,11 +88,22 @@ TARGETS = {
     "envoy, plain route": "/plain/v1/chat/completions",
     "inferway": "/v1/chat/completions",
     "inferway, ext_proc": "/v1/chat/completions",
+    "inferway, lua reader": "/v1/chat/completions",
 }
-"""``inferway`` is the default ``llm.transport: http`` (the Lua filter asks the processor);
-``inferway, ext_proc`` the same policy with ``transport: ext_proc``, a second gateway."""
+"""``inferway`` is the default policy: ``llm.transport: http`` (the Lua filter asks the
+processor) and ``stream_reader: auto`` (its Envoy reads streams with inferway's native module
+when a C compiler built it; the table's header says which); ``inferway, ext_proc`` the same
+policy with ``transport: ext_proc``, a second gateway; ``inferway, lua reader`` (with
+``--lua-reader``) the default policy with ``stream_reader: lua``, a third."""
 EXT_PROC = "inferway, ext_proc"
-GATEWAY_OF = {"envoy, plain route": "http", "inferway": "http", "inferway, ext_proc": "ext_proc"}
+LUA_READER = "inferway, lua reader"
+GATEWAY_OF = {
+    "envoy, plain route": "http",
+    "inferway": "http",
+    "inferway, ext_proc": "ext_proc",
+    LUA_READER: "http-lua",
+}
+"""Target -> its gateway: ``transport`` or ``transport-reader``."""
 BODY = json.dumps(
     {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hello " * 64}]}
 ).encode()
@@ -154,35 +171,40 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         engine_main, args.first_token_ms / 1000, args.token_ms / 1000, args.tokens
     )
     rounds: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    readers: dict[str, str] = {}
+    wanted = [n for n in TARGETS if args.lua_reader or n != LUA_READER]
     with tempfile.TemporaryDirectory(prefix="inferway-bench-") as workdir:
         gateways: dict[str, Any] = {}
         listeners: dict[str, int] = {}
         try:
-            for transport in ("http", "ext_proc"):
-                listeners[transport] = free_port()
-                policy = Path(workdir) / f"policy-{transport}.yaml"
+            for key in sorted({GATEWAY_OF[n] for n in wanted if n != "direct"}):
+                transport, _, reader = key.partition("-")
+                listeners[key] = free_port()
+                policy = Path(workdir) / f"policy-{key}.yaml"
                 policy.write_text(
                     POLICY.format(
-                        listener_port=listeners[transport],
+                        listener_port=listeners[key],
                         llm_port=free_port(),
                         reports_port=free_port(),
                         engine_port=engine_port,
                         transport=transport,
+                        reader=reader or "auto",
                     )
                 )
-                gateways[transport] = await start_gateway(
+                gateways[key] = await start_gateway(
                     GatewayOptions(
                         policy_path=policy,
                         xds_port=0,
                         admin_port=0,
                         envoy_admin_port=free_port(),
-                        workdir=Path(workdir) / f"gw-{transport}",
+                        workdir=Path(workdir) / f"gw-{key}",
                         envoy_log_level="error",
                         envoy_concurrency=args.envoy_concurrency,
                     )
                 )
             envoy_pids: dict[str, int | None] = {"direct": None}
-            for name, transport in GATEWAY_OF.items():
+            for name in wanted[1:]:
+                transport = GATEWAY_OF[name]
                 gateway = gateways[transport]
                 assert gateway.supervisor is not None and gateway.llm is not None
                 envoy_pids[name] = gateway.supervisor.pid
@@ -190,8 +212,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError(f"Envoy of the {transport} gateway did not become ready")
             if args.freeze_heap:  # as `inferway run` does once started (gateway/foreground.py)
                 freeze_startup_heap()
-            ports = {n: engine_port if n == "direct" else listeners[GATEWAY_OF[n]] for n in TARGETS}
-            for name, path in TARGETS.items():  # warm up, and check every target answers
+            ports = {n: engine_port if n == "direct" else listeners[GATEWAY_OF[n]] for n in wanted}
+            readers.update({key: _stream_reader(g) for key, g in gateways.items()})
+            for name in wanted:  # warm up, and check every target answers
+                path = TARGETS[name]
                 check = await asyncio.to_thread(run_client, ports[name], path, 2, 0.5)
                 if check["errors"] or not check["ttft_ns"]:
                     raise RuntimeError(f"{name} did not answer a stream: {check['errors']} errors")
@@ -204,7 +228,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             processor_idle = (time.process_time() - idle_started[1]) / span
             envoy_idle = {pid: (_cpu_s(pid) - idle_envoy[pid]) / span for pid in envoys}
             idle_rate = (processor_idle, statistics.mean(envoy_idle.values()))
-            names = [n for n in TARGETS if args.ext_proc or n != EXT_PROC]
+            names = [n for n in wanted if args.ext_proc or n != EXT_PROC]
             stream_s = (args.first_token_ms + (args.tokens - 1) * args.token_ms) / 1000
             for concurrency in args.concurrency:
                 for number in range(args.rounds):
@@ -240,7 +264,29 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             for gateway in gateways.values():
                 await gateway.stop()
             stop_server(engine, engine_conn)
-    return _report(rounds, idle_rate, processed)
+    report = _report(rounds, idle_rate, processed)
+    report["stream_readers"] = {
+        name: readers[GATEWAY_OF[name]] for name in wanted if GATEWAY_OF.get(name) in readers
+    }
+    return report
+
+
+def _stream_reader(gateway: Any) -> str:
+    """``native`` when the gateway's Envoy got inferway's SSE module, else ``lua``."""
+    cache = gateway.control_plane.cache
+    for node in cache.node_status():
+        snapshot = cache.get_snapshot(node.group)
+        if snapshot is None:
+            continue
+        for listener in snapshot.resources_of(type_urls.LISTENER).values():
+            for chain in listener.filter_chains:
+                for network_filter in chain.filters:
+                    manager = hcm_pb2.HttpConnectionManager()
+                    if network_filter.typed_config.Unpack(manager) and any(
+                        f.name == SSE_MODULE_FILTER for f in manager.http_filters
+                    ):
+                        return "native"
+    return "lua"
 
 
 _MEDIANS = (
@@ -314,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="leave the ext_proc gateway's target out of the rounds (it is still started and "
         "checked): three targets a round, a quarter less time",
+    )
+    parser.add_argument(
+        "--lua-reader",
+        action="store_true",
+        help="add the target `inferway, lua reader`: the default policy with "
+        "`llm.stream_reader: lua` (a third gateway), beside `inferway` (the native reader "
+        "where it builds)",
     )
     parser.add_argument("--quick", action="store_true", help="2 s per target, one round")
     parser.add_argument(
@@ -394,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"Envoy CPU {r['envoy_cpu_ms_per_stream']} ms per stream "
                 f"(Envoy alone: {_envoy_alone(result['rows'], r['concurrency'])} ms)"
             )
+    readers = ", ".join(f"{n}: {r}" for n, r in result["stream_readers"].items())
+    print(f"stream readers: {readers}")
     print(
         f"Envoy workers {result['envoy_concurrency']}; load average before / after: "
         f"{result['loadavg']['before']} / {result['loadavg']['after']}"

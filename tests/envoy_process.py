@@ -75,6 +75,7 @@ class EnvoyProcess:
         base_id: int | None = None,
         prefix: list[str] | None = None,
         admin_host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
     ) -> None:
         """``prefix`` runs Envoy under another command (``ip netns exec NS``: a host of the
         tests' fleet), whose admin API the test reaches at ``admin_host``."""
@@ -84,6 +85,8 @@ class EnvoyProcess:
         self.base_id = base_id if base_id is not None else _unique_base_id()
         self.prefix = list(prefix or [])
         self.admin_host = admin_host
+        self.env = dict(env or {})
+        """Set in Envoy's environment over this process's (its module search path)."""
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._admin_port: int | None = None
@@ -110,7 +113,11 @@ class EnvoyProcess:
         ]
         try:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **self.env} if self.env else None,
             )
         finally:
             log.close()

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from inferway.backends.telemetry.orca import ORCA_HEADER, LoadReport, build_orca_header
 from inferway.gateway.control_plane import ControlPlane
+from inferway.gateway.envoy_modules import provide_envoy_modules
 from inferway.gateway.runtime import Gateway, GatewayOptions, start_gateway
 from inferway.resolve import IR
 from inferway.xds.bootstrap import build_bootstrap
@@ -214,10 +215,13 @@ class TrafficGateway:
         *,
         translate: Callable[[IR], Resources] | None = None,
         envoy_concurrency: int | None = None,
+        envoy_modules: bool = True,
     ) -> None:
         """``translate``: what the gateway pushes with (None: the real translator), for a
         test that changes one thing of what Envoy gets; ``envoy_concurrency``: Envoy's worker
-        threads (None: one per core)."""
+        threads (None: one per core); ``envoy_modules``: Envoy gets inferway's modules (the
+        native SSE reader) as ``inferway run`` gives them, when they build here."""
+        self._envoy_modules = envoy_modules
         self.template = policy_template
         self._translate = translate
         self._envoy_args = (
@@ -259,7 +263,8 @@ class TrafficGateway:
             bootstrap = build_bootstrap(
                 node_id=NODE_ID, xds_port=self.gateway.xds.port, admin_port=0
             )
-            self.envoy = await EnvoyProcess(bootstrap, extra_args=self._envoy_args).start(
+            env = provide_envoy_modules(bootstrap) if self._envoy_modules else {}
+            self.envoy = await EnvoyProcess(bootstrap, extra_args=self._envoy_args, env=env).start(
                 wait="ready", timeout=20.0
             )
             connector = aiohttp.TCPConnector(limit=64)

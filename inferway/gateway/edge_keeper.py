@@ -17,6 +17,7 @@ from pathlib import Path
 
 from inferway.exit_codes import EXIT_CANNOT_START
 from inferway.gateway.envoy_drain import drain_envoy
+from inferway.gateway.envoy_modules import provide_envoy_modules
 from inferway.gateway.supervisor import EnvoySupervisor, wait_envoy_started
 from inferway.xds.auth import XdsClientTlsFiles
 from inferway.xds.bootstrap import build_bootstrap, write_xds_client_secrets
@@ -70,11 +71,13 @@ async def run_edge_keeper(options: EdgeOptions) -> int:
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     options.workdir.mkdir(parents=True, exist_ok=True)
+    bootstrap = build_edge_bootstrap(options)
     envoy = EnvoySupervisor(
-        build_edge_bootstrap(options),
+        bootstrap,
         workdir=options.workdir,
         log_level=options.envoy_log_level,
         concurrency=options.envoy_concurrency,
+        env=provide_envoy_modules(bootstrap),
     )
     try:
         try:

@@ -33,6 +33,7 @@ from inferway.free_ports import free_ports
 from inferway.gateway.control_plane_process import ControlPlaneProcess, ControlPlaneSpec
 from inferway.gateway.envoy_bootstrap import build_gateway_bootstrap
 from inferway.gateway.envoy_drain import drain_envoy
+from inferway.gateway.envoy_modules import provide_envoy_modules
 from inferway.gateway.foreground import unless_stopped
 from inferway.gateway.keeper_state import (
     KEEPER_STATE_FILE,
@@ -135,6 +136,7 @@ class _Keeper:
             log_level=options.envoy_log_level,
             concurrency=options.envoy_concurrency,
             on_restart=lambda _restarts, _code: self.publish(),
+            env=provide_envoy_modules(bootstrap),
         )
         try:
             await self.envoy.start()

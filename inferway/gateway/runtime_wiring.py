@@ -18,6 +18,7 @@ from inferway.gateway.control_plane_metrics import ControlPlaneMetrics
 from inferway.gateway.endpoints_follower import EndpointsFollower
 from inferway.gateway.endpoints_watcher import EndpointsWatcher
 from inferway.gateway.envoy_bootstrap import BootstrapOptions, build_gateway_bootstrap
+from inferway.gateway.envoy_modules import provide_envoy_modules
 from inferway.gateway.keeper_state import KeeperView
 from inferway.gateway.log_redaction import LogRedaction
 from inferway.gateway.rollouts.driver import RolloutDriver
@@ -221,4 +222,5 @@ def envoy_supervisor(
         workdir=workdir,
         log_level=options.envoy_log_level,
         concurrency=options.envoy_concurrency,
+        env=provide_envoy_modules(bootstrap),
     )

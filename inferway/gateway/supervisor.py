@@ -18,7 +18,7 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,11 @@ class EnvoySupervisor:
         extra_args: Sequence[str] = (),
         stop_grace: float = 5.0,
         on_restart: Callable[[int, int | None], None] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.env = dict(env or {})
+        """Set in Envoy's environment, over this process's (its module search path)."""
         self.workdir = Path(workdir).absolute()  # Envoy runs in it: a relative path would break
         # Hot restart is disabled, but a unique base id still keeps two Envoys on one host
         # (tests, a demo beside a real sidecar) from ever sharing a domain socket namespace.
@@ -149,6 +152,7 @@ class EnvoySupervisor:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             cwd=str(self.workdir),
+            env={**os.environ, **self.env} if self.env else None,
             start_new_session=True,
             preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL, expected_parent=parent),
         )

@@ -109,6 +109,11 @@ class LlmGateway(_Model):
     whole body to the reports port and acts on the answer (one plain HTTP/1.1 call); or
     ``ext_proc``, Envoy's external processing filter over gRPC (two round trips, several
     times the processor's CPU: docs/llm.md, Overhead)."""
+    stream_reader: Literal["auto", "lua"] = "auto"
+    """Who reads streamed answers inside Envoy (``transport: http``): ``auto``, inferway's
+    native module (C, ``inferway/xds/sse_module``) in every Envoy that says it can load it
+    (those inferway starts, when a C compiler built the module), the Lua filter in the
+    others; ``lua``, the Lua filter in every Envoy. ``ext_proc`` always uses the Lua filter."""
     timeout: Duration = Field(default=5.0, gt=0, le=60)
     """How long Envoy waits for each answer of the processor (the request then fails: the
     processor is what enforces limits, so it fails closed)."""

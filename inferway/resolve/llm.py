@@ -78,6 +78,10 @@ def resolve_llm_gateway(settings: LlmGateway, routes: Iterable[RouteIR]) -> LlmG
         timeout=settings.timeout,
         max_body_bytes=settings.max_body_bytes,
         transport=settings.transport,
+        # ext_proc streams are reported on by the Lua filter as they go (no access log lane)
+        stream_reader=(
+            "auto" if settings.stream_reader == "auto" and settings.transport == "http" else "lua"
+        ),
         client_header=settings.client_key.header,
         limited=(
             settings.limits.tokens_per_minute is not None

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway.xds.config_watcher import CancelWatch, Notify, StreamHandle
@@ -36,6 +37,10 @@ DEFAULT_GROUP = "default"
 
 def _default_group(_node: base_pb2.Node) -> str:
     return DEFAULT_GROUP
+
+
+_ALONGSIDE_KEPT = 1024
+"""Group snapshot versions remembered with the default versions they were pushed with."""
 
 
 class SnapshotCache:
@@ -66,12 +71,23 @@ class SnapshotCache:
         self._stream_ids = itertools.count(1)
         self._changed: asyncio.Event | None = None
         self._group_builder: Callable[[str], Snapshot | None] | None = None
+        self._alongside: OrderedDict[str, set[str]] = OrderedDict()
+        """A group's snapshot version -> the default group's versions it was pushed with."""
 
     # -- snapshots ---------------------------------------------------------------------------
 
-    def set_snapshot(self, snapshot: Snapshot, group: str = DEFAULT_GROUP) -> bool:
+    def set_snapshot(
+        self, snapshot: Snapshot, group: str = DEFAULT_GROUP, *, alongside: str | None = None
+    ) -> bool:
         """Store ``snapshot`` for ``group`` and wake its streams; False (and nobody woken) when
-        the group already holds that version."""
+        the group already holds that version. ``alongside``: the default group's snapshot
+        version this one renders the same policy for (a zone's, or that of the Envoys with
+        the native SSE reader), so waiting for that version's ACKs counts this group's."""
+        if alongside is not None and alongside != snapshot.version:
+            self._alongside.setdefault(snapshot.version, set()).add(alongside)
+            self._alongside.move_to_end(snapshot.version)
+            while len(self._alongside) > _ALONGSIDE_KEPT:
+                self._alongside.popitem(last=False)
         if not self._store.serve(group, snapshot):
             return False
         self._wake(group)
@@ -106,6 +122,9 @@ class SnapshotCache:
         when a node of it connects (a scope seen for the first time); None: none yet."""
         self._group_builder = builder
 
+    def _pushed_with(self, version: str) -> Collection[str]:
+        return self._alongside.get(version, ())
+
     def _wake(self, group: str) -> None:
         self._watches.notify(group)
         self._signal()
@@ -117,7 +136,8 @@ class SnapshotCache:
         if self._store.served(group) is None and self._group_builder is not None:
             first = self._group_builder(group)
             if first is not None:
-                self.set_snapshot(first, group)
+                default = self._store.served(DEFAULT_GROUP)
+                self.set_snapshot(first, group, alongside=default.version if default else None)
         handle = StreamHandle(next(self._stream_ids), node.id, node.cluster, group)
         self._hooks.on_connect(self._nodes.opened(handle, *node_address(node)))
         self._signal()
@@ -215,7 +235,7 @@ class SnapshotCache:
             if self._changed is None:
                 self._changed = asyncio.Event()
             changed = self._changed
-            if self._nodes.all_acked(version, wanted, self._store.served):
+            if self._nodes.all_acked(version, wanted, self._store.served, self._pushed_with):
                 return True
             if self._rollback.is_rejected(version):
                 return False
@@ -226,7 +246,7 @@ class SnapshotCache:
                 async with asyncio.timeout(remaining):
                     await changed.wait()
             except TimeoutError:
-                return self._nodes.all_acked(version, wanted, self._store.served)
+                return self._nodes.all_acked(version, wanted, self._store.served, self._pushed_with)
 
     def _signal(self) -> None:
         if self._changed is not None:

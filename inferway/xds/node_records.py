@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -175,15 +175,21 @@ class NodeRecords:
         version: str,
         node_ids: list[str] | None,
         served: Callable[[str], Snapshot | None],
+        pushed_with: Callable[[str], Collection[str]] = lambda _version: (),
     ) -> bool:
         """Every node of ``node_ids`` (None: every connected node whose group is ``served``
-        ``version``, at least one) holds all of snapshot ``version``."""
+        ``version``, at least one) holds all of the snapshot its group is served: ``version``,
+        or for a named node its group's rendering of the same push (``pushed_with``: a zone's,
+        or that of the Envoys with the native SSE reader)."""
+
+        def same(held: Snapshot | None) -> bool:
+            return held is not None and (
+                held.version == version
+                or (node_ids is not None and version in pushed_with(held.version))
+            )
+
         if node_ids is None:
-            nodes = [
-                n
-                for n in self._nodes.values()
-                if n.streams and (held := served(n.group)) is not None and held.version == version
-            ]
+            nodes = [n for n in self._nodes.values() if n.streams and same(served(n.group))]
         else:
             nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
             if len(nodes) != len(node_ids):
@@ -192,7 +198,7 @@ class NodeRecords:
             return False
         for node in nodes:
             snapshot = served(node.group)
-            if snapshot is None or snapshot.version != version:
+            if snapshot is None or not same(snapshot):
                 return False
             if not node_in_sync(node.view(), snapshot):
                 return False

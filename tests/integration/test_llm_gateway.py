@@ -104,16 +104,20 @@ def engines() -> list[FakeOpenAI]:
     return [FakeOpenAI("llama"), FakeOpenAI("llama2"), FakeOpenAI("qwen")]
 
 
-def on_transport(policy: str, transport: str) -> str:
-    return policy.replace("  timeout: 10s\n", f"  timeout: 10s\n  transport: {transport}\n")
+def on_transport(policy: str, transport: str, reader: str = "auto") -> str:
+    settings = f"  timeout: 10s\n  transport: {transport}\n  stream_reader: {reader}\n"
+    return policy.replace("  timeout: 10s\n", settings)
 
 
-@pytest.fixture(params=["http", "ext_proc"])
+@pytest.fixture(params=["http", "http-lua", "ext_proc"])
 async def gateway(request: pytest.FixtureRequest) -> Any:
     """Both ways Envoy asks the processor: the Lua filter over HTTP (the default) and
-    Envoy's external processing filter over gRPC."""
-    async with TrafficGateway(with_llm_ports(on_transport(POLICY, request.param)), engines()) as gw:
-        gw.transport = request.param  # type: ignore[attr-defined]
+    Envoy's external processing filter over gRPC; over HTTP, streams read by inferway's
+    native module (the default where it builds) or by the Lua filter (``http-lua``)."""
+    transport, _, reader = request.param.partition("-")
+    policy = on_transport(POLICY, transport, reader or "auto")
+    async with TrafficGateway(with_llm_ports(policy), engines()) as gw:
+        gw.transport = transport  # type: ignore[attr-defined]
         yield gw
 
 
@@ -329,9 +333,10 @@ async def test_client_keys_are_hashed_in_labels(gateway: TrafficGateway) -> None
     assert not any("secret" in c for c in clients)
 
 
-async def test_a_client_gone_mid_stream_is_counted_as_estimated() -> None:
+@pytest.mark.parametrize("reader", ["auto", "lua"])
+async def test_a_client_gone_mid_stream_is_counted_as_estimated(reader: str) -> None:
     slow = FakeOpenAI("qwen", token_delay=0.2)
-    policy = with_llm_ports(POLICY)
+    policy = with_llm_ports(on_transport(POLICY, "http", reader))
     async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), slow]) as gw:
         assert gw.session is not None
         body = json.dumps(chat("qwen", stream=True, max_tokens=50)).encode()
@@ -526,9 +531,12 @@ async def test_envoy_admits_only_bodies_it_reads_as_the_processor_would(
         assert processor.notices == (1 if local else 0)
 
 
-async def test_events_cut_across_chunks_are_counted_and_the_usage_chunk_still_dropped() -> None:
+@pytest.mark.parametrize("reader", ["auto", "lua"])
+async def test_events_cut_across_chunks_are_counted_and_the_usage_chunk_still_dropped(
+    reader: str,
+) -> None:
     split = FakeOpenAI("qwen", split_events=True)
-    policy = with_llm_ports(POLICY)
+    policy = with_llm_ports(on_transport(POLICY, "http", reader))
     async with TrafficGateway(policy, [FakeOpenAI("llama"), FakeOpenAI("llama2"), split]) as gw:
         status, _, raw = await post(gw, chat("qwen", stream=True, max_tokens=3))
         assert status == 200 and raw.endswith(b"data: [DONE]\n\n")

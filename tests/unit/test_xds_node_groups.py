@@ -11,6 +11,9 @@ from google.protobuf import struct_pb2
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.config.endpoint.v3 import endpoint_pb2
+from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
 from inferway.gateway.control_plane import ControlPlane
 from inferway.policies.model import Policy
 from inferway.resolve import resolve_policy
@@ -21,11 +24,15 @@ from inferway.xds.node_groups import (
     GRPC_GROUP,
     TARGETS_METADATA_KEY,
     NodeScope,
+    native_reader_ir,
     node_group,
+    node_scope,
     parse_group,
 )
 from inferway.xds.snapshot import build_snapshot
+from inferway.xds.sse_module_build import MODULES_METADATA_KEY
 from inferway.xds.translate import translate
+from inferway.xds.translate.llm_stream import SSE_MODULE_FILTER, STREAM_FILTER
 from inferway.xds.translate.proxyless import translate_proxyless
 
 
@@ -155,3 +162,85 @@ async def test_waiting_for_acks_of_a_version_is_not_held_up_by_other_groups() ->
     for type_url, type_version in envoy_snapshot.versions.items():
         cache.record_ack(envoy, type_url, type_version)
     assert await cache.wait_for_acks(version, timeout=1)
+
+
+def _llm_policy(reader: str = "auto") -> Policy:
+    return Policy.model_validate(
+        {
+            "listeners": [{"name": "main", "port": 10000}],
+            "llm": {"stream_reader": reader},
+            "services": [{"name": "engine", "endpoints": ["127.0.0.1:9001"]}],
+            "routes": [
+                {"name": "chat", "openai": {"model": "m"}, "backends": [{"service": "engine"}]}
+            ],
+        }
+    )
+
+
+def _filters(snapshot: Any) -> list[str]:
+    listener = snapshot.resources_of(type_urls.LISTENER)["main"]
+    manager = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    return [f.name for f in manager.http_filters]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "locality", "key"),
+    [
+        ({MODULES_METADATA_KEY: "inferway_sse"}, {}, "default|sse"),
+        ({MODULES_METADATA_KEY: ["other", "inferway_sse"]}, {}, "default|sse"),
+        ({MODULES_METADATA_KEY: "other"}, {}, "default"),
+        ({MODULES_METADATA_KEY: "inferway_sse"}, {"region": "r", "zone": "z"}, "zone:r/z|sse"),
+        ({MODULES_METADATA_KEY: "inferway_sse"}, {"zone": "a|sse"}, "zone:/a_sse|sse"),
+    ],
+)
+def test_envoys_that_can_load_the_sse_module_are_a_group_of_their_own(
+    metadata: dict[str, Any], locality: dict[str, str], key: str
+) -> None:
+    node = _node(metadata=metadata, locality=base_pb2.Locality(**locality))
+    assert node_group(node) == key
+    assert parse_group(key) == node_scope(node)
+
+
+def test_only_envoys_with_the_module_get_the_native_reader_and_only_under_auto() -> None:
+    cache = SnapshotCache(node_group=node_group)
+    plane = ControlPlane(cache)
+    version = plane.apply_policy(_llm_policy(), "policy.yaml")
+    plain = cache.get_snapshot(ENVOY_GROUP)
+    assert plain is not None and SSE_MODULE_FILTER not in _filters(plain)
+    handle = cache.open_stream(_node("native", metadata={MODULES_METADATA_KEY: "inferway_sse"}))
+    native = cache.get_snapshot(handle.group)
+    assert native is not None and native.version != version
+    names = _filters(native)
+    assert names.index(SSE_MODULE_FILTER) == names.index(STREAM_FILTER) + 1
+    plane.apply_policy(_llm_policy("lua"), "policy.yaml")  # the policy says Lua: one rendering
+    assert cache.get_snapshot(handle.group) == cache.get_snapshot(ENVOY_GROUP)
+    assert SSE_MODULE_FILTER not in _filters(cache.get_snapshot(handle.group))
+    plane.apply_policy(_policy(), "policy.yaml")  # no openai route: one rendering too
+    assert cache.get_snapshot(handle.group) == cache.get_snapshot(ENVOY_GROUP)
+
+
+def test_ext_proc_streams_are_read_by_the_lua_filter() -> None:
+    policy = _llm_policy()
+    policy = policy.model_copy(
+        update={"llm": policy.llm.model_copy(update={"transport": "ext_proc"})}
+    )
+    ir = resolve_policy(policy)
+    assert ir.llm is not None and ir.llm.stream_reader == "lua"
+    assert native_reader_ir(ir) is ir
+
+
+async def test_waiting_for_a_named_envoy_counts_its_groups_rendering_of_the_push() -> None:
+    cache = SnapshotCache(node_group=node_group)
+    plane = ControlPlane(cache)
+    plane.apply_policy(_llm_policy(), "policy.yaml")
+    native = cache.open_stream(_node("native", metadata={MODULES_METADATA_KEY: "inferway_sse"}))
+    version = plane.version or ""
+    assert not await cache.wait_for_acks(version, node_ids=["native"], timeout=0.01)
+    held = cache.get_snapshot(native.group)
+    assert held is not None and held.version != version
+    for type_url, type_version in held.versions.items():
+        cache.record_ack(native, type_url, type_version)
+    assert await cache.wait_for_acks(version, node_ids=["native"], timeout=1)
+    # not named, it is another group's: waiting on the default group's Envoys does not count it
+    assert not await cache.wait_for_acks(version, timeout=0.01)

@@ -207,7 +207,7 @@ class ControlPlane:
             changed = self.cache.set_snapshot(snapshot, self.group)
             for group, other in scoped.items():
                 if not self.cache.is_rejected(other.version):  # never re-send a NACKed one
-                    self.cache.set_snapshot(other, group)
+                    self.cache.set_snapshot(other, group, alongside=snapshot.version)
             push.set_attribute("inferway.snapshot.changed", changed)
         self._state = state
         self._ir = ir
@@ -267,9 +267,11 @@ class ControlPlane:
     def on_envoy_rejected(self, rejection: Rejection) -> None:
         """An Envoy NACKed a snapshot this control plane pushed: refuse that edit and go back
         to the policy and state of the snapshot the cache serves instead."""
-        if rejection.group != self.group and parse_group(rejection.group).locality:
-            # a zone's own rendering: that zone keeps its last good one (the cache restored
-            # it); the edit stays live elsewhere, and status says the zone refused it
+        scope = parse_group(rejection.group)
+        if rejection.group != self.group and (scope.locality or scope.sse_module):
+            # a zone's own rendering (or that of the Envoys with the native SSE reader): that
+            # group keeps its last good one (the cache restored it); the edit stays live
+            # elsewhere, and status says the group refused it
             current = self._current
             if current is not None:
                 self._record(

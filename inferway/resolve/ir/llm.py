@@ -35,6 +35,10 @@ class LlmGatewayIR:
     transport: str = "http"
     """``http``: Envoy's Lua filter asks the processor over the reports port; ``ext_proc``:
     Envoy's external processing filter does, over gRPC."""
+    stream_reader: str = "lua"
+    """Who reads streamed answers in Envoy: ``lua`` (the Lua filter), ``native`` (inferway's
+    module after it; only for Envoys that can load it) or ``auto`` (the policy's default:
+    ``native`` for the node groups whose Envoys say they can, ``xds/node_groups.py``)."""
     client_header: str = "x-api-key"
     """The client key's header (the Lua filter forwards it when it asks)."""
     limited: bool = False

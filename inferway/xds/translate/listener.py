@@ -27,7 +27,7 @@ from inferway.xds.translate.llm import (
     build_llm_close_log,
     build_llm_filter,
 )
-from inferway.xds.translate.llm_stream import build_stream_filter
+from inferway.xds.translate.llm_stream import build_sse_module_filter, build_stream_filter
 from inferway.xds.translate.load_reports import build_load_report_filter
 from inferway.xds.translate.observability import apply_observability
 from inferway.xds.translate.picker import apply_picker_filters
@@ -77,6 +77,7 @@ def build_http_connection_manager(
     if llm is not None and any(r.llm for r in listener.routes):
         # before access rules, rate limits and faults: they see the route the model chose
         admit = llm.transport == "http"  # the Lua filter asks, no ext_proc filter then
+        native = admit and llm.stream_reader == "native"
         if not admit:
             manager.http_filters.insert(0, build_llm_filter(llm))
         # before it, so answers reach it after the processor has seen their headers (they
@@ -95,8 +96,11 @@ def build_http_connection_manager(
             # without token limits, Envoy admits plain requests itself (llm_local_admit.py)
             local_models=None if llm.limited else models,
             asking={r.llm.model for r in listener.routes if r.llm and r.llm.ask_for_usage},
+            native=native,
         )
         manager.http_filters.insert(0, stream_filter)
+        if native:  # after the Lua filter: answers reach it first
+            manager.http_filters.insert(1, build_sse_module_filter())
         if admit:
             manager.access_log.append(build_llm_close_log())
     if feature_router is not None and any(r.match.features for r in listener.routes):

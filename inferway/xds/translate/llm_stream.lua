@@ -10,6 +10,7 @@ local SEPARATORS = {"\r\n\r\n", "\n\n", "\r\r"}
 local ADMIT = "@ADMIT@"
 local KEY = "@KEY@"
 local ADMIT_TIMEOUT = @ADMIT_TIMEOUT@
+local NATIVE = @NATIVE@  -- inferway's SSE module reads the streams (after this filter)
 local SERVED_BY = {@SERVED_BY@}
 local UNREACHABLE = '{"error":{"code":"llm_processor_unavailable","type":"api_error",'
   .. '"message":"the gateway could not ask its LLM processor about this request"}}'
@@ -202,6 +203,18 @@ function envoy_on_response(handle)
     return plain_answer(handle, id, t)
   end
   if drop then headers:remove("content-length") end  -- the answer may get shorter
+  if NATIVE then
+    -- the module counts each chunk before this filter sees it and writes the counts into
+    -- the metadata at the answer's end: this script waits for that end, not for each chunk
+    handle:trailers()
+    local counted = handle:streamInfo():dynamicMetadata():get(NS) or {}
+    t.chunks = counted["chunks"] or 0
+    t.first, t.last = counted["first"], counted["last"]
+    t.prompt, t.completion = counted["prompt"], counted["completion"]
+    t.model, t.done = counted["model_answered"], counted["done"] == true
+    report(handle, id, t, true)
+    return
+  end
   local tail, reported = "", 0
   local last, last_out
   for chunk in handle:bodyChunks() do

@@ -36,10 +36,17 @@ from importlib import resources
 
 from inferway._xds_protos.envoy.config.core.v3 import base_pb2
 from inferway._xds_protos.envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from inferway._xds_protos.envoy.extensions.dynamic_modules.v3 import (
+    dynamic_modules_pb2 as dm_pb2,
+)
+from inferway._xds_protos.envoy.extensions.filters.http.dynamic_modules.v3 import (
+    dynamic_modules_pb2 as dm_filter_pb2,
+)
 from inferway._xds_protos.envoy.extensions.filters.http.lua.v3 import lua_pb2
 from inferway._xds_protos.envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from inferway.xds.sse_module_build import SSE_MODULE
 from inferway.xds.translate._protos import pack
 from inferway.xds.translate.llm_local_admit import local_admit_source
 from inferway.xds.translate.served_by import SERVED_BY_HEADERS
@@ -60,13 +67,16 @@ __all__ = [
     "FORWARDED_STARTED",
     "MAX_PLAIN_ANSWER",
     "REPORT_PATH",
+    "SSE_MODULE_FILTER",
     "STREAM_FILTER",
+    "build_sse_module_filter",
     "build_stream_filter",
     "disable_stream_filter",
     "stream_script",
 ]
 
 STREAM_FILTER = "inferway.llm_stream"
+SSE_MODULE_FILTER = "inferway.llm_sse"
 REPORT_PATH = "/inferway/llm/report"
 """Where the script posts its reports on the processor's reports port (JSON in, an empty
 200 out)."""
@@ -109,6 +119,7 @@ def stream_script(
     admit_timeout_s: float = 5.0,
     local_models: Mapping[str, str] | None = None,
     asking: Collection[str] = (),
+    native: bool = False,
 ) -> str:
     """The Lua source, reporting to the processor's reports ``cluster``; plain answers of up to
     ``max_plain`` bytes are held whole in Envoy (its buffer limit bounds it) and read.
@@ -116,7 +127,9 @@ def stream_script(
     (``llm.transport: http``), forwarding ``client_header``, waiting up to
     ``admit_timeout_s``. ``local_models`` (every name and alias -> the served name; None:
     never) lets it admit plain requests itself (llm_local_admit.py), adding
-    ``include_usage`` to the streams of the ``asking`` models."""
+    ``include_usage`` to the streams of the ``asking`` models. ``native``: inferway's SSE
+    module (``sse_module_filter``, after this filter) reads the streams; the script waits for
+    a stream's end and reports what the module counted."""
     if not _HEADER_NAME.fullmatch(client_header):
         raise ValueError(f"client key header {client_header!r} is not a header name")
     return (
@@ -124,6 +137,7 @@ def stream_script(
             "@LOCAL_ADMIT@", local_admit_source(local_models if admit else None, asking)
         )
         .replace("@ADMIT@", ADMIT_PATH if admit else "")
+        .replace("@NATIVE@", "true" if native else "false")
         .replace("@KEY@", client_header.lower())
         .replace("@ADMIT_TIMEOUT@", str(max(1, round(admit_timeout_s * 1000))))
         .replace("@SERVED_BY@", ", ".join(f'"{name}"' for name in SERVED_BY_HEADERS))
@@ -144,6 +158,7 @@ def build_stream_filter(
     admit_timeout_s: float = 5.0,
     local_models: Mapping[str, str] | None = None,
     asking: Collection[str] = (),
+    native: bool = False,
 ) -> hcm_pb2.HttpFilter:
     """``max_plain``: the listener's buffer limit (``llm.max_body_bytes``); the rest as for
     :func:`stream_script`."""
@@ -155,10 +170,22 @@ def build_stream_filter(
         admit_timeout_s=admit_timeout_s,
         local_models=local_models,
         asking=asking,
+        native=native,
     )
     source = base_pb2.DataSource(inline_string=script)
     config = lua_pb2.Lua(default_source_code=source)
     return hcm_pb2.HttpFilter(name=STREAM_FILTER, typed_config=pack(config))
+
+
+def build_sse_module_filter() -> hcm_pb2.HttpFilter:
+    """inferway's native SSE reader (``inferway/xds/sse_module``), loaded by Envoy as
+    ``libinferway_sse.so`` from its module search path; it acts only on streamed answers the
+    processor tagged, and goes right after the Lua filter (it sees each chunk first)."""
+    config = dm_filter_pb2.DynamicModuleFilter(
+        dynamic_module_config=dm_pb2.DynamicModuleConfig(name=SSE_MODULE),
+        filter_name=SSE_MODULE_FILTER,
+    )
+    return hcm_pb2.HttpFilter(name=SSE_MODULE_FILTER, typed_config=pack(config))
 
 
 def disable_stream_filter(proto: rc_pb2.Route) -> None:
