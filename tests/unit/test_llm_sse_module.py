@@ -173,3 +173,13 @@ def test_times_are_those_of_the_first_and_last_chunk_with_text(core: SseCore) ->
     parts = [b": hello\n\n", _content("a"), _usage(1, 2), _content("b"), b"data: [DONE]\n\n"]
     read = core.read(parts, drop=False, start_us=5_000)
     assert (read.first_us, read.last_us) == (5_002, 5_004)
+
+
+def test_an_endless_event_is_passed_on_and_not_held(core: SseCore) -> None:
+    """No separator for over 8 MiB: the bytes go on and the reader stops reading, rather
+    than holding the stream in memory (the client would otherwise see nothing)."""
+    first = _content("a")
+    blob = b"data: " + b"x" * (9 << 20)
+    read = core.read([first, blob, _content("b"), _usage(1, 2)], drop=True)
+    assert read.passed == first + blob + _content("b") + _usage(1, 2)
+    assert read.chunks == 1 and read.prompt == ""

@@ -52,6 +52,18 @@ def test_plain_install_runs_the_gateway(product: Venv, tmp_path: Path) -> None:
     assert_runs(product, tmp_path)
 
 
+def test_plain_install_builds_envoys_native_sse_reader(product: Venv, tmp_path: Path) -> None:
+    """The wheel carries the module's C sources; the installed package builds the module
+    Envoy loads (docs/llm.md, the native stream reader)."""
+    code = (
+        "import sys, pathlib; from inferway.xds.sse_module_build import build_sse_module; "
+        "print(build_sse_module(pathlib.Path(sys.argv[1])))"
+    )
+    built = product.run(str(product.bin / "python"), "-c", code, str(tmp_path))
+    assert built.returncode == 0, built.stderr
+    assert (Path(built.stdout.strip()) / "libinferway_sse.so").is_file()
+
+
 def test_gateway_alone_runs_the_control_plane_without_numerics(
     wheels: dict[str, Path], dist: Path, tmp_path: Path
 ) -> None:

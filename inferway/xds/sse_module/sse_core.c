@@ -10,6 +10,9 @@
 
 #define NUMBER_MAX 40
 #define MODEL_MAX 256
+/* An event this long is not one (SSE events are a few hundred bytes): the bytes held are
+ * passed on and the reader stops, rather than holding an endless stream in memory. */
+#define TAIL_MAX (8u << 20)
 
 struct inferway_sse {
   int drop;
@@ -247,6 +250,11 @@ int inferway_sse_feed(inferway_sse *s, const char *chunk, size_t len, int end, i
   memmove(s->tail, d + pos, n - pos);
   s->tail_len = n - pos;
   int rewrite = s->drop && (dropped || carried || s->tail_len > 0);
+  if (s->tail_len > TAIL_MAX) {
+    if (s->drop && !out_add(s, s->tail, s->tail_len)) goto oom;
+    s->tail_len = 0;
+    s->failed = 1;
+  }
   if (end && s->tail_len > 0) {
     int blank = 1;
     for (size_t i = 0; i < s->tail_len; i++) blank = blank && space(s->tail[i]);

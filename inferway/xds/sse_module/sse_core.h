@@ -21,7 +21,8 @@ void inferway_sse_free(inferway_sse *s);
 /* Reads one chunk (the bytes as received, possibly none) that arrived at now_us (wall-clock
  * microseconds); end: it is the answer's last. Returns 1 when the chunk must be replaced by
  * *out / *out_len (valid until the next call), 0 when it passes as it is, -1 when out of memory
- * (the chunk then passes as it is and the reader stops reading). */
+ * (the chunk then passes as it is and the reader stops reading). An event still unended past
+ * 8 MiB is passed on as it is and the reader stops too (inferway_sse_failed). */
 int inferway_sse_feed(inferway_sse *s, const char *data, size_t len, int end, int64_t now_us,
                       const char **out, size_t *out_len);
 
