@@ -122,11 +122,12 @@ async def test_metrics_parse_and_move_with_pushes_acks_refusals_and_nacks(stack:
 
     # A snapshot Envoy rejects, set straight into the cache: one NACK of clusters; the cache
     # goes back to the last good snapshot and the Envoy is in sync with it again.
-    good = cache.get_snapshot()
+    (node,) = cache.node_status()  # ``default|sse`` where Envoy's SSE module built
+    good = cache.get_snapshot(node.group)
     assert good is not None
-    assert cache.set_snapshot(_with_unbuildable_cluster(good, "v2"))
+    assert cache.set_snapshot(_with_unbuildable_cluster(good, "v2"), node.group)
     await poll_until(lambda: bool(cache.nacks()), timeout=10, what="Envoy to NACK")
-    assert cache.get_snapshot() == good
+    assert cache.get_snapshot(node.group) == good
     assert await cache.wait_for_acks(good.version, timeout=10)
     nacked = await stack.metrics()
     assert value(nacked, "inferway_xds_nacks_total", type="clusters") == 1

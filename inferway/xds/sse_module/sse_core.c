@@ -1,6 +1,6 @@
 /* The pure part of inferway's SSE reader: sse_core.h says what it does. Each check mirrors
  * the Lua pattern of llm_stream.lua it replaces (quoted above it); tests hold the two to the
- * same bytes and counts over any split of a stream (tests/unit/test_llm_sse_module.py). */
+ * same bytes and counts over any split of a stream (tests/unit/test_llm_sse_reader_core.py). */
 #define _GNU_SOURCE
 #include "sse_core.h"
 
