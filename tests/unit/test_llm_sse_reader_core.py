@@ -5,7 +5,6 @@ gateway asked for it. The module in real Envoy: tests/integration/test_llm_sse_m
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 from inferway.xds.sse_module_build import c_compiler
 from tests.components import unavailable
 from tests.lua_stream import LuaStream
+from tests.sse_events import content_event, event, split, usage_event
 from tests.sse_module import SseCore
 
 _LUA = LuaStream()
@@ -27,25 +27,6 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> SseCore:
     if compiler is None:
         unavailable("cc", "no C compiler (cc, gcc, clang or CC) to build the SSE reader's core")
     return SseCore(compiler, Path(tmp_path_factory.mktemp("sse-core")))
-
-
-def _event(chunk: object, sep: bytes = b"\n\n") -> bytes:
-    return b"data: " + json.dumps(chunk).encode() + sep
-
-
-def _content(text: str, sep: bytes = b"\n\n") -> bytes:
-    return _event({"model": "m", "choices": [{"delta": {"content": text}}]}, sep)
-
-
-def _usage(prompt: int, completion: int, sep: bytes = b"\n\n") -> bytes:
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
-    return _event({"model": "m", "choices": [], "usage": usage}, sep)
-
-
-def _split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -67,10 +48,10 @@ def test_any_split_passes_every_byte_but_a_dropped_usage_chunk_and_counts_the_to
     prompt: int,
 ) -> None:
     sep = b"\r\n\r\n" if crlf else b"\n\n"
-    events = [_content(t, sep) for t in texts]
+    events = [content_event(t, sep) for t in texts]
     tail = [b"data: [DONE]" + sep] if done else []
-    stream = b"".join([*events, _usage(prompt, len(texts), sep), *tail])
-    read = core.read(_split(stream, cuts), drop=drop)
+    stream = b"".join([*events, usage_event(prompt, len(texts), sep), *tail])
+    read = core.read(split(stream, cuts), drop=drop)
     assert read.passed == (b"".join([*events, *tail]) if drop else stream)
     assert read.chunks == len(texts)
     assert (read.prompt, read.completion) == (str(prompt), str(len(texts)))
@@ -132,7 +113,7 @@ def test_the_native_reader_does_what_the_lua_reader_does(
     drop: bool,
 ) -> None:
     stream = b"".join(_raw_event(kind, sep) for kind, sep in events) + junk
-    parts = _split(stream, cuts) or [b""]
+    parts = split(stream, cuts) or [b""]
     native = core.read(parts, drop=drop)
     lua = _LUA.answer(parts, drop=drop)
     (report,) = lua.reports
@@ -150,27 +131,33 @@ def test_the_native_reader_does_what_the_lua_reader_does(
 def test_whole_events_in_whole_chunks_pass_untouched_and_a_split_one_is_held_to_its_end(
     core: SseCore,
 ) -> None:
-    a, b = _content("hel"), _content("lo")
-    read = core.read([a, b[:7], b[7:] + _usage(3, 2)], drop=True)
+    a, b = content_event("hel"), content_event("lo")
+    read = core.read([a, b[:7], b[7:] + usage_event(3, 2)], drop=True)
     assert read.passed == a + b and read.chunks == 2
 
 
 def test_an_answer_that_ends_inside_an_event_passes_it_on(core: SseCore) -> None:
-    data = _content("x") + b'data: {"choices":[{"delta":{"content":"y"}}]}'
+    data = content_event("x") + b'data: {"choices":[{"delta":{"content":"y"}}]}'
     for drop in (True, False):
         read = core.read([data[:20], data[20:]], drop=drop)
         assert read.passed == data and read.chunks == 2
 
 
 def test_a_usage_chunk_that_also_carries_text_is_kept(core: SseCore) -> None:
-    both = _event({"choices": [{"delta": {"content": "z"}}], "usage": {"prompt_tokens": 4}})
+    both = event({"choices": [{"delta": {"content": "z"}}], "usage": {"prompt_tokens": 4}})
     read = core.read([both], drop=True)
     assert read.passed == both
     assert (read.prompt, read.completion, read.chunks) == ("4", "0", 1)
 
 
 def test_times_are_those_of_the_first_and_last_chunk_with_text(core: SseCore) -> None:
-    parts = [b": hello\n\n", _content("a"), _usage(1, 2), _content("b"), b"data: [DONE]\n\n"]
+    parts = [
+        b": hello\n\n",
+        content_event("a"),
+        usage_event(1, 2),
+        content_event("b"),
+        b"data: [DONE]\n\n",
+    ]
     read = core.read(parts, drop=False, start_us=5_000)
     assert (read.first_us, read.last_us) == (5_002, 5_004)
 
@@ -178,8 +165,8 @@ def test_times_are_those_of_the_first_and_last_chunk_with_text(core: SseCore) ->
 def test_an_endless_event_is_passed_on_and_not_held(core: SseCore) -> None:
     """No separator for over 8 MiB: the bytes go on and the reader stops reading, rather
     than holding the stream in memory (the client would otherwise see nothing)."""
-    first = _content("a")
+    first = content_event("a")
     blob = b"data: " + b"x" * (9 << 20)
-    read = core.read([first, blob, _content("b"), _usage(1, 2)], drop=True)
-    assert read.passed == first + blob + _content("b") + _usage(1, 2)
+    read = core.read([first, blob, content_event("b"), usage_event(1, 2)], drop=True)
+    assert read.passed == first + blob + content_event("b") + usage_event(1, 2)
     assert read.chunks == 1 and read.prompt == ""

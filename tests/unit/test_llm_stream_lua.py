@@ -6,33 +6,13 @@ real Envoy: tests/integration/test_llm_gateway.py."""
 
 from __future__ import annotations
 
-import itertools
-import json
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.lua_stream import LuaStream
+from tests.sse_events import content_event, split, usage_event
 
 _LUA = LuaStream()
-
-
-def _content(text: str, sep: bytes = b"\n\n") -> bytes:
-    choices = [{"delta": {"content": text}}]
-    chunk = {"object": "chat.completion.chunk", "model": "m", "choices": choices}
-    return b"data: " + json.dumps(chunk).encode() + sep
-
-
-def _usage(prompt: int, completion: int, sep: bytes = b"\n\n") -> bytes:
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
-    chunk = {"object": "chat.completion.chunk", "model": "m", "choices": [], "usage": usage}
-    return b"data: " + json.dumps(chunk).encode() + sep
-
-
-def _split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -48,11 +28,11 @@ def test_any_split_passes_every_byte_but_a_dropped_usage_chunk_and_counts_the_to
     texts: list[str], cuts: list[int], drop: bool, crlf: bool, done: bool, prompt: int
 ) -> None:
     sep = b"\r\n\r\n" if crlf else b"\n\n"
-    events = [_content(t, sep) for t in texts]
-    usage = _usage(prompt, len(texts), sep)
+    events = [content_event(t, sep) for t in texts]
+    usage = usage_event(prompt, len(texts), sep)
     tail = [b"data: [DONE]" + sep] if done else []
     stream = b"".join([*events, usage, *tail])
-    answer = _LUA.answer(_split(stream, cuts), drop=drop)
+    answer = _LUA.answer(split(stream, cuts), drop=drop)
     expected = b"".join([*events, *tail]) if drop else stream
     assert answer.passed == expected
     (final,) = answer.reports
@@ -64,15 +44,15 @@ def test_any_split_passes_every_byte_but_a_dropped_usage_chunk_and_counts_the_to
 
 
 def test_whole_events_in_whole_chunks_pass_untouched_and_a_split_one_is_held_to_its_end() -> None:
-    a, b = _content("hel"), _content("lo")
-    answer = _LUA.answer([a, b[:7], b[7:] + _usage(3, 2)], drop=True)
+    a, b = content_event("hel"), content_event("lo")
+    answer = _LUA.answer([a, b[:7], b[7:] + usage_event(3, 2)], drop=True)
     assert answer.passed == a + b
     assert answer.reports[0]["chunks"] == 2
     assert "content-length" not in answer.headers
 
 
 def test_an_answer_that_ends_inside_an_event_passes_it_on() -> None:
-    data = _content("x") + b'data: {"choices":[{"delta":{"content":"y"}}]}'
+    data = content_event("x") + b'data: {"choices":[{"delta":{"content":"y"}}]}'
     for drop in (True, False):
         answer = _LUA.answer([data[:20], data[20:]], drop=drop)
         assert answer.passed == data
