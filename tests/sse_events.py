@@ -5,8 +5,22 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
-__all__ = ["content_event", "event", "split", "usage_event"]
+from hypothesis import strategies as st
+
+__all__ = ["STREAMS", "content_event", "event", "split", "usage_event"]
+
+STREAMS: dict[str, Any] = {
+    "texts": st.lists(st.text(min_size=1, max_size=12), max_size=12),
+    "cuts": st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+    "drop": st.booleans(),
+    "crlf": st.booleans(),
+    "done": st.booleans(),
+    "prompt": st.integers(min_value=0, max_value=5000),
+}
+"""``@given(**STREAMS)``: a stream's text chunks, where it is cut, whether its usage chunk is
+dropped, CRLF separators, a final ``[DONE]``, the prompt's tokens."""
 
 
 def event(chunk: object, sep: bytes = b"\n\n") -> bytes:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from inferway.xds.sse_module_build import c_compiler
 from tests.components import unavailable
 from tests.lua_stream import LuaStream
-from tests.sse_events import content_event, event, split, usage_event
+from tests.sse_events import STREAMS, content_event, event, split, usage_event
 from tests.sse_module import SseCore
 
 _LUA = LuaStream()
@@ -30,14 +30,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> SseCore:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    texts=st.lists(st.text(min_size=1, max_size=12), max_size=12),
-    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
-    drop=st.booleans(),
-    crlf=st.booleans(),
-    done=st.booleans(),
-    prompt=st.integers(min_value=0, max_value=5000),
-)
+@given(**STREAMS)
 def test_any_split_passes_every_byte_but_a_dropped_usage_chunk_and_counts_the_tokens(
     core: SseCore,
     texts: list[str],

@@ -7,23 +7,15 @@ real Envoy: tests/integration/test_llm_gateway.py."""
 from __future__ import annotations
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from tests.lua_stream import LuaStream
-from tests.sse_events import content_event, split, usage_event
+from tests.sse_events import STREAMS, content_event, split, usage_event
 
 _LUA = LuaStream()
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    texts=st.lists(st.text(min_size=1, max_size=12), min_size=0, max_size=12),
-    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
-    drop=st.booleans(),
-    crlf=st.booleans(),
-    done=st.booleans(),
-    prompt=st.integers(min_value=0, max_value=5000),
-)
+@given(**STREAMS)
 def test_any_split_passes_every_byte_but_a_dropped_usage_chunk_and_counts_the_tokens(
     texts: list[str], cuts: list[int], drop: bool, crlf: bool, done: bool, prompt: int
 ) -> None:
