@@ -203,7 +203,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     )
                 )
             envoy_pids: dict[str, int | None] = {"direct": None}
-            for name in wanted[1:]:
+            for name in (n for n in wanted if n != "direct"):
                 transport = GATEWAY_OF[name]
                 gateway = gateways[transport]
                 assert gateway.supervisor is not None and gateway.llm is not None
