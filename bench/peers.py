@@ -26,10 +26,16 @@ the aiohttp yardstick: ONNX Runtime's). Servers:
 - ``mosec``: Mosec with dynamic batching (max batch 64, wait 5 ms), one worker, in its venv;
 - ``pytriton``: Triton's server and dynamic batcher through PyTriton (same limits), its venv;
 - ``floor``: ``static_http_server.py``, the same fixed answer to every request, no model: what
-  each client kind can do against a server that costs (almost) nothing, the ceiling for any
-  server on these cores (its answers are not checked);
+  each client kind does against a server that costs (almost) nothing (its answers are not
+  checked);
 - ``floor-close``: the same, closing a connection whose request asked for ``Connection: close``
-  after the answer, as RFC 9112 requires (the client closes first against ``floor``).
+  after the answer, as RFC 9112 requires (the client closes first against ``floor``);
+- ``floor-busy``: ``floor-close`` spending 200 µs of CPU on its loop before each answer, one
+  request at a time: a serial server, the bottleneck at 5,000 requests a second less its I/O;
+- ``floor-spin``: ``floor-close`` polling its loop without sleeping for 1 ms after each
+  request: it answers at once and keeps a core busy while load lasts.
+  These two show that a co-located thread client's speed depends on the server's shape as
+  well as its cost (docs/serving-performance.md), so ``floor`` is no ceiling for it.
 
 Mosec and PyTriton are installed into their own venvs (``--venvs``, default
 ``~/.cache/inferway-bench/peers``) on first use, so their dependencies never meet inferway's.
@@ -87,8 +93,17 @@ SERVERS = (
     "pytriton",
     "floor",
     "floor-close",
+    "floor-busy",
+    "floor-spin",
 )
 MAX_BATCH, MAX_WAIT_MS = 64, 5
+FLOOR_OPTIONS = {
+    "floor": [],
+    "floor-close": ["--close"],
+    "floor-busy": ["--close", "--busy-us", "200"],
+    "floor-spin": ["--close", "--spin-us", "1000"],
+}
+"""``static_http_server.py``'s options for each floor server."""
 CLIENTS = ("loadgen", "threads")
 DEFAULTS = "@defaults"
 """A server name's suffix: that server with its own ONNX Runtime thread defaults."""
@@ -154,11 +169,10 @@ def _start(name: str, root: Path, onnx: Path, venvs: Path, logs: Path, intra: in
         peer = Peer(name, workers.http_port, f"/v2/models/{model}/infer", workers.stop)
         peer.pid = workers.process.pid
         return peer
-    if name in ("floor", "floor-close"):
+    if name in FLOOR_OPTIONS:
         port = free_port()
         command = [sys.executable, str(HERE / "static_http_server.py"), str(port)]
-        if name == "floor-close":
-            command.append("--close")
+        command += FLOOR_OPTIONS[name]
         process = PeerProcess(command, None, logs / f"{name}.log")
         wait_http(f"http://127.0.0.1:{port}/", process.proc, 30, name)
         return Peer(name, port, "/v2/models/mlp/infer", process.stop, pid=process.proc.pid)
@@ -240,12 +254,15 @@ def measure(
     else:
         result = clients.loadgen.run(_load_spec(peer, concurrency, keepalive, args))
     ms = [s * 1000 for s in result["latencies_s"]]
-    return {
+    point = {
         "throughput": len(ms) / result["elapsed_s"],
         "p50_ms": percentile(ms, 50) if ms else None,
         "p99_ms": percentile(ms, 99) if ms else None,
         "errors": len(result["errors"]),
     }
+    if result.get("sched") and ms:  # the thread clients' scheduler counts, a request
+        point["client_sched_per_request"] = {k: v / len(ms) for k, v in result["sched"].items()}
+    return point
 
 
 def _load_spec(peer: Peer, concurrency: int, keepalive: bool, args: Any) -> LoadSpec:

@@ -4,7 +4,9 @@
 This script runs the same servers and clients and records what moves much less: CPU seconds
 per request of the server (each of its processes, the main thread apart from the others: the
 event loop against ONNX Runtime / batch threads) and of the client process, and how batches
-formed (the server's own batch-size histogram from /metrics: inferway's and Mosec's). With
+formed (the server's own batch-size histogram from /metrics: inferway's and Mosec's), and
+what the scheduler did with a thread client's threads (CPU migrations and context switches a
+request: how much its GIL hand-offs cost, which depends on how the server answers). With
 ``--py-spy DIR`` it also samples the server's Python stacks during each cell (py-spy, raw
 collapsed stacks, one file per cell).
 
@@ -209,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{point['p99_ms']:.1f}",
                                 f"{server_us:.0f}",
                                 f"{client_us:.0f}",
+                                _sched_text(point.get("client_sched_per_request")),
                                 f"{served / batches:.1f}" if batches else "-",
                                 top,
                             )
@@ -228,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             "p99 ms",
             "server us/req",
             "client us/req",
+            "client migr / cs a req",
             "rows/batch",
             "top threads us/req",
         ),
@@ -237,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     data["args"] = {k: str(v) for k, v in vars(args).items()}
     print(f"wrote {write_results('peers_profile', data)}")
     return 0
+
+
+def _sched_text(sched: dict[str, float] | None) -> str:
+    """The thread client's CPU migrations and context switches (voluntary + not) a request."""
+    if not sched:
+        return "-"
+    switches = sched["voluntary_switches"] + sched["involuntary_switches"]
+    return f"{sched['migrations']:.1f} / {switches:.1f}"
 
 
 def _served(args: argparse.Namespace, client: str, point: dict[str, Any]) -> float:

@@ -6,13 +6,22 @@ With ``--close`` a request that asks for ``Connection: close`` is answered with 
 connection closed, as RFC 9112 (9.6) requires of a server and as every real server does;
 without it the client closes first.
 
-    python bench/static_http_server.py PORT [--close]
+Two variants show how a co-located client's own speed depends on the server's shape, not only
+on its cost (issue 37; docs/serving-performance.md):
+
+- ``--busy-us N``: spend N µs of CPU on the event loop before each answer, one request at a
+  time: a serial server that becomes the bottleneck at 1/N requests a second;
+- ``--spin-us N``: after each request, keep polling the loop (never sleeping in epoll) for N
+  µs: a busy-polling server that answers at once but keeps a core occupied while requests come.
+
+    python bench/static_http_server.py PORT [--close] [--busy-us N] [--spin-us N]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
+import time
 from typing import cast
 
 import httptools
@@ -30,9 +39,34 @@ _RESPONSE = (
 _RESPONSE_CLOSE = _RESPONSE.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)
 
 
+class _Spin:
+    """``--spin-us``: keep the loop polling (a callback that reschedules itself, so uvloop
+    polls without blocking) until ``spin_s`` after the last request."""
+
+    spin_s = 0.0
+    until = 0.0
+    running = False
+
+    @classmethod
+    def extend(cls) -> None:
+        cls.until = time.perf_counter() + cls.spin_s
+        if not cls.running:
+            cls.running = True
+            asyncio.get_running_loop().call_soon(cls._poll)
+
+    @classmethod
+    def _poll(cls) -> None:
+        if time.perf_counter() < cls.until:
+            asyncio.get_running_loop().call_soon(cls._poll)
+        else:
+            cls.running = False
+
+
 class _Connection(asyncio.Protocol):
     close = False
     """Close a connection whose request asked for it, after answering (``--close``)."""
+    busy_s = 0.0
+    """CPU spent on the loop before each answer (``--busy-us``)."""
 
     def __init__(self) -> None:
         self._parser = httptools.HttpRequestParser(self)
@@ -51,6 +85,12 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._transport is None:
             return
+        if self.busy_s:
+            end = time.perf_counter() + self.busy_s
+            while time.perf_counter() < end:
+                pass
+        if _Spin.spin_s:
+            _Spin.extend()
         if self.close and not self._parser.should_keep_alive():
             self._transport.write(_RESPONSE_CLOSE)
             self._transport.close()
@@ -66,10 +106,18 @@ async def _serve(port: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--close"]):
-        raise SystemExit("usage: static_http_server.py PORT [--close]")
-    _Connection.close = sys.argv[2:] == ["--close"]
-    uvloop.run(_serve(int(sys.argv[1])))
+    parser = argparse.ArgumentParser(description="A fixed KServe v2 JSON answer to every request.")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--close", action="store_true", help="close on Connection: close")
+    parser.add_argument("--busy-us", type=float, default=0.0, help="CPU per request, serially")
+    parser.add_argument("--spin-us", type=float, default=0.0, help="poll this long after each")
+    args = parser.parse_args()
+    if args.busy_us < 0 or args.spin_us < 0:
+        parser.error("--busy-us and --spin-us must be >= 0")
+    _Connection.close = args.close
+    _Connection.busy_s = args.busy_us / 1e6
+    _Spin.spin_s = args.spin_us / 1e6
+    uvloop.run(_serve(args.port))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ one ``http.client.HTTPConnection`` kept alive (``keepalive``) or ``urllib.reques
 opening a new connection per request (which sends ``Connection: close``). A cell is a
 count, as in issue 37's harness: ``warmup`` requests shared by the threads, then ``requests``
 measured ones; the rate is measured requests over the time from the first measured send to
-the last answer.
+the last answer. Each thread also reports what the scheduler did with it (CPU migrations and
+context switches, from ``/proc/thread-self/sched`` where the kernel has it): the cost of the
+client's GIL hand-offs, which depends on how the server answers (docs/serving-performance.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,28 @@ from typing import Any
 __all__ = ["ThreadCell", "ThreadClientWorker", "run_thread_cell"]
 
 TIMEOUT_S = 30.0
+SCHED_FIELDS = {
+    "se.nr_migrations": "migrations",
+    "nr_voluntary_switches": "voluntary_switches",
+    "nr_involuntary_switches": "involuntary_switches",
+}
+
+
+def thread_sched() -> dict[str, int] | None:
+    """This thread's scheduler counts so far (SCHED_FIELDS), or None where the kernel does not
+    show them (no ``/proc/thread-self/sched`` without CONFIG_SCHED_DEBUG, or not Linux)."""
+    try:
+        with open("/proc/thread-self/sched") as f:
+            text = f.read()
+    except OSError:
+        return None
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        name = SCHED_FIELDS.get(key.strip())
+        if sep and name is not None:
+            found[name] = int(float(value))
+    return found if len(found) == len(SCHED_FIELDS) else None
 
 
 @dataclass(frozen=True)
@@ -50,6 +74,7 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
     headers = {"Content-Type": "application/json"}
     url = f"http://{cell.host}:{cell.port}{cell.path}"
     start = threading.Barrier(cell.concurrency + 1)
+    sched: list[dict[str, int] | None] = []
 
     def keepalive_client() -> None:
         conn = http.client.HTTPConnection(cell.host, cell.port, timeout=TIMEOUT_S)
@@ -73,6 +98,7 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
                     errors.append(f"HTTP {answer.status}")
         finally:
             conn.close()
+            sched.append(thread_sched())
 
     def new_connection_client() -> None:
         start.wait()
@@ -90,6 +116,7 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - t0)
             else:
                 errors.append(f"HTTP {answer.status}")
+        sched.append(thread_sched())
 
     target = keepalive_client if cell.keepalive else new_connection_client
     threads = [threading.Thread(target=target, daemon=True) for _ in range(cell.concurrency)]
@@ -100,7 +127,15 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - t0
-    return {"latencies_s": latencies, "errors": errors[:20], "elapsed_s": elapsed}
+    counted = (
+        None if None in sched else {k: sum(c[k] for c in sched if c) for k in SCHED_FIELDS.values()}
+    )
+    return {
+        "latencies_s": latencies,
+        "errors": errors[:20],
+        "elapsed_s": elapsed,
+        "sched": counted,
+    }
 
 
 def run_thread_cell(cell: ThreadCell) -> dict[str, Any]:

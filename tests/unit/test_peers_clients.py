@@ -5,13 +5,15 @@ they say, and every ratio is to Mosec's figure of the same round and client."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from bench.peers_report import summarize
-from bench.thread_clients import ThreadCell, run_thread_cell
+from bench.thread_clients import ThreadCell, run_thread_cell, thread_sched
 
 
 class _Counting(BaseHTTPRequestHandler):
@@ -111,3 +113,29 @@ def test_ratios_are_to_mosec_of_the_same_round_and_client() -> None:
     assert threads["ratio_to_aiohttp"] == pytest.approx((3.0 + 2.0) / 2)
     assert rows["inferway-fast", "loadgen"]["ratio_to_mosec"] == pytest.approx(1.0)
     assert rows["mosec", "threads"]["ratio_to_mosec"] == pytest.approx(1.0)
+
+
+def test_thread_clients_report_what_the_scheduler_did_with_them(server: int) -> None:
+    cell = ThreadCell("127.0.0.1", server, "/infer", b"{}", 4, False, 0, 20)
+    result = run_thread_cell(cell)
+    assert result["errors"] == []
+    if not Path("/proc/thread-self/sched").exists():  # a kernel without CONFIG_SCHED_DEBUG
+        assert result["sched"] is None
+        return
+    sched = result["sched"]
+    assert set(sched) == {"migrations", "voluntary_switches", "involuntary_switches"}
+    assert all(isinstance(v, int) and v >= 0 for v in sched.values())
+    # every thread waited for its answers at least once per request it sent, in recv
+    assert sched["voluntary_switches"] >= 20
+
+
+def test_thread_sched_reads_this_threads_counts() -> None:
+    counts = thread_sched()
+    if not Path("/proc/thread-self/sched").exists():
+        assert counts is None
+        return
+    assert counts is not None
+    before = counts["voluntary_switches"]
+    time.sleep(0.01)  # a sleep is a voluntary switch
+    after = thread_sched()
+    assert after is not None and after["voluntary_switches"] > before
