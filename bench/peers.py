@@ -15,7 +15,10 @@ a process of its own:
 ONNX Runtime's threads are stated and the same in every server (``--ort-threads``: intra-op
 threads, inter-op 1); ``--server-defaults`` adds each server again as ``NAME@defaults`` with its
 own defaults (inferway: the cores split between instances; Mosec and PyTriton's harnesses and
-the aiohttp yardstick: ONNX Runtime's). Servers:
+the aiohttp yardstick: ONNX Runtime's). ``--pin-cores`` puts the client processes on the first
+core and every server on the others, as if the client ran on a host of its own: the thread
+clients' threads then cannot move onto the server's core, and the cells measure the server
+rather than how it paces the client (docs/serving-performance.md). Servers:
 
 - ``aiohttp``: the yardstick, ONNX Runtime inline in a bare aiohttp handler, no batching;
 - ``inferway``: ``start_backend`` with adaptive batching (one process), aiohttp front end;
@@ -62,6 +65,7 @@ import numpy as np
 import yaml
 from _common import environment, free_port, percentile, print_table, write_results
 from batching_models import NOFILL, TINY_SIZES, build_bench_repository, served_name
+from core_pinning import pin_tree, split_cores
 from loadgen import LoadSpec, LoadWorker
 from loadgen_http import http_request_bytes
 from loadgen_spec import request_row
@@ -310,6 +314,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also run each server as NAME@defaults, with its own ONNX Runtime thread defaults",
     )
+    parser.add_argument(
+        "--pin-cores",
+        action="store_true",
+        help="the clients on the first core, every server on the others",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each in a rotated order")
     parser.add_argument("--duration", type=float, default=8.0, help="loadgen: seconds per point")
     parser.add_argument(
@@ -364,11 +373,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         state_threads(roots[True], args.ort_threads)
         build_bench_repository(roots[False], {"tiny": TINY_SIZES})
         clients = Clients(LoadWorker(), ThreadClientWorker())
+        cores = split_cores() if args.pin_cores else None
         try:
+            if cores is not None:
+                pin_tree(clients.loadgen.pid, cores[0])
+                pin_tree(clients.threads.pid, cores[0])
             for name in servers:
                 print(f"starting {name}...", flush=True)
                 peer = start_peer(name, roots, onnx, args.venvs, logs, args.ort_threads)
                 peers.append(peer)
+                if cores is not None:
+                    pin_tree(peer.pid, cores[1])
                 if not name.startswith("floor"):  # a fixed answer, by design
                     check_answer(peer, onnx)
             for round_ in range(args.rounds):
@@ -394,7 +409,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_table(
         f"tiny MLP, KServe v2 JSON, closed loop, ONNX Runtime intra-op threads "
         f"{args.ort_threads} (@defaults: the server's own), medians of {args.rounds} rotated "
-        f"rounds; load average {os.getloadavg()[0]:.1f}",
+        f"rounds{'; clients and servers on cores of their own' if args.pin_cores else ''}; "
+        f"load average {os.getloadavg()[0]:.1f}",
         (
             "server",
             "client",

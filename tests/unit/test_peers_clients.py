@@ -4,14 +4,19 @@ they say, and every ratio is to Mosec's figure of the same round and client."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 
+from bench.core_pinning import pin_tree, split_cores
 from bench.peers_report import summarize
 from bench.thread_clients import ThreadCell, run_thread_cell, thread_sched
 
@@ -139,3 +144,32 @@ def test_thread_sched_reads_this_threads_counts() -> None:
     time.sleep(0.01)  # a sleep is a voluntary switch
     after = thread_sched()
     assert after is not None and after["voluntary_switches"] > before
+
+
+def test_pin_tree_moves_every_thread_of_a_process_and_its_children() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        with pytest.raises(SystemExit, match="needs two cores"):
+            split_cores()
+        return
+    client, servers = split_cores()
+    assert client == {cpus[0]} and servers == set(cpus[1:])
+    code = (
+        "import subprocess, sys, threading, time; "
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+        "print(child.pid, flush=True); time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        pin_tree(parent.pid, client)
+        for pid in (parent.pid, child_pid):
+            for thread in psutil.Process(pid).threads():
+                assert os.sched_getaffinity(thread.id) == client
+    finally:
+        for proc in psutil.Process(parent.pid).children(recursive=True):
+            proc.kill()
+        parent.kill()
+        parent.wait(10)
