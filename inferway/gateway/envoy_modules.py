@@ -1,8 +1,9 @@
 """inferway's modules for an Envoy this process starts (the native SSE reader,
 ``inferway/xds/sse_module_build.py``): built once per source version, found by Envoy through
 its module search path, and announced in the node's metadata so the control plane gives
-the native filter to this Envoy only. Without a C compiler Envoy starts without them and
-reads LLM streams with the Lua filter; that is said once, at INFO."""
+the native filter to this Envoy only. Without a C compiler (and no build of the same sources
+in the module folder, as the container image carries) Envoy starts without them and reads LLM
+streams with the Lua filter; that is said once, at INFO."""
 
 from __future__ import annotations
 

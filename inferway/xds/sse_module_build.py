@@ -5,11 +5,12 @@ Envoy loads it as ``lib<name>.so`` from ``ENVOY_DYNAMIC_MODULES_SEARCH_PATH``; i
 that variable for every Envoy it starts and says so in the Envoy's node metadata
 (:data:`MODULES_METADATA_KEY`), so the control plane gives only those Envoys the native filter
 (``xds/node_groups.py``); every other Envoy reads streams with the Lua filter. The object is
-cached under ``$XDG_CACHE_HOME/inferway/envoy-modules/<hash of the sources and compiler>/``
+cached under ``$XDG_CACHE_HOME/inferway/envoy-modules/<sources hash>-<compiler hash>/``
 (``INFERWAY_ENVOY_MODULES_DIR`` overrides the root); concurrent builds each write a
 temporary file and rename it, so a reader never sees half an object. Without a compiler
-(``CC``, else ``cc``, ``gcc``, ``clang`` on ``PATH``) :func:`build_sse_module` raises
-:class:`ModuleUnavailable` with the reason.
+(``CC``, else ``cc``, ``gcc``, ``clang`` on ``PATH``) a build of the same sources already in
+the root is used (the container image builds one in its build stage and has no compiler);
+with neither, :func:`build_sse_module` raises :class:`ModuleUnavailable` with the reason.
 """
 
 from __future__ import annotations
@@ -72,18 +73,32 @@ def _cache_root() -> Path:
     return Path(base) / "inferway" / "envoy-modules"
 
 
-def build_sse_module(cache: Path | None = None) -> Path:
-    """The folder holding ``libinferway_sse.so`` (Envoy's module search path), built now
-    unless a build of the same sources by the same compiler is cached."""
-    compiler = c_compiler()
-    if compiler is None:
-        raise ModuleUnavailable("no C compiler found (set CC, or install cc, gcc or clang)")
-    sources = module_sources()
-    digest = hashlib.sha256(compiler.encode())
-    digest.update(" ".join(_FLAGS).encode())
+def _sources_digest(sources: Path) -> str:
+    digest = hashlib.sha256(" ".join(_FLAGS).encode())
     for name in _SOURCES:
         digest.update(name.encode() + b"\0" + (sources / name).read_bytes())
-    folder = (cache or _cache_root()) / digest.hexdigest()[:16]
+    return digest.hexdigest()[:16]
+
+
+def build_sse_module(cache: Path | None = None) -> Path:
+    """The folder holding ``libinferway_sse.so`` (Envoy's module search path), built now
+    unless a build of the same sources by the same compiler is cached; without a compiler,
+    a build of the same sources by any compiler."""
+    root = cache or _cache_root()
+    sources = module_sources()
+    built = _sources_digest(sources)
+    compiler = c_compiler()
+    if compiler is None:
+        found = sorted(
+            root.glob(f"{built}-*/lib{SSE_MODULE}.so"), key=lambda p: p.stat().st_mtime_ns
+        )
+        if found:
+            return found[-1].parent
+        raise ModuleUnavailable(
+            f"no C compiler found (set CC, or install cc, gcc or clang) and no build of "
+            f"these sources under {root}"
+        )
+    folder = root / f"{built}-{hashlib.sha256(compiler.encode()).hexdigest()[:8]}"
     target = folder / f"lib{SSE_MODULE}.so"
     if target.is_file():
         return folder
@@ -99,6 +114,7 @@ def build_sse_module(cache: Path | None = None) -> Path:
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise ModuleUnavailable(f"{Path(compiler).name} failed ({done.returncode}): {last}")
+        os.chmod(partial, 0o755)  # mkstemp made it 0600: others load it too (the image)
         os.replace(partial, target)
     except subprocess.TimeoutExpired as error:
         raise ModuleUnavailable(f"{compiler} ran over {_TIMEOUT_S:.0f} s") from error

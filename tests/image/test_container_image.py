@@ -161,6 +161,63 @@ def test_the_image_reports_its_build_and_runs_as_the_manifests_user(
     assert version.stdout.strip() == "inferway " + project.split('version = "', 1)[1].split('"')[0]
 
 
+_READER_PROBE = """
+import json, os, subprocess, sys, tempfile
+from inferway.gateway.envoy_modules import provide_envoy_modules
+from inferway.xds.envoy_binary import find_envoy
+from inferway.xds.sse_module_build import SEARCH_PATH_ENV, c_compiler
+bootstrap = {}
+env = provide_envoy_modules(bootstrap)
+with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+    f.write(sys.argv[1])
+check = subprocess.run([find_envoy(), "--mode", "validate", "-c", f.name],
+                       env={**os.environ, **env}, capture_output=True, text=True)
+print(json.dumps({"compiler": c_compiler(), "folder": env.get(SEARCH_PATH_ENV),
+                  "metadata": bootstrap.get("node", {}).get("metadata", {}),
+                  "validated": check.returncode == 0, "said": check.stderr[-600:]}))
+"""
+_VALIDATE_WITH_READER = """
+static_resources:
+  listeners:
+  - name: probe
+    address: {socket_address: {address: 127.0.0.1, port_value: 10000}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.\
+http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: probe
+          route_config: {name: probe, virtual_hosts: [{name: probe, domains: ["*"]}]}
+          http_filters:
+          - name: inferway.llm_sse
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.\
+DynamicModuleFilter
+              dynamic_module_config: {name: inferway_sse}
+              filter_name: inferway.llm_sse
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"""
+"""A listener with the native reader, as the translator writes it: Envoy's validation mode
+loads the module (it fails naming the module when the search path lacks it)."""
+
+
+def test_the_image_gives_envoy_the_native_sse_reader_without_a_compiler(
+    engine: Engine, image: BuiltImage
+) -> None:
+    """Built in the image's build stage; the runtime stage has no compiler and uses that build
+    (docs/llm.md): its Envoy reads LLM streams with the native reader, not the Lua filter."""
+    run = ["run", "--rm", "--label", LABEL, "--entrypoint", "python", image.tag, "-c"]
+    out = engine.run(*run, _READER_PROBE, _VALIDATE_WITH_READER, timeout=120).stdout
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["compiler"] is None
+    assert found["folder"].startswith("/opt/inferway/envoy-modules/"), found
+    assert found["metadata"] == {"INFERWAY_ENVOY_MODULES": "inferway_sse"}, found
+    assert found["validated"], found["said"]  # the image's Envoy loaded the module
+
+
 def test_backend_and_gateway_serve_apply_a_weight_edit_and_drain_on_stop(
     engine: Engine, deployment: Deployment, capsys: pytest.CaptureFixture[str]
 ) -> None:

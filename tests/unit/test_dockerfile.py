@@ -62,7 +62,8 @@ def test_two_stages_on_a_glibc_python_base_of_the_supported_version(
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     minimum = tuple(int(p) for p in project["requires-python"].removeprefix(">=").split("."))
     assert (int(match[1]), int(match[2])) >= minimum
-    assert not [i for i in runtime if i.cmd == "COPY"], "the runtime stage copies no sources"
+    copies = [i for i in runtime if i.cmd == "COPY"]
+    assert all(i.flags == ("--from=build",) for i in copies), "the runtime stage copies no sources"
     (install,) = [i for i in runtime if i.cmd == "RUN"]
     assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in install.flags
     assert "--no-index" in install.value[0], "the runtime installs only the built wheels"
@@ -80,7 +81,7 @@ def test_what_it_copies_exists_and_is_in_the_build_context(
         for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    copied = [i for i in instructions if i.cmd == "COPY"]
+    copied = [i for i in instructions if i.cmd == "COPY" and "--from=build" not in i.flags]
     assert copied
     for instruction in copied:
         *sources, _ = instruction.value
@@ -150,7 +151,7 @@ def test_the_build_stage_builds_with_the_documented_command(
 ) -> None:
     """``python -m build_support.dists`` (docs/install.md) makes inferway-core and every
     meta-distribution; the image's requirement is then resolved against that folder."""
-    (build,) = [i for i in stages(instructions)[0] if i.cmd == "RUN"]
+    (build,) = [i for i in stages(instructions)[0] if i.cmd == "RUN" and i.flags]
     # the CA bundle of a TLS-intercepting proxy, when given as a build secret, for pip only
     secret = "/run/secrets/pip-ca-bundle"
     assert build.flags == ("--mount=type=secret,id=pip-ca-bundle",), build.flags
@@ -160,3 +161,20 @@ def test_the_build_stage_builds_with_the_documented_command(
     assert steps[2].endswith('--find-links /dist "${INFERWAY_DIST}"'), steps
     copied = {i.value[0] for i in instructions if i.cmd == "COPY"}
     assert {"packaging", "build_support", "inferway"} <= copied
+
+
+def test_the_runtime_has_envoys_sse_reader_built_in_the_build_stage(
+    instructions: list[dockerfile.Command],
+) -> None:
+    """The build stage has a compiler and builds the module where the runtime stage, which has
+    none, takes it from (docs/llm.md; tests/image checks the image's Envoy loads it)."""
+    build_stage, runtime = stages(instructions)
+    steps = " ".join(i.value[0] for i in build_stage if i.cmd == "RUN")
+    assert "apt-get install" in steps and " gcc " in steps
+    assert "INFERWAY_ENVOY_MODULES_DIR=/envoy-modules" in steps and "build_sse_module()" in steps
+    (copy,) = [i for i in runtime if i.cmd == "COPY"]
+    assert copy.value == ("/envoy-modules", "/opt/inferway/envoy-modules")
+    pairs = [v for i in runtime if i.cmd == "ENV" for v in i.value]  # name, value, name, ...
+    env = dict(zip(pairs[::2], pairs[1::2], strict=True))
+    assert env["INFERWAY_ENVOY_MODULES_DIR"] == "/opt/inferway/envoy-modules", env
+    assert "gcc" not in " ".join(i.value[0] for i in runtime if i.cmd == "RUN")

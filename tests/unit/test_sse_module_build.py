@@ -51,6 +51,7 @@ def test_it_is_built_once_and_exports_envoys_hooks_only(compiler: str, tmp_path:
     assert set(HOOKS) <= exported
     assert all(name.startswith("envoy_dynamic_module_on_") for name in exported), exported
     assert not list(folder.glob(".building-*"))
+    assert library.stat().st_mode & 0o777 == 0o755  # loadable by other users (the image's)
 
 
 def test_another_compiler_is_another_build(
@@ -67,6 +68,26 @@ def test_another_compiler_is_another_build(
 def test_without_a_compiler_it_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(ModuleUnavailable, match="no C compiler found"):
+        build_sse_module(tmp_path)
+
+
+def test_without_a_compiler_a_build_of_the_same_sources_is_used(
+    compiler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in the container image: built in its build stage, used where no compiler is."""
+    built = build_sse_module(tmp_path)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert build_sse_module(tmp_path) == built
+
+
+def test_without_a_compiler_a_build_of_other_sources_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stale = tmp_path / "0123456789abcdef-01234567"
+    stale.mkdir()
+    (stale / "libinferway_sse.so").write_bytes(b"an older reader")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(ModuleUnavailable, match="no build of these sources under"):
         build_sse_module(tmp_path)
 
 
@@ -97,6 +118,7 @@ def test_without_the_module_envoy_starts_as_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("INFERWAY_ENVOY_MODULES_DIR", str(tmp_path / "modules"))  # none built
     bootstrap: dict[str, object] = {"node": {"id": "n"}}
     with caplog.at_level("INFO"):
         assert provide_envoy_modules(bootstrap) == {}
