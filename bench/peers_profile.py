@@ -31,6 +31,7 @@ from typing import Any
 import psutil
 from _common import environment, print_table, write_results
 from batching_models import TINY_SIZES, build_bench_repository
+from core_pinning import pin_tree, split_cores
 from loadgen import LoadWorker
 from peers import DEFAULT_VENVS, Clients, check_answer, measure, start_peer, state_threads
 from prometheus_client.parser import text_string_to_metric_families
@@ -122,6 +123,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--venvs", type=Path, default=DEFAULT_VENVS)
     parser.add_argument("--py-spy", type=Path, default=None, help="folder for py-spy stacks")
+    parser.add_argument(
+        "--pin-cores",
+        action="store_true",
+        help="the clients on the first core, every server on the others (as peers.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -135,10 +141,16 @@ def main(argv: list[str] | None = None) -> int:
         state_threads(roots[True], args.ort_threads)
         roots[False] = roots[True]
         clients = Clients(LoadWorker(), ThreadClientWorker())
+        cores = split_cores() if args.pin_cores else None
         try:
+            if cores is not None:
+                pin_tree(clients.loadgen.pid, cores[0])
+                pin_tree(clients.threads.pid, cores[0])
             for name in args.servers.split(","):
                 peer = start_peer(name, roots, onnx, args.venvs, Path(scratch), args.ort_threads)
                 try:
+                    if cores is not None:
+                        pin_tree(peer.pid, cores[1])
                     if not name.startswith("floor"):  # a fixed answer, by design
                         check_answer(peer, onnx)
                     for kind in args.kinds.split(","):
@@ -222,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             clients.close()
     print_table(
-        f"c={args.concurrency}, CPU per request (us), load average {os.getloadavg()[0]:.1f}",
+        f"c={args.concurrency}, CPU per request (us)"
+        f"{', clients and servers on cores of their own' if args.pin_cores else ''}, "
+        f"load average {os.getloadavg()[0]:.1f}",
         (
             "server",
             "client",
