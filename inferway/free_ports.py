@@ -11,7 +11,12 @@ Two hazards lie between picking a port and binding it:
   default) can be taken in the meantime by anything that binds port 0 or opens an outgoing
   connection: the client side of every connection gets one. So ``free_ports`` picks from just
   below that range, where the kernel never hands out a port by itself, and falls back to a
-  port the kernel picks only when no such port is free (or the range starts too low)."""
+  port the kernel picks only when no such port is free (or the range starts too low).
+
+Just below that range also lie the ports inferway's own servers bind by default
+(:data:`INFERWAY_DEFAULT_PORTS`); those are never handed out, so a picked port cannot meet a
+default a policy leaves in place (a policy with the LLM processor's reports port on 18091 is
+refused: the feature router's)."""
 
 from __future__ import annotations
 
@@ -23,13 +28,17 @@ from collections.abc import Collection, Iterator
 from functools import cache
 from pathlib import Path
 
-__all__ = ["ephemeral_range", "free_port", "free_ports"]
+__all__ = ["INFERWAY_DEFAULT_PORTS", "ephemeral_range", "free_port", "free_ports"]
 
 _RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_RANGE = (32768, 60999)  # Linux's default, also where the file cannot be read
 _BELOW = 16384  # how many ports under the ephemeral range to pick from
 _LOWEST = 10000  # never below this: well-known and registered services sit lower
 _TRIES = 64  # candidates tried under the range before letting the kernel pick
+INFERWAY_DEFAULT_PORTS = frozenset({18000, *range(18091, 18097)})
+"""Ports inferway's servers bind unless told otherwise: the xDS server (18000); the feature
+router, the LLM processor and its reports port, the picker's two, the mask sink (18091-18096).
+``tests/unit/test_free_ports.py`` holds this to the defaults themselves."""
 
 
 @cache
@@ -47,7 +56,9 @@ def _candidates() -> Iterator[int]:
     first = ephemeral_range()[0]
     low = max(_LOWEST, first - _BELOW)
     if first - low >= _TRIES:
-        yield from random.sample(range(low, first), _TRIES)
+        for port in random.sample(range(low, first), _TRIES):
+            if port not in INFERWAY_DEFAULT_PORTS:
+                yield port
     while True:
         yield 0
 

@@ -86,3 +86,32 @@ def test_a_taken_candidate_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.setattr(free_ports_module, "_candidates", lambda: tries)
         (port,) = free_ports("127.0.0.1")
         assert port != busy
+
+
+def test_inferways_default_ports_are_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy that leaves the feature router on its default 18091 and asks for a free reports
+    port must never be given 18091 (it would be refused as the feature router's)."""
+    reserved = sorted(free_ports_module.INFERWAY_DEFAULT_PORTS)
+    offered = [*reserved, 17001]
+    monkeypatch.setattr(free_ports_module.random, "sample", lambda *_: list(offered))
+    monkeypatch.setattr(free_ports_module, "ephemeral_range", lambda: (32768, 60999))
+    assert free_ports("127.0.0.1") == [17001]
+
+
+def test_the_reserved_ports_are_inferways_defaults() -> None:
+    from inferway.gateway.gateway_plan import DEFAULT_XDS_PORT
+    from inferway.policies.features import DEFAULT_FEATURE_ROUTER_PORT
+    from inferway.policies.llm import DEFAULT_LLM_PORT
+    from inferway.policies.masking import DEFAULT_MASK_SINK_PORT
+    from inferway.policies.picker import DEFAULT_PICKER_HTTP_LISTEN, DEFAULT_PICKER_LISTEN
+
+    defaults = {
+        DEFAULT_XDS_PORT,
+        DEFAULT_FEATURE_ROUTER_PORT,
+        DEFAULT_LLM_PORT,
+        DEFAULT_LLM_PORT + 1,  # the reports port's default: port + 1
+        DEFAULT_MASK_SINK_PORT,
+        int(DEFAULT_PICKER_LISTEN.rsplit(":", 1)[1]),
+        int(DEFAULT_PICKER_HTTP_LISTEN.rsplit(":", 1)[1]),
+    }
+    assert defaults == set(free_ports_module.INFERWAY_DEFAULT_PORTS)
