@@ -236,6 +236,11 @@ class Clients:
         self.loadgen.close()
         self.threads.close()
 
+    def pin(self, cpus: set[int]) -> None:
+        """Both client processes on ``cpus`` (``--pin-cores``)."""
+        pin_tree(self.loadgen.pid, cpus)
+        pin_tree(self.threads.pid, cpus)
+
 
 def measure(
     clients: Clients, client: str, peer: Peer, concurrency: int, keepalive: bool, args: Any
@@ -376,8 +381,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cores = split_cores() if args.pin_cores else None
         try:
             if cores is not None:
-                pin_tree(clients.loadgen.pid, cores[0])
-                pin_tree(clients.threads.pid, cores[0])
+                clients.pin(cores[0])
             for name in servers:
                 print(f"starting {name}...", flush=True)
                 peer = start_peer(name, roots, onnx, args.venvs, logs, args.ort_threads)

@@ -144,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         cores = split_cores() if args.pin_cores else None
         try:
             if cores is not None:
-                pin_tree(clients.loadgen.pid, cores[0])
-                pin_tree(clients.threads.pid, cores[0])
+                clients.pin(cores[0])
             for name in args.servers.split(","):
                 peer = start_peer(name, roots, onnx, args.venvs, Path(scratch), args.ort_threads)
                 try:

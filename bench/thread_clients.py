@@ -102,21 +102,23 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
 
     def new_connection_client() -> None:
         start.wait()
-        while next(tickets) < count:
-            t0 = time.perf_counter()
-            request = urllib.request.Request(url, data=cell.body, headers=headers)
-            try:
-                with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
-                    answer.read()
-                    ok = answer.status == 200
-            except OSError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            if ok:
-                latencies.append(time.perf_counter() - t0)
-            else:
-                errors.append(f"HTTP {answer.status}")
-        sched.append(thread_sched())
+        try:
+            while next(tickets) < count:
+                t0 = time.perf_counter()
+                request = urllib.request.Request(url, data=cell.body, headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+                        answer.read()
+                        ok = answer.status == 200
+                except OSError as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                if ok:
+                    latencies.append(time.perf_counter() - t0)
+                else:
+                    errors.append(f"HTTP {answer.status}")
+        finally:
+            sched.append(thread_sched())
 
     target = keepalive_client if cell.keepalive else new_connection_client
     threads = [threading.Thread(target=target, daemon=True) for _ in range(cell.concurrency)]
