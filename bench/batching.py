@@ -41,11 +41,13 @@ from batching_measure import MIN_OPEN_SAMPLES, run_protocol
 from batching_models import (
     CLOSED_CLIENTS,
     HEAVY_MAX_BATCH,
+    LOOP,
     MODES,
     NOFILL,
     PLAIN,
     SLO_S,
     TINY_SIZES,
+    WORKER,
     WORKERS_MODE,
     batching_settings,
     build_bench_repository,
@@ -83,7 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default="heavy,tiny")
     p.add_argument("--protocols", default=",".join(PROTOCOLS))
     p.add_argument(
-        "--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}, {NOFILL} (an A/B)"
+        "--modes",
+        default=",".join(MODES),
+        help=f"of {', '.join(MODES)}, {NOFILL}, {WORKER}, {LOOP} (A/Bs)",
     )
     p.add_argument("--duration", type=float, default=None, help="seconds per load point")
     p.add_argument("--heavy-sizes", default=",".join(map(str, HEAVY_SIZES)))
@@ -147,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     models = [m for m in args.models.split(",") if m]
     protocols = [p for p in args.protocols.split(",") if p]
     modes = [m for m in args.modes.split(",") if m]
-    known = {*MODES, NOFILL}
+    known = {*MODES, NOFILL, WORKER, LOOP}
     for bad in set(models) - set(SLO_S) | set(protocols) - set(PROTOCOLS) | set(modes) - known:
         raise SystemExit(f"unknown model/protocol/mode {bad!r}")
     for given, what in ((models, "--models"), (protocols, "--protocols"), (modes, "--modes")):

@@ -23,11 +23,13 @@ from inferway.devtools.demo_models import build_mlp, mlp_reference
 __all__ = [
     "CLOSED_CLIENTS",
     "HEAVY_MAX_BATCH",
+    "LOOP",
     "MODES",
     "NOFILL",
     "PLAIN",
     "SLO_S",
     "TINY_SIZES",
+    "WORKER",
     "WORKERS_MODE",
     "batching_settings",
     "build_bench_repository",
@@ -48,6 +50,13 @@ def served_name(model: str, mode: str) -> str:
 
 NOFILL = "adaptive-nofill"
 """The repository's adaptive model with ``fill_when_busy: false`` (an A/B beside adaptive)."""
+WORKER = "adaptive-worker"
+"""The repository's adaptive model with ``compute_thread: worker``: every batch on the worker
+thread, as before ``auto`` moved a CPU model's batches onto the loop's thread on one CPU (an
+A/B beside adaptive)."""
+LOOP = "adaptive-loop"
+"""The repository's adaptive model with ``compute_thread: loop``: every batch on the event
+loop's thread, however many CPUs (an A/B beside adaptive)."""
 PLAIN = "plain-aiohttp"
 """The issue's yardstick: tiny behind a bare aiohttp handler, ORT inline (tiny, HTTP JSON)."""
 TINY_SIZES = (256, 1024, 1024, 10)
@@ -76,7 +85,9 @@ def batching_settings(
     model: str, mode: str, *, heavy_max_batch: int = HEAVY_MAX_BATCH
 ) -> dict[str, Any]:
     """The ``config.yaml`` of one benchmark model: CPU provider, one instance. ``NOFILL`` is
-    adaptive without its rule for a busy event loop (``fill_when_busy``), for an A/B."""
+    adaptive without its rule for a busy event loop (``fill_when_busy``), ``WORKER`` and
+    ``LOOP`` adaptive with every batch on the worker or the loop's thread (``compute_thread``),
+    each for an A/B."""
     slo = SLO_S[model]
     if mode == "off":
         batching: dict[str, Any] = {"mode": "off", "max_batch_size": 1}
@@ -94,6 +105,8 @@ def batching_settings(
             "latency_slo_s": slo / 2,
             "fill_when_busy": mode != NOFILL,
         }
+        if mode in (WORKER, LOOP):
+            batching["compute_thread"] = "worker" if mode == WORKER else "loop"
     batching["max_queue_size"] = 2048
     return {"batching": batching, "provider": "cpu"}
 
@@ -106,8 +119,8 @@ def build_bench_repository(
     for model, widths in sizes.items():
         onnx_path = build_mlp(root / ".src" / f"{model}.onnx", widths)
         built[model] = onnx_path
-        # every mode, and adaptive without the fill_when_busy rule for side-by-side A/B runs
-        for mode in (*MODES, NOFILL):
+        # every mode, and adaptive without fill_when_busy or on its worker thread (A/B runs)
+        for mode in (*MODES, NOFILL, WORKER, LOOP):
             settings = batching_settings(model, mode, heavy_max_batch=heavy_max_batch)
             _place(root, model, mode, onnx_path, settings)
     return built

@@ -25,6 +25,11 @@ rather than how it paces the client (docs/serving-performance.md). Servers:
 - ``inferway-fast``: the same with the fast HTTP front end (``--http-frontend fast``);
 - ``inferway-fast-nofill``: ``inferway-fast`` with ``batching.fill_when_busy: false`` (an A/B
   of that rule in the same run);
+- ``inferway-fast-worker``: ``inferway-fast`` with ``batching.compute_thread: worker``: every
+  batch on the worker thread, also where the server may use one CPU only (``--pin-cores``),
+  where ``auto`` computes on the loop's thread (an A/B in the same run);
+- ``inferway-fast-loop``: ``inferway-fast`` with ``batching.compute_thread: loop``: every batch
+  on the event loop's thread, a serial server however many cores (an A/B);
 - ``inferway-w2`` / ``inferway-fast-w2``: ``inferway serve --workers 2`` with either;
 - ``mosec``: Mosec with dynamic batching (max batch 64, wait 5 ms), one worker, in its venv;
 - ``pytriton``: Triton's server and dynamic batcher through PyTriton (same limits), its venv;
@@ -64,7 +69,14 @@ from typing import Any
 import numpy as np
 import yaml
 from _common import environment, free_port, percentile, print_table, write_results
-from batching_models import NOFILL, TINY_SIZES, build_bench_repository, served_name
+from batching_models import (
+    LOOP,
+    NOFILL,
+    TINY_SIZES,
+    WORKER,
+    build_bench_repository,
+    served_name,
+)
 from core_pinning import pin_tree, split_cores
 from loadgen import LoadSpec, LoadWorker
 from loadgen_http import http_request_bytes
@@ -91,6 +103,8 @@ SERVERS = (
     "inferway",
     "inferway-fast",
     "inferway-fast-nofill",
+    "inferway-fast-worker",
+    "inferway-fast-loop",
     "inferway-w2",
     "inferway-fast-w2",
     "mosec",
@@ -108,6 +122,12 @@ FLOOR_OPTIONS = {
     "floor-spin": ["--close", "--spin-us", "1000"],
 }
 """``static_http_server.py``'s options for each floor server."""
+FAST_VARIANTS = {
+    "inferway-fast-nofill": NOFILL,
+    "inferway-fast-worker": WORKER,
+    "inferway-fast-loop": LOOP,
+}
+"""``inferway-fast`` serving the adaptive model with one setting changed (an A/B): its mode."""
 CLIENTS = ("loadgen", "threads")
 DEFAULTS = "@defaults"
 """A server name's suffix: that server with its own ONNX Runtime thread defaults."""
@@ -160,9 +180,9 @@ def _start(name: str, root: Path, onnx: Path, venvs: Path, logs: Path, intra: in
         peer = Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
         peer.pid = server.process.pid
         return peer
-    if name in ("inferway-fast", "inferway-fast-nofill"):
-        if name.endswith("nofill"):
-            model = served_name("tiny", NOFILL)
+    if name == "inferway-fast" or name in FAST_VARIANTS:
+        if name in FAST_VARIANTS:
+            model = served_name("tiny", FAST_VARIANTS[name])
         server = ServerProcess(fast_backend_server_main, (str(root),), metrics=True)
         peer = Peer(name, server.http_port, f"/v2/models/{model}/infer", server.stop)
         peer.pid = server.process.pid

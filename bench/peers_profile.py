@@ -63,10 +63,15 @@ def thread_cpu(pid: int) -> Cpu:
     return found
 
 
-_BATCHER_KEYS = {"_loop_busy": -1.0, "_batch_fill_waits": -2.0, "_batch_return_waits": -3.0}
+_BATCHER_KEYS = {
+    "_loop_busy": -1.0,
+    "_batch_fill_waits": -2.0,
+    "_batch_return_waits": -3.0,
+    "_batches_on_loop": -4.0,
+}
 """inferway's batcher series, kept beside the buckets under negative keys: the loop's busy
 share it saw, its waits to fill (fill_when_busy), its holds for returning clients
-(wait_for_returns)."""
+(wait_for_returns), its batches computed on the loop's thread (compute_thread)."""
 
 
 def batch_histogram(port: int) -> dict[float, float]:
@@ -97,6 +102,7 @@ def batch_shape(before: dict[float, float], after: dict[float, float]) -> dict[s
         "loop_busy": after.get(-1.0),
         "fill_waits": after.get(-2.0, 0) - before.get(-2.0, 0),
         "return_waits": after.get(-3.0, 0) - before.get(-3.0, 0),
+        "batches_on_loop": after.get(-4.0, 0) - before.get(-4.0, 0),
     }
     delta = {b: after[b] - before.get(b, 0.0) for b in sorted(after) if b >= 0}
     total = delta.get(float("inf"), 0.0)

@@ -19,6 +19,7 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
+from inferway.backends.batching.cpu_allowance import process_allowance
 from inferway.backends.jobs.http_routes import add_job_routes
 from inferway.backends.jobs.service import JobService
 from inferway.backends.jobs.settings import JobSettings
@@ -97,6 +98,7 @@ def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider |
             on_batch=metrics.on_batch,
             tracer_provider=tracer_provider,
             measure_loop=True,  # the fill_when_busy rule: the server's loop is measured
+            cpu_allowance=process_allowance(),  # compute_thread auto: one CPU, one thread
         )
 
     return build

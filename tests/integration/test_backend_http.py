@@ -257,6 +257,8 @@ async def test_metrics_endpoint_parses_and_counters_move(http) -> None:
     assert 0 <= after[("inferway_backend_loop_busy", labels)] <= 1
     assert after[("inferway_backend_batch_fill_waits", labels)] >= 0
     assert after[("inferway_backend_batch_return_waits", labels)] >= 0
+    # where its batches computed (compute_thread): a count, present for every model
+    assert after[("inferway_backend_batches_on_loop", labels)] >= 0
     assert (
         "inferway_backend_queue_wait_seconds_count",
         (("model", "add"), ("version", "1")),

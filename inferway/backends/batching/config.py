@@ -31,6 +31,14 @@ class BatchingConfig(BaseModel):
     fill_when_busy: bool = True
     """``adaptive``: while the server's event loop is the bottleneck (busy at least
     ``loop_load.LOOP_BUSY`` of the time), wait for fuller batches within the latency limits."""
+    compute_thread: Literal["auto", "worker", "loop"] = "auto"
+    """Which thread computes a batch. ``worker``: the instance's own worker thread, while the
+    event loop goes on reading and answering. ``loop``: the event loop's thread (no hand-over,
+    but nothing is read or answered while the batch runs). ``auto``: the loop's thread for a
+    batch predicted to take under ``executor.INLINE_BELOW_S`` (the hand-over would cost as much),
+    and for a CPU model's batch predicted to take 5-50 ms (``executor.ONE_CPU_INLINE_S``) while
+    the process may use one CPU at most (its affinity or cgroup quota: ``cpu_allowance``),
+    where a worker thread could only take turns with the loop; the worker otherwise."""
     wait_for_returns: bool = True
     """``adaptive``: when more clients of answered batches are still on their way back than
     rows are queued, hold the batch until they are expected back (``returns.ReturnWatch``),

@@ -77,6 +77,13 @@ _MODEL_GAUGES: tuple[tuple[str, str, Callable[[Any], float | None], str], ...] =
         "livesum",
     ),
     (
+        "batches_on_loop",
+        "Batches, since the version loaded, computed on the event loop's thread "
+        "(compute_thread: tiny ones, and a CPU model's while the process may use one CPU).",
+        lambda m: getattr(m.executor, "batches_on_loop", None),
+        "livesum",
+    ),
+    (
         "batch_return_waits",
         "Times, since the version loaded, adaptive batching held a batch for clients of "
         "answered batches to come back (wait_for_returns).",

@@ -1,0 +1,138 @@
+"""Where a batch computes (``compute_thread``): on one CPU a CPU model's batches of 5-50 ms run on
+the event loop's thread; with more CPUs, on a GPU, or for a shorter or longer batch, on the
+instance's worker thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from inferway.backends.batching import BatchExecutor, BatchingConfig
+from inferway.backends.batching.cpu_allowance import CpuAllowance
+from inferway.backends.batching.executor import INLINE_BELOW_S, ONE_CPU_INLINE_S
+from inferway.backends.runners.base import TensorSpec
+
+COMPUTE_S = 0.015
+"""Each batch's compute: inside the one-CPU band (5-50 ms)."""
+
+
+class BusyRunner:
+    """y = x + 1 after ``delay`` seconds; remembers the thread of every batch."""
+
+    inputs = (TensorSpec("x", "FP32", (-1, 2)),)
+    outputs = (TensorSpec("y", "FP32", (-1, 2)),)
+
+    def __init__(self, provider: str = "CPUExecutionProvider", delay: float = COMPUTE_S) -> None:
+        self.provider = provider
+        self.delay = delay
+        self.threads: list[int] = []
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.threads.append(threading.get_ident())
+        time.sleep(self.delay)
+        return {"y": inputs["x"] + 1}
+
+    def close(self) -> None:
+        pass
+
+
+def _allowance(cpus: float) -> CpuAllowance:
+    return CpuAllowance(lambda: cpus)
+
+
+async def _serve(
+    runner: BusyRunner, cpus: float | None, compute_thread: str = "auto", n: int = 5
+) -> BatchExecutor:
+    """``n`` requests one after another (the first teaches the cost model)."""
+    config = BatchingConfig(mode="off", compute_thread=compute_thread)  # type: ignore[arg-type]
+    allowance = None if cpus is None else _allowance(cpus)
+    ex = BatchExecutor([runner], config, cpu_allowance=allowance)
+    for i in range(n):
+        x = np.full((1, 2), i, np.float32)
+        out = await ex.infer({"x": x})
+        np.testing.assert_array_equal(out["y"], x + 1)
+    return ex
+
+
+async def test_one_cpu_runs_a_cpu_models_batches_on_the_loop_once_their_cost_is_known() -> None:
+    runner = BusyRunner()
+    ex = await _serve(runner, cpus=1)
+    loop = threading.get_ident()
+    assert runner.threads[0] != loop  # nothing learned yet: the worker
+    assert runner.threads[1:] == [loop] * 4
+    assert ex.batches_on_loop == 4
+    await ex.stop()
+
+
+@pytest.mark.parametrize("cpus", [2, 1.5, None])
+async def test_more_than_one_cpu_or_no_allowance_keeps_batches_on_the_worker(
+    cpus: float | None,
+) -> None:
+    runner = BusyRunner()
+    ex = await _serve(runner, cpus=cpus)
+    assert threading.get_ident() not in runner.threads
+    assert ex.batches_on_loop == 0
+    await ex.stop()
+
+
+async def test_a_half_cpu_quota_counts_as_one_cpu() -> None:
+    runner = BusyRunner()
+    ex = await _serve(runner, cpus=0.5)
+    assert runner.threads[1:] == [threading.get_ident()] * 4
+    await ex.stop()
+
+
+async def test_a_gpu_runner_keeps_its_batches_on_the_worker_on_one_cpu() -> None:
+    runner = BusyRunner(provider="CUDAExecutionProvider")
+    ex = await _serve(runner, cpus=1)
+    assert threading.get_ident() not in runner.threads
+    await ex.stop()
+
+
+@pytest.mark.parametrize(
+    "delay", [INLINE_BELOW_S * 5, ONE_CPU_INLINE_S[0] / 3, ONE_CPU_INLINE_S[1] * 1.2]
+)
+async def test_batches_outside_the_band_stay_on_the_worker_on_one_cpu(delay: float) -> None:
+    runner = BusyRunner(delay=delay)
+    ex = await _serve(runner, cpus=1, n=3)
+    assert threading.get_ident() not in runner.threads
+    await ex.stop()
+
+
+async def test_worker_and_loop_settings_override_the_allowance() -> None:
+    on_worker = BusyRunner()
+    ex = await _serve(on_worker, cpus=1, compute_thread="worker")
+    assert threading.get_ident() not in on_worker.threads
+    await ex.stop()
+    on_loop = BusyRunner(provider="CUDAExecutionProvider")
+    ex = await _serve(on_loop, cpus=4, compute_thread="loop")
+    # "loop" needs no cost learned first: every batch, the first one too
+    assert on_loop.threads == [threading.get_ident()] * 5
+    assert ex.batches_on_loop == 5
+    await ex.stop()
+
+
+async def test_the_allowance_is_asked_again_as_it_changes() -> None:
+    cpus = [2.0]
+    now = [0.0]
+    allowance = CpuAllowance(lambda: cpus[0], clock=lambda: now[0], every_s=1.0)
+    runner = BusyRunner()
+    ex = BatchExecutor([runner], BatchingConfig(mode="off"), cpu_allowance=allowance)
+    x = {"x": np.zeros((1, 2), np.float32)}
+    for _ in range(2):
+        await ex.infer(x)
+    cpus[0] = 1.0  # e.g. `taskset -p` on the running server
+    now[0] = 1.0
+    await ex.infer(x)
+    loop = threading.get_ident()
+    assert runner.threads[1] != loop and runner.threads[2] == loop
+    await ex.stop()
+
+
+def test_compute_thread_rejects_an_unknown_place() -> None:
+    with pytest.raises(ValueError, match="compute_thread"):
+        BatchingConfig(compute_thread="gpu")  # type: ignore[arg-type]

@@ -1,0 +1,103 @@
+"""The CPUs a process may use: affinity, capped by a cgroup v1 or v2 quota up the hierarchy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from inferway.backends.batching.cpu_allowance import (
+    CpuAllowance,
+    affinity_cpus,
+    cgroup_quota_cpus,
+    usable_cpus,
+)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_v2_the_smallest_quota_from_the_cgroup_up_to_the_root_binds(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/kubepods/pod1/sidecar\n")
+    root = tmp_path / "fs"
+    _write(root / "kubepods/pod1/sidecar/cpu.max", "max 100000\n")
+    _write(root / "kubepods/pod1/cpu.max", "150000 100000\n")
+    _write(root / "kubepods/cpu.max", "400000 100000\n")
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 1.5
+
+
+def test_v2_a_container_sees_its_own_cgroup_as_the_root(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/\n")
+    root = tmp_path / "fs"
+    _write(root / "cpu.max", "50000 100000\n")
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 0.5
+
+
+def test_v2_max_everywhere_is_no_quota(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/a\n")
+    root = tmp_path / "fs"
+    _write(root / "a/cpu.max", "max 100000\n")
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) is None
+
+
+def test_v1_cpu_controller_with_the_path_out_of_sight(tmp_path: Path) -> None:
+    """Docker without a cgroup namespace: /proc names /docker/<id>, but the container's own
+    cgroup is mounted at the controller's root."""
+    proc = tmp_path / "cgroup"
+    proc.write_text("5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n")
+    root = tmp_path / "fs"
+    _write(root / "cpu,cpuacct/cpu.cfs_quota_us", "200000\n")
+    _write(root / "cpu,cpuacct/cpu.cfs_period_us", "100000\n")
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 2.0
+
+
+def test_v1_minus_one_is_no_quota_and_separate_cpu_mount_is_found(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("2:cpuacct:/\n1:cpu:/job\n")
+    root = tmp_path / "fs"
+    _write(root / "cpu/job/cpu.cfs_quota_us", "-1\n")
+    _write(root / "cpu/job/cpu.cfs_period_us", "100000\n")
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) is None
+    _write(root / "cpu/cpu.cfs_quota_us", "100000\n")
+    _write(root / "cpu/cpu.cfs_period_us", "100000\n")
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 1.0
+
+
+@pytest.mark.parametrize("text", ["", "garbage\n", "0::relative\n"])
+def test_unreadable_or_odd_proc_file_is_no_quota(tmp_path: Path, text: str) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text(text)
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=tmp_path) is None
+    assert cgroup_quota_cpus(proc_cgroup=tmp_path / "missing", root=tmp_path) is None
+
+
+@pytest.mark.parametrize("text", ["max\n", "x 100000\n", "100000 0\n", "0 100000\n"])
+def test_malformed_cpu_max_is_no_quota(tmp_path: Path, text: str) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/\n")
+    _write(tmp_path / "fs/cpu.max", text)
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=tmp_path / "fs") is None
+
+
+def test_affinity_is_this_process_mask() -> None:
+    assert affinity_cpus() == len(os.sched_getaffinity(0))
+    assert 0 < usable_cpus() <= affinity_cpus()
+
+
+def test_allowance_reads_again_only_after_its_interval() -> None:
+    now = [0.0]
+    reads = iter([2.0, 1.0, 0.5])
+    allowance = CpuAllowance(lambda: next(reads), clock=lambda: now[0], every_s=1.0)
+    assert allowance.cpus() == 2.0 and not allowance.at_most_one()
+    now[0] = 0.9
+    assert allowance.cpus() == 2.0  # cached
+    now[0] = 1.0
+    assert allowance.at_most_one()  # read again: 1 CPU
+    now[0] = 2.5
+    assert allowance.cpus() == 0.5 and allowance.at_most_one()
