@@ -53,9 +53,10 @@ ONE_CPU_INLINE_S = (0.005, 0.05)
 """While the process may use one CPU at most, a CPU model's batch expected to take this long
 (from, up to) runs on the event loop thread (``compute_thread: auto``). On one core a batch on
 the worker is preempted by the loop for every request that arrives meanwhile: the heavy
-model's batches (7-44 ms) sustained 17% more on the loop, while the tiny model's (0.1-2 ms)
-did no better there than on the worker (docs/backend.md). A longer batch still goes to the
-worker, so that health checks and other models' requests are not held up behind it."""
+model's batches (7-44 ms) sustained as much or up to 17% more on the loop, while the tiny
+model's (0.1-2 ms) did no better there than on the worker (docs/backend.md). A longer batch
+still goes to the worker, so that health checks and other models' requests are not held up
+behind it."""
 CPU_PROVIDERS = frozenset({"CPUExecutionProvider"})
 """Runner providers whose ``run`` keeps a CPU busy throughout (a GPU runner mostly waits)."""
 
