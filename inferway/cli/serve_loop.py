@@ -32,6 +32,7 @@ async def serve_until_signal(
     """Start the backend, print where it listens and what it serves, and serve until SIGINT
     or SIGTERM; then drain. CannotListenError when a port cannot be bound."""
     from inferway.backends.app import describe_served, start_backend
+    from inferway.backends.batching.cpu_allowance import describe_allowance
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -54,6 +55,7 @@ async def serve_until_signal(
     try:
         typer.echo(f"inferway backend serving {model_repository}")
         echo_listeners(host, handle.http_port, handle.grpc_port, tls)
+        typer.echo(f"  CPUs  {describe_allowance()}")
         if handle.jobs is not None:
             typer.echo(f"  jobs  Prefer: respond-async -> /v2/jobs/ID, kept {handle.jobs.where}")
         models = handle.repository.models()

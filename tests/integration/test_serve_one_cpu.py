@@ -30,9 +30,9 @@ slower."""
 REQUESTS = 8
 
 
-def _serve_and_count(models: Path, cpus: set[int] | None) -> float:
+def _serve_and_count(models: Path, cpus: set[int] | None) -> tuple[float, str]:
     """Serve ``models`` with the given affinity, send REQUESTS one at a time (answers checked),
-    and return the model's ``inferway_backend_batches_on_loop``."""
+    and return the model's ``inferway_backend_batches_on_loop`` and what the server printed."""
     http_port, grpc_port = free_port(), free_port()
     command = [sys.executable, "-m", "inferway.cli.main", "serve", "--model-repository"]
     command += [str(models), "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
@@ -63,11 +63,11 @@ def _serve_and_count(models: Path, cpus: set[int] | None) -> float:
                 got = np.array(output["data"], np.float32).reshape(expected.shape)
                 np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
             samples = parse_exposition(client.get("/metrics").text)
-        return sample_value(samples, "inferway_backend_batches_on_loop", model="demo")
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
         assert proc.returncode == 0, out
+    return sample_value(samples, "inferway_backend_batches_on_loop", model="demo"), out
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +79,17 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_on_one_cpu_the_batches_run_on_the_loop_thread(models: Path) -> None:
     one = {min(os.sched_getaffinity(0))}
+    on_loop, out = _serve_and_count(models, one)
     # the first batch teaches the cost model (and the allowance is read once a second)
-    assert _serve_and_count(models, one) >= REQUESTS - 2
+    assert on_loop >= REQUESTS - 2
+    assert "CPUs  1 usable (affinity 1, " in out
+    assert "compute on the event loop's thread" in out
 
 
 def test_on_two_cpus_the_same_batches_run_on_the_worker_thread(models: Path) -> None:
     cpus = os.sched_getaffinity(0)
     if len(cpus) < 2:
         pytest.skip(f"this machine lets the tests use one CPU only ({sorted(cpus)})")
-    assert _serve_and_count(models, set(sorted(cpus)[:2])) == 0
+    on_loop, out = _serve_and_count(models, set(sorted(cpus)[:2]))
+    assert on_loop == 0
+    assert "(affinity 2, " in out and "event loop's thread" not in out

@@ -101,3 +101,17 @@ def test_allowance_reads_again_only_after_its_interval() -> None:
     assert allowance.at_most_one()  # read again: 1 CPU
     now[0] = 2.5
     assert allowance.cpus() == 0.5 and allowance.at_most_one()
+
+
+def test_describe_allowance_names_the_mask_the_quota_and_the_one_cpu_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import inferway.backends.batching.cpu_allowance as allowance
+
+    monkeypatch.setattr(allowance, "affinity_cpus", lambda: 4)
+    monkeypatch.setattr(allowance, "cgroup_quota_cpus", lambda: None)
+    assert allowance.describe_allowance() == "4 usable (affinity 4, no cgroup CPU quota)"
+    monkeypatch.setattr(allowance, "cgroup_quota_cpus", lambda: 0.5)
+    line = allowance.describe_allowance()
+    assert line.startswith("0.5 usable (affinity 4, cgroup CPU quota 0.5); ")
+    assert "event loop's thread" in line

@@ -25,6 +25,7 @@ __all__ = [
     "CpuAllowance",
     "affinity_cpus",
     "cgroup_quota_cpus",
+    "describe_allowance",
     "process_allowance",
     "usable_cpus",
 ]
@@ -118,6 +119,19 @@ def usable_cpus() -> float:
     if quota is not None:
         cpus = min(cpus, quota)
     return cpus
+
+
+def describe_allowance() -> str:
+    """One line on the CPUs this process may use, and what that means for where batches
+    compute, as ``inferway serve`` prints it."""
+    affinity = affinity_cpus()
+    quota = cgroup_quota_cpus()
+    cpus = affinity if quota is None else min(affinity, quota)
+    limit = "no cgroup CPU quota" if quota is None else f"cgroup CPU quota {quota:g}"
+    line = f"{cpus:g} usable (affinity {affinity}, {limit})"
+    if cpus <= 1:
+        line += "; a CPU model's 5-50 ms batches compute on the event loop's thread"
+    return line
 
 
 class CpuAllowance:
