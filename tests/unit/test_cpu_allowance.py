@@ -20,53 +20,57 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_v2_the_smallest_quota_from_the_cgroup_up_to_the_root_binds(tmp_path: Path) -> None:
+CASES = {
+    "v2: the smallest quota from the cgroup up to the root binds": (
+        "0::/kubepods/pod1/sidecar\n",
+        {
+            "kubepods/pod1/sidecar/cpu.max": "max 100000\n",
+            "kubepods/pod1/cpu.max": "150000 100000\n",
+            "kubepods/cpu.max": "400000 100000\n",
+        },
+        1.5,
+    ),
+    "v2: a container sees its own cgroup as the root": (
+        "0::/\n",
+        {"cpu.max": "50000 100000\n"},
+        0.5,
+    ),
+    "v2: max everywhere is no quota": ("0::/a\n", {"a/cpu.max": "max 100000\n"}, None),
+    # Docker without a cgroup namespace: /proc names /docker/<id>, but the container's own
+    # cgroup is mounted at the controller's root
+    "v1: the path out of sight, the controller's root read": (
+        "5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n",
+        {"cpu,cpuacct/cpu.cfs_quota_us": "200000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
+        2.0,
+    ),
+    "v1: -1 is no quota": (
+        "2:cpuacct:/\n1:cpu:/job\n",
+        {"cpu/job/cpu.cfs_quota_us": "-1\n", "cpu/job/cpu.cfs_period_us": "100000\n"},
+        None,
+    ),
+    "v1: a quota above the -1 binds": (
+        "2:cpuacct:/\n1:cpu:/job\n",
+        {
+            "cpu/job/cpu.cfs_quota_us": "-1\n",
+            "cpu/job/cpu.cfs_period_us": "100000\n",
+            "cpu/cpu.cfs_quota_us": "100000\n",
+            "cpu/cpu.cfs_period_us": "100000\n",
+        },
+        1.0,
+    ),
+}
+
+
+@pytest.mark.parametrize(("proc_text", "files", "expected"), CASES.values(), ids=CASES.keys())
+def test_cgroup_quota(
+    tmp_path: Path, proc_text: str, files: dict[str, str], expected: float | None
+) -> None:
     proc = tmp_path / "cgroup"
-    proc.write_text("0::/kubepods/pod1/sidecar\n")
+    proc.write_text(proc_text)
     root = tmp_path / "fs"
-    _write(root / "kubepods/pod1/sidecar/cpu.max", "max 100000\n")
-    _write(root / "kubepods/pod1/cpu.max", "150000 100000\n")
-    _write(root / "kubepods/cpu.max", "400000 100000\n")
-    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 1.5
-
-
-def test_v2_a_container_sees_its_own_cgroup_as_the_root(tmp_path: Path) -> None:
-    proc = tmp_path / "cgroup"
-    proc.write_text("0::/\n")
-    root = tmp_path / "fs"
-    _write(root / "cpu.max", "50000 100000\n")
-    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 0.5
-
-
-def test_v2_max_everywhere_is_no_quota(tmp_path: Path) -> None:
-    proc = tmp_path / "cgroup"
-    proc.write_text("0::/a\n")
-    root = tmp_path / "fs"
-    _write(root / "a/cpu.max", "max 100000\n")
-    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) is None
-
-
-def test_v1_cpu_controller_with_the_path_out_of_sight(tmp_path: Path) -> None:
-    """Docker without a cgroup namespace: /proc names /docker/<id>, but the container's own
-    cgroup is mounted at the controller's root."""
-    proc = tmp_path / "cgroup"
-    proc.write_text("5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n")
-    root = tmp_path / "fs"
-    _write(root / "cpu,cpuacct/cpu.cfs_quota_us", "200000\n")
-    _write(root / "cpu,cpuacct/cpu.cfs_period_us", "100000\n")
-    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 2.0
-
-
-def test_v1_minus_one_is_no_quota_and_separate_cpu_mount_is_found(tmp_path: Path) -> None:
-    proc = tmp_path / "cgroup"
-    proc.write_text("2:cpuacct:/\n1:cpu:/job\n")
-    root = tmp_path / "fs"
-    _write(root / "cpu/job/cpu.cfs_quota_us", "-1\n")
-    _write(root / "cpu/job/cpu.cfs_period_us", "100000\n")
-    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) is None
-    _write(root / "cpu/cpu.cfs_quota_us", "100000\n")
-    _write(root / "cpu/cpu.cfs_period_us", "100000\n")
-    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == 1.0
+    for name, text in files.items():
+        _write(root / name, text)
+    assert cgroup_quota_cpus(proc_cgroup=proc, root=root) == expected
 
 
 @pytest.mark.parametrize("text", ["", "garbage\n", "0::relative\n"])
