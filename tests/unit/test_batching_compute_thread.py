@@ -13,7 +13,7 @@ import pytest
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
 from inferway.backends.batching.cpu_allowance import CpuAllowance
-from inferway.backends.batching.executor import INLINE_BELOW_S, ONE_CPU_INLINE_S
+from inferway.backends.batching.placement import INLINE_BELOW_S, ONE_CPU_INLINE_S
 from inferway.backends.runners.base import TensorSpec
 
 COMPUTE_S = 0.015

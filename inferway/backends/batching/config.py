@@ -35,8 +35,8 @@ class BatchingConfig(BaseModel):
     """Which thread computes a batch. ``worker``: the instance's own worker thread, while the
     event loop goes on reading and answering. ``loop``: the event loop's thread (no hand-over,
     but nothing is read or answered while the batch runs). ``auto``: the loop's thread for a
-    batch predicted to take under ``executor.INLINE_BELOW_S`` (the hand-over would cost as much),
-    and for a CPU model's batch predicted to take 5-50 ms (``executor.ONE_CPU_INLINE_S``) while
+    batch predicted to take under ``placement.INLINE_BELOW_S`` (the hand-over would cost as much),
+    and for a CPU model's batch predicted to take 5-50 ms (``placement.ONE_CPU_INLINE_S``) while
     the process may use one CPU at most (its affinity or cgroup quota: ``cpu_allowance``),
     where a worker thread could only take turns with the loop; the worker otherwise."""
     wait_for_returns: bool = True

@@ -36,6 +36,7 @@ from .dispatcher import Dispatcher
 from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
 from .loop_load import LoopLoad, this_threads_loop_load
+from .placement import INLINE_BELOW_S, BatchPlacement
 from .queued import QueuedRequest, abandoned
 from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
@@ -45,20 +46,6 @@ from .window_stats import WindowStats
 __all__ = ["BatchExecutor"]
 
 log = logging.getLogger(__name__)
-
-INLINE_BELOW_S = 0.0002
-"""A batch the cost model expects to finish faster than this runs on the event loop thread:
-handing it to a worker thread and back costs about as much as computing it."""
-ONE_CPU_INLINE_S = (0.005, 0.05)
-"""While the process may use one CPU at most, a CPU model's batch expected to take this long
-(from, up to) runs on the event loop thread (``compute_thread: auto``). On one core a batch on
-the worker is preempted by the loop for every request that arrives meanwhile: the heavy
-model's batches (7-44 ms) sustained as much or up to 17% more on the loop, while the tiny
-model's (0.1-2 ms) did no better there than on the worker (docs/backend.md). A longer batch
-still goes to the worker, so that health checks and other models' requests are not held up
-behind it."""
-CPU_PROVIDERS = frozenset({"CPUExecutionProvider"})
-"""Runner providers whose ``run`` keeps a CPU busy throughout (a GPU runner mostly waits)."""
 
 
 class BatchExecutor:
@@ -107,17 +94,15 @@ class BatchExecutor:
         self._drain = True
         self._closed = False
         self._stats = WindowStats(len(self._runners), stats_window_s, clock())
-        self._inline_below_s = inline_below_s
-        # compute_thread auto: a CPU model's batches run on the loop's thread while the process
-        # may use one CPU at most (None: not asked; tests place batches deterministically)
+        self._placement = BatchPlacement(
+            config.compute_thread,
+            self._runners,
+            self._sched.cost_model,
+            inline_below_s=inline_below_s,
+            cpu_allowance=cpu_allowance,
+        )
         self.batches_on_loop = 0
         """Batches computed on the event loop's thread (``compute_thread``), since started."""
-        self._one_cpu = (
-            cpu_allowance
-            if cpu_allowance is not None
-            and all(getattr(r, "provider", None) in CPU_PROVIDERS for r in self._runners)
-            else None
-        )
         # the loop's busy share for the scheduler's fill_when_busy rule, measured on the loop
         # thread once started (off by default: tests drive the scheduler deterministically)
         self._measure_loop = measure_loop and config.mode == "adaptive" and config.fill_when_busy
@@ -329,25 +314,11 @@ class BatchExecutor:
         instance = self._idle.pop()
         self._in_flight += 1
         self._stats.begin(instance, now)
-        if self._on_loop(batch.rows):
+        if self._placement.on_loop(batch.rows):
             self._run_inline(instance, batch, now)
             return
         span = self._reporter.start_span(instance, batch.requests, batch.rows, now)
         self._pools[instance].submit(self._work, instance, batch, now, span)
-
-    def _on_loop(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` computes on the loop's thread (``compute_thread``)."""
-        where = self.config.compute_thread
-        if where != "auto":
-            return where == "loop"
-        predicted = self._sched.cost_model.predict(rows)
-        if predicted is None:
-            return False  # nothing learned yet: the worker, which never holds up the loop
-        if predicted < self._inline_below_s:
-            return True
-        one_cpu = self._one_cpu
-        low, high = ONE_CPU_INLINE_S
-        return one_cpu is not None and low <= predicted < high and one_cpu.at_most_one()
 
     def _settle(
         self,
@@ -392,7 +363,7 @@ class BatchExecutor:
                 )
 
     def _run_inline(self, instance: int, batch: Dispatch[QueuedRequest], started: float) -> None:
-        """Compute a batch right here, on the event loop thread (``_on_loop``)."""
+        """Compute a batch right here, on the event loop thread (``BatchPlacement``)."""
         self.batches_on_loop += 1
         span = self._reporter.start_span(instance, batch.requests, batch.rows, started)
         try:

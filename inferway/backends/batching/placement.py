@@ -1,0 +1,68 @@
+"""Where a batch computes (``BatchingConfig.compute_thread``): the model instance's worker
+thread, which leaves the event loop free to read and answer meanwhile, or the event loop's own
+thread, which saves the two thread switches of the hand-over.
+
+``auto`` computes on the loop a batch expected (from the learned costs) to take under
+``INLINE_BELOW_S``, and, while the process may use one CPU at most (``cpu_allowance``), a CPU
+model's batch expected to take ``ONE_CPU_INLINE_S``; every other batch on the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from ..runners.base import Runner
+from .cost_model import CostModel
+from .cpu_allowance import CpuAllowance
+
+__all__ = ["CPU_PROVIDERS", "INLINE_BELOW_S", "ONE_CPU_INLINE_S", "BatchPlacement"]
+
+INLINE_BELOW_S = 0.0002
+"""A batch the cost model expects to finish faster than this runs on the event loop thread:
+handing it to a worker thread and back costs about as much as computing it."""
+ONE_CPU_INLINE_S = (0.005, 0.05)
+"""While the process may use one CPU at most, a CPU model's batch expected to take this long
+(from, up to) runs on the event loop thread (``compute_thread: auto``). On one core a batch on
+the worker is preempted by the loop for every request that arrives meanwhile: the heavy
+model's batches (7-44 ms) sustained as much or up to 17% more on the loop, while the tiny
+model's (0.1-2 ms) did no better there than on the worker (docs/backend.md). A longer batch
+still goes to the worker, so that health checks and other models' requests are not held up
+behind it."""
+CPU_PROVIDERS = frozenset({"CPUExecutionProvider"})
+"""Runner providers whose ``run`` keeps a CPU busy throughout (a GPU runner mostly waits)."""
+
+
+class BatchPlacement:
+    """The ``compute_thread`` rule for one model's batches.
+
+    ``cpu_allowance`` None: the process's CPUs are not asked (tests place batches
+    deterministically); it is asked only where every runner computes on the CPU."""
+
+    def __init__(
+        self,
+        compute_thread: Literal["auto", "worker", "loop"],
+        runners: Sequence[Runner],
+        cost_model: CostModel,
+        *,
+        inline_below_s: float = INLINE_BELOW_S,
+        cpu_allowance: CpuAllowance | None = None,
+    ) -> None:
+        self._where = compute_thread
+        self._cost = cost_model
+        self._inline_below_s = inline_below_s
+        on_cpu = all(getattr(r, "provider", None) in CPU_PROVIDERS for r in runners)
+        self._one_cpu = cpu_allowance if on_cpu else None
+
+    def on_loop(self, rows: int) -> bool:
+        """Whether a batch of ``rows`` computes on the event loop's thread."""
+        if self._where != "auto":
+            return self._where == "loop"
+        predicted = self._cost.predict(rows)
+        if predicted is None:
+            return False  # nothing learned yet: the worker, which never holds up the loop
+        if predicted < self._inline_below_s:
+            return True
+        one_cpu = self._one_cpu
+        low, high = ONE_CPU_INLINE_S
+        return one_cpu is not None and low <= predicted < high and one_cpu.at_most_one()
