@@ -317,8 +317,11 @@ def serve(
             serving=serving,
             backlog=backlog,
         )
+        from inferway.backends.batching.cpu_allowance import describe_allowance
+
         typer.echo(f"inferway backend serving {model_repository} with {workers} workers")
         echo_listeners(host, http_port, grpc_port, tls)
+        typer.echo(f"  CPUs  {describe_allowance()} (the workers together)")
         raise typer.Exit(run_workers(settings, workers, typer.echo))
     tune_for_serving()
     where = (model_repository, http_port, grpc_port, host)
