@@ -76,6 +76,12 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
     start = threading.Barrier(cell.concurrency + 1)
     sched: list[dict[str, int] | None] = []
 
+    def record(status: int, t0: float) -> None:
+        if status == 200:
+            latencies.append(time.perf_counter() - t0)
+        else:
+            errors.append(f"HTTP {status}")
+
     def keepalive_client() -> None:
         conn = http.client.HTTPConnection(cell.host, cell.port, timeout=TIMEOUT_S)
         start.wait()
@@ -86,16 +92,12 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
                     conn.request("POST", cell.path, cell.body, headers)
                     answer = conn.getresponse()
                     answer.read()
-                    ok = answer.status == 200
                 except (OSError, http.client.HTTPException) as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
                     conn.close()
                     conn = http.client.HTTPConnection(cell.host, cell.port, timeout=TIMEOUT_S)
                     continue
-                if ok:
-                    latencies.append(time.perf_counter() - t0)
-                else:
-                    errors.append(f"HTTP {answer.status}")
+                record(answer.status, t0)
         finally:
             conn.close()
             sched.append(thread_sched())
@@ -109,14 +111,10 @@ def _phase(cell: ThreadCell, count: int) -> dict[str, Any]:
                 try:
                     with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
                         answer.read()
-                        ok = answer.status == 200
                 except OSError as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
                     continue
-                if ok:
-                    latencies.append(time.perf_counter() - t0)
-                else:
-                    errors.append(f"HTTP {answer.status}")
+                record(answer.status, t0)
         finally:
             sched.append(thread_sched())
 
