@@ -136,3 +136,22 @@ async def test_the_allowance_is_asked_again_as_it_changes() -> None:
 def test_compute_thread_rejects_an_unknown_place() -> None:
     with pytest.raises(ValueError, match="compute_thread"):
         BatchingConfig(compute_thread="gpu")  # type: ignore[arg-type]
+
+
+async def test_each_batch_span_names_the_thread_it_computed_on() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    config = BatchingConfig(mode="off")
+    ex = BatchExecutor(
+        [BusyRunner()], config, name="placed", tracer_provider=provider, cpu_allowance=_allowance(1)
+    )
+    for _ in range(3):
+        await ex.infer({"x": np.zeros((1, 2), np.float32)})
+    await ex.stop()
+    threads = [s.attributes["batch.thread"] for s in exporter.get_finished_spans()]
+    assert threads == ["worker", "loop", "loop"]  # the first teaches the cost model

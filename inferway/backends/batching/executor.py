@@ -365,7 +365,9 @@ class BatchExecutor:
     def _run_inline(self, instance: int, batch: Dispatch[QueuedRequest], started: float) -> None:
         """Compute a batch right here, on the event loop thread (``BatchPlacement``)."""
         self.batches_on_loop += 1
-        span = self._reporter.start_span(instance, batch.requests, batch.rows, started)
+        span = self._reporter.start_span(
+            instance, batch.requests, batch.rows, started, on_loop=True
+        )
         try:
             results, compute_s = self._execute(instance, batch)
         except BaseException as exc:

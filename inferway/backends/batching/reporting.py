@@ -39,8 +39,16 @@ class BatchReporter:
         self._span_name = f"batch {name}"
 
     def start_span(
-        self, instance: int, requests: Sequence[QueuedRequest], rows: int, started: float
+        self,
+        instance: int,
+        requests: Sequence[QueuedRequest],
+        rows: int,
+        started: float,
+        *,
+        on_loop: bool = False,
     ) -> trace.Span:
+        """The batch's span, linked to its requests' spans; ``batch.thread`` says where it
+        computes (``compute_thread``): ``loop`` or ``worker``."""
         if not is_tracing(self._tracer):
             return trace.INVALID_SPAN  # no SDK: skip building links and attributes
         links = [trace.Link(r.span_context) for r in requests if r.span_context.is_valid]
@@ -53,6 +61,7 @@ class BatchReporter:
                 "batch.requests": len(requests),
                 "batch.queue_wait_max_s": started - requests[0].arrival,
                 "batch.instance": instance,
+                "batch.thread": "loop" if on_loop else "worker",
             },
         )
 
