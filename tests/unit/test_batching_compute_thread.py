@@ -1,9 +1,10 @@
 """Where a batch computes (``compute_thread``): on one CPU a CPU model's batches of 5-50 ms run on
-the event loop's thread; with more CPUs, on a GPU, or for a shorter or longer batch, on the
-instance's worker thread."""
+the event loop's thread; with more CPUs, on a GPU, for a shorter or longer batch, or one that
+would outlast a queued request's deadline, on the instance's worker thread."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ import pytest
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
 from inferway.backends.batching.cpu_allowance import CpuAllowance
+from inferway.backends.batching.errors import DeadlineExceededError
 from inferway.backends.batching.placement import INLINE_BELOW_S, ONE_CPU_INLINE_S
 from inferway.backends.runners.base import TensorSpec
 
@@ -155,3 +157,24 @@ async def test_each_batch_span_names_the_thread_it_computed_on() -> None:
     await ex.stop()
     threads = [s.attributes["batch.thread"] for s in exporter.get_finished_spans()]
     assert threads == ["worker", "loop", "loop"]  # the first teaches the cost model
+
+
+@pytest.mark.parametrize(("timeout", "on_loop"), [(COMPUTE_S / 3, False), (1.0, True)])
+async def test_a_batch_that_would_outlast_a_queued_deadline_goes_to_the_worker(
+    timeout: float, on_loop: bool
+) -> None:
+    """The loop answers a queued request's timeout: a batch expected to end after that
+    deadline does not hold the loop (one CPU, a batch in the band)."""
+    runner = BusyRunner()
+    ex = await _serve(runner, cpus=1, n=2)  # the cost is learned: batches of one go on the loop
+    x = {"x": np.zeros((1, 2), np.float32)}
+    first = ex.submit(x)  # max batch 1 (mode off): the second request stays queued
+    second = ex.submit(x, timeout=timeout)
+    await asyncio.wait([first, second])
+    assert (runner.threads[2] == threading.get_ident()) is on_loop
+    assert first.result()["y"][0, 0] == 1
+    if on_loop:
+        assert second.result()["y"][0, 0] == 1
+    else:
+        assert isinstance(second.exception(), DeadlineExceededError)
+    await ex.stop()

@@ -1,16 +1,18 @@
 """One batch's tensors: the requests' inputs joined along the first dimension, and the
-runner's outputs split back into each request's rows (checked to have one row per input row)."""
+runner's outputs split back into each request's rows (checked to have one row per input row),
+and one batch computed with them (``run_batch``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
 
+from ..runners.base import Runner
 from .inputs import Inputs, Outputs
 
-__all__ = ["join_inputs", "split_outputs"]
+__all__ = ["join_inputs", "run_batch", "split_outputs"]
 
 
 class _Rows(Protocol):
@@ -49,3 +51,13 @@ def split_outputs(
         results.append({n: a[offset:end] for n, a in outputs.items()})
         offset = end
     return results
+
+
+def run_batch(
+    model: str, runner: Runner, requests: Sequence[_Rows], rows: int, clock: Callable[[], float]
+) -> tuple[list[Outputs], float]:
+    """Concatenate, run, split (on whichever thread computes the batch): each request's rows
+    and the seconds it took on ``clock``, which feed the cost model."""
+    t0 = clock()
+    outputs = runner.run(join_inputs(requests))
+    return split_outputs(model, outputs, requests, rows), clock() - t0

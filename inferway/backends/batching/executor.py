@@ -28,7 +28,7 @@ from typing import Any
 from opentelemetry import trace
 
 from ..runners.base import Runner
-from .batch_tensors import join_inputs, split_outputs
+from .batch_tensors import run_batch
 from .client_gone import client_gone_check
 from .config import BatchingConfig
 from .cpu_allowance import CpuAllowance
@@ -37,7 +37,7 @@ from .errors import DeadlineExceededError, ExecutorClosedError
 from .inputs import Inputs, Outputs, describe_inputs
 from .loop_load import LoopLoad, this_threads_loop_load
 from .placement import INLINE_BELOW_S, BatchPlacement
-from .queued import QueuedRequest, abandoned
+from .queued import QueuedRequest, abandoned, fail
 from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
 from .scheduler import Scheduler
@@ -260,13 +260,7 @@ class BatchExecutor:
     def _on_dispatcher_crash(self) -> None:
         self._closing = True
         for req in self._sched.clear():
-            self._fail(req, ExecutorClosedError(f"model {self.name!r}: dispatcher failed"))
-
-    @staticmethod
-    def _fail(req: QueuedRequest, exc: BaseException) -> None:
-        fut = req.future
-        if not fut.done():
-            fut.set_exception(exc)
+            fail(req, ExecutorClosedError(f"model {self.name!r}: dispatcher failed"))
 
     def _pump(self) -> WaitUntil | Idle | None:
         """Expire overdue requests and launch every batch the scheduler wants now; returns what
@@ -277,7 +271,7 @@ class BatchExecutor:
         while True:
             now = self.clock()
             for req in sched.expire(now):
-                self._fail(
+                fail(
                     req,
                     DeadlineExceededError(
                         f"model {self.name!r}: deadline passed after "
@@ -286,7 +280,7 @@ class BatchExecutor:
                 )
             if self._closing and not self._drain and sched.queued:
                 for req in sched.clear():
-                    self._fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
+                    fail(req, ExecutorClosedError(f"model {self.name!r}: stopped"))
             action = sched.next_action(now, len(self._idle), flush=self._closing)
             if isinstance(action, Dispatch):
                 self._launch(action, now)
@@ -314,7 +308,8 @@ class BatchExecutor:
         instance = self._idle.pop()
         self._in_flight += 1
         self._stats.begin(instance, now)
-        if self._placement.on_loop(batch.rows):
+        deadline = self._sched.next_deadline()  # a queued request's, kept by the loop
+        if self._placement.on_loop(batch.rows, None if deadline is None else deadline - now):
             self._run_inline(instance, batch, now)
             return
         span = self._reporter.start_span(instance, batch.requests, batch.rows, now)
@@ -349,7 +344,7 @@ class BatchExecutor:
                     span.record_exception(error)
                     span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
                     for req in batch.requests:
-                        self._fail(req, error)
+                        fail(req, error)
                 else:
                     assert results is not None
                     for req, res in zip(batch.requests, results, strict=True):
@@ -369,7 +364,7 @@ class BatchExecutor:
             instance, batch.requests, batch.rows, started, on_loop=True
         )
         try:
-            results, compute_s = self._execute(instance, batch)
+            results, compute_s = self._compute(instance, batch)
         except BaseException as exc:
             self._settle(instance, batch, started, span, None, 0.0, exc, pump=False)
             if not isinstance(exc, Exception):
@@ -382,7 +377,7 @@ class BatchExecutor:
     ) -> None:
         """Worker-thread body: compute, then post the outcome to the loop in one hop."""
         try:
-            results, compute_s = self._execute(instance, batch)
+            results, compute_s = self._compute(instance, batch)
         except BaseException as exc:
             outcome: tuple[Any, ...] = (None, 0.0, exc)
         else:
@@ -397,12 +392,8 @@ class BatchExecutor:
         except RuntimeError:  # the loop is closed: nobody is left to answer
             log.warning("model %r: batch finished after its event loop closed", self.name)
 
-    def _execute(
+    def _compute(
         self, instance: int, batch: Dispatch[QueuedRequest]
     ) -> tuple[list[Outputs], float]:
-        """Worker-thread body: concatenate, run, split. Its duration feeds the cost model."""
-        clock = self.clock
-        t0 = clock()
-        outputs = self._runners[instance].run(join_inputs(batch.requests))
-        results = split_outputs(self.name, outputs, batch.requests, batch.rows)
-        return results, clock() - t0
+        """The batch's rows per request, computed on this thread, and its seconds."""
+        return run_batch(self.name, self._runners[instance], batch.requests, batch.rows, self.clock)

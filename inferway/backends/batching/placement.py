@@ -4,7 +4,9 @@ thread, which saves the two thread switches of the hand-over.
 
 ``auto`` computes on the loop a batch expected (from the learned costs) to take under
 ``INLINE_BELOW_S``, and, while the process may use one CPU at most (``cpu_allowance``), a CPU
-model's batch expected to take ``ONE_CPU_INLINE_S``; every other batch on the worker.
+model's batch expected to take ``ONE_CPU_INLINE_S`` if it ends before the earliest deadline of
+a request still queued (the loop is what answers that request's timeout); every other batch on
+the worker.
 """
 
 from __future__ import annotations
@@ -54,8 +56,12 @@ class BatchPlacement:
         on_cpu = all(getattr(r, "provider", None) in CPU_PROVIDERS for r in runners)
         self._one_cpu = cpu_allowance if on_cpu else None
 
-    def on_loop(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` computes on the event loop's thread."""
+    def on_loop(self, rows: int, slack_s: float | None = None) -> bool:
+        """Whether a batch of ``rows`` computes on the event loop's thread. ``slack_s``: the
+        seconds left until the earliest deadline of a request still queued (None: none has
+        one); under ``auto`` a longer batch (``ONE_CPU_INLINE_S``) goes on the loop only if it
+        is expected to end before it, since the loop, held by the batch, could not answer that
+        request's timeout on time."""
         if self._where != "auto":
             return self._where == "loop"
         predicted = self._cost.predict(rows)
@@ -65,4 +71,6 @@ class BatchPlacement:
             return True
         one_cpu = self._one_cpu
         low, high = ONE_CPU_INLINE_S
+        if slack_s is not None and predicted >= slack_s:
+            return False
         return one_cpu is not None and low <= predicted < high and one_cpu.at_most_one()

@@ -13,7 +13,7 @@ from .client_gone import GoneCheck
 from .inputs import Inputs, Outputs
 from .records import Pending
 
-__all__ = ["QueuedRequest", "abandoned"]
+__all__ = ["QueuedRequest", "abandoned", "fail"]
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -40,3 +40,10 @@ def abandoned(req: QueuedRequest) -> bool:
         fut.cancel()
         return True
     return False
+
+
+def fail(req: QueuedRequest, exc: BaseException) -> None:
+    """Answer ``req`` with ``exc``, unless it is answered (or cancelled) already."""
+    fut = req.future
+    if not fut.done():
+        fut.set_exception(exc)

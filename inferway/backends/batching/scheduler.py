@@ -212,14 +212,15 @@ class Scheduler(Generic[RequestT]):
             del self._groups[key]
         return best
 
-    def _next_deadline(self) -> float | None:
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a request still queued (None: no queued one has one)."""
         heap = self._deadlines
         while heap and heap[0][2].state is not _QUEUED:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
     def _park(self, at: float | None) -> WaitUntil | Idle:
-        deadline = self._next_deadline()
+        deadline = self.next_deadline()
         if deadline is not None and (at is None or deadline < at):
             at = deadline
         return IDLE if at is None else WaitUntil(at)
