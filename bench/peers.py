@@ -41,8 +41,10 @@ rather than how it paces the client (docs/serving-performance.md). Servers:
 - ``floor-busy``: ``floor-close`` spending 200 µs of CPU on its loop before each answer, one
   request at a time: a serial server, the bottleneck at 5,000 requests a second less its I/O;
 - ``floor-spin``: ``floor-close`` polling its loop without sleeping for 1 ms after each
-  request: it answers at once and keeps a core busy while load lasts.
-  These two show that a co-located thread client's speed depends on the server's shape as
+  request: it answers at once and keeps a core busy while load lasts;
+- ``floor-sleep``: ``floor-busy`` sleeping its 200 µs instead of spending them: paced alike,
+  its core left free.
+  These three show that a co-located thread client's speed depends on the server's shape as
   well as its cost (docs/serving-performance.md), so ``floor`` is no ceiling for it.
 
 Mosec and PyTriton are installed into their own venvs (``--venvs``, default
@@ -113,6 +115,7 @@ SERVERS = (
     "floor-close",
     "floor-busy",
     "floor-spin",
+    "floor-sleep",
 )
 MAX_BATCH, MAX_WAIT_MS = 64, 5
 FLOOR_OPTIONS = {
@@ -120,6 +123,7 @@ FLOOR_OPTIONS = {
     "floor-close": ["--close"],
     "floor-busy": ["--close", "--busy-us", "200"],
     "floor-spin": ["--close", "--spin-us", "1000"],
+    "floor-sleep": ["--close", "--sleep-us", "200"],
 }
 """``static_http_server.py``'s options for each floor server."""
 FAST_VARIANTS = {

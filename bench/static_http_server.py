@@ -6,15 +6,18 @@ With ``--close`` a request that asks for ``Connection: close`` is answered with 
 connection closed, as RFC 9112 (9.6) requires of a server and as every real server does;
 without it the client closes first.
 
-Two variants show how a co-located client's own speed depends on the server's shape, not only
+Three variants show how a co-located client's own speed depends on the server's shape, not only
 on its cost (issue 37; docs/serving-performance.md):
 
 - ``--busy-us N``: spend N µs of CPU on the event loop before each answer, one request at a
   time: a serial server that becomes the bottleneck at 1/N requests a second;
 - ``--spin-us N``: after each request, keep polling the loop (never sleeping in epoll) for N
-  µs: a busy-polling server that answers at once but keeps a core occupied while requests come.
+  µs: a busy-polling server that answers at once but keeps a core occupied while requests come;
+- ``--sleep-us N``: sleep N µs on the event loop before each answer, one request at a time:
+  serial like ``--busy-us``, paced the same way, but leaving its core free while it waits (it
+  separates the pacing of the answers from the occupied core).
 
-    python bench/static_http_server.py PORT [--close] [--busy-us N] [--spin-us N]
+    python bench/static_http_server.py PORT [--close] [--busy-us N | --sleep-us N] [--spin-us N]
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class _Connection(asyncio.Protocol):
     """Close a connection whose request asked for it, after answering (``--close``)."""
     busy_s = 0.0
     """CPU spent on the loop before each answer (``--busy-us``)."""
+    sleep_s = 0.0
+    """Time slept on the loop before each answer, its core left free (``--sleep-us``)."""
 
     def __init__(self) -> None:
         self._parser = httptools.HttpRequestParser(self)
@@ -89,6 +94,8 @@ class _Connection(asyncio.Protocol):
             end = time.perf_counter() + self.busy_s
             while time.perf_counter() < end:
                 pass
+        if self.sleep_s:
+            time.sleep(self.sleep_s)  # blocks the loop on purpose: a serial server
         if _Spin.spin_s:
             _Spin.extend()
         if self.close and not self._parser.should_keep_alive():
@@ -111,11 +118,13 @@ def main() -> None:
     parser.add_argument("--close", action="store_true", help="close on Connection: close")
     parser.add_argument("--busy-us", type=float, default=0.0, help="CPU per request, serially")
     parser.add_argument("--spin-us", type=float, default=0.0, help="poll this long after each")
+    parser.add_argument("--sleep-us", type=float, default=0.0, help="sleep per request, serially")
     args = parser.parse_args()
-    if args.busy_us < 0 or args.spin_us < 0:
-        parser.error("--busy-us and --spin-us must be >= 0")
+    if min(args.busy_us, args.spin_us, args.sleep_us) < 0:
+        parser.error("--busy-us, --spin-us and --sleep-us must be >= 0")
     _Connection.close = args.close
     _Connection.busy_s = args.busy_us / 1e6
+    _Connection.sleep_s = args.sleep_us / 1e6
     _Spin.spin_s = args.spin_us / 1e6
     uvloop.run(_serve(args.port))
 

@@ -1,6 +1,7 @@
 """bench/static_http_server.py, the fixed-answer servers of bench/peers.py: ``--close``
 closes a ``Connection: close`` request's connection, ``--busy-us`` spends that CPU before each
-answer, ``--spin-us`` keeps polling its loop after each request, and bad options are refused."""
+answer, ``--sleep-us`` waits as long without the CPU, ``--spin-us`` keeps polling its loop after
+each request, and bad options are refused."""
 
 from __future__ import annotations
 
@@ -80,6 +81,21 @@ def test_busy_spends_its_cpu_before_each_answer(started: list[subprocess.Popen[b
     assert sum(server.cpu_times()[:2]) - cpu0 >= 0.05  # spent as CPU, not as a sleep
 
 
+def test_sleep_waits_before_each_answer_without_the_cpu(
+    started: list[subprocess.Popen[bytes]],
+) -> None:
+    proc, port = _start("--close", "--sleep-us", "40000")
+    started.append(proc)
+    server = psutil.Process(proc.pid)
+    cpu0 = sum(server.cpu_times()[:2])
+    t0 = time.perf_counter()
+    for _ in range(5):
+        assert _ask(port).startswith(b"HTTP/1.1 200 OK")
+    elapsed = time.perf_counter() - t0
+    assert elapsed >= 5 * 0.040  # one request at a time, each after its 40 ms
+    assert sum(server.cpu_times()[:2]) - cpu0 < 0.1  # slept: far under the 200 ms waited
+
+
 def test_spin_keeps_polling_after_a_request(started: list[subprocess.Popen[bytes]]) -> None:
     proc, port = _start("--close", "--spin-us", "500000")
     started.append(proc)
@@ -95,7 +111,7 @@ def test_spin_keeps_polling_after_a_request(started: list[subprocess.Popen[bytes
     assert sum(server.cpu_times()[:2]) - cpu0 >= 0.05
 
 
-@pytest.mark.parametrize("option", ["--busy-us", "--spin-us"])
+@pytest.mark.parametrize("option", ["--busy-us", "--spin-us", "--sleep-us"])
 def test_a_negative_amount_is_refused(option: str) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "1", option, "-1"], capture_output=True, text=True
