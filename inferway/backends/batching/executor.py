@@ -98,6 +98,7 @@ class BatchExecutor:
             config.compute_thread,
             self._runners,
             self._sched.cost_model,
+            next_deadline=self._sched.next_deadline,
             inline_below_s=inline_below_s,
             cpu_allowance=cpu_allowance,
         )
@@ -308,8 +309,7 @@ class BatchExecutor:
         instance = self._idle.pop()
         self._in_flight += 1
         self._stats.begin(instance, now)
-        deadline = self._sched.next_deadline()  # a queued request's, kept by the loop
-        if self._placement.on_loop(batch.rows, None if deadline is None else deadline - now):
+        if self._placement.on_loop(batch.rows, now):
             self._run_inline(instance, batch, now)
             return
         span = self._reporter.start_span(instance, batch.requests, batch.rows, now)

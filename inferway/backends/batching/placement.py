@@ -11,7 +11,7 @@ the worker.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ..runners.base import Runner
@@ -38,8 +38,10 @@ CPU_PROVIDERS = frozenset({"CPUExecutionProvider"})
 class BatchPlacement:
     """The ``compute_thread`` rule for one model's batches.
 
-    ``cpu_allowance`` None: the process's CPUs are not asked (tests place batches
-    deterministically); it is asked only where every runner computes on the CPU."""
+    ``next_deadline``: the earliest deadline of a request still queued for the model (None:
+    none has one), on the clock of ``on_loop``'s ``now``; asked only for a batch in the
+    one-CPU band. ``cpu_allowance`` None: the process's CPUs are not asked (tests place
+    batches deterministically); it is asked only where every runner computes on the CPU."""
 
     def __init__(
         self,
@@ -47,20 +49,22 @@ class BatchPlacement:
         runners: Sequence[Runner],
         cost_model: CostModel,
         *,
+        next_deadline: Callable[[], float | None] = lambda: None,
         inline_below_s: float = INLINE_BELOW_S,
         cpu_allowance: CpuAllowance | None = None,
     ) -> None:
         self._where = compute_thread
+        self._next_deadline = next_deadline
         self._cost = cost_model
         self._inline_below_s = inline_below_s
         on_cpu = all(getattr(r, "provider", None) in CPU_PROVIDERS for r in runners)
         self._one_cpu = cpu_allowance if on_cpu else None
 
-    def on_loop(self, rows: int, slack_s: float | None = None) -> bool:
-        """Whether a batch of ``rows`` computes on the event loop's thread. ``slack_s``: the
-        seconds left until the earliest deadline of a request still queued (None: none has
-        one); under ``auto`` a longer batch (``ONE_CPU_INLINE_S``) goes on the loop only if it
-        is expected to end before it, since the loop, held by the batch, could not answer that
+    def on_loop(self, rows: int, now: float) -> bool:
+        """Whether a batch of ``rows``, launched at ``now``, computes on the event loop's
+        thread. Under ``auto`` a longer batch (``ONE_CPU_INLINE_S``) goes on the loop only if
+        it is expected to end before the earliest deadline of a request still queued
+        (``next_deadline``), since the loop, held by the batch, could not answer that
         request's timeout on time."""
         if self._where != "auto":
             return self._where == "loop"
@@ -71,6 +75,7 @@ class BatchPlacement:
             return True
         one_cpu = self._one_cpu
         low, high = ONE_CPU_INLINE_S
-        if slack_s is not None and predicted >= slack_s:
+        if one_cpu is None or not low <= predicted < high or not one_cpu.at_most_one():
             return False
-        return one_cpu is not None and low <= predicted < high and one_cpu.at_most_one()
+        deadline = self._next_deadline()
+        return deadline is None or now + predicted < deadline
