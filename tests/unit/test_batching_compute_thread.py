@@ -16,6 +16,7 @@ from inferway.backends.batching import BatchExecutor, BatchingConfig
 from inferway.backends.batching.cpu_allowance import CpuAllowance
 from inferway.backends.batching.errors import DeadlineExceededError
 from inferway.backends.batching.placement import INLINE_BELOW_S, ONE_CPU_INLINE_S
+from inferway.backends.batching.queued_deadlines import QueuedDeadlines
 from inferway.backends.runners.base import TensorSpec
 
 COMPUTE_S = 0.015
@@ -178,3 +179,48 @@ async def test_a_batch_that_would_outlast_a_queued_deadline_goes_to_the_worker(
     else:
         assert isinstance(second.exception(), DeadlineExceededError)
     await ex.stop()
+
+
+async def test_a_near_deadline_of_another_model_on_the_loop_keeps_the_batch_off_it() -> None:
+    """Two models share the loop (and a QueuedDeadlines, as app.py gives them): a queued
+    request of the second, with a near deadline, keeps the first model's batch on its worker;
+    once the second model stops, its queue no longer counts."""
+    shared = QueuedDeadlines()
+    runner, other = BusyRunner(), BusyRunner()
+    config = BatchingConfig(mode="off")
+    ex = BatchExecutor([runner], config, cpu_allowance=_allowance(1), queued_deadlines=shared)
+    blocker = BatchExecutor([other], config, queued_deadlines=shared)
+    x = {"x": np.zeros((1, 2), np.float32)}
+    for _ in range(2):  # the first model's cost is learned: its batches go on the loop
+        await ex.infer(x)
+    held = blocker.submit(x)  # computing on the other model's worker
+    waiting = blocker.submit(x, timeout=COMPUTE_S / 3)  # queued behind it, deadline near
+    await ex.infer(x)
+    loop = threading.get_ident()
+    assert runner.threads[2] != loop
+    await asyncio.wait([held, waiting])
+    assert isinstance(waiting.exception(), DeadlineExceededError)
+    assert len(shared) == 2
+    await blocker.stop()
+    assert len(shared) == 1  # the stopped model's queue is forgotten
+    await ex.infer(x)
+    assert runner.threads[3] == loop
+    await ex.stop()
+    assert len(shared) == 0
+
+
+def test_queued_deadlines_gives_the_earliest_across_the_models() -> None:
+    shared = QueuedDeadlines()
+    assert shared.earliest() is None
+    first: list[float | None] = [None]
+    second: list[float | None] = [5.0]
+    shared.add(lambda: first[0])
+    source = lambda: second[0]  # noqa: E731
+    shared.add(source)
+    assert shared.earliest() == 5.0
+    first[0] = 2.0
+    assert shared.earliest() == 2.0
+    first[0] = None
+    shared.remove(source)
+    shared.remove(source)  # twice: ignored
+    assert shared.earliest() is None

@@ -5,12 +5,13 @@ and one batch computed with them (``run_batch``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..runners.base import Runner
 from .inputs import Inputs, Outputs
+from .records import Dispatch
 
 __all__ = ["join_inputs", "run_batch", "split_outputs"]
 
@@ -54,10 +55,10 @@ def split_outputs(
 
 
 def run_batch(
-    model: str, runner: Runner, requests: Sequence[_Rows], rows: int, clock: Callable[[], float]
+    model: str, runner: Runner, batch: Dispatch[Any], clock: Callable[[], float]
 ) -> tuple[list[Outputs], float]:
     """Concatenate, run, split (on whichever thread computes the batch): each request's rows
     and the seconds it took on ``clock``, which feed the cost model."""
     t0 = clock()
-    outputs = runner.run(join_inputs(requests))
-    return split_outputs(model, outputs, requests, rows), clock() - t0
+    outputs = runner.run(join_inputs(batch.requests))
+    return split_outputs(model, outputs, batch.requests, batch.rows), clock() - t0

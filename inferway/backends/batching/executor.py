@@ -38,6 +38,7 @@ from .inputs import Inputs, Outputs, describe_inputs
 from .loop_load import LoopLoad, this_threads_loop_load
 from .placement import INLINE_BELOW_S, BatchPlacement
 from .queued import QueuedRequest, abandoned, fail
+from .queued_deadlines import QueuedDeadlines
 from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
 from .scheduler import Scheduler
@@ -68,6 +69,7 @@ class BatchExecutor:
         inline_below_s: float = INLINE_BELOW_S,
         measure_loop: bool = False,
         cpu_allowance: CpuAllowance | None = None,
+        queued_deadlines: QueuedDeadlines | None = None,
     ) -> None:
         if not runners:
             raise ValueError(f"model {name!r}: BatchExecutor needs at least one runner")
@@ -99,13 +101,13 @@ class BatchExecutor:
             self._runners,
             self._sched.cost_model,
             next_deadline=self._sched.next_deadline,
+            queued_deadlines=queued_deadlines,
             inline_below_s=inline_below_s,
             cpu_allowance=cpu_allowance,
         )
         self.batches_on_loop = 0
         """Batches computed on the event loop's thread (``compute_thread``), since started."""
-        # the loop's busy share for the scheduler's fill_when_busy rule, measured on the loop
-        # thread once started (off by default: tests drive the scheduler deterministically)
+        # fill_when_busy's loop share, measured once started (off by default: deterministic tests)
         self._measure_loop = measure_loop and config.mode == "adaptive" and config.fill_when_busy
         self._loop_load: LoopLoad | None = None
 
@@ -156,6 +158,7 @@ class BatchExecutor:
         if self._closed:
             return
         self._closed = True
+        self._placement.close()
         for pool in self._pools:
             pool.shutdown(wait=False)
         for runner in self._runners:
@@ -364,7 +367,7 @@ class BatchExecutor:
             instance, batch.requests, batch.rows, started, on_loop=True
         )
         try:
-            results, compute_s = self._compute(instance, batch)
+            results, compute_s = run_batch(self.name, self._runners[instance], batch, self.clock)
         except BaseException as exc:
             self._settle(instance, batch, started, span, None, 0.0, exc, pump=False)
             if not isinstance(exc, Exception):
@@ -377,7 +380,7 @@ class BatchExecutor:
     ) -> None:
         """Worker-thread body: compute, then post the outcome to the loop in one hop."""
         try:
-            results, compute_s = self._compute(instance, batch)
+            results, compute_s = run_batch(self.name, self._runners[instance], batch, self.clock)
         except BaseException as exc:
             outcome: tuple[Any, ...] = (None, 0.0, exc)
         else:
@@ -391,9 +394,3 @@ class BatchExecutor:
             self._loop.call_soon_threadsafe(settle)
         except RuntimeError:  # the loop is closed: nobody is left to answer
             log.warning("model %r: batch finished after its event loop closed", self.name)
-
-    def _compute(
-        self, instance: int, batch: Dispatch[QueuedRequest]
-    ) -> tuple[list[Outputs], float]:
-        """The batch's rows per request, computed on this thread, and its seconds."""
-        return run_batch(self.name, self._runners[instance], batch.requests, batch.rows, self.clock)

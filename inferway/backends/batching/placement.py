@@ -11,12 +11,13 @@ the worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 from ..runners.base import Runner
 from .cost_model import CostModel
 from .cpu_allowance import CpuAllowance
+from .queued_deadlines import DeadlineSource, QueuedDeadlines
 
 __all__ = ["CPU_PROVIDERS", "INLINE_BELOW_S", "ONE_CPU_INLINE_S", "BatchPlacement"]
 
@@ -39,9 +40,11 @@ class BatchPlacement:
     """The ``compute_thread`` rule for one model's batches.
 
     ``next_deadline``: the earliest deadline of a request still queued for the model (None:
-    none has one), on the clock of ``on_loop``'s ``now``; asked only for a batch in the
-    one-CPU band. ``cpu_allowance`` None: the process's CPUs are not asked (tests place
-    batches deterministically); it is asked only where every runner computes on the CPU."""
+    none has one), on the clock of ``on_loop``'s ``now``; ``queued_deadlines``: the same for
+    every model served on the same event loop, which this one joins (None: this model alone).
+    They are asked only for a batch in the one-CPU band. ``cpu_allowance`` None: the
+    process's CPUs are not asked (tests place batches deterministically); it is asked only
+    where every runner computes on the CPU."""
 
     def __init__(
         self,
@@ -49,12 +52,15 @@ class BatchPlacement:
         runners: Sequence[Runner],
         cost_model: CostModel,
         *,
-        next_deadline: Callable[[], float | None] = lambda: None,
+        next_deadline: DeadlineSource = lambda: None,
+        queued_deadlines: QueuedDeadlines | None = None,
         inline_below_s: float = INLINE_BELOW_S,
         cpu_allowance: CpuAllowance | None = None,
     ) -> None:
         self._where = compute_thread
-        self._next_deadline = next_deadline
+        self._own_deadline = next_deadline
+        self._deadlines = QueuedDeadlines() if queued_deadlines is None else queued_deadlines
+        self._deadlines.add(next_deadline)
         self._cost = cost_model
         self._inline_below_s = inline_below_s
         on_cpu = all(getattr(r, "provider", None) in CPU_PROVIDERS for r in runners)
@@ -63,9 +69,9 @@ class BatchPlacement:
     def on_loop(self, rows: int, now: float) -> bool:
         """Whether a batch of ``rows``, launched at ``now``, computes on the event loop's
         thread. Under ``auto`` a longer batch (``ONE_CPU_INLINE_S``) goes on the loop only if
-        it is expected to end before the earliest deadline of a request still queued
-        (``next_deadline``), since the loop, held by the batch, could not answer that
-        request's timeout on time."""
+        it is expected to end before the earliest deadline of a request still queued for any
+        model on the loop (``queued_deadlines``), since the loop, held by the batch, could not
+        answer that request's timeout on time."""
         if self._where != "auto":
             return self._where == "loop"
         predicted = self._cost.predict(rows)
@@ -77,5 +83,9 @@ class BatchPlacement:
         low, high = ONE_CPU_INLINE_S
         if one_cpu is None or not low <= predicted < high or not one_cpu.at_most_one():
             return False
-        deadline = self._next_deadline()
+        deadline = self._deadlines.earliest()
         return deadline is None or now + predicted < deadline
+
+    def close(self) -> None:
+        """The model stopped: its queue no longer counts for the other models' batches."""
+        self._deadlines.remove(self._own_deadline)
