@@ -6,9 +6,11 @@ per request of the server (each of its processes, the main thread apart from the
 event loop against ONNX Runtime / batch threads) and of the client process, and how batches
 formed (the server's own batch-size histogram from /metrics: inferway's and Mosec's), and
 what the scheduler did with a thread client's threads (CPU migrations and context switches a
-request: how much its GIL hand-offs cost, which depends on how the server answers). With
-``--py-spy DIR`` it also samples the server's Python stacks during each cell (py-spy, raw
-collapsed stacks, one file per cell).
+request: how much its GIL hand-offs cost, which depends on how the server answers), and
+where a thread client's requests waited (thread_states.py: at the server, on the client's own
+GIL, or on a core; the first over the rate is the time a request spent at the server, the same
+measure for every server). With ``--py-spy DIR`` it also samples the server's Python stacks
+during each cell (py-spy, raw collapsed stacks, one file per cell).
 
     .venv/bin/python bench/peers_profile.py --servers inferway-fast,mosec --concurrency 64
 
@@ -18,6 +20,7 @@ Writes ``bench/results/peers_profile.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -35,7 +38,8 @@ from core_pinning import pin_tree, split_cores
 from loadgen import LoadWorker
 from peers import DEFAULT_VENVS, Clients, check_answer, measure, start_peer, state_threads
 from prometheus_client.parser import text_string_to_metric_families
-from thread_clients import ThreadClientWorker
+from thread_clients import THREAD_NAME, ThreadClientWorker
+from thread_states import ThreadStateSampler
 
 __all__ = ["main"]
 
@@ -188,9 +192,18 @@ def main(argv: list[str] | None = None) -> int:
                             time.sleep(1.0)
                         hist0, cpu0 = batch_histogram(peer.port), thread_cpu(peer.pid)
                         client0 = sum(psutil.Process(client_pid).cpu_times()[:2])
-                        point = measure(
-                            clients, client, peer, args.concurrency, mode == "keepalive", args
+                        places = (
+                            ThreadStateSampler(
+                                client_pid, comm=THREAD_NAME, threads=args.concurrency
+                            )
+                            if client == "threads"
+                            else None
                         )
+                        with places or contextlib.nullcontext():
+                            point = measure(
+                                clients, client, peer, args.concurrency, mode == "keepalive", args
+                            )
+                        waits = _waits(places, point["throughput"])
                         cpu1, hist1 = thread_cpu(peer.pid), batch_histogram(peer.port)
                         client1 = sum(psutil.Process(client_pid).cpu_times()[:2])
                         if spy is not None:
@@ -211,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                             "client_cpu_us_per_request": client_us,
                             "server_cpu_by_thread_us": per,
                             "batches": batch_shape(hist0, hist1),
+                            "client_threads": waits,
                             "requests_counted": served,
                         }
                         cells.append(cell)
@@ -230,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{client_us:.0f}",
                                 _sched_text(point.get("client_sched_per_request")),
                                 f"{served / batches:.1f}" if batches else "-",
+                                _waits_text(waits),
                                 top,
                             )
                         )
@@ -252,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             "client us/req",
             "client migr / cs a req",
             "rows/batch",
+            "client threads: at server / GIL / CPU (server ms a req)",
             "top threads us/req",
         ),
         rows,
@@ -260,6 +276,35 @@ def main(argv: list[str] | None = None) -> int:
     data["args"] = {k: str(v) for k, v in vars(args).items()}
     print(f"wrote {write_results('peers_profile', data)}")
     return 0
+
+
+def _waits(places: ThreadStateSampler | None, throughput: float) -> dict[str, Any] | None:
+    """Where the thread client's threads waited on average (thread_states.py) and, by Little's
+    law, the time a request spent at the server as the client saw it; None for loadgen (one
+    thread) or where the kernel showed nothing (the reason is printed)."""
+    if places is None:
+        return None
+    means = places.means()
+    if means is None:
+        print(f"no thread states: {places.failure or 'no sample'}", flush=True)
+        return None
+    return {
+        **{k: round(v, 2) for k, v in means.items()},
+        "samples": places.samples,
+        "unshown_share": round(places.unshown_share, 4),
+        "server_ms_per_request": means["server"] / throughput * 1e3 if throughput else None,
+    }
+
+
+def _waits_text(waits: dict[str, Any] | None) -> str:
+    if waits is None:
+        return "-"
+    at = waits["server_ms_per_request"]
+    return (
+        f"{waits['server']:.1f} / {waits['gil']:.1f} / {waits['cpu']:.1f} ({at:.1f})"
+        if at is not None
+        else "-"
+    )
 
 
 def _sched_text(sched: dict[str, float] | None) -> str:
