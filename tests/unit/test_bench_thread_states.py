@@ -65,9 +65,7 @@ def test_a_process_threads_are_counted_where_they_wait() -> None:
         with ThreadStateSampler(child.pid, interval_s=0.01, comm=THREAD_NAME, threads=6) as sampler:
             time.sleep(0.4)
         means = sampler.means()
-        if means is None and sampler.unshown:
-            pytest.skip(f"this kernel hides where threads sleep: {sampler.failure}")
-        assert sampler.failure is None, sampler.failure
+        assert sampler.failure is None, sampler.failure  # e.g. a kernel that hides wchan
         assert sampler.unshown_share == 0  # nobody woke or slept meanwhile
         assert means is not None and sampler.samples >= 10
         assert means["server"] == pytest.approx(3, abs=0.01)
