@@ -7,7 +7,9 @@ that variable for every Envoy it starts and says so in the Envoy's node metadata
 (``xds/node_groups.py``); every other Envoy reads streams with the Lua filter. The object is
 cached under ``$XDG_CACHE_HOME/inferway/envoy-modules/<sources hash>-<compiler hash>/``
 (``INFERWAY_ENVOY_MODULES_DIR`` overrides the root); concurrent builds each write a
-temporary file and rename it, so a reader never sees half an object. Without a compiler
+temporary file and rename it, so a reader never sees half an object. Each use marks its
+folder (its modification time); a new build removes the other builds no inferway has used for
+:data:`KEEP_UNUSED_S` (an upgrade's new sources leave the old object behind). Without a compiler
 (``CC``, else ``cc``, ``gcc``, ``clang`` on ``PATH``) a build of the same sources already in
 the root is used (the container image builds one in its build stage and has no compiler);
 with neither, :func:`build_sse_module` raises :class:`ModuleUnavailable` with the reason.
@@ -15,15 +17,19 @@ with neither, :func:`build_sse_module` raises :class:`ModuleUnavailable` with th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 from importlib import resources
 from pathlib import Path
 
 __all__ = [
+    "KEEP_UNUSED_S",
     "MODULES_METADATA_KEY",
     "SEARCH_PATH_ENV",
     "SSE_MODULE",
@@ -44,6 +50,9 @@ _SOURCES = ("sse_core.h", "sse_core.c", "envoy_abi.h", "sse_filter.c")
 _COMPILED = ("sse_core.c", "sse_filter.c")
 _FLAGS = ("-O2", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall")
 _TIMEOUT_S = 120.0
+KEEP_UNUSED_S = 30 * 24 * 3600.0
+"""A build no inferway has used for this long is removed when another is built."""
+_BUILD_FOLDER = re.compile(r"[0-9a-f]{16}-[0-9a-f]{8}")
 
 
 class ModuleUnavailable(RuntimeError):
@@ -93,7 +102,7 @@ def build_sse_module(cache: Path | None = None) -> Path:
             root.glob(f"{built}-*/lib{SSE_MODULE}.so"), key=lambda p: p.stat().st_mtime_ns
         )
         if found:
-            return found[-1].parent
+            return _used(found[-1].parent)
         raise ModuleUnavailable(
             f"no C compiler found (set CC, or install cc, gcc or clang) and no build of "
             f"these sources under {root}"
@@ -101,7 +110,7 @@ def build_sse_module(cache: Path | None = None) -> Path:
     folder = root / f"{built}-{hashlib.sha256(compiler.encode()).hexdigest()[:8]}"
     target = folder / f"lib{SSE_MODULE}.so"
     if target.is_file():
-        return folder
+        return _used(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -122,4 +131,27 @@ def build_sse_module(cache: Path | None = None) -> Path:
         raise ModuleUnavailable(f"building {target} failed: {error}") from error
     finally:
         Path(partial).unlink(missing_ok=True)
+    _remove_unused(root, keep=folder)
     return folder
+
+
+def _used(folder: Path) -> Path:
+    """Mark ``folder`` as used now (its modification time; not the object's, which says when
+    it was built). A cache nobody may write (the image's) stays as it is."""
+    with contextlib.suppress(OSError):
+        os.utime(folder)
+    return folder
+
+
+def _remove_unused(root: Path, *, keep: Path) -> None:
+    """Remove the builds under ``root`` other than ``keep`` that nobody used for
+    ``KEEP_UNUSED_S``; only folders named as builds are touched, and a failure leaves the rest
+    (an Envoy that loaded an object keeps its mapping when the file goes)."""
+    oldest = time.time() - KEEP_UNUSED_S
+    with contextlib.suppress(OSError):
+        for child in root.iterdir():
+            if child == keep or not _BUILD_FOLDER.fullmatch(child.name):
+                continue
+            with contextlib.suppress(OSError):
+                if child.is_dir() and child.stat().st_mtime < oldest:
+                    shutil.rmtree(child, ignore_errors=True)

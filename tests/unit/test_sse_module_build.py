@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from inferway.gateway.envoy_modules import provide_envoy_modules
 from inferway.xds.sse_module_build import (
+    KEEP_UNUSED_S,
     MODULES_METADATA_KEY,
     SEARCH_PATH_ENV,
     ModuleUnavailable,
@@ -63,6 +65,45 @@ def test_another_compiler_is_another_build(
     alias.symlink_to(compiler)
     monkeypatch.setenv("CC", str(alias))
     assert build_sse_module(tmp_path) != first
+
+
+def _aged(folder: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(folder, (then, then))
+
+
+def test_a_new_build_removes_builds_unused_for_a_month(compiler: str, tmp_path: Path) -> None:
+    """An upgrade's new sources: the old object goes once nobody has used it for a month."""
+    stale, recent, other = (
+        tmp_path / "0123456789abcdef-01234567",
+        tmp_path / "fedcba9876543210-76543210",
+        tmp_path / "notes",
+    )
+    for folder in (stale, recent, other):
+        folder.mkdir()
+        (folder / "libinferway_sse.so").write_bytes(b"an older reader")
+    _aged(stale, KEEP_UNUSED_S + 3600)
+    _aged(recent, KEEP_UNUSED_S - 3600)
+    _aged(other, KEEP_UNUSED_S + 3600)  # not named as a build: not ours to remove
+    built = build_sse_module(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [built.name, recent.name, other.name]
+    )
+
+
+def test_using_a_build_keeps_it(
+    compiler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = build_sse_module(tmp_path)
+    library = (built / "libinferway_sse.so").stat().st_mtime_ns
+    _aged(built, KEEP_UNUSED_S + 3600)
+    assert build_sse_module(tmp_path) == built
+    assert built.stat().st_mtime > time.time() - 60  # used now
+    assert (built / "libinferway_sse.so").stat().st_mtime_ns == library  # not rebuilt
+    _aged(built, KEEP_UNUSED_S + 3600)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))  # as in the image
+    assert build_sse_module(tmp_path) == built
+    assert built.stat().st_mtime > time.time() - 60
 
 
 def test_without_a_compiler_it_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
