@@ -60,6 +60,10 @@ class _Thread:
     stat: int
     wchan: int
 
+    def close(self) -> None:
+        os.close(self.stat)
+        os.close(self.wchan)
+
 
 @dataclass
 class ThreadStateSampler:
@@ -98,8 +102,7 @@ class ThreadStateSampler:
         if self._runner is not None:
             self._runner.join()
         for thread in self._threads.values():
-            os.close(thread.stat)
-            os.close(thread.wchan)
+            thread.close()
         self._threads.clear()
 
     def means(self) -> dict[str, float] | None:
@@ -135,9 +138,7 @@ class ThreadStateSampler:
     def _sample(self, own: int) -> bool:
         tids = {int(t) for t in os.listdir(f"/proc/{self.pid}/task")} - {self.pid, own}
         for tid in set(self._threads) - tids:
-            gone = self._threads.pop(tid)
-            os.close(gone.stat)
-            os.close(gone.wchan)
+            self._threads.pop(tid).close()
         counted = dict.fromkeys(PLACES, 0)
         unshown = 0
         for tid in tids:
