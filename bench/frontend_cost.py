@@ -7,11 +7,15 @@ with adaptive batching and ONNX Runtime on the CPU.
 No kernel networking and no load generator share the measurement, so the figure is steadier
 than a socket benchmark's: use it to compare changes to the per-request path. It prints the
 process CPU per request, the part of it ONNX Runtime's batches took (``compute_seconds``), and
-the rest: the front end (parse, decode, queue, settle, encode, write).
+the rest: the front end (parse, decode, queue, settle, encode, write). With ``--connections
+new`` every request comes on a connection of its own (``Connection: close``): the protocol
+object's set-up and tear-down join the figure, the kernel's accept and close do not (a socket
+benchmark's difference between the two, ``peers_profile.py --pin-cores``, has both).
 
     .venv/bin/python bench/frontend_cost.py                       # tiny JSON and binary, c=64
     .venv/bin/python bench/frontend_cost.py --modes adaptive,adaptive-nofill --pin 1 -o json
     .venv/bin/python bench/frontend_cost.py --bodies binary --plans on,off --pin 1  # an A/B
+    .venv/bin/python bench/frontend_cost.py --bodies json --connections keepalive,new --pin 1
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from _common import environment, print_table, write_results
 from batching_models import NOFILL, TINY_SIZES, build_bench_repository, served_name
@@ -38,10 +42,14 @@ from inferway.backends.protocol.decode_plans import DEFAULT_CAPACITY, DecodePlan
 from inferway.backends.serving.settings import ServingSettings
 
 BODIES = ("json", "binary")
+CONNECTIONS = ("keepalive", "new")
+Case = tuple[str, str, str, str]
+"""(mode, body, decode plans, connections)"""
 
 
-def request_bytes(model: str, width: int, body: str) -> bytes:
-    """One whole HTTP/1.1 infer request for ``model``, as the peers' clients send it."""
+def request_bytes(model: str, width: int, body: str, *, close: bool = False) -> bytes:
+    """One whole HTTP/1.1 infer request for ``model``, as the peers' clients send it
+    (``close``: asking for ``Connection: close``, as ``urllib`` does)."""
     row = request_row(width, 0)
     if body == "json":
         doc = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, width]}]}
@@ -66,6 +74,8 @@ def request_bytes(model: str, width: int, body: str) -> bytes:
             b"Content-Type: application/octet-stream\r\n"
             b"Inference-Header-Content-Length: " + str(len(head)).encode() + b"\r\n"
         )
+    if close:
+        extra += b"Connection: close\r\n"
     return (
         f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: bench\r\n".encode()
         + extra
@@ -100,18 +110,43 @@ class _Transport:
 
 
 async def measure(
-    fast: Any, request: bytes, *, requests: int, concurrency: int, warmup: int
+    fast: Any,
+    request: bytes,
+    *,
+    requests: int,
+    concurrency: int,
+    warmup: int,
+    new_connections: bool = False,
 ) -> dict[str, float]:
-    """Drive ``requests`` (after ``warmup``) closed loop over ``concurrency`` connections."""
+    """Drive ``requests`` (after ``warmup``) closed loop over ``concurrency`` connections
+    (``new_connections``: each request on a connection of its own, opened when the previous
+    one's answer was written and the protocol closed it)."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     state = {"answered": 0, "sent": 0}
     total = warmup + requests
     marks: dict[str, float] = {}
 
+    live: dict[Any, _Transport] = {}
+
+    def open_connection() -> Any:
+        conn = fast_http_connection.FastHttpConnection(fast)
+        transport = _Transport(lambda: answered(conn))
+        conn.connection_made(cast(asyncio.BaseTransport, transport))  # in memory: no socket
+        live[conn] = transport
+        return conn
+
     def send(conn: Any) -> None:
         state["sent"] += 1
         conn.data_received(request)
+
+    def send_next(conn: Any) -> None:
+        if new_connections:
+            if not live.pop(conn).closing:
+                raise RuntimeError("the front end kept a Connection: close connection open")
+            conn.connection_lost(None)  # as the loop reports the closed transport
+            conn = open_connection()
+        send(conn)
 
     def answered(conn: Any) -> None:
         state["answered"] += 1
@@ -121,18 +156,13 @@ async def measure(
             if not done.done():
                 done.set_result(None)
         elif state["sent"] < total:
-            loop.call_soon(send, conn)  # as the next request's bytes would arrive
+            loop.call_soon(send_next, conn)  # as the next request's bytes would arrive
 
-    conns = []
-    for _ in range(concurrency):
-        conn = fast_http_connection.FastHttpConnection(fast)
-        conn.connection_made(_Transport(lambda c=conn: answered(c)))
-        conns.append(conn)
-    for conn in conns:
+    for conn in [open_connection() for _ in range(concurrency)]:
         send(conn)
     await done
     cpu, wall = time.process_time() - marks["cpu"], time.perf_counter() - marks["wall"]
-    for conn in conns:
+    for conn in list(live):
         conn.connection_lost(None)
     return {"cpu_s": cpu, "wall_s": wall}
 
@@ -159,30 +189,16 @@ async def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
         raise SystemExit("the fast front end is not running")
     rows = []
     try:
-        cases = [
-            (mode, body, plans)
-            for mode in args.modes.split(",")
-            if mode
-            for body in args.bodies.split(",")
-            if body
-            for plans in args.plans.split(",")
-            if plans
-        ]
-        for mode, body, plans in cases:
-            if body not in BODIES:
-                raise SystemExit(f"--bodies: {body!r} is not one of {', '.join(BODIES)}")
-            if mode not in ("adaptive", NOFILL):
-                raise SystemExit(f"--modes: {mode!r} is not adaptive or {NOFILL}")
-            if plans not in ("on", "off"):
-                raise SystemExit(f"--plans: {plans!r} is not on or off")
-        per: dict[tuple[str, str, str], list[float]] = {c: [] for c in cases}
-        compute: dict[tuple[str, str, str], list[float]] = {c: [] for c in cases}
-        batch: dict[tuple[str, str, str], list[float]] = {c: [] for c in cases}
+        cases = args.cases
+        per: dict[Case, list[float]] = {c: [] for c in cases}
+        compute: dict[Case, list[float]] = {c: [] for c in cases}
+        batch: dict[Case, list[float]] = {c: [] for c in cases}
         for round_ in range(args.rounds):  # every case once a round, the order rotated
-            for mode, body, plans in cases[round_ % len(cases) :] + cases[: round_ % len(cases)]:
-                case = (mode, body, plans)
+            for case in cases[round_ % len(cases) :] + cases[: round_ % len(cases)]:
+                mode, body, plans, connections = case
+                new = connections == "new"
                 fast.plans = DecodePlans(capacity=DEFAULT_CAPACITY if plans == "on" else 0)
-                request = request_bytes(served_name("tiny", mode), TINY_SIZES[0], body)
+                request = request_bytes(served_name("tiny", mode), TINY_SIZES[0], body, close=new)
                 c0, n0 = _compute_seconds(handle)
                 got = await measure(
                     fast,
@@ -190,6 +206,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
                     requests=args.requests,
                     concurrency=args.concurrency,
                     warmup=args.warmup,
+                    new_connections=new,
                 )
                 c1, n1 = _compute_seconds(handle)
                 per[case].append(got["cpu_s"] / args.requests * 1e6)
@@ -198,14 +215,14 @@ async def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
                 compute[case].append((c1 - c0) * share / args.requests * 1e6)
                 batch[case].append((args.requests + args.warmup) / max(n1 - n0, 1))
                 print(
-                    f"  {mode} {body:6} plans {plans:3} c={args.concurrency}: "
+                    f"  {mode} {body:6} plans {plans:3} {connections:9} c={args.concurrency}: "
                     f"{per[case][-1]:6.1f} us CPU a request ({compute[case][-1]:.1f} in ONNX "
                     f"Runtime), {batch[case][-1]:.1f}-request batches",
                     file=sys.stderr,
                     flush=True,
                 )
         for case in cases:
-            mode, body, plans = case
+            mode, body, plans, connections = case
             cpu = statistics.median(per[case])
             ort = statistics.median(compute[case])
             rows.append(
@@ -213,6 +230,7 @@ async def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
                     "mode": mode,
                     "body": body,
                     "decode_plans": plans,
+                    "connections": connections,
                     "concurrency": args.concurrency,
                     "requests": args.requests,
                     "rounds": args.rounds,
@@ -228,12 +246,45 @@ async def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _cases(args: argparse.Namespace) -> list[Case]:
+    """Every (mode, body, plans, connections) asked for; a value not known is refused here,
+    before the backend starts."""
+    cases = [
+        (mode, body, plans, connections)
+        for mode in args.modes.split(",")
+        if mode
+        for body in args.bodies.split(",")
+        if body
+        for plans in args.plans.split(",")
+        if plans
+        for connections in args.connections.split(",")
+        if connections
+    ]
+    for mode, body, plans, connections in cases:
+        if body not in BODIES:
+            raise SystemExit(f"--bodies: {body!r} is not one of {', '.join(BODIES)}")
+        if mode not in ("adaptive", NOFILL):
+            raise SystemExit(f"--modes: {mode!r} is not adaptive or {NOFILL}")
+        if plans not in ("on", "off"):
+            raise SystemExit(f"--plans: {plans!r} is not on or off")
+        if connections not in CONNECTIONS:
+            raise SystemExit(f"--connections: {connections!r} is not keepalive or new")
+    if not cases:
+        raise SystemExit("--modes, --bodies, --plans and --connections: nothing to measure")
+    return cases
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--bodies", default=",".join(BODIES), help="json, binary or both")
     p.add_argument("--modes", default="adaptive", help=f"adaptive and/or {NOFILL} (an A/B)")
     p.add_argument(
         "--plans", default="on", help="on and/or off: the front end's decoding plans (an A/B)"
+    )
+    p.add_argument(
+        "--connections",
+        default="keepalive",
+        help="keepalive and/or new: a connection per request (Connection: close; an A/B)",
     )
     p.add_argument("--requests", type=int, default=20000, help="measured per round")
     p.add_argument("--warmup", type=int, default=2000)
@@ -245,6 +296,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = p.parse_args(argv)
     if args.requests < 1 or args.rounds < 1 or args.concurrency < 1 or args.warmup < 0:
         raise SystemExit("--requests, --rounds and --concurrency must be >= 1, --warmup >= 0")
+    args.cases = _cases(args)
     if args.pin is not None:
         os.sched_setaffinity(0, {args.pin})
     tune_for_serving()
@@ -265,6 +317,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "mode",
                 "body",
                 "decode plans",
+                "connections",
                 "c",
                 "CPU us",
                 "ONNX Runtime us",
@@ -276,6 +329,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     r["mode"],
                     r["body"],
                     r["decode_plans"],
+                    r["connections"],
                     r["concurrency"],
                     r["cpu_us_per_request"],
                     r["ort_us_per_request"],

@@ -42,7 +42,7 @@ def _libc_peek() -> Callable[[int, int], bool] | None:
     try:
         libc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL: the call never blocks
         recv = libc.recv
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no C library to call by name
         return None
     recv.restype = ctypes.c_ssize_t
     recv.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
