@@ -4,11 +4,12 @@ aiohttp's per-request machinery (request and response objects, router, middlewar
 writer) costs more event-loop CPU than the model at small batch sizes, and the event loop is
 the bottleneck under load. This protocol parses with httptools (llhttp, the C parser uvicorn
 uses), hands the infer request straight to :class:`ServingCore` and writes the whole answer in
-one ``transport.write``. Anything else (another route or method, a chunked body,
-``Expect: 100-continue``, ``Prefer: respond-async``, an upgrade, a malformed request) is handed
-to aiohttp before a byte of answer is written: the connection gets an aiohttp RequestHandler
-fed with every byte of it not yet answered, and stays aiohttp's from then on, so every other
-route keeps exactly its aiohttp behaviour.
+one ``transport.write``. Its listening sockets take every waiting connection in a pass of the
+loop (accept_all.py; uvloop's own accept takes one). Anything else (another route or method, a
+chunked body, ``Expect: 100-continue``, ``Prefer: respond-async``, an upgrade, a malformed
+request) is handed to aiohttp before a byte of answer is written: the connection gets an
+aiohttp RequestHandler fed with every byte of it not yet answered, and stays aiohttp's from
+then on, so every other route keeps exactly its aiohttp behaviour.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from aiohttp import web_server
 
+from inferway.backends.protocol.accept_all import AcceptAll
 from inferway.backends.protocol.fast_http_connection import FastHttpConnection
 from inferway.backends.protocol.fast_http_front import FrontEnd
 from inferway.backends.serving.core import ServingCore
@@ -35,6 +37,7 @@ class FastHttpServer(FrontEnd):
         super().__init__(core, aiohttp_server)
         self._sweep_every = min(self.header_timeout_s, self.body_timeout_s, self.idle_timeout_s) / 5
         self._server: asyncio.Server | None = None
+        self._acceptor: AcceptAll | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(
@@ -46,7 +49,8 @@ class FastHttpServer(FrontEnd):
         backlog: int,
         reuse_port: bool,
     ) -> int:
-        """Listen (as aiohttp's TCPSite would: same TLS, backlog, SO_REUSEPORT); the port."""
+        """Listen (as aiohttp's TCPSite would: same TLS, backlog, SO_REUSEPORT); the port.
+        The loop binds the sockets; ``AcceptAll`` listens and accepts on them."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: FastHttpConnection(self),
@@ -55,6 +59,14 @@ class FastHttpServer(FrontEnd):
             ssl=ssl_context,
             backlog=backlog,
             reuse_port=reuse_port or None,
+            start_serving=False,
+        )
+        self._acceptor = AcceptAll(
+            loop,
+            self._server.sockets,
+            lambda: FastHttpConnection(self),
+            ssl_context=ssl_context,
+            backlog=backlog,
         )
         self._sweeper = loop.call_later(self._sweep_every, self._sweep)
         sockname: Any = self._server.sockets[0].getsockname()
@@ -72,6 +84,8 @@ class FastHttpServer(FrontEnd):
         self.closing = True
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._acceptor is not None:
+            self._acceptor.close()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
