@@ -177,15 +177,15 @@ _OUT_OF_DESCRIPTORS = textwrap.dedent(
         port = server.sockets[0].getsockname()[1]
         import os
         used = len(os.listdir("/proc/self/fd"))
-        # room for two accepted connections, no more
-        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 2, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 2, hard))  # room for two, no more
         print("PORT", port, flush=True)
         await asyncio.sleep(0.5)  # the parent connects 6 clients, each sends a byte
         cpu0 = time.process_time()
         await asyncio.sleep(1.0)  # out of descriptors meanwhile: paused, not spinning
         print("CPU", time.process_time() - cpu0, flush=True)
         print("ACCEPTED", acceptor.accepted, flush=True)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 64, hard))
         await asyncio.sleep(1.0)  # room again: the waiting clients are taken and answered
         print("ACCEPTED", acceptor.accepted, flush=True)
         acceptor.close()
