@@ -13,7 +13,9 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvloop
@@ -71,7 +73,8 @@ def _port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
 
-def test_every_waiting_connection_is_taken_in_one_pass() -> None:
+@pytest.mark.parametrize("run", [uvloop.run, asyncio.run], ids=["uvloop", "asyncio"])
+def test_every_waiting_connection_is_taken_in_one_pass(run: Callable[..., Any]) -> None:
     async def scenario() -> tuple[Counter[int], int]:
         server, acceptor, made, passes = await _serve()
         clients = [socket.create_connection(("127.0.0.1", _port(server))) for _ in range(100)]
@@ -83,7 +86,7 @@ def test_every_waiting_connection_is_taken_in_one_pass() -> None:
         server.close()
         return Counter(made), acceptor.accepted
 
-    per_pass, accepted = uvloop.run(scenario())
+    per_pass, accepted = run(scenario())
     assert accepted == 100
     assert sum(per_pass.values()) == 100
     assert len(per_pass) <= 2, f"connections made over {len(per_pass)} passes: {per_pass}"

@@ -35,6 +35,9 @@ ACCEPT_PER_PASS = 128
 RETRY_AFTER_S = 1.0
 """How long accepting pauses when the process or the kernel has no room for a connection."""
 _NO_ROOM = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_FINISHING: set[asyncio.Task[None]] = set()
+"""Tasks finishing a set-up that yielded no future: held until done (the loop keeps tasks
+only weakly)."""
 
 
 class AcceptAll:
@@ -134,7 +137,9 @@ def _drive(coroutine: Coroutine[Any, Any, Any]) -> None:
     if isinstance(waited, asyncio.Future):
         waited.add_done_callback(lambda _done: _drive(coroutine))
     else:
-        asyncio.get_running_loop().create_task(_finish(coroutine))
+        task = asyncio.get_running_loop().create_task(_finish(coroutine))
+        _FINISHING.add(task)
+        task.add_done_callback(_FINISHING.discard)
 
 
 async def _finish(coroutine: Coroutine[Any, Any, Any]) -> None:
