@@ -73,20 +73,23 @@ def _port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
 
+async def _waiting_then_taken(clients: int, *, passes: int) -> tuple[Counter[int], int]:
+    """``clients`` connections wait before the loop looks; how many were made in which pass
+    (counted for ``passes`` passes), and how many the acceptor took."""
+    server, acceptor, made, counter = await _serve()
+    waiting = [socket.create_connection(("127.0.0.1", _port(server))) for _ in range(clients)]
+    _count_passes(counter, passes)
+    await asyncio.sleep(0.3)
+    for client in waiting:
+        client.close()
+    acceptor.close()
+    server.close()
+    return Counter(made), acceptor.accepted
+
+
 @pytest.mark.parametrize("run", [uvloop.run, asyncio.run], ids=["uvloop", "asyncio"])
 def test_every_waiting_connection_is_taken_in_one_pass(run: Callable[..., Any]) -> None:
-    async def scenario() -> tuple[Counter[int], int]:
-        server, acceptor, made, passes = await _serve()
-        clients = [socket.create_connection(("127.0.0.1", _port(server))) for _ in range(100)]
-        _count_passes(passes, 50)
-        await asyncio.sleep(0.3)
-        for client in clients:
-            client.close()
-        acceptor.close()
-        server.close()
-        return Counter(made), acceptor.accepted
-
-    per_pass, accepted = run(scenario())
+    per_pass, accepted = run(_waiting_then_taken(100, passes=50))
     assert accepted == 100
     assert sum(per_pass.values()) == 100
     assert len(per_pass) <= 2, f"connections made over {len(per_pass)} passes: {per_pass}"
@@ -95,18 +98,7 @@ def test_every_waiting_connection_is_taken_in_one_pass(run: Callable[..., Any]) 
 def test_a_flood_is_taken_at_most_accept_per_pass_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accept_all, "ACCEPT_PER_PASS", 10)
 
-    async def scenario() -> Counter[int]:
-        server, acceptor, made, passes = await _serve()
-        clients = [socket.create_connection(("127.0.0.1", _port(server))) for _ in range(45)]
-        _count_passes(passes, 100)
-        await asyncio.sleep(0.3)
-        for client in clients:
-            client.close()
-        acceptor.close()
-        server.close()
-        return Counter(made)
-
-    per_pass = uvloop.run(scenario())
+    per_pass, _accepted = uvloop.run(_waiting_then_taken(45, passes=100))
     assert sum(per_pass.values()) == 45
     assert max(per_pass.values()) <= 10
     assert len(per_pass) >= 5

@@ -4,25 +4,14 @@ accept, a patch that must keep up with FastHttpServer) and its ramp, and refuses
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "accept_ab.py"
-
-
-def _run(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *options, "--out", str(tmp_path / "out.json")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+from tests.bench_script import run_bench
 
 
 def test_both_servers_and_a_ramp_are_measured(tmp_path: Path) -> None:
-    done = _run(
+    done = run_bench(
+        "accept_ab.py",
         tmp_path,
         *("--cells", "loadgen:new", "--rounds", "1", "--ramps", "1", "--concurrency", "8"),
         *("--duration", "0.5", "--warmup", "0.2", "--ramp-s", "0.5", "--requests", "100"),
@@ -37,6 +26,6 @@ def test_both_servers_and_a_ramp_are_measured(tmp_path: Path) -> None:
 
 
 def test_an_unknown_cell_is_refused(tmp_path: Path) -> None:
-    done = _run(tmp_path, "--cells", "loadgen:pooled")
+    done = run_bench("accept_ab.py", tmp_path, "--cells", "loadgen:pooled")
     assert done.returncode == 2
     assert "--cells: loadgen:pooled" in done.stderr

@@ -5,25 +5,14 @@ benchmark fails), and bad options are refused."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "frontend_cost.py"
-
-
-def _run(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *options, "--out", str(tmp_path / "out.json")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+from tests.bench_script import run_bench
 
 
 def test_kept_and_new_connections_are_both_measured(tmp_path: Path) -> None:
-    done = _run(
+    done = run_bench(
+        "frontend_cost.py",
         tmp_path,
         "--bodies",
         "json",
@@ -49,6 +38,8 @@ def test_kept_and_new_connections_are_both_measured(tmp_path: Path) -> None:
 
 
 def test_a_bad_connection_kind_is_refused(tmp_path: Path) -> None:
-    done = _run(tmp_path, "--connections", "pooled", "--requests", "10", "--rounds", "1")
+    done = run_bench(
+        "frontend_cost.py", tmp_path, "--connections", "pooled", "--requests", "10", "--rounds", "1"
+    )
     assert done.returncode != 0
     assert "--connections: 'pooled' is not keepalive or new" in done.stderr
