@@ -61,14 +61,13 @@ class AcceptAll:
         self._retry_after_s = retry_after_s
         self._sockets: list[socket.socket] = []
         self._retries: dict[int, asyncio.TimerHandle] = {}  # by descriptor, while paused
+        self.accepted = 0
+        """Connections taken since start."""
         for bound in listening:
             sock = socket.socket(fileno=os.dup(bound.fileno()))
             self._sockets.append(sock)
             sock.listen(backlog)
             sock.setblocking(False)
-        self.accepted = 0
-        """Connections taken since start."""
-        for sock in self._sockets:
             loop.add_reader(sock.fileno(), self._ready, sock)
 
     def close(self) -> None:

@@ -52,8 +52,12 @@ class FastHttpServer(FrontEnd):
         """Listen (as aiohttp's TCPSite would: same TLS, backlog, SO_REUSEPORT); the port.
         The loop binds the sockets; ``AcceptAll`` listens and accepts on them."""
         loop = asyncio.get_running_loop()
+
+        def connection() -> FastHttpConnection:
+            return FastHttpConnection(self)
+
         self._server = await loop.create_server(
-            lambda: FastHttpConnection(self),
+            connection,
             host,
             port,
             ssl=ssl_context,
@@ -62,11 +66,7 @@ class FastHttpServer(FrontEnd):
             start_serving=False,
         )
         self._acceptor = AcceptAll(
-            loop,
-            self._server.sockets,
-            lambda: FastHttpConnection(self),
-            ssl_context=ssl_context,
-            backlog=backlog,
+            loop, self._server.sockets, connection, ssl_context=ssl_context, backlog=backlog
         )
         self._sweeper = loop.call_later(self._sweep_every, self._sweep)
         sockname: Any = self._server.sockets[0].getsockname()
