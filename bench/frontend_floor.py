@@ -46,7 +46,13 @@ from _common import environment, free_port, percentile, print_table, write_resul
 from loadgen import LoadSpec, LoadWorker
 from loadgen_http import http_request_bytes
 from loadgen_spec import request_row
-from peer_procs import PeerProcess, ensure_venv, pytriton_command
+from peer_procs import (
+    GRANIAN_PACKAGES,
+    PeerProcess,
+    ensure_venv,
+    granian_command,
+    pytriton_command,
+)
 from peer_procs import versions as _versions
 from peers import DEFAULT_VENVS, MAX_BATCH, MAX_WAIT_MS, PEER_PACKAGES
 
@@ -59,7 +65,6 @@ PER_BODY = {"pytriton"}
 """Servers of one model (PyTriton's script binds one): one process per body's model."""
 BODIES = {"binary-16k": ("http-binary", 4096), "json-1k": ("http-json", 256)}
 LOADGEN_CPU, SERVER_CPU = 0, 1
-GRANIAN_PACKAGES = ["granian[uvloop]", "numpy"]
 
 
 def _tree(pid: int) -> list[int]:
@@ -161,10 +166,7 @@ def start(
         return Server(name, command, port, path, log), {}
     if name == "granian":
         python = ensure_venv(venvs / "granian", GRANIAN_PACKAGES)
-        command = [str(python), "-m", "granian", "--interface", "rsgi", "--workers", "1"]
-        command += ["--runtime-threads", "1", "--loop", "uvloop", "--host", "127.0.0.1"]
-        command += ["--port", str(port), "--working-dir", str(HERE / "peer_servers")]
-        command += ["granian_static:app"]
+        command = granian_command(python, port)
         return Server(name, command, port, path, log), _versions(python, ["granian"])
     if name == "inferway":
         inferway = Path(sys.executable).with_name("inferway")

@@ -1,6 +1,6 @@
 """Processes of ``peers.py``'s peer servers: their own venvs (so Mosec's and PyTriton's
-dependencies never meet inferway's), PyTriton's command line, and a server command run in a
-session of its own so that stopping it reaches its children."""
+dependencies never meet inferway's), PyTriton's and granian's command lines, and a server command
+run in a session of its own so that stopping it reaches its children."""
 
 from __future__ import annotations
 
@@ -16,9 +16,18 @@ from pathlib import Path
 
 from _common import free_port
 
-__all__ = ["PeerProcess", "ensure_venv", "pytriton_command", "versions", "wait_http"]
+__all__ = [
+    "GRANIAN_PACKAGES",
+    "PeerProcess",
+    "ensure_venv",
+    "granian_command",
+    "pytriton_command",
+    "versions",
+    "wait_http",
+]
 
 HERE = Path(__file__).resolve().parent
+GRANIAN_PACKAGES = ["granian[uvloop]", "numpy"]
 
 
 def ensure_venv(root: Path, packages: Sequence[str]) -> Path:
@@ -56,6 +65,15 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float, what: s
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} was not ready at {url} after {timeout_s:.0f} s")
         time.sleep(0.2)
+
+
+def granian_command(python: Path, port: int) -> list[str]:
+    """granian (a Rust HTTP server) running ``peer_servers/granian_static.py``'s fixed answer
+    in ``python``'s venv (GRANIAN_PACKAGES): one worker, one runtime thread, uvloop."""
+    command = [str(python), "-m", "granian", "--interface", "rsgi", "--workers", "1"]
+    command += ["--runtime-threads", "1", "--loop", "uvloop", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--working-dir", str(HERE / "peer_servers")]
+    return [*command, "granian_static:app"]
 
 
 def pytriton_command(

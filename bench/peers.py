@@ -43,7 +43,10 @@ rather than how it paces the client (docs/serving-performance.md). Servers:
 - ``floor-spin``: ``floor-close`` polling its loop without sleeping for 1 ms after each
   request: it answers at once and keeps a core busy while load lasts;
 - ``floor-sleep``: ``floor-busy`` sleeping its 200 µs instead of spending them: paced alike,
-  its core left free.
+  its core left free;
+- ``floor-native``: ``floor-close``'s fixed answer from a native HTTP server, granian (Rust,
+  one runtime thread; ``peer_servers/granian_static.py``, its own venv): whether a server with
+  a native core lifts a client that ``floor-close`` does not.
   These three show that a co-located thread client's speed depends on the server's shape as
   well as its cost (docs/serving-performance.md), so ``floor`` is no ceiling for it.
 
@@ -83,7 +86,15 @@ from core_pinning import pin_tree, split_cores
 from loadgen import LoadSpec, LoadWorker
 from loadgen_http import http_request_bytes
 from loadgen_spec import request_row
-from peer_procs import PeerProcess, ensure_venv, pytriton_command, versions, wait_http
+from peer_procs import (
+    GRANIAN_PACKAGES,
+    PeerProcess,
+    ensure_venv,
+    granian_command,
+    pytriton_command,
+    versions,
+    wait_http,
+)
 from peers_report import report_rows, summarize
 from servers import (
     ServerProcess,
@@ -116,6 +127,7 @@ SERVERS = (
     "floor-busy",
     "floor-spin",
     "floor-sleep",
+    "floor-native",
 )
 MAX_BATCH, MAX_WAIT_MS = 64, 5
 FLOOR_OPTIONS = {
@@ -204,6 +216,13 @@ def _start(name: str, root: Path, onnx: Path, venvs: Path, logs: Path, intra: in
         process = PeerProcess(command, None, logs / f"{name}.log")
         wait_http(f"http://127.0.0.1:{port}/", process.proc, 30, name)
         return Peer(name, port, "/v2/models/mlp/infer", process.stop, pid=process.proc.pid)
+    if name == "floor-native":
+        python = ensure_venv(venvs / "granian", GRANIAN_PACKAGES)
+        port = free_port()
+        process = PeerProcess(granian_command(python, port), None, logs / f"{name}.log")
+        wait_http(f"http://127.0.0.1:{port}/", process.proc, 60, name)
+        found = versions(python, ["granian"])
+        return Peer(name, port, "/v2/models/mlp/infer", process.stop, found, pid=process.proc.pid)
     python = ensure_venv(venvs / name, PEER_PACKAGES[name])
     env = dict(os.environ, PEER_MODEL=str(onnx), PEER_MAX_BATCH=str(MAX_BATCH))
     env["PEER_MAX_WAIT_MS"] = str(MAX_WAIT_MS)
