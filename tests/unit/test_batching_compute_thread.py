@@ -1,6 +1,7 @@
-"""Where a batch computes (``compute_thread``): on one CPU a CPU model's batches of 5-50 ms run on
-the event loop's thread; with more CPUs, on a GPU, for a shorter or longer batch, or one that
-would outlast a queued request's deadline, on the instance's worker thread."""
+"""Where a batch computes (``compute_thread``): on one CPU a CPU model's batches of 5-50 ms, and
+shorter ones expected to end before the next request arrives, run on the event loop's thread;
+with more CPUs, on a GPU, for a longer batch, a shorter one while requests keep arriving, or one
+that would outlast a queued request's deadline, on the instance's worker thread."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import numpy as np
 import pytest
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
+from inferway.backends.batching.cost_model import CostModel
 from inferway.backends.batching.cpu_allowance import CpuAllowance
 from inferway.backends.batching.errors import DeadlineExceededError
-from inferway.backends.batching.placement import INLINE_BELOW_S, ONE_CPU_INLINE_S
+from inferway.backends.batching.placement import INLINE_BELOW_S, ONE_CPU_INLINE_S, BatchPlacement
 from inferway.backends.batching.queued_deadlines import QueuedDeadlines
 from inferway.backends.runners.base import TensorSpec
 
@@ -96,14 +98,103 @@ async def test_a_gpu_runner_keeps_its_batches_on_the_worker_on_one_cpu() -> None
     await ex.stop()
 
 
-@pytest.mark.parametrize(
-    "delay", [INLINE_BELOW_S * 5, ONE_CPU_INLINE_S[0] / 3, ONE_CPU_INLINE_S[1] * 1.2]
-)
-async def test_batches_outside_the_band_stay_on_the_worker_on_one_cpu(delay: float) -> None:
-    runner = BusyRunner(delay=delay)
+async def test_a_batch_longer_than_the_band_stays_on_the_worker_on_one_cpu() -> None:
+    runner = BusyRunner(delay=ONE_CPU_INLINE_S[1] * 1.2)
     ex = await _serve(runner, cpus=1, n=3)
     assert threading.get_ident() not in runner.threads
     await ex.stop()
+
+
+@pytest.mark.parametrize("delay", [INLINE_BELOW_S * 5, ONE_CPU_INLINE_S[0] / 3])
+async def test_a_lone_clients_shorter_batches_go_on_the_loop_on_one_cpu(delay: float) -> None:
+    """Requests one after another: each batch ends before the next request comes, so the
+    worker would have nothing to overlap with (the quiet rule), on one CPU only."""
+    runner = BusyRunner(delay=delay)
+    ex = await _serve(runner, cpus=1, n=4)
+    loop = threading.get_ident()
+    assert runner.threads[0] != loop and runner.threads[1:] == [loop] * 3
+    await ex.stop()
+    runner = BusyRunner(delay=delay)
+    ex = await _serve(runner, cpus=2, n=4)
+    assert loop not in runner.threads
+    await ex.stop()
+
+
+def _placement(
+    cost_s: float, next_arrival_s: float, cpus: float = 1, provider: str = "CPUExecutionProvider"
+) -> BatchPlacement:
+    """``auto`` placement of a model whose one-row batch costs ``cost_s``, its next request
+    expected in ``next_arrival_s``."""
+    cost = CostModel()
+    cost.observe(1, cost_s)
+    return BatchPlacement(
+        "auto",
+        [BusyRunner(provider)],
+        cost,
+        next_arrival=lambda now: next_arrival_s,
+        cpu_allowance=_allowance(cpus),
+    )
+
+
+@pytest.mark.parametrize(
+    ("cost_s", "next_arrival_s", "on_loop"),
+    [
+        (INLINE_BELOW_S * 2, INLINE_BELOW_S * 3, True),  # ends before the next request
+        (INLINE_BELOW_S * 2, INLINE_BELOW_S * 1.5, False),  # requests arrive meanwhile
+        (INLINE_BELOW_S * 2, INLINE_BELOW_S * 2, False),  # at the same time: the worker
+        (ONE_CPU_INLINE_S[0] / 2, float("inf"), True),  # nothing expected (one request so far)
+        (INLINE_BELOW_S / 2, 0.0, True),  # quick: the loop whatever arrives
+        (ONE_CPU_INLINE_S[0] * 2, 0.0, True),  # in the band: the loop whatever arrives
+        (ONE_CPU_INLINE_S[1] * 2, float("inf"), False),  # too long to hold the loop
+    ],
+)
+def test_the_quiet_rule_on_one_cpu(cost_s: float, next_arrival_s: float, on_loop: bool) -> None:
+    assert _placement(cost_s, next_arrival_s).on_loop(1, 0.0) is on_loop
+
+
+@pytest.mark.parametrize(("cpus", "provider"), [(2, "CPUExecutionProvider"), (1, "CUDA")])
+def test_the_quiet_rule_needs_one_cpu_and_a_cpu_model(cpus: float, provider: str) -> None:
+    placement = _placement(INLINE_BELOW_S * 2, float("inf"), cpus, provider)
+    assert placement.on_loop(1, 0.0) is False
+
+
+def test_a_quiet_batch_still_yields_to_a_queued_deadline() -> None:
+    cost = CostModel()
+    cost.observe(1, INLINE_BELOW_S * 2)
+    deadline = [0.0001]
+    placement = BatchPlacement(
+        "auto",
+        [BusyRunner()],
+        cost,
+        next_deadline=lambda: deadline[0],
+        next_arrival=lambda now: 1.0,
+        cpu_allowance=_allowance(1),
+    )
+    assert placement.on_loop(1, 0.0) is False  # the batch would end after the deadline
+    deadline[0] = 1.0
+    assert placement.on_loop(1, 0.0) is True
+
+
+def test_the_quiet_rule_uses_the_models_arrival_estimate() -> None:
+    """The executor hands its scheduler's ``ArrivalRate.expected_wait`` to the placement: the
+    estimate it learns from the model's requests, on the executor's clock."""
+    from inferway.backends.batching.cost_model import ArrivalRate
+
+    arrivals = ArrivalRate(alpha=1.0)
+    cost = CostModel()
+    cost.observe(1, 0.001)
+    placement = BatchPlacement(
+        "auto",
+        [BusyRunner()],
+        cost,
+        next_arrival=arrivals.expected_wait,
+        cpu_allowance=_allowance(1),
+    )
+    arrivals.observe(1, 0.0)
+    arrivals.observe(1, 0.0005)  # a request every 0.5 ms: another comes during a 1 ms batch
+    assert placement.on_loop(1, 0.0005) is False
+    arrivals.observe(1, 0.0105)  # one every 10 ms
+    assert placement.on_loop(1, 0.0105) is True
 
 
 async def test_worker_and_loop_settings_override_the_allowance() -> None:

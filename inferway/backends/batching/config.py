@@ -36,9 +36,10 @@ class BatchingConfig(BaseModel):
     event loop goes on reading and answering. ``loop``: the event loop's thread (no hand-over,
     but nothing is read or answered while the batch runs). ``auto``: the loop's thread for a
     batch predicted to take under ``placement.INLINE_BELOW_S`` (the hand-over would cost as much),
-    and for a CPU model's batch predicted to take 5-50 ms (``placement.ONE_CPU_INLINE_S``) while
-    the process may use one CPU at most (its affinity or cgroup quota: ``cpu_allowance``),
-    where a worker thread could only take turns with the loop; the worker otherwise."""
+    and, while the process may use one CPU at most (its affinity or cgroup quota:
+    ``cpu_allowance``), where a worker thread could only take turns with the loop, for a CPU
+    model's batch predicted to take 5-50 ms (``placement.ONE_CPU_INLINE_S``) or to end before
+    the model's next request is expected; the worker otherwise."""
     wait_for_returns: bool = True
     """``adaptive``: when more clients of answered batches are still on their way back than
     rows are queued, hold the batch until they are expected back (``returns.ReturnWatch``),

@@ -130,7 +130,10 @@ def describe_allowance() -> str:
     limit = "no cgroup CPU quota" if quota is None else f"cgroup CPU quota {quota:g}"
     line = f"{cpus:g} usable (affinity {affinity}, {limit})"
     if cpus <= 1:
-        line += "; a CPU model's 5-50 ms batches compute on the event loop's thread"
+        line += (
+            "; a CPU model's 5-50 ms batches, and shorter ones that end before the next request"
+            " is expected, compute on the event loop's thread"
+        )
     return line
 
 

@@ -3,21 +3,34 @@ thread, which leaves the event loop free to read and answer meanwhile, or the ev
 thread, which saves the two thread switches of the hand-over.
 
 ``auto`` computes on the loop a batch expected (from the learned costs) to take under
-``INLINE_BELOW_S``, and, while the process may use one CPU at most (``cpu_allowance``), a CPU
-model's batch expected to take ``ONE_CPU_INLINE_S`` if it ends before the earliest deadline of
-a request still queued (the loop is what answers that request's timeout); every other batch on
-the worker.
+``INLINE_BELOW_S``. While the process may use one CPU at most (``cpu_allowance``) it also
+computes there a CPU model's batch expected to take ``ONE_CPU_INLINE_S``, and a shorter one
+expected to end before the model's next request is expected to arrive: on one CPU the worker
+only takes turns with the loop, which pays for the hand-over only when the loop has requests
+to read meanwhile. Either goes on the loop only if it ends before the earliest deadline of a
+request still queued (the loop is what answers that request's timeout). Every other batch goes
+to the worker.
+
+The quiet rule also keeps the cost model honest: on one core a worker's batch measures slower
+than the same batch on the loop (the tiny MLP's one-row batch, thread CPU time: 208-244 against
+133-148 µs, the worker sharing its core and caches with the loop's reading and answering), so a
+quick batch that once went to the worker, judged by ``INLINE_BELOW_S`` alone, could be kept
+there by its own inflated measurements (docs/serving-performance.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ..runners.base import Runner
 from .cost_model import CostModel
 from .cpu_allowance import CpuAllowance
 from .queued_deadlines import DeadlineSource, QueuedDeadlines
+
+ArrivalWait = Callable[[float], float]
+"""Seconds until the model's next request is expected, asked at a time on the placement's
+clock (``ArrivalRate.expected_wait``)."""
 
 __all__ = ["CPU_PROVIDERS", "INLINE_BELOW_S", "ONE_CPU_INLINE_S", "BatchPlacement"]
 
@@ -42,7 +55,8 @@ class BatchPlacement:
     ``next_deadline``: the earliest deadline of a request still queued for the model (None:
     none has one), on the clock of ``on_loop``'s ``now``; ``queued_deadlines``: the same for
     every model served on the same event loop, which this one joins (None: this model alone).
-    They are asked only for a batch in the one-CPU band. ``cpu_allowance`` None: the
+    ``next_arrival``: seconds until the model's next request is expected (default: at once, so
+    no batch counts as quiet). They are asked only on one CPU. ``cpu_allowance`` None: the
     process's CPUs are not asked (tests place batches deterministically); it is asked only
     where every runner computes on the CPU."""
 
@@ -53,12 +67,14 @@ class BatchPlacement:
         cost_model: CostModel,
         *,
         next_deadline: DeadlineSource = lambda: None,
+        next_arrival: ArrivalWait = lambda now: 0.0,
         queued_deadlines: QueuedDeadlines | None = None,
         inline_below_s: float = INLINE_BELOW_S,
         cpu_allowance: CpuAllowance | None = None,
     ) -> None:
         self._where = compute_thread
         self._own_deadline = next_deadline
+        self._next_arrival = next_arrival
         self._deadlines = QueuedDeadlines() if queued_deadlines is None else queued_deadlines
         self._deadlines.add(next_deadline)
         self._cost = cost_model
@@ -68,10 +84,10 @@ class BatchPlacement:
 
     def on_loop(self, rows: int, now: float) -> bool:
         """Whether a batch of ``rows``, launched at ``now``, computes on the event loop's
-        thread. Under ``auto`` a longer batch (``ONE_CPU_INLINE_S``) goes on the loop only if
-        it is expected to end before the earliest deadline of a request still queued for any
-        model on the loop (``queued_deadlines``), since the loop, held by the batch, could not
-        answer that request's timeout on time."""
+        thread. Under ``auto``, on one CPU, a longer batch (``ONE_CPU_INLINE_S``, or a quiet
+        one) goes on the loop only if it is expected to end before the earliest deadline of a
+        request still queued for any model on the loop (``queued_deadlines``), since the loop,
+        held by the batch, could not answer that request's timeout on time."""
         if self._where != "auto":
             return self._where == "loop"
         predicted = self._cost.predict(rows)
@@ -81,8 +97,10 @@ class BatchPlacement:
             return True
         one_cpu = self._one_cpu
         low, high = ONE_CPU_INLINE_S
-        if one_cpu is None or not low <= predicted < high or not one_cpu.at_most_one():
+        if one_cpu is None or predicted >= high or not one_cpu.at_most_one():
             return False
+        if predicted < low and predicted >= self._next_arrival(now):
+            return False  # requests expected meanwhile: the loop reads them as the worker computes
         deadline = self._deadlines.earliest()
         return deadline is None or now + predicted < deadline
 
