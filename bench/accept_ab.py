@@ -107,16 +107,19 @@ class QueueWatch:
         return round(statistics.mean(self.samples), 1) if self.samples else None
 
 
-def _body() -> bytes:
+def request_body() -> bytes:
+    """The tiny model's one-row KServe v2 JSON request."""
     row = np.random.default_rng(0).random((1, TINY_SIZES[0]), dtype=np.float32)
     tensor = {"name": "x", "datatype": "FP32", "shape": [1, TINY_SIZES[0]]}
     tensor["data"] = row.ravel().tolist()
     return json.dumps({"inputs": [tensor]}).encode()
 
 
-def _cell(
+def measure_cell(
     kind: str, server: ServerProcess, clients: tuple[LoadWorker, ThreadClientWorker], args: Any
 ) -> dict[str, Any]:
+    """One closed loop of ``kind`` (``client:connections``) against the tiny model of
+    ``server`` at ``args.concurrency``: its rate, p99 and how the batches formed."""
     client, connections = kind.split(":")
     keepalive = connections == "keepalive"
     model = served_name("tiny", "adaptive")
@@ -126,7 +129,7 @@ def _cell(
             "127.0.0.1",
             server.http_port,
             f"/v2/models/{model}/infer",
-            _body(),
+            request_body(),
             args.concurrency,
             keepalive,
             warmup=args.warmup_requests,
@@ -157,9 +160,11 @@ def _cell(
         "throughput": answered / out["elapsed_s"],
         "p99_ms": percentile(latencies, 99) * 1e3,
         "errors": len(out.get("errors", [])),
-        "rows_per_batch": answered / max(shape["batches"], 1),
+        # the rows every batch of the cell held (the warm-up's too), from the server's counts
+        "rows_per_batch": (shape["rows"] or answered) / max(shape["batches"], 1),
         "batches_on_loop": shape["batches_on_loop"],
         "batches": shape["batches"],
+        "rows": shape["rows"],
     }
 
 
@@ -214,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 order = SERVERS if round_ % 2 == 0 else SERVERS[::-1]
                 for kind in args.kinds:
                     for name in order:
-                        got = _cell(kind, servers[name], clients, args)
+                        got = measure_cell(kind, servers[name], clients, args)
                         per.setdefault((kind, name), []).append(got)
                         print(
                             f"round {round_ + 1}/{args.rounds} {kind:18} {name:10} "
@@ -244,9 +249,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     server = servers[name]
                     lone = argparse.Namespace(**{**vars(args), "concurrency": 1})
                     lone.duration, lone.warmup = args.ramp_s, 0.0
-                    _cell("loadgen:new", server, clients, lone)
+                    measure_cell("loadgen:new", server, clients, lone)
                     with QueueWatch(server.http_port) as watch:
-                        got = _cell("threads:new", server, clients, args)
+                        got = measure_cell("threads:new", server, clients, args)
                     got.update(server=name, ramp=ramp + 1, accept_queue_mean=watch.mean())
                     results["ramps"].append(got)
                     print(

@@ -72,10 +72,12 @@ _BATCHER_KEYS = {
     "_batch_fill_waits": -2.0,
     "_batch_return_waits": -3.0,
     "_batches_on_loop": -4.0,
+    "batch_size_sum": -5.0,
 }
 """inferway's batcher series, kept beside the buckets under negative keys: the loop's busy
 share it saw, its waits to fill (fill_when_busy), its holds for returning clients
-(wait_for_returns), its batches computed on the loop's thread (compute_thread)."""
+(wait_for_returns), its batches computed on the loop's thread (compute_thread), the rows its
+batches held (the batch-size histogram's sum; the model with the most, where several serve)."""
 
 
 def batch_histogram(port: int) -> dict[float, float]:
@@ -107,6 +109,7 @@ def batch_shape(before: dict[float, float], after: dict[float, float]) -> dict[s
         "fill_waits": after.get(-2.0, 0) - before.get(-2.0, 0),
         "return_waits": after.get(-3.0, 0) - before.get(-3.0, 0),
         "batches_on_loop": after.get(-4.0, 0) - before.get(-4.0, 0),
+        "rows": after.get(-5.0, 0) - before.get(-5.0, 0),
     }
     delta = {b: after[b] - before.get(b, 0.0) for b in sorted(after) if b >= 0}
     total = delta.get(float("inf"), 0.0)
@@ -319,7 +322,7 @@ def _served(args: argparse.Namespace, client: str, point: dict[str, Any]) -> flo
     """Requests the server answered during the cell (warm-up included: CPU counts it too)."""
     if client == "threads":
         return float(args.requests + args.warmup_requests)
-    return point["throughput"] * (args.duration + args.warmup)
+    return float(point["throughput"]) * (args.duration + args.warmup)
 
 
 if __name__ == "__main__":
