@@ -322,7 +322,7 @@ def _served(args: argparse.Namespace, client: str, point: dict[str, Any]) -> flo
     """Requests the server answered during the cell (warm-up included: CPU counts it too)."""
     if client == "threads":
         return float(args.requests + args.warmup_requests)
-    return float(point["throughput"]) * (args.duration + args.warmup)
+    return float(point["throughput"] * (args.duration + args.warmup))
 
 
 if __name__ == "__main__":
