@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,20 @@ def request_body() -> bytes:
     return json.dumps({"inputs": [tensor]}).encode()
 
 
+def start_servers(
+    root: Path, targets: Mapping[str, Callable[[str, Connection], None]]
+) -> tuple[tuple[LoadWorker, ThreadClientWorker], dict[str, ServerProcess]]:
+    """The tiny model's repository under ``root`` (ONNX Runtime at one intra-op thread), the
+    two client workers, and a server process for each of ``targets`` (name -> server main)."""
+    build_bench_repository(root, {"tiny": TINY_SIZES})
+    state_threads(root, 1)
+    clients = (LoadWorker(), ThreadClientWorker())
+    servers = {
+        name: ServerProcess(target, (str(root),), metrics=True) for name, target in targets.items()
+    }
+    return clients, servers
+
+
 def measure_cell(
     kind: str, server: ServerProcess, clients: tuple[LoadWorker, ThreadClientWorker], args: Any
 ) -> dict[str, Any]:
@@ -199,14 +214,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cores = split_cores() if args.pin_cores else None
     results: dict[str, Any] = {"cells": [], "ramps": []}
     with tempfile.TemporaryDirectory(prefix="inferway-accept-") as tmp:
-        root = Path(tmp)
-        build_bench_repository(root, {"tiny": TINY_SIZES})
-        state_threads(root, 1)
-        clients = (LoadWorker(), ThreadClientWorker())
         targets = {"accept-all": fast_backend_server_main, "accept-one": accept_one_server_main}
-        servers = {
-            name: ServerProcess(targets[name], (str(root),), metrics=True) for name in SERVERS
-        }
+        clients, servers = start_servers(Path(tmp), targets)
         try:
             if cores is not None:
                 os.sched_setaffinity(0, cores[0])

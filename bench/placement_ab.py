@@ -34,13 +34,9 @@ from typing import Any
 
 import psutil
 from _common import environment, print_table, write_results
-from accept_ab import measure_cell
-from batching_models import TINY_SIZES, build_bench_repository
+from accept_ab import measure_cell, start_servers
 from core_pinning import pin_tree
-from loadgen import LoadWorker
-from peers import state_threads
-from servers import ServerProcess, fast_backend_server_main
-from thread_clients import ThreadClientWorker
+from servers import fast_backend_server_main
 
 SERVERS = ("quiet", "no-quiet")
 CLIENTS = ("loadgen", "threads")
@@ -122,14 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     client_core, server_cores = pick_cores()
     results: dict[str, Any] = {"cells": []}
     with tempfile.TemporaryDirectory(prefix="inferway-placement-") as tmp:
-        root = Path(tmp)
-        build_bench_repository(root, {"tiny": TINY_SIZES})
-        state_threads(root, 1)
-        clients = (LoadWorker(), ThreadClientWorker())
         targets = {"quiet": fast_backend_server_main, "no-quiet": no_quiet_server_main}
-        servers = {
-            name: ServerProcess(targets[name], (str(root),), metrics=True) for name in SERVERS
-        }
+        clients, servers = start_servers(Path(tmp), targets)
         try:
             os.sched_setaffinity(0, client_core)
             for worker in clients:
