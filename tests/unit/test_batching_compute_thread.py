@@ -121,41 +121,40 @@ async def test_a_lone_clients_shorter_batches_go_on_the_loop_on_one_cpu(delay: f
 
 
 def _placement(
-    cost_s: float, next_arrival_s: float, cpus: float = 1, provider: str = "CPUExecutionProvider"
+    cost_s: float, gap_s: float | None, cpus: float = 1, provider: str = "CPUExecutionProvider"
 ) -> BatchPlacement:
-    """``auto`` placement of a model whose one-row batch costs ``cost_s``, its next request
-    expected in ``next_arrival_s``."""
+    """``auto`` placement of a model whose one-row batch costs ``cost_s`` and whose requests
+    come every ``gap_s`` on average."""
     cost = CostModel()
     cost.observe(1, cost_s)
     return BatchPlacement(
         "auto",
         [BusyRunner(provider)],
         cost,
-        next_arrival=lambda now: next_arrival_s,
+        arrival_gap=lambda: gap_s,
         cpu_allowance=_allowance(cpus),
     )
 
 
 @pytest.mark.parametrize(
-    ("cost_s", "next_arrival_s", "on_loop"),
+    ("cost_s", "gap_s", "on_loop"),
     [
         (INLINE_BELOW_S * 2, INLINE_BELOW_S * 3, True),  # ends before the next request
         (INLINE_BELOW_S * 2, INLINE_BELOW_S * 1.5, False),  # requests arrive meanwhile
         (INLINE_BELOW_S * 2, INLINE_BELOW_S * 2, False),  # at the same time: the worker
-        (ONE_CPU_INLINE_S[0] / 2, float("inf"), True),  # nothing expected (one request so far)
+        (ONE_CPU_INLINE_S[0] / 2, None, True),  # no gap yet (one request so far)
         (INLINE_BELOW_S / 2, 0.0, True),  # quick: the loop whatever arrives
         (ONE_CPU_INLINE_S[0] * 2, 0.0, True),  # in the band: the loop whatever arrives
-        (ONE_CPU_INLINE_S[1] * 2, float("inf"), False),  # too long to hold the loop
+        (ONE_CPU_INLINE_S[1] * 2, None, False),  # too long to hold the loop
     ],
 )
-def test_the_quiet_rule_on_one_cpu(cost_s: float, next_arrival_s: float, on_loop: bool) -> None:
-    assert _placement(cost_s, next_arrival_s).on_loop(1, 0.0) is on_loop
+def test_the_quiet_rule_on_one_cpu(cost_s: float, gap_s: float | None, on_loop: bool) -> None:
+    assert _placement(cost_s, gap_s).on_loop(1, 0.0) is on_loop
 
 
 @pytest.mark.parametrize(("cpus", "provider"), [(2, "CPUExecutionProvider"), (1, "CUDA")])
 def test_the_quiet_rule_needs_one_cpu_and_a_cpu_model(cpus: float, provider: str) -> None:
-    placement = _placement(INLINE_BELOW_S * 2, float("inf"), cpus, provider)
-    assert placement.on_loop(1, 0.0) is False
+    assert _placement(INLINE_BELOW_S * 2, None, cpus, provider).on_loop(1, 0.0) is False
 
 
 def test_a_quiet_batch_still_yields_to_a_queued_deadline() -> None:
@@ -167,7 +166,7 @@ def test_a_quiet_batch_still_yields_to_a_queued_deadline() -> None:
         [BusyRunner()],
         cost,
         next_deadline=lambda: deadline[0],
-        next_arrival=lambda now: 1.0,
+        arrival_gap=lambda: 1.0,
         cpu_allowance=_allowance(1),
     )
     assert placement.on_loop(1, 0.0) is False  # the batch would end after the deadline
@@ -175,26 +174,22 @@ def test_a_quiet_batch_still_yields_to_a_queued_deadline() -> None:
     assert placement.on_loop(1, 0.0) is True
 
 
-def test_the_quiet_rule_uses_the_models_arrival_estimate() -> None:
-    """The executor hands its scheduler's ``ArrivalRate.expected_wait`` to the placement: the
-    estimate it learns from the model's requests, on the executor's clock."""
-    from inferway.backends.batching.cost_model import ArrivalRate
-
-    arrivals = ArrivalRate(alpha=1.0)
-    cost = CostModel()
-    cost.observe(1, 0.001)
-    placement = BatchPlacement(
-        "auto",
-        [BusyRunner()],
-        cost,
-        next_arrival=arrivals.expected_wait,
-        cpu_allowance=_allowance(1),
-    )
-    arrivals.observe(1, 0.0)
-    arrivals.observe(1, 0.0005)  # a request every 0.5 ms: another comes during a 1 ms batch
-    assert placement.on_loop(1, 0.0005) is False
-    arrivals.observe(1, 0.0105)  # one every 10 ms
-    assert placement.on_loop(1, 0.0105) is True
+async def test_the_quiet_rule_reads_the_models_mean_gap_not_a_silence() -> None:
+    """The executor's placement reads its scheduler's arrival estimate: requests every 0.5 ms
+    keep a 1 ms batch on the worker, even after a silence (under many closed-loop clients a
+    silence means they all wait for answers); requests every 100 ms let it on the loop."""
+    ex = BatchExecutor([BusyRunner()], BatchingConfig(mode="off"), cpu_allowance=_allowance(1))
+    ex.scheduler.cost_model.observe(1, 0.001)
+    arrivals = ex.scheduler.arrivals
+    for t in (0.0, 0.0005, 0.001, 0.0015):
+        arrivals.observe(1, t)
+    placement = ex._placement
+    assert placement.on_loop(1, 0.0015) is False
+    assert placement.on_loop(1, 1.0) is False  # a second of silence changes nothing
+    for t in (0.1, 0.2, 0.3):
+        arrivals.observe(1, t)
+    assert placement.on_loop(1, 0.3) is True
+    await ex.stop()
 
 
 async def test_worker_and_loop_settings_override_the_allowance() -> None:

@@ -101,7 +101,7 @@ class BatchExecutor:
             self._runners,
             self._sched.cost_model,
             next_deadline=self._sched.next_deadline,
-            next_arrival=self._sched.arrivals.expected_wait,
+            arrival_gap=lambda: self._sched.arrivals.mean_gap,
             queued_deadlines=queued_deadlines,
             inline_below_s=inline_below_s,
             cpu_allowance=cpu_allowance,

@@ -5,9 +5,11 @@ thread, which saves the two thread switches of the hand-over.
 ``auto`` computes on the loop a batch expected (from the learned costs) to take under
 ``INLINE_BELOW_S``. While the process may use one CPU at most (``cpu_allowance``) it also
 computes there a CPU model's batch expected to take ``ONE_CPU_INLINE_S``, and a shorter one
-expected to end before the model's next request is expected to arrive: on one CPU the worker
-only takes turns with the loop, which pays for the hand-over only when the loop has requests
-to read meanwhile. Either goes on the loop only if it ends before the earliest deadline of a
+expected to take less than the mean gap between the model's requests (the quiet rule): on one
+CPU the worker only takes turns with the loop, which pays for the hand-over only when the loop
+has requests to read meanwhile. The mean gap, not the silence so far: under many closed-loop
+clients a silence means they all wait for answers, and they come back as soon as they have
+them. Either goes on the loop only if it ends before the earliest deadline of a
 request still queued (the loop is what answers that request's timeout). Every other batch goes
 to the worker.
 
@@ -28,9 +30,9 @@ from .cost_model import CostModel
 from .cpu_allowance import CpuAllowance
 from .queued_deadlines import DeadlineSource, QueuedDeadlines
 
-ArrivalWait = Callable[[float], float]
-"""Seconds until the model's next request is expected, asked at a time on the placement's
-clock (``ArrivalRate.expected_wait``)."""
+ArrivalGap = Callable[[], float | None]
+"""The mean seconds between the model's requests so far (``ArrivalRate.mean_gap``); None
+before its second request."""
 
 __all__ = ["CPU_PROVIDERS", "INLINE_BELOW_S", "ONE_CPU_INLINE_S", "BatchPlacement"]
 
@@ -55,8 +57,8 @@ class BatchPlacement:
     ``next_deadline``: the earliest deadline of a request still queued for the model (None:
     none has one), on the clock of ``on_loop``'s ``now``; ``queued_deadlines``: the same for
     every model served on the same event loop, which this one joins (None: this model alone).
-    ``next_arrival``: seconds until the model's next request is expected (default: at once, so
-    no batch counts as quiet). They are asked only on one CPU. ``cpu_allowance`` None: the
+    ``arrival_gap``: the mean seconds between the model's requests (default: none, so no batch
+    counts as quiet). They are asked only on one CPU. ``cpu_allowance`` None: the
     process's CPUs are not asked (tests place batches deterministically); it is asked only
     where every runner computes on the CPU."""
 
@@ -67,14 +69,14 @@ class BatchPlacement:
         cost_model: CostModel,
         *,
         next_deadline: DeadlineSource = lambda: None,
-        next_arrival: ArrivalWait = lambda now: 0.0,
+        arrival_gap: ArrivalGap = lambda: 0.0,
         queued_deadlines: QueuedDeadlines | None = None,
         inline_below_s: float = INLINE_BELOW_S,
         cpu_allowance: CpuAllowance | None = None,
     ) -> None:
         self._where = compute_thread
         self._own_deadline = next_deadline
-        self._next_arrival = next_arrival
+        self._arrival_gap = arrival_gap
         self._deadlines = QueuedDeadlines() if queued_deadlines is None else queued_deadlines
         self._deadlines.add(next_deadline)
         self._cost = cost_model
@@ -99,8 +101,10 @@ class BatchPlacement:
         low, high = ONE_CPU_INLINE_S
         if one_cpu is None or predicted >= high or not one_cpu.at_most_one():
             return False
-        if predicted < low and predicted >= self._next_arrival(now):
-            return False  # requests expected meanwhile: the loop reads them as the worker computes
+        if predicted < low:
+            gap = self._arrival_gap()
+            if gap is not None and predicted >= gap:
+                return False  # requests expected meanwhile: the loop reads them as it computes
         deadline = self._deadlines.earliest()
         return deadline is None or now + predicted < deadline
 
