@@ -1,15 +1,15 @@
-"""The quiet rule of batch placement (``placement.py``) against the rule without it, side by
-side, with the server on one core: a lone client's batches, and 64 clients' (issue 37;
-docs/serving-performance.md, "A lone client on one core").
+"""Where a batch computes on one CPU (``placement.py``), as shipped against the rule before it,
+side by side, with the server on one core: a lone client's batches, and 16 or 64 clients'
+(issue 37; docs/serving-performance.md, "A lone client on one core").
 
-On one CPU, ``compute_thread: auto`` computes on the event loop's thread a CPU model's batch
-expected to take 5-50 ms, or under 0.2 ms, and (the quiet rule) a batch in between expected to
-end before the model's next request is expected. ``no-quiet`` is the same server with the
-placement built without that expectation (an arrival at once: the rule never applies), as
-before the rule. Both serve the tiny model under the fast front end (ONNX Runtime at one
-intra-op thread), each on a core of its own, the clients on another (so the machine needs three
-cores for both servers to have one each; with two, both servers share the second core, and
-are measured one at a time as always).
+While the process may use one CPU, ``compute_thread: auto`` computes on the event loop's
+thread a CPU model's batch expected to take under 0.2 ms or 5-50 ms, and (the quiet rule) one
+of 0.2-5 ms expected to end before the model's next request is expected (``shipped``). Before
+the quiet rule, a 0.2-5 ms batch always went to the worker thread (``band``: the same server
+with that rule patched back in). Both serve the tiny model under the fast front end (ONNX
+Runtime at one intra-op thread), each on a core of its own, the clients on another (so the
+machine needs three cores for both servers to have one each; with two, both servers share the
+second core, and are measured one at a time as always).
 
 Each cell is ``client:connections@concurrency`` (``threads`` or ``loadgen``; ``new`` or
 ``keepalive``), every round both servers in a rotated order; medians of the rounds. Besides
@@ -38,24 +38,32 @@ from accept_ab import measure_cell, start_servers
 from core_pinning import pin_tree
 from servers import fast_backend_server_main
 
-SERVERS = ("quiet", "no-quiet")
+SERVERS = ("shipped", "band")
 CLIENTS = ("loadgen", "threads")
 CONNECTIONS = ("new", "keepalive")
-DEFAULT_CELLS = "threads:new@1,loadgen:keepalive@1,threads:new@64,loadgen:new@64"
+DEFAULT_CELLS = (
+    "threads:new@1,loadgen:keepalive@1,threads:keepalive@16,threads:new@64,loadgen:new@64"
+)
+BAND_FROM_S = 0.005
+"""The rule before: on one CPU, a batch from INLINE_BELOW_S up to this went to the worker."""
 
 
-def no_quiet_server_main(root: str, conn: Connection) -> None:
-    """``fast_backend_server_main`` with every batch placement built as before the quiet
-    rule: the next request always expected at once."""
+def band_server_main(root: str, conn: Connection) -> None:
+    """``fast_backend_server_main`` with the one-CPU placement as it was before the quiet rule:
+    a batch expected to take 0.2-5 ms on the worker thread, whatever the CPUs."""
     from inferway.backends.batching import placement
 
-    shipped = placement.BatchPlacement.__init__
+    shipped = placement.BatchPlacement.on_loop
 
-    def without_quiet(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs.pop("next_arrival", None)
-        shipped(self, *args, **kwargs)
+    def band(self: Any, rows: int, now: float) -> bool:
+        predicted = self._cost.predict(rows)
+        if self._where != "auto" or predicted is None:
+            return shipped(self, rows, now)
+        if placement.INLINE_BELOW_S <= predicted < BAND_FROM_S:
+            return False
+        return shipped(self, rows, now)
 
-    placement.BatchPlacement.__init__ = without_quiet  # type: ignore[method-assign]
+    placement.BatchPlacement.on_loop = band  # type: ignore[method-assign]
     fast_backend_server_main(root, conn)
 
 
@@ -118,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     client_core, server_cores = pick_cores()
     results: dict[str, Any] = {"cells": []}
     with tempfile.TemporaryDirectory(prefix="inferway-placement-") as tmp:
-        targets = {"quiet": fast_backend_server_main, "no-quiet": no_quiet_server_main}
+        targets = {"shipped": fast_backend_server_main, "band": band_server_main}
         clients, servers = start_servers(Path(tmp), targets)
         try:
             os.sched_setaffinity(0, client_core)
@@ -185,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for kind, level in args.cell_list:
         both = {c["server"]: c for c in results["cells"] if c["cell"] == f"{kind}@{level}"}
-        new, old = both["quiet"], both["no-quiet"]
+        new, old = both["shipped"], both["band"]
         rows.append(
             [
                 f"{kind}@{level}",
@@ -198,7 +206,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ]
         )
     print_table(
-        f"the quiet rule / without it, each server on one core; medians of {args.rounds} "
+        f"one CPU: 0.2-5 ms batches on the loop when quiet (shipped) / on the worker (band), "
+        f"each server on one core; medians of {args.rounds} "
         f"rotated rounds; load average {os.getloadavg()[0]:.1f}",
         ["cell", "req/s", "ratio", "p99 ms", "server CPU us a req", "on the loop", "rows a batch"],
         rows,
