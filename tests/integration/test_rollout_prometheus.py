@@ -118,13 +118,19 @@ async def test_the_source_reports_the_counts_envoy_served_per_version(
 ) -> None:
     prometheus = stack.prometheus
 
-    async def baseline() -> bool | None:  # both clusters scraped twice before any traffic
+    # increase() extrapolates to the window's end by up to 1.1 mean scrape intervals past the
+    # last sample, so with only a few samples in the window it can read 1.5x what was served.
+    # Eight 1 s scrapes before any traffic keep that extrapolation under 1.1/7 (< 16%).
+    async def baseline() -> bool | None:
         result = await prometheus.query(
-            'increase(envoy_cluster_upstream_rq_completed{envoy_cluster_name=~"v1|v2"}[60s])'
+            "count_over_time("
+            'envoy_cluster_upstream_rq_completed{envoy_cluster_name=~"v1|v2"}[60s]) >= 8'
         )
         return True if len(result) == 2 else None
 
-    await _deadline_poll(lambda: "Prometheus to scrape Envoy's clusters twice", baseline)
+    await _deadline_poll(
+        lambda: "Prometheus to scrape Envoy's clusters eight times", baseline, timeout=30.0
+    )
 
     url = f"http://127.0.0.1:{stack.listener_port}/v2/models/demo"
     async with httpx.AsyncClient(trust_env=False, timeout=5.0) as client:
