@@ -20,7 +20,7 @@ from opentelemetry.trace import TracerProvider
 
 from inferway.backends.batching import BatchExecutor, BatchingConfig
 from inferway.backends.batching.cpu_allowance import process_allowance
-from inferway.backends.batching.queued_deadlines import QueuedDeadlines
+from inferway.backends.batching.shared_loop import SharedLoop
 from inferway.backends.jobs.http_routes import add_job_routes
 from inferway.backends.jobs.service import JobService
 from inferway.backends.jobs.settings import JobSettings
@@ -91,7 +91,7 @@ def describe_served(model: Any) -> str:
 
 
 def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider | None) -> Any:
-    deadlines = QueuedDeadlines()  # the server's models share one event loop
+    shared_loop = SharedLoop()  # the server's models share one event loop
 
     def build(runners: Sequence[Runner], config: BatchingConfig, name: str) -> BatchExecutor:
         return BatchExecutor(
@@ -102,7 +102,7 @@ def _executor_factory(metrics: BackendMetrics, tracer_provider: TracerProvider |
             tracer_provider=tracer_provider,
             measure_loop=True,  # the fill_when_busy rule: the server's loop is measured
             cpu_allowance=process_allowance(),  # compute_thread auto: one CPU, one thread
-            queued_deadlines=deadlines,
+            shared_loop=shared_loop,
         )
 
     return build

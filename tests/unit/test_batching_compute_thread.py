@@ -6,6 +6,7 @@ that would outlast a queued request's deadline, on the instance's worker thread.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from inferway.backends.batching.cost_model import CostModel
 from inferway.backends.batching.cpu_allowance import CpuAllowance
 from inferway.backends.batching.errors import DeadlineExceededError
 from inferway.backends.batching.placement import INLINE_BELOW_S, ONE_CPU_INLINE_S, BatchPlacement
-from inferway.backends.batching.queued_deadlines import QueuedDeadlines
+from inferway.backends.batching.shared_loop import LoopMember, SharedLoop
 from inferway.backends.runners.base import TensorSpec
 
 COMPUTE_S = 0.015
@@ -268,14 +269,14 @@ async def test_a_batch_that_would_outlast_a_queued_deadline_goes_to_the_worker(
 
 
 async def test_a_near_deadline_of_another_model_on_the_loop_keeps_the_batch_off_it() -> None:
-    """Two models share the loop (and a QueuedDeadlines, as app.py gives them): a queued
+    """Two models share the loop (and a SharedLoop, as app.py gives them): a queued
     request of the second, with a near deadline, keeps the first model's batch on its worker;
     once the second model stops, its queue no longer counts."""
-    shared = QueuedDeadlines()
+    shared = SharedLoop()
     runner, other = BusyRunner(), BusyRunner()
     config = BatchingConfig(mode="off")
-    ex = BatchExecutor([runner], config, cpu_allowance=_allowance(1), queued_deadlines=shared)
-    blocker = BatchExecutor([other], config, queued_deadlines=shared)
+    ex = BatchExecutor([runner], config, cpu_allowance=_allowance(1), shared_loop=shared)
+    blocker = BatchExecutor([other], config, shared_loop=shared)
     x = {"x": np.zeros((1, 2), np.float32)}
     for _ in range(2):  # the first model's cost is learned: its batches go on the loop
         await ex.infer(x)
@@ -295,18 +296,88 @@ async def test_a_near_deadline_of_another_model_on_the_loop_keeps_the_batch_off_
     assert len(shared) == 0
 
 
-def test_queued_deadlines_gives_the_earliest_across_the_models() -> None:
-    shared = QueuedDeadlines()
-    assert shared.earliest() is None
+def test_the_shared_loop_gives_the_earliest_deadline_across_the_models() -> None:
+    shared = SharedLoop()
+    assert shared.earliest_deadline() is None
     first: list[float | None] = [None]
     second: list[float | None] = [5.0]
-    shared.add(lambda: first[0])
-    source = lambda: second[0]  # noqa: E731
-    shared.add(source)
-    assert shared.earliest() == 5.0
+    shared.join(LoopMember(lambda: first[0]))
+    member = LoopMember(lambda: second[0])
+    shared.join(member)
+    assert shared.earliest_deadline() == 5.0
     first[0] = 2.0
-    assert shared.earliest() == 2.0
+    assert shared.earliest_deadline() == 2.0
     first[0] = None
-    shared.remove(source)
-    shared.remove(source)  # twice: ignored
-    assert shared.earliest() is None
+    shared.leave(member)
+    shared.leave(member)  # twice: ignored
+    assert shared.earliest_deadline() is None
+
+
+def test_the_shared_loop_sums_the_other_models_rates() -> None:
+    shared = SharedLoop()
+    waits = {"a": 0.01, "b": 0.004, "c": math.inf}
+    members = {
+        name: LoopMember(lambda: None, lambda now, name=name: waits[name])  # type: ignore[misc]
+        for name in waits
+    }
+    for member in members.values():
+        shared.join(member)
+    assert shared.others_rate(members["a"], 0.0) == pytest.approx(250.0)  # b alone; c unknown
+    assert shared.others_rate(members["c"], 0.0) == pytest.approx(350.0)
+    waits["b"] = 0.0  # expected at once
+    assert shared.others_rate(members["a"], 0.0) == math.inf
+    shared.leave(members["b"])
+    assert shared.others_rate(members["a"], 0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("other_wait_s", "on_loop"),
+    [
+        (math.inf, True),  # the other model has had no requests
+        (INLINE_BELOW_S * 20, True),  # its requests are rarer than the batch is long
+        (INLINE_BELOW_S * 1.5, False),  # one is expected before the batch ends
+    ],
+)
+def test_the_quiet_rule_counts_the_other_models_requests(
+    other_wait_s: float, on_loop: bool
+) -> None:
+    """The loop reads every model's requests: a quiet model's batch stays off it while another
+    model on the same loop expects a request before the batch would end."""
+    shared = SharedLoop()
+    shared.join(LoopMember(lambda: None, lambda now: other_wait_s))
+    cost = CostModel()
+    cost.observe(1, INLINE_BELOW_S * 2)
+    placement = BatchPlacement(
+        "auto",
+        [BusyRunner()],
+        cost,
+        arrival_gap=lambda: 1.0,  # the model's own requests: one a second
+        shared_loop=shared,
+        cpu_allowance=_allowance(1),
+    )
+    assert placement.on_loop(1, 0.0) is on_loop
+
+
+async def test_the_other_models_rate_falls_with_their_silence() -> None:
+    """Two executors on one SharedLoop: requests every 0.2 ms to the second keep the first's
+    quiet 1 ms batch off the loop; once the second has been silent for a second, it no longer
+    counts (unlike the model's own mean gap, which a silence does not change), nor once it has
+    stopped."""
+    shared = SharedLoop()
+    config = BatchingConfig(mode="off")
+    ex = BatchExecutor([BusyRunner()], config, cpu_allowance=_allowance(1), shared_loop=shared)
+    other = BatchExecutor([BusyRunner()], config, shared_loop=shared)
+    ex.scheduler.cost_model.observe(1, 0.001)
+    for t in (0.0, 0.5):
+        ex.scheduler.arrivals.observe(1, t)  # its own requests: one every 0.5 s
+    for t in (0.5, 0.5002, 0.5004, 0.5006):
+        other.scheduler.arrivals.observe(1, t)
+    placement = ex._placement
+    assert placement.on_loop(1, 0.5006) is False
+    assert placement.on_loop(1, 0.5008) is False  # a short silence: still expected
+    assert placement.on_loop(1, 1.5) is True  # the other model silent for a second
+    await other.stop()
+    for t in (1.5, 1.5002, 1.5004):
+        other.scheduler.arrivals.observe(1, t)  # a stopped model's estimate no longer counts
+    assert placement.on_loop(1, 1.5004) is True
+    await ex.stop()

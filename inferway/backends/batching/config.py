@@ -38,8 +38,8 @@ class BatchingConfig(BaseModel):
     batch predicted to take under ``placement.INLINE_BELOW_S`` (the hand-over would cost as much),
     and, while the process may use one CPU at most (its affinity or cgroup quota:
     ``cpu_allowance``), where a worker thread could only take turns with the loop, for a CPU
-    model's batch predicted to take 5-50 ms (``placement.ONE_CPU_INLINE_S``), or less than the
-    mean gap between the model's requests; the worker otherwise."""
+    model's batch predicted to take 5-50 ms (``placement.ONE_CPU_INLINE_S``), or to end before
+    the next request to any model on the loop; the worker otherwise."""
     wait_for_returns: bool = True
     """``adaptive``: when more clients of answered batches are still on their way back than
     rows are queued, hold the batch until they are expected back (``returns.ReturnWatch``),

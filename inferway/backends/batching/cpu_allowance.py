@@ -131,8 +131,8 @@ def describe_allowance() -> str:
     line = f"{cpus:g} usable (affinity {affinity}, {limit})"
     if cpus <= 1:
         line += (
-            "; a CPU model's 5-50 ms batches, and shorter ones that take less than the gap"
-            " between its requests, compute on the event loop's thread"
+            "; a CPU model's 5-50 ms batches, and shorter ones expected to end before the"
+            " next request to the server, compute on the event loop's thread"
         )
     return line
 

@@ -38,10 +38,10 @@ from .inputs import Inputs, Outputs, describe_inputs
 from .loop_load import LoopLoad, this_threads_loop_load
 from .placement import INLINE_BELOW_S, BatchPlacement
 from .queued import QueuedRequest, abandoned, fail
-from .queued_deadlines import QueuedDeadlines
 from .records import BatchRecord, Dispatch, Idle, WaitUntil
 from .reporting import BatchReporter
 from .scheduler import Scheduler
+from .shared_loop import SharedLoop
 from .window_stats import WindowStats
 
 __all__ = ["BatchExecutor"]
@@ -69,7 +69,7 @@ class BatchExecutor:
         inline_below_s: float = INLINE_BELOW_S,
         measure_loop: bool = False,
         cpu_allowance: CpuAllowance | None = None,
-        queued_deadlines: QueuedDeadlines | None = None,
+        shared_loop: SharedLoop | None = None,
     ) -> None:
         if not runners:
             raise ValueError(f"model {name!r}: BatchExecutor needs at least one runner")
@@ -102,7 +102,8 @@ class BatchExecutor:
             self._sched.cost_model,
             next_deadline=self._sched.next_deadline,
             arrival_gap=lambda: self._sched.arrivals.mean_gap,
-            queued_deadlines=queued_deadlines,
+            expected_wait=self._sched.arrivals.expected_wait,
+            shared_loop=shared_loop,
             inline_below_s=inline_below_s,
             cpu_allowance=cpu_allowance,
         )

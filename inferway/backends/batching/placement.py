@@ -5,13 +5,15 @@ thread, which saves the two thread switches of the hand-over.
 ``auto`` computes on the loop a batch expected (from the learned costs) to take under
 ``INLINE_BELOW_S``. While the process may use one CPU at most (``cpu_allowance``) it also
 computes there a CPU model's batch expected to take ``ONE_CPU_INLINE_S``, and a shorter one
-expected to take less than the mean gap between the model's requests (the quiet rule): on one
-CPU the worker only takes turns with the loop, which pays for the hand-over only when the loop
-has requests to read meanwhile. The mean gap, not the silence so far: under many closed-loop
-clients a silence means they all wait for answers, and they come back as soon as they have
-them. Either goes on the loop only if it ends before the earliest deadline of a
-request still queued (the loop is what answers that request's timeout). Every other batch goes
-to the worker.
+expected to end before the next request to the loop (the quiet rule): on one CPU the worker
+only takes turns with the loop, which pays for the hand-over only when the loop has requests to
+read meanwhile. The next request is expected at the rate of the model's own requests, from
+their mean gap, plus the other models' on the same loop (``shared_loop.py``). The model's own
+mean gap, not its silence so far: under many closed-loop clients a silence means they all wait
+for answers, and they come back as soon as they have them; another model's rate falls with its
+silence, so one whose traffic stopped stops counting. Either goes on the loop only if it ends
+before the earliest deadline of a request still queued for any model on the loop (the loop is
+what answers that request's timeout). Every other batch goes to the worker.
 
 The quiet rule also keeps the cost model honest: on one core a worker's batch measures slower
 than the same batch on the loop (the tiny MLP's one-row batch, thread CPU time: 208-244 against
@@ -22,13 +24,14 @@ there by its own inflated measurements (docs/serving-performance.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ..runners.base import Runner
 from .cost_model import CostModel
 from .cpu_allowance import CpuAllowance
-from .queued_deadlines import DeadlineSource, QueuedDeadlines
+from .shared_loop import DeadlineSource, ExpectedWait, LoopMember, SharedLoop
 
 ArrivalGap = Callable[[], float | None]
 """The mean seconds between the model's requests so far (``ArrivalRate.mean_gap``); None
@@ -55,10 +58,11 @@ class BatchPlacement:
     """The ``compute_thread`` rule for one model's batches.
 
     ``next_deadline``: the earliest deadline of a request still queued for the model (None:
-    none has one), on the clock of ``on_loop``'s ``now``; ``queued_deadlines``: the same for
-    every model served on the same event loop, which this one joins (None: this model alone).
-    ``arrival_gap``: the mean seconds between the model's requests (default: none, so no batch
-    counts as quiet). They are asked only on one CPU. ``cpu_allowance`` None: the
+    none has one), on the clock of ``on_loop``'s ``now``. ``arrival_gap``: the mean seconds
+    between the model's requests (default: none, so no batch counts as quiet);
+    ``expected_wait``: when the model's next request is expected, which the other models on
+    the loop ask. ``shared_loop``: the models served on the same event loop, which this one
+    joins (None: this model alone). They are asked only on one CPU. ``cpu_allowance`` None: the
     process's CPUs are not asked (tests place batches deterministically); it is asked only
     where every runner computes on the CPU."""
 
@@ -70,15 +74,16 @@ class BatchPlacement:
         *,
         next_deadline: DeadlineSource = lambda: None,
         arrival_gap: ArrivalGap = lambda: 0.0,
-        queued_deadlines: QueuedDeadlines | None = None,
+        expected_wait: ExpectedWait = lambda now: math.inf,
+        shared_loop: SharedLoop | None = None,
         inline_below_s: float = INLINE_BELOW_S,
         cpu_allowance: CpuAllowance | None = None,
     ) -> None:
         self._where = compute_thread
-        self._own_deadline = next_deadline
         self._arrival_gap = arrival_gap
-        self._deadlines = QueuedDeadlines() if queued_deadlines is None else queued_deadlines
-        self._deadlines.add(next_deadline)
+        self._member = LoopMember(next_deadline, expected_wait)
+        self._loop = SharedLoop() if shared_loop is None else shared_loop
+        self._loop.join(self._member)
         self._cost = cost_model
         self._inline_below_s = inline_below_s
         on_cpu = all(getattr(r, "provider", None) in CPU_PROVIDERS for r in runners)
@@ -88,8 +93,9 @@ class BatchPlacement:
         """Whether a batch of ``rows``, launched at ``now``, computes on the event loop's
         thread. Under ``auto``, on one CPU, a longer batch (``ONE_CPU_INLINE_S``, or a quiet
         one) goes on the loop only if it is expected to end before the earliest deadline of a
-        request still queued for any model on the loop (``queued_deadlines``), since the loop,
-        held by the batch, could not answer that request's timeout on time."""
+        request still queued for any model on the loop (``shared_loop``), since the loop,
+        held by the batch, could not answer that request's timeout on time. A quiet batch is
+        one expected to end before the next request of any model on the loop."""
         if self._where != "auto":
             return self._where == "loop"
         predicted = self._cost.predict(rows)
@@ -101,13 +107,18 @@ class BatchPlacement:
         low, high = ONE_CPU_INLINE_S
         if one_cpu is None or predicted >= high or not one_cpu.at_most_one():
             return False
-        if predicted < low:
-            gap = self._arrival_gap()
-            if gap is not None and predicted >= gap:
-                return False  # requests expected meanwhile: the loop reads them as it computes
-        deadline = self._deadlines.earliest()
+        if predicted < low and predicted * self._expected_rate(now) >= 1.0:
+            return False  # requests expected meanwhile: the loop reads them as it computes
+        deadline = self._loop.earliest_deadline()
         return deadline is None or now + predicted < deadline
 
+    def _expected_rate(self, now: float) -> float:
+        """Requests per second expected at the loop: the model's own, from its mean gap (none
+        before its second request), and the other models'."""
+        gap = self._arrival_gap()
+        own = 0.0 if gap is None else math.inf if gap <= 0.0 else 1.0 / gap
+        return own + self._loop.others_rate(self._member, now)
+
     def close(self) -> None:
-        """The model stopped: its queue no longer counts for the other models' batches."""
-        self._deadlines.remove(self._own_deadline)
+        """The model stopped: it no longer counts for the other models' batches."""
+        self._loop.leave(self._member)
